@@ -1,0 +1,42 @@
+# Every target bootstraps what it needs: a fresh clone runs `make demo` or `make test` directly.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TOOLS := .tools
+ANVIL := $(TOOLS)/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
+export ETH_HASH_BACKEND := pysha3
+export X402MW_ANVIL := $(abspath $(ANVIL))
+
+.PHONY: demo test lint typecheck unit bench contracts clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[flask,starlette,django,platform,dev]"
+	@touch $(STAMP)
+
+$(ANVIL):
+	@mkdir -p $(TOOLS)
+	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @foundry-rs/anvil@1.7.1
+	@test -x $(ANVIL) || (echo "anvil did not install at $(ANVIL)" && exit 1)
+
+demo: $(STAMP)
+	$(VENV)/bin/x402mw demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check x402mw tests bench examples
+	$(VENV)/bin/ruff format --check x402mw tests bench examples
+	$(VENV)/bin/mypy
+
+test: $(STAMP) $(ANVIL) lint
+	$(PY) -m pytest -q -n 2 --timeout 300
+
+bench: $(STAMP) $(ANVIL)
+	$(PY) -m bench
+
+contracts:
+	cd contracts && ./build.sh
+
+clean:
+	rm -rf $(VENV) $(TOOLS) build *.egg-info

@@ -1,0 +1,34 @@
+"""x402mw: get paid in stablecoins, per HTTP request by agents (x402 v2) and by people.
+
+Sellers protect routes with an adapter (`x402mw.adapters.flask`, `.starlette`, `.django`, `.asgi`,
+`.wsgi`); agents pay with `x402mw.client.X402Auth`; the platform lives in `x402mw.platform`.
+"""
+
+__version__ = "0.1.0"
+
+from x402mw.errors import (
+    ConfigurationError,
+    InvalidPaymentError,
+    PaymentError,
+    PaymentRefusedError,
+    PlatformError,
+    PriceError,
+    SettlementError,
+    X402Error,
+)
+from x402mw.seller import PaidRoute, PaymentGate, Settlement
+
+__all__ = [
+    "ConfigurationError",
+    "InvalidPaymentError",
+    "PaidRoute",
+    "PaymentError",
+    "PaymentGate",
+    "PaymentRefusedError",
+    "PlatformError",
+    "PriceError",
+    "Settlement",
+    "SettlementError",
+    "X402Error",
+    "__version__",
+]

@@ -1,0 +1,164 @@
+"""The header codec: standard base64 (padded) of UTF-8 JSON.
+
+Decoding is strict and bounded: a header over `MAX_HEADER_BYTES`, not base64, not JSON or not of
+the expected shape raises `InvalidPaymentError` with a reason code; nothing else escapes.
+x402 v1 payloads (``X-PAYMENT``, ``maxAmountRequired``, network names) are read too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from x402mw.errors import InvalidPaymentError
+from x402mw.protocol.models import (
+    PaymentPayload,
+    PaymentRequired,
+    SettlementResponse,
+    WireModel,
+)
+from x402mw.protocol.networks import get_network
+
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "PAYMENT_REQUIRED",
+    "PAYMENT_RESPONSE",
+    "PAYMENT_SIGNATURE",
+    "V1_PAYMENT",
+    "V1_PAYMENT_RESPONSE",
+    "decode_json_header",
+    "decode_payment_payload",
+    "decode_payment_required",
+    "decode_settlement_response",
+    "encode_header",
+]
+
+PAYMENT_REQUIRED = "PAYMENT-REQUIRED"
+PAYMENT_SIGNATURE = "PAYMENT-SIGNATURE"
+PAYMENT_RESPONSE = "PAYMENT-RESPONSE"
+V1_PAYMENT = "X-PAYMENT"
+V1_PAYMENT_RESPONSE = "X-PAYMENT-RESPONSE"
+MAX_HEADER_BYTES = 8192
+
+M = TypeVar("M", bound=WireModel)
+
+
+def encode_header(model: WireModel | dict[str, Any]) -> str:
+    """Encode a model (or a JSON-ready dict) as a header value."""
+    data = model.to_wire() if isinstance(model, WireModel) else model
+    raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return base64.b64encode(raw).decode("ascii")
+
+
+def decode_json_header(value: str | bytes) -> Any:
+    """Decode a header value to JSON data, strictly and within `MAX_HEADER_BYTES`."""
+    if isinstance(value, str):
+        value = value.encode("latin-1", errors="replace")
+    if len(value) > MAX_HEADER_BYTES:
+        raise InvalidPaymentError(
+            f"payment header is larger than {MAX_HEADER_BYTES} bytes", reason="invalid_payload"
+        )
+    text = value.strip()
+    if not text:
+        raise InvalidPaymentError("payment header is empty", reason="invalid_payload")
+    try:
+        # Accept unpadded and URL-safe base64 too: some clients send them.
+        text = text.replace(b"-", b"+").replace(b"_", b"/")
+        raw = base64.b64decode(text + b"=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidPaymentError("payment header is not base64", reason="invalid_payload") from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise InvalidPaymentError("payment header is not UTF-8 JSON", reason="invalid_payload") from None
+
+
+def _validate(model: type[M], data: Any, what: str) -> M:
+    if not isinstance(data, dict):
+        raise InvalidPaymentError(f"{what} must be a JSON object", reason="invalid_payload")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise InvalidPaymentError(
+            f"{what} is malformed at {where or 'top level'}: {first['msg']}", reason="invalid_payload"
+        ) from None
+
+
+def _v1_payload_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    network = data.get("network")
+    if isinstance(network, str) and not network.startswith("eip155:"):
+        found = get_network(network)
+        if found is not None:
+            network = found.caip2
+    return {
+        "x402Version": 1,
+        "scheme": data.get("scheme"),
+        "network": network,
+        "payload": data.get("payload"),
+    }
+
+
+def decode_payment_payload(value: str | bytes) -> PaymentPayload:
+    """Decode ``PAYMENT-SIGNATURE`` (v2) or ``X-PAYMENT`` (v1)."""
+    data = decode_json_header(value)
+    if isinstance(data, dict) and data.get("x402Version") == 1:
+        data = _v1_payload_to_v2(data)
+    payload = _validate(PaymentPayload, data, "payment payload")
+    if payload.x402_version not in (1, 2):
+        raise InvalidPaymentError(
+            f"unsupported x402Version {payload.x402_version}", reason="invalid_x402_version"
+        )
+    if payload.x402_version == 2 and payload.accepted is None:
+        raise InvalidPaymentError("payment payload has no 'accepted' block", reason="invalid_payload")
+    return payload
+
+
+def _v1_requirements_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    accepts = []
+    resource = None
+    for entry in data.get("accepts") or []:
+        if not isinstance(entry, dict):
+            continue
+        network = entry.get("network")
+        found = get_network(network) if isinstance(network, str) else None
+        resource = resource or {
+            "url": entry.get("resource", ""),
+            "description": entry.get("description"),
+            "mimeType": entry.get("mimeType"),
+        }
+        accepts.append(
+            {
+                "scheme": entry.get("scheme"),
+                "network": found.caip2 if found else network,
+                "amount": entry.get("maxAmountRequired", entry.get("amount")),
+                "asset": entry.get("asset"),
+                "payTo": entry.get("payTo"),
+                "maxTimeoutSeconds": entry.get("maxTimeoutSeconds", 60),
+                "extra": entry.get("extra") or {},
+            }
+        )
+    return {"x402Version": 1, "error": data.get("error"), "resource": resource, "accepts": accepts}
+
+
+def decode_payment_required(value: str | bytes | dict[str, Any]) -> PaymentRequired:
+    """Decode a ``PAYMENT-REQUIRED`` header, or a v1 402 JSON body given as a dict."""
+    data = value if isinstance(value, dict) else decode_json_header(value)
+    if isinstance(data, dict) and data.get("x402Version") == 1:
+        data = _v1_requirements_to_v2(data)
+    return _validate(PaymentRequired, data, "payment requirements")
+
+
+def decode_settlement_response(value: str | bytes) -> SettlementResponse:
+    """Decode a ``PAYMENT-RESPONSE`` (or v1 ``X-PAYMENT-RESPONSE``) header."""
+    data = decode_json_header(value)
+    if isinstance(data, dict) and "network" in data and isinstance(data["network"], str):
+        found = get_network(data["network"])
+        if found is not None:
+            data = {**data, "network": found.caip2}
+    return _validate(SettlementResponse, data, "settlement response")

@@ -1,0 +1,151 @@
+"""x402 v2 wire models.
+
+Every model serialises to camelCase JSON with nulls omitted (`to_wire`) and accepts unknown members
+from other implementations (they are kept, so an echoed block round-trips unchanged).
+Amounts are decimal strings of integer atomic units on the wire and ``int`` in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+X402_VERSION = 2
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict: camelCase keys, ``None`` members left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _atomic(value: object) -> int:
+    """Parse an atomic amount: a decimal string of digits (or an int), never a float."""
+    if isinstance(value, bool | float):
+        raise ValueError("amount must be a string of integer atomic units")
+    if isinstance(value, int):
+        result = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 78:
+        result = int(value)
+    else:
+        raise ValueError("amount must be a string of integer atomic units")
+    if result < 0 or result >= 2**256:
+        raise ValueError("amount is out of range")
+    return result
+
+
+class ResourceInfo(WireModel):
+    url: str
+    description: str | None = None
+    mime_type: str | None = Field(default=None, alias="mimeType")
+
+
+class PaymentRequirements(WireModel):
+    """One way to pay, as offered in ``PaymentRequired.accepts`` and echoed in ``accepted``."""
+
+    scheme: str
+    network: str
+    amount: int
+    asset: str
+    pay_to: str = Field(alias="payTo")
+    max_timeout_seconds: int = Field(alias="maxTimeoutSeconds")
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    _check_amount = field_validator("amount", mode="before")(lambda v: _atomic(v))
+
+    @field_serializer("amount")
+    def _amount_out(self, value: int) -> str:
+        return str(value)
+
+
+class PaymentRequired(WireModel):
+    """The body of the ``PAYMENT-REQUIRED`` header of a 402 answer."""
+
+    x402_version: int = Field(default=X402_VERSION, alias="x402Version")
+    error: str | None = None
+    resource: ResourceInfo | None = None
+    accepts: list[PaymentRequirements]
+    extensions: dict[str, Any] | None = None
+
+
+class Authorization(WireModel):
+    """An EIP-3009 ``TransferWithAuthorization`` message (``nonce`` is 0x-prefixed 32-byte hex)."""
+
+    from_address: str = Field(alias="from")
+    to: str
+    value: int
+    valid_after: int = Field(alias="validAfter")
+    valid_before: int = Field(alias="validBefore")
+    nonce: str
+
+    _check_value = field_validator("value", "valid_after", "valid_before", mode="before")(
+        lambda v: _atomic(v)
+    )
+
+    @field_validator("nonce")
+    @classmethod
+    def _check_nonce(cls, value: str) -> str:
+        body = value[2:] if value.startswith(("0x", "0X")) else ""
+        if len(body) != 64 or any(c not in "0123456789abcdefABCDEF" for c in body):
+            raise ValueError("nonce must be 0x followed by 64 hex digits")
+        return "0x" + body.lower()
+
+    @field_serializer("value", "valid_after", "valid_before")
+    def _ints_out(self, value: int) -> str:
+        return str(value)
+
+
+class ExactEvmPayload(WireModel):
+    signature: str
+    authorization: Authorization
+
+
+class PaymentPayload(WireModel):
+    """The body of the ``PAYMENT-SIGNATURE`` header.
+
+    ``accepted`` is ``None`` only for payloads read from x402 v1 (``X-PAYMENT``), where the scheme
+    and network travel as top-level members instead.
+    """
+
+    x402_version: int = Field(default=X402_VERSION, alias="x402Version")
+    resource: ResourceInfo | None = None
+    accepted: PaymentRequirements | None = None
+    payload: ExactEvmPayload
+    extensions: dict[str, Any] | None = None
+    scheme: str | None = None
+    network: str | None = None
+
+
+class SettlementResponse(WireModel):
+    """The body of the ``PAYMENT-RESPONSE`` header. ``extensions.receipt`` carries our signed receipt."""
+
+    success: bool
+    error_reason: str | None = Field(default=None, alias="errorReason")
+    payer: str | None = None
+    transaction: str = ""
+    network: str
+    amount: int | None = None
+    extensions: dict[str, Any] | None = None
+
+    _check_amount = field_validator("amount", mode="before")(lambda v: None if v is None else _atomic(v))
+
+    @field_serializer("amount")
+    def _amount_out(self, value: int | None) -> str | None:
+        return None if value is None else str(value)
+
+    @property
+    def receipt(self) -> dict[str, Any] | None:
+        """The platform's signed receipt, when the settlement carries one."""
+        found = (self.extensions or {}).get("receipt")
+        return found if isinstance(found, dict) else None
+
+
+class VerifyResponse(WireModel):
+    """Answer of a facilitator's ``/verify``."""
+
+    is_valid: bool = Field(alias="isValid")
+    invalid_reason: str | None = Field(default=None, alias="invalidReason")
+    payer: str | None = None

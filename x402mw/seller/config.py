@@ -1,0 +1,84 @@
+"""What a paid route is, and the endpoint terms the platform holds for it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from x402mw.errors import ConfigurationError, PriceError
+from x402mw.protocol.prices import Price
+
+__all__ = ["AmountCallback", "EndpointTerms", "PaidRoute"]
+
+AmountCallback = Callable[[Any], "Price | Awaitable[Price]"]
+ReleasePolicy = Literal["included", "confirmed"]
+
+
+@dataclass(frozen=True, slots=True)
+class PaidRoute:
+    """A route sold per request.
+
+    ``endpoint`` is the id of the agent endpoint created with ``POST /agent/endpoints``. For an
+    endpoint with ``pricingMode: dynamic``, ``amount`` is called with the framework's request (sync
+    or async) once per challenge and returns the price (``"$0.02"``, ``"0.02 USDC"``, a `Decimal` or
+    an ``int`` of atomic units).
+    """
+
+    endpoint: str
+    amount: AmountCallback | None = None
+    description: str | None = None
+    mime_type: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.endpoint, str) or not self.endpoint.strip():
+            problems.append("PaidRoute.endpoint must be the id of an agent endpoint")
+        if self.amount is not None and not callable(self.amount):
+            problems.append("PaidRoute.amount must be a callable taking the request")
+        if problems:
+            raise ConfigurationError(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointTerms:
+    """An agent endpoint as the platform describes it: the terms a challenge offers."""
+
+    id: str
+    network: str
+    asset: str
+    currency: str
+    decimals: int
+    eip712_name: str
+    eip712_version: str
+    pay_to: str
+    pricing_mode: Literal["fixed", "dynamic"]
+    amount: int | None
+    release_policy: ReleasePolicy
+    max_timeout_seconds: int
+    resource_url: str
+    name: str
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> EndpointTerms:
+        """Build from the platform's ``endpoint`` object; `PriceError` if it is unusable."""
+        try:
+            amount = data.get("amountMinor")
+            return cls(
+                id=str(data["id"]),
+                network=str(data["network"]),
+                asset=str(data["asset"]),
+                currency=str(data["currency"]),
+                decimals=int(data["decimals"]),
+                eip712_name=str(data["assetName"]),
+                eip712_version=str(data["assetVersion"]),
+                pay_to=str(data["payoutAddress"]),
+                pricing_mode="dynamic" if data.get("pricingMode") == "dynamic" else "fixed",
+                amount=int(amount) if amount is not None else None,
+                release_policy="confirmed" if data.get("releasePolicy") == "confirmed" else "included",
+                max_timeout_seconds=int(data.get("maxTimeoutSeconds", 300)),
+                resource_url=str(data.get("resourceUrl", "")),
+                name=str(data.get("name", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PriceError(f"the platform's endpoint description is unusable: {exc}") from None

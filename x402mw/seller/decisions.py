@@ -1,0 +1,90 @@
+"""What the payment gate decides, and the commands it asks its driver to run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from x402mw.protocol.models import SettlementResponse
+from x402mw.seller.config import AmountCallback
+
+__all__ = [
+    "Answer",
+    "ComputeAmount",
+    "Decision",
+    "PlatformCall",
+    "PlatformReply",
+    "Serve",
+    "Settlement",
+]
+
+Headers = list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformCall:
+    """Command: make one HTTP call to the platform; the driver sends back a `PlatformReply`."""
+
+    method: str
+    path: str
+    json: Any = None
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformReply:
+    status: int
+    data: Any
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeAmount:
+    """Command: call the route's amount callback (awaiting it if it is async); send back its result."""
+
+    callback: AmountCallback
+    request: Any
+
+
+Command = PlatformCall | ComputeAmount
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A settled payment, available to the route's handler.
+
+    ``amount`` is in atomic units of ``asset``; ``receipt`` is the platform's EIP-191 signed receipt.
+    """
+
+    transaction: str
+    network: str
+    payer: str
+    pay_to: str
+    asset: str
+    amount: int
+    challenge_id: str
+    endpoint_id: str
+    receipt: Mapping[str, str]
+    response: SettlementResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Decision: answer the request now with this status, headers and body (402, 503, ...)."""
+
+    status: int
+    headers: Headers
+    body: bytes
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Serve:
+    """Decision: run the handler with ``settlement``; add ``headers`` to its response."""
+
+    settlement: Settlement
+    headers: Headers = field(default_factory=list)
+
+
+Decision = Answer | Serve

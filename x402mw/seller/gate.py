@@ -1,0 +1,425 @@
+"""The sans-IO payment gate: a request view in, a decision out.
+
+`PaymentGate.process` is a generator. It yields small commands (`PlatformCall`, `ComputeAmount`)
+that a driver runs, sync or async (see `x402mw.seller.drivers`), and returns a `Decision`:
+`Answer` (a 402 challenge, a pending settlement, an outage) or `Serve` (run the handler with the
+settlement). No framework, no I/O here, so every adapter shares this one implementation.
+
+The unpaid path makes no network call once an endpoint's terms are known: the challenge is issued
+locally and sealed with an HMAC keyed from the API key, so that any worker process can check the
+retried request's ``accepted`` terms; issued challenges reach the platform in background batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
+from x402mw.protocol import reasons
+from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_payment_payload, encode_header
+from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
+from x402mw.protocol.prices import to_atomic
+from x402mw.seller.config import EndpointTerms, PaidRoute
+from x402mw.seller.decisions import (
+    Answer,
+    ComputeAmount,
+    Decision,
+    PlatformCall,
+    PlatformReply,
+    Serve,
+    Settlement,
+)
+from x402mw.seller.seal import Sealer
+
+__all__ = ["EXPOSE_HEADERS", "PaymentGate", "RequestView"]
+
+logger = logging.getLogger("x402mw.seller")
+
+EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
+DEFAULT_PLATFORM_URL = "http://127.0.0.1:4402/v1"
+Step = Generator[PlatformCall | ComputeAmount, Any, Decision]
+AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """The little a gate needs to know of a request. ``url`` is the absolute URL of the resource;
+    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or None."""
+
+    method: str
+    url: str
+    payment: str | None
+
+
+def _json_answer(
+    status: int, body: dict[str, Any], headers: list[tuple[str, str]] | None = None, reason: str | None = None
+) -> Answer:
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    base = [("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS]
+    return Answer(status, base + (headers or []), raw, reason)
+
+
+def _error_answer(status: int, code: str, message: str, retry_after: int | None = None) -> Answer:
+    extra = [("Retry-After", str(retry_after))] if retry_after is not None else []
+    return _json_answer(
+        status, {"error": {"type": "api_error", "code": code, "message": message}}, extra, code
+    )
+
+
+class PaymentGate:
+    """Decides, for each request to a paid route, whether to challenge, settle-then-serve or answer.
+
+    One gate serves every route of an app and is safe to share between threads and tasks.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        platform_url: str = DEFAULT_PLATFORM_URL,
+        settle_timeout: float = 30.0,
+        refresh_seconds: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        problems = []
+        if not isinstance(api_key, str) or not api_key.startswith(("sk_test_", "sk_live_")):
+            problems.append("api_key must be a merchant API key (sk_test_... or sk_live_...)")
+        if not isinstance(platform_url, str) or not platform_url.startswith(("http://", "https://")):
+            problems.append("platform_url must be an http(s) URL such as https://pay.example.com/v1")
+        if settle_timeout <= 0:
+            problems.append("settle_timeout must be positive")
+        if problems:
+            raise ConfigurationError(problems)
+        self.api_key = api_key
+        self.platform_url = platform_url.rstrip("/")
+        self.settle_timeout = settle_timeout
+        self.refresh_seconds = refresh_seconds
+        self._clock = clock
+        self._sealer = Sealer(api_key)
+        self._terms: dict[str, tuple[EndpointTerms, float]] = {}
+        self._issued: deque[dict[str, Any]] = deque(maxlen=100_000)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PaymentGate(platform_url={self.platform_url!r}, api_key=<hidden>)"
+
+    # -- the request path -------------------------------------------------------------------
+
+    def process(self, route: PaidRoute, request: RequestView, native: Any = None) -> Step:
+        """Decide for one request. ``native`` is the framework's request, given to amount callbacks."""
+        known = self._terms.get(route.endpoint)
+        if known is None:
+            try:
+                terms = yield from self.fetch_terms(route.endpoint)
+            except PlatformError as exc:
+                return self._platform_failure(exc, f"terms of endpoint {route.endpoint}")
+        else:
+            terms = known[0]
+        if request.payment is None:
+            return (yield from self._challenge(route, terms, request, native, None, None))
+        try:
+            payload = decode_payment_payload(request.payment)
+            accepted, challenge_id, expires = self._check_accepted(payload, route, terms)
+        except InvalidPaymentError as exc:
+            return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
+        body = {
+            "endpointId": terms.id,
+            "challengeId": challenge_id,
+            "resource": request.url,
+            "expiresAt": expires,
+            "accepted": accepted.to_wire(),
+            "paymentPayload": payload.to_wire(),
+            "waitSeconds": max(1.0, self.settle_timeout - 2.0),
+        }
+        try:
+            reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+        except PlatformError as exc:
+            return self._platform_failure(exc, "settlement")
+        return (yield from self._settled(route, terms, request, native, reply))
+
+    def _check_accepted(
+        self, payload: PaymentPayload, route: PaidRoute, terms: EndpointTerms
+    ) -> tuple[PaymentRequirements, str, int]:
+        accepted = payload.accepted
+        if accepted is None:  # x402 v1: no echoed terms; only a fixed price can be matched
+            if terms.amount is None or route.amount is not None:
+                raise InvalidPaymentError(
+                    "x402 v1 payments are accepted for fixed prices only", reason=reasons.INVALID_X402_VERSION
+                )
+            if payload.scheme != "exact" or payload.network != terms.network:
+                raise InvalidPaymentError(
+                    "v1 payment is for another scheme or network", reason=reasons.INVALID_NETWORK
+                )
+            deadline = int(self._clock()) + terms.max_timeout_seconds
+            accepted = self._requirements(terms, terms.amount, str(uuid.uuid4()), deadline, terms.pay_to)
+            self._remember(accepted, terms, "")
+            return accepted, str(accepted.extra["challengeId"]), deadline
+        if accepted.scheme != "exact":
+            raise InvalidPaymentError(
+                f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME
+            )
+        extra = accepted.extra
+        challenge_id: Any = extra.get("challengeId")
+        expires: Any = extra.get("expiresAt")
+        if not isinstance(challenge_id, str) or not isinstance(expires, int) or isinstance(expires, bool):
+            raise InvalidPaymentError(
+                "the accepted terms are not those of a challenge of this route",
+                reason=reasons.INVALID_REQUIREMENTS,
+            )
+        if not self._sealer.check(
+            extra.get("seal"),
+            *self._sealed_terms(
+                challenge_id,
+                terms.id,
+                accepted.network,
+                accepted.asset,
+                accepted.pay_to,
+                accepted.amount,
+                accepted.max_timeout_seconds,
+                expires,
+            ),
+        ):
+            raise InvalidPaymentError(
+                "the accepted terms were altered or belong to another route",
+                reason=reasons.INVALID_REQUIREMENTS,
+            )
+        if expires <= self._clock():
+            raise InvalidPaymentError(
+                "the challenge has expired; pay the new one", reason=reasons.CHALLENGE_EXPIRED
+            )
+        return accepted, challenge_id, expires
+
+    def _settled(
+        self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any, reply: PlatformReply
+    ) -> Step:
+        if reply.status != 200 or not isinstance(reply.data, dict):
+            return self._platform_failure(_reply_error(reply), "settlement")
+        data = reply.data
+        try:
+            response = SettlementResponse.model_validate(data.get("settlement"))
+        except ValueError:
+            return self._platform_failure(
+                PlatformError("malformed settlement reply", status=502), "settlement"
+            )
+        header = (PAYMENT_RESPONSE, encode_header(response))
+        if data.get("status") == "settled" and response.success:
+            receipt = response.receipt or {}
+            accepted = data.get("accepted") or {}
+            settlement = Settlement(
+                transaction=response.transaction,
+                network=response.network,
+                payer=response.payer or "",
+                pay_to=str(receipt.get("payTo", accepted.get("payTo", ""))),
+                asset=str(receipt.get("asset", terms.asset)),
+                amount=response.amount or 0,
+                challenge_id=str(receipt.get("challengeId", "")),
+                endpoint_id=terms.id,
+                receipt={str(k): str(v) for k, v in receipt.items()},
+                response=response,
+            )
+            return Serve(settlement, [header, EXPOSE_HEADERS])
+        if data.get("status") == "pending":
+            body = {
+                "error": {
+                    "type": "payment_error",
+                    "code": reasons.SETTLEMENT_PENDING,
+                    "message": "the payment was sent on-chain and is not yet final; "
+                    "retry the same PAYMENT-SIGNATURE to receive the resource",
+                    "transaction": response.transaction,
+                }
+            }
+            return _json_answer(402, body, [header, ("Retry-After", "1")], reasons.SETTLEMENT_PENDING)
+        reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR
+        message = str(data.get("message") or f"the payment could not be settled: {reason}")
+        answer = yield from self._challenge(route, terms, request, native, reason, message)
+        return Answer(answer.status, [*answer.headers, header], answer.body, reason)
+
+    # -- challenges -------------------------------------------------------------------------
+
+    @staticmethod
+    def _sealed_terms(
+        challenge_id: str,
+        endpoint_id: str,
+        network: str,
+        asset: str,
+        pay_to: str,
+        amount: int,
+        timeout: int,
+        expires: int,
+    ) -> tuple[object, ...]:
+        return (challenge_id, endpoint_id, "exact", network, asset, pay_to, amount, timeout, expires)
+
+    def _requirements(
+        self, terms: EndpointTerms, amount: int, challenge_id: str, expires: int, pay_to: str
+    ) -> PaymentRequirements:
+        seal = self._sealer.seal(
+            *self._sealed_terms(
+                challenge_id,
+                terms.id,
+                terms.network,
+                terms.asset,
+                pay_to,
+                amount,
+                terms.max_timeout_seconds,
+                expires,
+            )
+        )
+        return PaymentRequirements(
+            scheme="exact",
+            network=terms.network,
+            amount=amount,
+            asset=terms.asset,
+            pay_to=pay_to,
+            max_timeout_seconds=terms.max_timeout_seconds,
+            extra={
+                "name": terms.eip712_name,
+                "version": terms.eip712_version,
+                "challengeId": challenge_id,
+                "expiresAt": expires,
+                "seal": seal,
+            },
+        )
+
+    def _challenge(
+        self,
+        route: PaidRoute,
+        terms: EndpointTerms,
+        request: RequestView,
+        native: Any,
+        reason: str | None,
+        message: str | None,
+    ) -> AnswerStep:
+        amount = terms.amount
+        if terms.pricing_mode == "dynamic" or route.amount is not None:
+            if route.amount is None:
+                return self._misconfigured(
+                    f"endpoint {terms.id} uses dynamic pricing but its route has no amount callback"
+                )
+            try:
+                price = yield ComputeAmount(route.amount, native)
+                amount = to_atomic(price, decimals=terms.decimals, symbol=terms.currency)
+            except PriceError as exc:
+                return self._misconfigured(
+                    f"the amount callback of endpoint {terms.id} gave a bad price: {exc}"
+                )
+        if amount is None:
+            return self._misconfigured(f"endpoint {terms.id} has no fixed amount")
+        challenge_id = str(uuid.uuid4())
+        expires = int(self._clock()) + terms.max_timeout_seconds
+        accepted = self._requirements(terms, amount, challenge_id, expires, terms.pay_to)
+        self._remember(accepted, terms, request.url)
+        required: dict[str, Any] = {"x402Version": 2}
+        if reason:
+            required["error"] = reason
+        resource: dict[str, Any] = {"url": request.url}
+        if route.description or terms.name:
+            resource["description"] = route.description or terms.name
+        if route.mime_type:
+            resource["mimeType"] = route.mime_type
+        required["resource"] = resource
+        required["accepts"] = [accepted.to_wire()]
+        body = dict(required)
+        if message:
+            body["message"] = message
+        return _json_answer(402, body, [(PAYMENT_REQUIRED, encode_header(required))], reason)
+
+    def _remember(self, accepted: PaymentRequirements, terms: EndpointTerms, url: str) -> None:
+        self._issued.append(
+            {
+                "challengeId": accepted.extra["challengeId"],
+                "endpointId": terms.id,
+                "network": accepted.network,
+                "asset": accepted.asset,
+                "payTo": accepted.pay_to,
+                "amount": str(accepted.amount),
+                "resource": url,
+                "expiresAt": accepted.extra["expiresAt"],
+            }
+        )
+
+    # -- terms and background work ------------------------------------------------------------
+
+    def fetch_terms(self, endpoint_id: str) -> Generator[PlatformCall, Any, EndpointTerms]:
+        """Fetch (and cache) an endpoint's terms from the platform."""
+        reply = yield PlatformCall("GET", f"/agent/endpoints/{endpoint_id}")
+        if reply.status != 200 or not isinstance(reply.data, dict) or "endpoint" not in reply.data:
+            raise _reply_error(reply)
+        try:
+            terms = EndpointTerms.from_api(reply.data["endpoint"])
+        except PriceError as exc:
+            raise PlatformError(str(exc), status=502) from None
+        self._terms[endpoint_id] = (terms, self._clock())
+        return terms
+
+    def background(self) -> Generator[PlatformCall, Any, None]:
+        """One round of background work: register issued challenges, refresh stale terms."""
+        batch: list[dict[str, Any]] = []
+        with self._lock:
+            while self._issued and len(batch) < 500:
+                batch.append(self._issued.popleft())
+        if batch:
+            try:
+                reply = yield PlatformCall("POST", "/agent/challenges/batch", {"challenges": batch})
+                if reply.status != 200:
+                    raise _reply_error(reply)
+            except PlatformError as exc:
+                logger.warning("could not register %d challenges (will retry): %s", len(batch), exc)
+                with self._lock:
+                    self._issued.extendleft(reversed(batch))
+        now = self._clock()
+        for endpoint_id, (_, fetched_at) in list(self._terms.items()):
+            if now - fetched_at >= self.refresh_seconds:
+                try:
+                    yield from self.fetch_terms(endpoint_id)
+                except PlatformError as exc:
+                    logger.warning(
+                        "could not refresh endpoint %s (keeping the old terms): %s", endpoint_id, exc
+                    )
+
+    @property
+    def has_background_work(self) -> bool:
+        now = self._clock()
+        return bool(self._issued) or any(now - at >= self.refresh_seconds for _, at in self._terms.values())
+
+    # -- failures -------------------------------------------------------------------------------
+
+    def _platform_failure(self, exc: X402Error, what: str) -> Answer:
+        status = getattr(exc, "status", 0)
+        if status in (401, 403, 404):
+            return self._misconfigured(f"the platform refused the {what} request ({status}): {exc.message}")
+        logger.error(
+            "payment platform unavailable during %s: %s (request id %s)", what, exc.message, exc.request_id
+        )
+        return _error_answer(
+            503,
+            "payment_platform_unavailable",
+            "payments cannot be taken right now; retry shortly",
+            retry_after=2,
+        )
+
+    def _misconfigured(self, message: str) -> Answer:
+        logger.error("x402 payment configuration error: %s", message)
+        return _error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
+
+
+def _reply_error(reply: PlatformReply) -> PlatformError:
+    error = reply.data.get("error") if isinstance(reply.data, dict) else None
+    if isinstance(error, dict):
+        return PlatformError(
+            str(error.get("message", "platform error")),
+            status=reply.status,
+            code=str(error.get("code")),
+            error_type=str(error.get("type")),
+            request_id=reply.request_id,
+        )
+    return PlatformError(
+        f"platform answered {reply.status}", status=reply.status, request_id=reply.request_id
+    )

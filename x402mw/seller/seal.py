@@ -1,0 +1,26 @@
+"""Challenge seals: any worker process holding the merchant's API key can check, without shared
+state, that the terms echoed in a paid retry are the terms a challenge offered."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+
+__all__ = ["Sealer"]
+
+
+class Sealer:
+    def __init__(self, api_key: str) -> None:
+        self._key = hashlib.sha256(b"x402mw-challenge-seal\x00" + api_key.encode()).digest()
+
+    def __repr__(self) -> str:
+        return "Sealer(<key hidden>)"
+
+    def seal(self, *terms: object) -> str:
+        message = "\x1f".join(str(t).lower() for t in terms).encode()
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+    def check(self, seal: object, *terms: object) -> bool:
+        return isinstance(seal, str) and hmac.compare_digest(seal, self.seal(*terms))
