@@ -1,0 +1,474 @@
+"""`X402Auth`: an ``httpx.Auth`` that pays x402 ``402 Payment Required`` answers.
+
+One class serves ``httpx.Client`` and ``httpx.AsyncClient``. The payment logic is written once, as a
+generator (`X402Auth._flow`) that yields requests to send and, rarely, a pause; three short loops
+drive it: ``sync_auth_flow`` (used by ``Client``), ``async_auth_flow`` (used by ``AsyncClient``) and
+``auth_flow`` (the plain httpx protocol, for stepping the flow by hand).
+
+Body reading: only the body of a 402 answer without a ``PAYMENT-REQUIRED`` header is read (it may be
+an x402 v1 offer, ``{"x402Version": 1, "accepts": [...]}``); every other response, the paid one
+included, reaches the caller unread, so ``client.stream(...)`` still streams.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Context, Decimal
+from typing import Any
+
+import anyio
+import httpx
+
+from x402mw.client.wallet import Wallet, token_domain
+from x402mw.errors import ConfigurationError, InvalidPaymentError, PaymentRefusedError, PriceError
+from x402mw.evm.keys import is_address
+from x402mw.evm.receipts import verify_receipt
+from x402mw.protocol import reasons
+from x402mw.protocol.codec import (
+    PAYMENT_REQUIRED,
+    PAYMENT_RESPONSE,
+    PAYMENT_SIGNATURE,
+    V1_PAYMENT,
+    V1_PAYMENT_RESPONSE,
+    decode_payment_required,
+    decode_settlement_response,
+    encode_header,
+)
+from x402mw.protocol.models import PaymentPayload, PaymentRequired, PaymentRequirements, SettlementResponse
+from x402mw.protocol.networks import get_network, parse_caip2
+from x402mw.protocol.prices import format_amount, parse_decimal
+
+__all__ = ["PaymentRecord", "X402Auth"]
+
+OVER_CAP = "over_cap"
+NO_ACCEPTABLE_OPTION = "no_acceptable_option"
+INVALID_RECEIPT = "invalid_receipt"
+INVALID_PAYMENT_REQUIRED = "invalid_payment_required"
+
+DEFAULT_DECIMALS = 6
+_EXACT = Context(prec=100)  # room for any uint256 amount: Decimal arithmetic below never rounds
+_MAX_PAUSE_SECONDS = 10.0
+_MAX_V1_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentRecord:
+    """One payment a seller accepted. ``amount`` is in atomic units of ``asset``; ``units`` in tokens.
+
+    ``verified`` is True only when the auth has a ``receipt_signer`` and the receipt was signed by it
+    and names this payment (network, asset, amount, payer, payTo, transaction as far as it states them).
+    """
+
+    url: str
+    amount: int
+    asset: str
+    network: str
+    pay_to: str
+    transaction: str
+    payer: str
+    receipt: Mapping[str, str] | None
+    verified: bool
+    symbol: str | None = None
+    decimals: int = DEFAULT_DECIMALS
+
+    @property
+    def units(self) -> Decimal:
+        return Decimal(self.amount).scaleb(-self.decimals, context=_EXACT)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    requirements: PaymentRequirements
+    symbol: str | None
+    decimals: int
+    units: Decimal
+    spend_key: str
+
+
+_Flow = Generator[httpx.Request | _Pause, httpx.Response | None, None]
+
+
+class X402Auth(httpx.Auth):
+    """Pay x402 v2 (and v1) sellers from a `Wallet`, within caps.
+
+    >>> auth = X402Auth(Wallet.from_env(), max_amount="0.10", max_total="5", networks=["eip155:8453"])
+    >>> with httpx.Client(auth=auth) as client:           # or httpx.AsyncClient(auth=auth)
+    ...     response = client.get("https://api.example.com/weather")
+    >>> auth.payments[-1].transaction
+
+    On a 402 the first acceptable offer is paid: scheme ``exact``, network in ``networks`` and asset
+    (symbol such as ``"USDC"`` or address) in ``assets`` when given, amount within ``max_amount``
+    and, with what this auth already signed in that asset, within ``max_total``. Caps are token units
+    (``"0.10"`` USDC), converted with the token's decimals (6 when the token is unknown); floats are
+    refused. Otherwise `PaymentRefusedError` is raised, reason ``over_cap`` or ``no_acceptable_option``.
+
+    ``spent`` (per asset symbol, or per lower-case address for unknown tokens) counts every
+    authorization signed, settled or not: whoever holds a signed authorization can submit it until it
+    expires. ``payments`` lists the payments sellers accepted.
+
+    A paid retry answered ``402`` with ``errorReason: settlement_pending`` (the transfer is on-chain
+    but not final) is retried with the same signature, never a new one, up to ``pending_retries``
+    times; it is never charged twice. A seller built on x402mw holds each retry until the settlement
+    is final or its own deadline passes, so retries are long; between them the auth waits the
+    ``Retry-After`` the seller asks for, up to 10 seconds (not when ``auth_flow`` is stepped by hand).
+    If the settlement is still pending after that, the 402 is returned to the caller.
+
+    With ``receipt_signer`` (the platform's receipt address), a paid answer whose ``PAYMENT-RESPONSE``
+    receipt does not verify raises `PaymentRefusedError` (reason ``invalid_receipt``). The payment
+    has already happened by then: the error carries the ``transaction`` and the payment is in
+    ``payments`` with ``verified=False``.
+
+    Request bodies are buffered (they are sent twice when a payment is needed).
+    """
+
+    requires_request_body = True
+
+    def __init__(
+        self,
+        wallet: Wallet,
+        *,
+        max_amount: Decimal | str | int | None = None,
+        max_total: Decimal | str | int | None = None,
+        networks: Iterable[str] | None = None,
+        assets: Iterable[str] | None = None,
+        receipt_signer: str | None = None,
+        pending_retries: int = 10,
+        on_payment: Callable[[PaymentRecord], None] | None = None,
+    ) -> None:
+        problems: list[str] = []
+        self.wallet = wallet
+        self.max_amount = _cap(max_amount, "max_amount", problems)
+        self.max_total = _cap(max_total, "max_total", problems)
+        self.networks = _networks(networks, problems)
+        self.assets = None if assets is None else frozenset(a.lower() for a in _strings(assets, "assets", problems))
+        if receipt_signer is not None and not is_address(receipt_signer):
+            problems.append("receipt_signer must be an address ('0x' followed by 40 hex digits)")
+        if isinstance(pending_retries, bool) or not isinstance(pending_retries, int) or pending_retries < 0:
+            problems.append("pending_retries must be an int >= 0")
+        if problems:
+            raise ConfigurationError(problems)
+        self.receipt_signer = receipt_signer
+        self.pending_retries = pending_retries
+        self.on_payment = on_payment
+        self.payments: list[PaymentRecord] = []
+        self.spent: dict[str, Decimal] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"X402Auth(wallet={self.wallet!r}, max_amount={self.max_amount!r}, "
+            f"max_total={self.max_total!r}, spent={self.spent!r})"
+        )
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        flow = self._flow(request)
+        command = next(flow)
+        while True:
+            reply = None if isinstance(command, _Pause) else (yield command)
+            try:
+                command = flow.send(reply)
+            except StopIteration:
+                return
+
+    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.read()
+        flow = self._flow(request)
+        command = next(flow)
+        while True:
+            reply: httpx.Response | None = None
+            if isinstance(command, _Pause):
+                time.sleep(command.seconds)
+            else:
+                reply = yield command
+                if _offer_in_body(reply):
+                    reply.read()
+            try:
+                command = flow.send(reply)
+            except StopIteration:
+                return
+
+    async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        await request.aread()
+        flow = self._flow(request)
+        command = next(flow)
+        while True:
+            reply: httpx.Response | None = None
+            if isinstance(command, _Pause):
+                await anyio.sleep(command.seconds)
+            else:
+                reply = yield command
+                if _offer_in_body(reply):
+                    await reply.aread()
+            try:
+                command = flow.send(reply)
+            except StopIteration:
+                return
+
+    def _flow(self, request: httpx.Request) -> _Flow:
+        response = yield request
+        assert response is not None
+        required = _payment_required(response)
+        if required is None:
+            return
+        url = str(request.url)
+        choice = self._choose(required, url)
+        payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
+        if required.x402_version == 1:
+            request.headers[V1_PAYMENT] = encode_header(_v1_payload(payload, choice.requirements))
+        else:
+            request.headers[PAYMENT_SIGNATURE] = encode_header(payload)
+        if response.cookies:
+            httpx.Cookies(response.cookies).set_cookie_header(request)
+        response = yield request
+        for _ in range(self.pending_retries):
+            assert response is not None
+            pause = _pending_pause(response)
+            if pause is None:
+                break
+            if pause > 0:
+                yield _Pause(pause)
+            response = yield request
+        assert response is not None
+        self._settled(url, response, choice)
+
+    def _choose(self, required: PaymentRequired, url: str) -> _Choice:
+        skipped: list[str] = []
+        over_cap = False
+        with self._lock:
+            for index, entry in enumerate(required.accepts, start=1):
+                choice, problem = self._judge(entry)
+                if choice is not None:
+                    self.spent[choice.spend_key] = _EXACT.add(
+                        self.spent.get(choice.spend_key, Decimal(0)), choice.units
+                    )
+                    return choice
+                over_cap = over_cap or problem.startswith("over")
+                skipped.append(f"offer {index} ({_describe(entry)}): {problem}")
+        detail = "; ".join(skipped) if skipped else "the seller offered no way to pay"
+        raise PaymentRefusedError(
+            f"refused to pay for {url}: {detail}",
+            reason=OVER_CAP if over_cap else NO_ACCEPTABLE_OPTION,
+            payer=self.wallet.address,
+        )
+
+    def _judge(self, entry: PaymentRequirements) -> tuple[_Choice, str] | tuple[None, str]:
+        if entry.scheme != "exact":
+            return None, f"scheme {entry.scheme!r} is not supported"
+        try:
+            chain_id = parse_caip2(entry.network)
+        except ValueError:
+            return None, f"network {entry.network!r} is not an EVM network"
+        if self.networks is not None and entry.network not in self.networks:
+            return None, "network not allowed"
+        if not is_address(entry.pay_to):
+            return None, f"payTo {entry.pay_to!r} is not an address"
+        network = get_network(chain_id)
+        known = network.asset_by_address(entry.asset) if network else None
+        if known is not None and not known.eip3009:
+            return None, f"{known.symbol} cannot be paid by signed authorization"
+        if (
+            self.assets is not None
+            and entry.asset.lower() not in self.assets
+            and (known is None or known.symbol.lower() not in self.assets)
+        ):
+            return None, "asset not allowed"
+        try:
+            token_domain(entry)
+        except PaymentRefusedError as exc:
+            return None, exc.message
+        decimals = known.decimals if known else DEFAULT_DECIMALS
+        symbol = known.symbol if known else None
+        units = Decimal(entry.amount).scaleb(-decimals, context=_EXACT)
+        if self.max_amount is not None and units > self.max_amount:
+            return None, f"over the per-payment cap of {self.max_amount} {symbol or 'tokens'}"
+        key = symbol or entry.asset.lower()
+        spent = self.spent.get(key, Decimal(0))
+        if self.max_total is not None and _EXACT.add(spent, units) > self.max_total:
+            return None, (
+                f"over the total cap of {self.max_total} {symbol or 'tokens'} ({spent.normalize():f} already signed)"
+            )
+        return _Choice(entry, symbol, decimals, units, key), ""
+
+    def _settled(self, url: str, response: httpx.Response, choice: _Choice) -> None:
+        if response.status_code >= 400:
+            return  # refused, failed or still pending: the caller gets the seller's answer as it is
+        settlement = _settlement(response)
+        if settlement is not None and not settlement.success:
+            return
+        accepted = choice.requirements
+        transaction = settlement.transaction if settlement else ""
+        payer = (settlement.payer if settlement else None) or self.wallet.address
+        raw = settlement.receipt if settlement else None
+        receipt = None if raw is None else {str(k): str(v) for k, v in raw.items()}
+        verified = (
+            self.receipt_signer is not None
+            and receipt is not None
+            and _receipt_matches(receipt, self.receipt_signer, accepted, payer, transaction)
+        )
+        record = PaymentRecord(
+            url=url,
+            amount=accepted.amount,
+            asset=accepted.asset,
+            network=accepted.network,
+            pay_to=accepted.pay_to,
+            transaction=transaction,
+            payer=payer,
+            receipt=receipt,
+            verified=verified,
+            symbol=choice.symbol,
+            decimals=choice.decimals,
+        )
+        with self._lock:
+            self.payments.append(record)
+        if self.on_payment is not None:
+            self.on_payment(record)
+        if self.receipt_signer is not None and not verified:
+            what = (
+                "the answer carries no receipt"
+                if receipt is None
+                else f"its receipt is not one signed by {self.receipt_signer} for this payment"
+            )
+            raise PaymentRefusedError(
+                f"the payment for {url} was made (transaction {transaction or 'unknown'}), but {what}",
+                reason=INVALID_RECEIPT,
+                payer=payer,
+                transaction=transaction or None,
+            )
+
+
+def _cap(value: object, name: str, problems: list[str]) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        cap = parse_decimal(value, field=name)
+    except PriceError as exc:
+        problems.append(exc.message)
+        return None
+    if cap < 0:
+        problems.append(f"{name} must not be negative")
+    return cap
+
+
+def _strings(values: Iterable[str], name: str, problems: list[str]) -> list[str]:
+    if isinstance(values, str):
+        problems.append(f"{name} must be a list of strings, not one string")
+        return []
+    found = list(values)
+    if not all(isinstance(v, str) for v in found):
+        problems.append(f"{name} must hold strings only")
+        return []
+    return found
+
+
+def _networks(values: Iterable[str] | None, problems: list[str]) -> frozenset[str] | None:
+    if values is None:
+        return None
+    result = set()
+    for value in _strings(values, "networks", problems):
+        known = get_network(value)
+        if known is not None:
+            result.add(known.caip2)
+            continue
+        try:
+            result.add(f"eip155:{parse_caip2(value)}")
+        except ValueError:
+            problems.append(f"unknown network {value!r}: use a CAIP-2 id such as 'eip155:8453'")
+    return frozenset(result)
+
+
+def _offer_in_body(response: httpx.Response) -> bool:
+    if response.status_code != 402 or PAYMENT_REQUIRED in response.headers:
+        return False
+    length = response.headers.get("content-length", "")
+    return not (length.isdigit() and int(length) > _MAX_V1_BODY_BYTES)
+
+
+def _payment_required(response: httpx.Response) -> PaymentRequired | None:
+    """The offer of a 402 answer: the v2 header, else a v1 (or v2) JSON body; None if it has neither."""
+    if response.status_code != 402:
+        return None
+    header = response.headers.get(PAYMENT_REQUIRED)
+    try:
+        if header is not None:
+            return decode_payment_required(header)
+        try:
+            data: Any = response.json()
+        except (httpx.ResponseNotRead, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("x402Version") not in (1, 2) or "accepts" not in data:
+            return None
+        return decode_payment_required(data)
+    except InvalidPaymentError as exc:
+        raise PaymentRefusedError(
+            f"the seller's 402 offer is malformed: {exc.message}", reason=INVALID_PAYMENT_REQUIRED
+        ) from None
+
+
+def _v1_payload(payload: PaymentPayload, accepted: PaymentRequirements) -> dict[str, Any]:
+    network = get_network(accepted.network)
+    return {
+        "x402Version": 1,
+        "scheme": accepted.scheme,
+        "network": network.v1_name if network and network.v1_name else accepted.network,
+        "payload": payload.payload.to_wire(),
+    }
+
+
+def _settlement(response: httpx.Response) -> SettlementResponse | None:
+    header = response.headers.get(PAYMENT_RESPONSE) or response.headers.get(V1_PAYMENT_RESPONSE)
+    if header is None:
+        return None
+    try:
+        return decode_settlement_response(header)
+    except InvalidPaymentError:
+        return None
+
+
+def _pending_pause(response: httpx.Response) -> float | None:
+    """Seconds to wait before retrying a pending settlement, or None when the answer is not pending."""
+    if response.status_code != 402:
+        return None
+    settlement = _settlement(response)
+    if settlement is None or settlement.success or settlement.error_reason is None:
+        return None
+    if reasons.normalize_reason(settlement.error_reason) != reasons.SETTLEMENT_PENDING:
+        return None
+    retry_after = response.headers.get("retry-after", "").strip()
+    seconds = float(retry_after) if retry_after.isdigit() else 1.0  # an HTTP date: wait a little
+    return min(seconds, _MAX_PAUSE_SECONDS)
+
+
+def _receipt_matches(
+    receipt: Mapping[str, str], signer: str, accepted: PaymentRequirements, payer: str, transaction: str
+) -> bool:
+    if not verify_receipt(receipt, signer):
+        return False
+    expected = {
+        "network": accepted.network,
+        "asset": accepted.asset,
+        "amount": str(accepted.amount),
+        "payer": payer,
+        "payTo": accepted.pay_to,
+        "transaction": transaction,
+    }
+    challenge = accepted.extra.get("challengeId")
+    if isinstance(challenge, str):
+        expected["challengeId"] = challenge
+    return all(
+        name not in receipt or not value or receipt[name].lower() == value.lower() for name, value in expected.items()
+    )
+
+
+def _describe(entry: PaymentRequirements) -> str:
+    network = get_network(entry.network)
+    known = network.asset_by_address(entry.asset) if network else None
+    amount = format_amount(entry.amount, known.decimals) if known else f"{entry.amount} atomic units"
+    return f"{amount} {known.symbol if known else entry.asset} on {entry.network}"

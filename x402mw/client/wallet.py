@@ -1,0 +1,174 @@
+"""An agent's wallet: one secp256k1 key that signs EIP-3009 transfer authorizations for x402.
+
+The key never leaves the object: it is not shown by ``repr`` and never appears in an error message.
+The wallet needs no gas money; the seller's facilitator submits the authorization on-chain.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from x402mw.errors import ConfigurationError, PaymentRefusedError
+from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_transfer
+from x402mw.evm.keys import address_of, to_checksum_address
+from x402mw.protocol.models import (
+    Authorization,
+    ExactEvmPayload,
+    PaymentPayload,
+    PaymentRequirements,
+    ResourceInfo,
+)
+from x402mw.protocol.networks import get_network, parse_caip2
+
+__all__ = ["CLOCK_SKEW_SECONDS", "DEFAULT_KEY_VARIABLE", "MAX_VALIDITY_SECONDS", "Wallet"]
+
+DEFAULT_KEY_VARIABLE = "X402MW_PRIVATE_KEY"
+CLOCK_SKEW_SECONDS = 600
+"""``validAfter`` lies this far in the past, so that a facilitator whose clock is behind accepts it."""
+MAX_VALIDITY_SECONDS = 3600
+"""An authorization is never valid for longer than this, whatever ``maxTimeoutSeconds`` a seller asks."""
+
+
+def _parse_key(private_key: bytes | bytearray | str) -> bytes:
+    if isinstance(private_key, str):
+        text = private_key.strip()
+        if text[:2] in ("0x", "0X"):
+            text = text[2:]
+        if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+            raise ConfigurationError("a private key must be 64 hex digits, with or without '0x'")
+        key = bytes.fromhex(text)
+    elif isinstance(private_key, bytes | bytearray):
+        key = bytes(private_key)
+    else:
+        raise ConfigurationError("a private key must be bytes or a hex string")
+    try:
+        address_of(key)
+    except ValueError as exc:  # the message of keys.py never includes the key
+        raise ConfigurationError(f"not a usable private key: {exc}") from None
+    return key
+
+
+class Wallet:
+    """A private key that pays x402 offers.
+
+    >>> wallet = Wallet("0x" + "11" * 32)
+    >>> wallet
+    Wallet(address='0x19E7E376E7C213B7E7e7e46cc70A5dD086DAff2A')
+
+    Raises `ConfigurationError` for a key that is not 32 bytes (or 64 hex digits) on the curve.
+    """
+
+    __slots__ = ("_key", "address")
+
+    def __init__(self, private_key: bytes | str) -> None:
+        self._key = _parse_key(private_key)
+        self.address: str = address_of(self._key)
+
+    def __repr__(self) -> str:
+        return f"Wallet(address={self.address!r})"
+
+    def __reduce__(
+        self,
+    ) -> str | tuple[Any, ...]:  # keep the key out of pickles, and so out of caches and queues
+        raise TypeError("a Wallet cannot be pickled; load it from its file or environment variable")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Wallet:
+        """Read a hex key (``0x`` optional, surrounding whitespace ignored) from a file."""
+        try:
+            text = Path(path).read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a text file"
+            raise ConfigurationError(f"cannot read the private key file {os.fspath(path)!r}: {reason}") from None
+        return cls(text)
+
+    @classmethod
+    def from_env(cls, var: str = DEFAULT_KEY_VARIABLE) -> Wallet:
+        """Read a hex key from the environment variable ``var``."""
+        value = os.environ.get(var)
+        if not value:
+            raise ConfigurationError(f"the environment variable {var} holding the private key is not set")
+        return cls(value)
+
+    def sign_payment(
+        self,
+        requirements: PaymentRequirements,
+        *,
+        resource: ResourceInfo | None = None,
+        now: int | None = None,
+    ) -> PaymentPayload:
+        """Sign an EIP-3009 ``TransferWithAuthorization`` that pays ``requirements`` exactly.
+
+        The authorization moves ``amount`` of ``asset`` to ``payTo``, is valid from ``now - 600``
+        (clock skew) until ``now + maxTimeoutSeconds`` (at most `MAX_VALIDITY_SECONDS`) and uses a
+        random nonce. The EIP-712 domain is ``extra.name``/``extra.version`` (or, when a seller leaves
+        them out, the token's entry in the network table), the chain id that of the CAIP-2 network and
+        the verifying contract the asset. The v2 payload echoes ``requirements`` unchanged as
+        ``accepted``, every ``extra`` member included: sellers seal their terms there.
+
+        This signs whatever it is given; caps and filters are `X402Auth`'s job. Raises
+        `PaymentRefusedError` (reason ``unsupported_requirements``) for terms it cannot sign.
+        """
+        domain = token_domain(requirements)
+        current = int(time.time()) if now is None else now
+        validity = min(max(requirements.max_timeout_seconds, 1), MAX_VALIDITY_SECONDS)
+        try:
+            pay_to = to_checksum_address(requirements.pay_to)
+        except ValueError:
+            raise _unsupported(f"payTo {requirements.pay_to!r} is not an address") from None
+        transfer = TransferAuthorization(
+            from_address=self.address,
+            to=pay_to,
+            value=requirements.amount,
+            valid_after=max(current - CLOCK_SKEW_SECONDS, 0),
+            valid_before=current + validity,
+            nonce=random_nonce(),
+        )
+        signature = sign_transfer(self._key, domain, transfer)
+        authorization = Authorization.model_validate(
+            {
+                "from": transfer.from_address,
+                "to": transfer.to,
+                "value": transfer.value,
+                "validAfter": transfer.valid_after,
+                "validBefore": transfer.valid_before,
+                "nonce": "0x" + transfer.nonce.hex(),
+            }
+        )
+        return PaymentPayload(
+            x402Version=2,
+            resource=resource,
+            accepted=requirements,
+            payload=ExactEvmPayload(signature="0x" + signature.hex(), authorization=authorization),
+        )
+
+
+def token_domain(requirements: PaymentRequirements) -> TokenDomain:
+    """The EIP-712 domain an offer must be signed for; `PaymentRefusedError` when it cannot be known."""
+    if requirements.scheme != "exact":
+        raise _unsupported(f"scheme {requirements.scheme!r} is not supported (only 'exact')")
+    try:
+        chain_id = parse_caip2(requirements.network)
+    except ValueError:
+        raise _unsupported(f"network {requirements.network!r} is not an EVM network") from None
+    name, version = requirements.extra.get("name"), requirements.extra.get("version")
+    if not isinstance(name, str) or not isinstance(version, str):
+        network = get_network(chain_id)
+        known = network.asset_by_address(requirements.asset) if network else None
+        if known is None:
+            raise _unsupported(
+                f"the offer names no EIP-712 domain (extra.name, extra.version) for asset "
+                f"{requirements.asset} on {requirements.network}"
+            )
+        name, version = known.eip712_name, known.eip712_version
+    try:
+        return TokenDomain(name, version, chain_id, requirements.asset)
+    except ValueError as exc:
+        raise _unsupported(f"cannot sign for asset {requirements.asset!r}: {exc}") from None
+
+
+def _unsupported(message: str) -> PaymentRefusedError:
+    return PaymentRefusedError(message, reason="unsupported_requirements")
