@@ -3,9 +3,12 @@
 from x402mw.seller.config import AmountCallback, EndpointTerms, PaidRoute
 from x402mw.seller.decisions import Answer, Decision, Serve, Settlement
 from x402mw.seller.drivers import AsyncSeller, SyncSeller, run_async, run_sync
-from x402mw.seller.gate import EXPOSE_HEADERS, PaymentGate, RequestView
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, EXPOSE_HEADERS, PaymentGate, RequestView, internal_error_answer
+from x402mw.seller.routes import RouteTable
+from x402mw.seller.setup import build_gate
 
 __all__ = [
+    "DEFAULT_PLATFORM_URL",
     "EXPOSE_HEADERS",
     "AmountCallback",
     "Answer",
@@ -15,9 +18,12 @@ __all__ = [
     "PaidRoute",
     "PaymentGate",
     "RequestView",
+    "RouteTable",
     "Serve",
     "Settlement",
     "SyncSeller",
+    "build_gate",
+    "internal_error_answer",
     "run_async",
     "run_sync",
 ]

@@ -53,9 +53,7 @@ def run_sync(gen: Generator[Any, Any, T], client: httpx.Client) -> T:
         value, error = None, None
         if isinstance(command, PlatformCall):
             try:
-                value = _reply(
-                    client.request(command.method, command.path, json=command.json, timeout=command.timeout)
-                )
+                value = _reply(client.request(command.method, command.path, json=command.json, timeout=command.timeout))
             except httpx.HTTPError as exc:
                 error = _unreachable(exc)
         elif isinstance(command, ComputeAmount):
@@ -79,9 +77,7 @@ async def run_async(gen: Generator[Any, Any, T], client: httpx.AsyncClient) -> T
         if isinstance(command, PlatformCall):
             try:
                 value = _reply(
-                    await client.request(
-                        command.method, command.path, json=command.json, timeout=command.timeout
-                    )
+                    await client.request(command.method, command.path, json=command.json, timeout=command.timeout)
                 )
             except httpx.HTTPError as exc:
                 error = _unreachable(exc)

@@ -12,11 +12,12 @@ retried request's ``accepted`` terms; issued challenges reach the platform in ba
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import secrets
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from x402mw.seller.decisions import (
 )
 from x402mw.seller.seal import Sealer
 
-__all__ = ["EXPOSE_HEADERS", "PaymentGate", "RequestView"]
+__all__ = ["DEFAULT_PLATFORM_URL", "EXPOSE_HEADERS", "PaymentGate", "RequestView", "internal_error_answer"]
 
 logger = logging.getLogger("x402mw.seller")
 
@@ -59,6 +60,9 @@ class RequestView:
     payment: str | None
 
 
+_ANSWER_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS)
+
+
 def _json_answer(
     status: int, body: dict[str, Any], headers: list[tuple[str, str]] | None = None, reason: str | None = None
 ) -> Answer:
@@ -67,11 +71,14 @@ def _json_answer(
     return Answer(status, base + (headers or []), raw, reason)
 
 
+def internal_error_answer() -> Answer:
+    """The answer to a request whose payment check failed unexpectedly (log the error first)."""
+    return _error_answer(500, "internal_error", "the payment check failed unexpectedly")
+
+
 def _error_answer(status: int, code: str, message: str, retry_after: int | None = None) -> Answer:
     extra = [("Retry-After", str(retry_after))] if retry_after is not None else []
-    return _json_answer(
-        status, {"error": {"type": "api_error", "code": code, "message": message}}, extra, code
-    )
+    return _json_answer(status, {"error": {"type": "api_error", "code": code, "message": message}}, extra, code)
 
 
 class PaymentGate:
@@ -94,7 +101,7 @@ class PaymentGate:
             problems.append("api_key must be a merchant API key (sk_test_... or sk_live_...)")
         if not isinstance(platform_url, str) or not platform_url.startswith(("http://", "https://")):
             problems.append("platform_url must be an http(s) URL such as https://pay.example.com/v1")
-        if settle_timeout <= 0:
+        if isinstance(settle_timeout, bool) or not isinstance(settle_timeout, int | float) or settle_timeout <= 0:
             problems.append("settle_timeout must be positive")
         if problems:
             raise ConfigurationError(problems)
@@ -105,7 +112,7 @@ class PaymentGate:
         self._clock = clock
         self._sealer = Sealer(api_key)
         self._terms: dict[str, tuple[EndpointTerms, float]] = {}
-        self._issued: deque[dict[str, Any]] = deque(maxlen=100_000)
+        self._issued: deque[tuple[Any, ...]] = deque(maxlen=100_000)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -155,17 +162,16 @@ class PaymentGate:
                     "x402 v1 payments are accepted for fixed prices only", reason=reasons.INVALID_X402_VERSION
                 )
             if payload.scheme != "exact" or payload.network != terms.network:
-                raise InvalidPaymentError(
-                    "v1 payment is for another scheme or network", reason=reasons.INVALID_NETWORK
-                )
+                raise InvalidPaymentError("v1 payment is for another scheme or network", reason=reasons.INVALID_NETWORK)
             deadline = int(self._clock()) + terms.max_timeout_seconds
-            accepted = self._requirements(terms, terms.amount, str(uuid.uuid4()), deadline, terms.pay_to)
-            self._remember(accepted, terms, "")
-            return accepted, str(accepted.extra["challengeId"]), deadline
-        if accepted.scheme != "exact":
-            raise InvalidPaymentError(
-                f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME
+            fresh_id = secrets.token_hex(16)
+            offer = self._offer(terms, terms.amount, fresh_id, deadline, terms.pay_to)
+            self._issued.append(
+                (fresh_id, terms.id, terms.network, terms.asset, terms.pay_to, terms.amount, "", deadline)
             )
+            return PaymentRequirements.model_validate(offer), fresh_id, deadline
+        if accepted.scheme != "exact":
+            raise InvalidPaymentError(f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME)
         extra = accepted.extra
         challenge_id: Any = extra.get("challengeId")
         expires: Any = extra.get("expiresAt")
@@ -192,9 +198,7 @@ class PaymentGate:
                 reason=reasons.INVALID_REQUIREMENTS,
             )
         if expires <= self._clock():
-            raise InvalidPaymentError(
-                "the challenge has expired; pay the new one", reason=reasons.CHALLENGE_EXPIRED
-            )
+            raise InvalidPaymentError("the challenge has expired; pay the new one", reason=reasons.CHALLENGE_EXPIRED)
         return accepted, challenge_id, expires
 
     def _settled(
@@ -206,9 +210,7 @@ class PaymentGate:
         try:
             response = SettlementResponse.model_validate(data.get("settlement"))
         except ValueError:
-            return self._platform_failure(
-                PlatformError("malformed settlement reply", status=502), "settlement"
-            )
+            return self._platform_failure(PlatformError("malformed settlement reply", status=502), "settlement")
         header = (PAYMENT_RESPONSE, encode_header(response))
         if data.get("status") == "settled" and response.success:
             receipt = response.receipt or {}
@@ -257,36 +259,28 @@ class PaymentGate:
     ) -> tuple[object, ...]:
         return (challenge_id, endpoint_id, "exact", network, asset, pay_to, amount, timeout, expires)
 
-    def _requirements(
-        self, terms: EndpointTerms, amount: int, challenge_id: str, expires: int, pay_to: str
-    ) -> PaymentRequirements:
+    def _offer(self, terms: EndpointTerms, amount: int, challenge_id: str, expires: int, pay_to: str) -> dict[str, Any]:
+        """The wire form of one sealed ``accepts`` entry (built directly: this is the hot path)."""
         seal = self._sealer.seal(
             *self._sealed_terms(
-                challenge_id,
-                terms.id,
-                terms.network,
-                terms.asset,
-                pay_to,
-                amount,
-                terms.max_timeout_seconds,
-                expires,
+                challenge_id, terms.id, terms.network, terms.asset, pay_to, amount, terms.max_timeout_seconds, expires
             )
         )
-        return PaymentRequirements(
-            scheme="exact",
-            network=terms.network,
-            amount=amount,
-            asset=terms.asset,
-            pay_to=pay_to,
-            max_timeout_seconds=terms.max_timeout_seconds,
-            extra={
+        return {
+            "scheme": "exact",
+            "network": terms.network,
+            "amount": str(amount),
+            "asset": terms.asset,
+            "payTo": pay_to,
+            "maxTimeoutSeconds": terms.max_timeout_seconds,
+            "extra": {
                 "name": terms.eip712_name,
                 "version": terms.eip712_version,
                 "challengeId": challenge_id,
                 "expiresAt": expires,
                 "seal": seal,
             },
-        )
+        }
 
     def _challenge(
         self,
@@ -307,15 +301,15 @@ class PaymentGate:
                 price = yield ComputeAmount(route.amount, native)
                 amount = to_atomic(price, decimals=terms.decimals, symbol=terms.currency)
             except PriceError as exc:
-                return self._misconfigured(
-                    f"the amount callback of endpoint {terms.id} gave a bad price: {exc}"
-                )
+                return self._misconfigured(f"the amount callback of endpoint {terms.id} gave a bad price: {exc}")
         if amount is None:
             return self._misconfigured(f"endpoint {terms.id} has no fixed amount")
-        challenge_id = str(uuid.uuid4())
+        challenge_id = secrets.token_hex(16)
         expires = int(self._clock()) + terms.max_timeout_seconds
-        accepted = self._requirements(terms, amount, challenge_id, expires, terms.pay_to)
-        self._remember(accepted, terms, request.url)
+        offer = self._offer(terms, amount, challenge_id, expires, terms.pay_to)
+        self._issued.append(
+            (challenge_id, terms.id, terms.network, terms.asset, terms.pay_to, amount, request.url, expires)
+        )
         required: dict[str, Any] = {"x402Version": 2}
         if reason:
             required["error"] = reason
@@ -325,25 +319,12 @@ class PaymentGate:
         if route.mime_type:
             resource["mimeType"] = route.mime_type
         required["resource"] = resource
-        required["accepts"] = [accepted.to_wire()]
-        body = dict(required)
+        required["accepts"] = [offer]
+        raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
+        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
         if message:
-            body["message"] = message
-        return _json_answer(402, body, [(PAYMENT_REQUIRED, encode_header(required))], reason)
-
-    def _remember(self, accepted: PaymentRequirements, terms: EndpointTerms, url: str) -> None:
-        self._issued.append(
-            {
-                "challengeId": accepted.extra["challengeId"],
-                "endpointId": terms.id,
-                "network": accepted.network,
-                "asset": accepted.asset,
-                "payTo": accepted.pay_to,
-                "amount": str(accepted.amount),
-                "resource": url,
-                "expiresAt": accepted.extra["expiresAt"],
-            }
-        )
+            raw = json.dumps(required | {"message": message}, separators=(",", ":"), ensure_ascii=False).encode()
+        return Answer(402, [*_ANSWER_HEADERS, header], raw, reason)
 
     # -- terms and background work ------------------------------------------------------------
 
@@ -361,13 +342,15 @@ class PaymentGate:
 
     def background(self) -> Generator[PlatformCall, Any, None]:
         """One round of background work: register issued challenges, refresh stale terms."""
-        batch: list[dict[str, Any]] = []
+        batch: list[tuple[Any, ...]] = []
         with self._lock:
             while self._issued and len(batch) < 500:
                 batch.append(self._issued.popleft())
         if batch:
+            keys = ("challengeId", "endpointId", "network", "asset", "payTo", "amount", "resource", "expiresAt")
+            challenges = [dict(zip(keys, (*item[:5], str(item[5]), *item[6:]), strict=True)) for item in batch]
             try:
-                reply = yield PlatformCall("POST", "/agent/challenges/batch", {"challenges": batch})
+                reply = yield PlatformCall("POST", "/agent/challenges/batch", {"challenges": challenges})
                 if reply.status != 200:
                     raise _reply_error(reply)
             except PlatformError as exc:
@@ -380,9 +363,7 @@ class PaymentGate:
                 try:
                     yield from self.fetch_terms(endpoint_id)
                 except PlatformError as exc:
-                    logger.warning(
-                        "could not refresh endpoint %s (keeping the old terms): %s", endpoint_id, exc
-                    )
+                    logger.warning("could not refresh endpoint %s (keeping the old terms): %s", endpoint_id, exc)
 
     @property
     def has_background_work(self) -> bool:
@@ -395,9 +376,7 @@ class PaymentGate:
         status = getattr(exc, "status", 0)
         if status in (401, 403, 404):
             return self._misconfigured(f"the platform refused the {what} request ({status}): {exc.message}")
-        logger.error(
-            "payment platform unavailable during %s: %s (request id %s)", what, exc.message, exc.request_id
-        )
+        logger.error("payment platform unavailable during %s: %s (request id %s)", what, exc.message, exc.request_id)
         return _error_answer(
             503,
             "payment_platform_unavailable",
@@ -420,6 +399,4 @@ def _reply_error(reply: PlatformReply) -> PlatformError:
             error_type=str(error.get("type")),
             request_id=reply.request_id,
         )
-    return PlatformError(
-        f"platform answered {reply.status}", status=reply.status, request_id=reply.request_id
-    )
+    return PlatformError(f"platform answered {reply.status}", status=reply.status, request_id=reply.request_id)

@@ -18,8 +18,8 @@ class Sealer:
         return "Sealer(<key hidden>)"
 
     def seal(self, *terms: object) -> str:
-        message = "\x1f".join(str(t).lower() for t in terms).encode()
-        digest = hmac.new(self._key, message, hashlib.sha256).digest()
+        message = "\x1f".join([str(t) for t in terms]).lower().encode()
+        digest = hmac.digest(self._key, message, "sha256")
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
     def check(self, seal: object, *terms: object) -> bool:

@@ -1,0 +1,153 @@
+"""Pure ASGI payment middleware.
+
+::
+
+    app = PaymentMiddleware(app, api_key="sk_test_...", routes={"GET /weather": "<endpoint id>"})
+
+On a paid route the middleware answers 402 with ``PAYMENT-REQUIRED``, or settles the payment and
+runs the app with the `Settlement` in ``scope["state"]["x402"]``, adding ``PAYMENT-RESPONSE`` to
+the response as it starts. Response bodies stream through untouched; headers are appended, never
+rebuilt, so repeated headers such as ``Set-Cookie`` survive. Non-HTTP scopes pass through.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+
+import httpx
+
+from x402mw.protocol.codec import PAYMENT_SIGNATURE, V1_PAYMENT
+from x402mw.seller.config import PaidRoute
+from x402mw.seller.decisions import Answer
+from x402mw.seller.drivers import AsyncSeller
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.setup import build_gate
+
+__all__ = ["PaymentMiddleware", "encode_headers", "request_view", "send_answer"]
+
+logger = logging.getLogger("x402mw.seller")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_SIG = PAYMENT_SIGNATURE.lower().encode()
+_V1 = V1_PAYMENT.lower().encode()
+
+
+def _url(scope: Scope, host: bytes | None) -> str:
+    scheme = scope.get("scheme", "http")
+    if host is None:
+        server = scope.get("server") or ("localhost", None)
+        host_text = server[0] if server[1] in (None, 80, 443) else f"{server[0]}:{server[1]}"
+    else:
+        host_text = host.decode("latin-1")
+    url = f"{scheme}://{host_text}{scope.get('root_path', '')}{scope['path']}"
+    query = scope.get("query_string")
+    return f"{url}?{query.decode('latin-1')}" if query else url
+
+
+def request_view(scope: Scope) -> RequestView:
+    """Build the gate's view of an HTTP scope (one pass over the headers)."""
+    host = payment = v1 = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value
+        elif name == _SIG:
+            payment = value
+        elif name == _V1:
+            v1 = value
+    chosen = payment if payment is not None else v1
+    return RequestView(scope["method"], _url(scope, host), None if chosen is None else chosen.decode("latin-1"))
+
+
+_NAMES: dict[str, bytes] = {}
+
+
+def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """ASGI header pairs (lower-case names, latin-1), with the names' encodings cached."""
+    encoded = []
+    for name, value in headers:
+        raw = _NAMES.get(name)
+        if raw is None:  # names come from this package's decisions: a small, fixed set
+            raw = _NAMES[name] = name.lower().encode("latin-1")
+        encoded.append((raw, value.encode("latin-1")))
+    return encoded
+
+
+async def send_answer(answer: Answer, send: Send) -> None:
+    await send({"type": "http.response.start", "status": answer.status, "headers": encode_headers(answer.headers)})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+class PaymentMiddleware:
+    """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str,
+        platform_url: str = DEFAULT_PLATFORM_URL,
+        routes: Mapping[str, PaidRoute | str] | None = None,
+        settle_timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.app = app
+        self.gate, self.routes = build_gate(
+            api_key=api_key, platform_url=platform_url, routes=routes, settle_timeout=settle_timeout, refuse_async=False
+        )
+        self.seller = AsyncSeller(self.gate, transport=transport)
+        self.resolved: dict[tuple[Any, ...], PaidRoute | None] = {}  # route lookups cached by subclasses
+
+    def resolve(self, scope: Scope) -> PaidRoute | None:
+        """The paid route a request is for, or None. Subclasses add framework route marks."""
+        return self.routes.match(scope["method"], scope["path"])
+
+    def native_request(self, scope: Scope, receive: Receive) -> Any:
+        """What amount callbacks receive: the scope here, a framework request in subclasses."""
+        return scope
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._lifespan_receive(receive), send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = self.resolve(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        try:
+            decision = await self.seller.run(
+                self.gate.process(route, request_view(scope), self.native_request(scope, receive))
+            )
+        except Exception:
+            logger.exception("payment check failed unexpectedly for %s %s", scope["method"], scope["path"])
+            decision = internal_error_answer()
+        if isinstance(decision, Answer):
+            await send_answer(decision, send)
+            return
+        scope.setdefault("state", {})["x402"] = decision.settlement
+        extra = encode_headers(decision.headers)
+
+        async def send_with_receipt(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_receipt)
+
+    def _lifespan_receive(self, receive: Receive) -> Receive:
+        async def wrapped() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown":
+                await self.seller.aclose()
+            return message
+
+        return wrapped

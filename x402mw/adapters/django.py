@@ -1,0 +1,241 @@
+"""Django: `PaymentMiddleware` (sync and async) and the `require_payment` view decorator.
+
+::
+
+    # settings.py
+    MIDDLEWARE = [..., "x402mw.adapters.django.PaymentMiddleware"]
+    X402 = {"API_KEY": "sk_test_...", "PLATFORM_URL": "https://pay.example.com/v1"}
+
+    # views.py
+    from x402mw.adapters.django import require_payment
+
+    @require_payment("<endpoint id>")
+    def weather(request):
+        return JsonResponse({"forecast": "sunny", "tx": request.x402.transaction})
+
+Paid routes are the views marked with `require_payment` and the paths listed in
+``X402["ROUTES"]``; the middleware's ``process_view`` checks the payment for both. It answers 402
+with ``PAYMENT-REQUIRED``, or settles the payment, sets ``request.x402`` to the `Settlement` and
+adds ``PAYMENT-RESPONSE`` to the view's response (streaming responses are not read).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import httpx
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+
+from x402mw.errors import ConfigurationError
+from x402mw.seller.config import AmountCallback, PaidRoute
+from x402mw.seller.decisions import Answer, Decision
+from x402mw.seller.drivers import AsyncSeller, SyncSeller
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.setup import build_gate
+
+__all__ = ["PaymentMiddleware", "require_payment"]
+
+logger = logging.getLogger("x402mw.seller")
+F = TypeVar("F", bound=Callable[..., Any])
+SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT")
+_MARK = "x402_route"
+_HEADERS = "_x402mw_headers"
+
+
+def require_payment(
+    endpoint: str,
+    *,
+    amount: AmountCallback | None = None,
+    description: str | None = None,
+    mime_type: str | None = None,
+) -> Callable[[F], F]:
+    """Sell a view (sync or async) per request through agent endpoint ``endpoint``.
+
+    ``amount`` (for endpoints with dynamic pricing) receives the `HttpRequest` and returns the
+    price: ``"$0.02"``, ``"0.02 USDC"``, a `Decimal` or atomic units as ``int``; it may be async
+    when Django serves the request asynchronously. The view runs only once the payment is settled,
+    with the settlement in ``request.x402``; without `PaymentMiddleware` in ``MIDDLEWARE`` it
+    raises `ImproperlyConfigured` rather than serve for free. Decorate the function given to
+    ``path()`` (for a class-based view, ``require_payment(...)(View.as_view())``).
+    """
+    try:
+        route = PaidRoute(endpoint=endpoint, amount=amount, description=description, mime_type=mime_type)
+    except ConfigurationError as exc:
+        raise ImproperlyConfigured(f"require_payment({endpoint!r}): {exc}") from None
+
+    def mark(view: F) -> F:
+        if iscoroutinefunction(view):
+
+            async def guarded_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                _ensure_settled(request, view)
+                return await view(request, *args, **kwargs)
+
+            guarded: Callable[..., Any] = guarded_async
+        else:
+
+            def guarded_sync(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                _ensure_settled(request, view)
+                return view(request, *args, **kwargs)
+
+            guarded = guarded_sync
+        functools.update_wrapper(guarded, view)
+        setattr(guarded, _MARK, route)
+        return cast(F, guarded)
+
+    return mark
+
+
+def _ensure_settled(request: HttpRequest, view: Callable[..., Any]) -> None:
+    if not hasattr(request, "x402"):
+        raise ImproperlyConfigured(
+            f"view {view.__qualname__} requires payment but no payment was checked: add "
+            '"x402mw.adapters.django.PaymentMiddleware" to MIDDLEWARE'
+        )
+
+
+def _problem_list(problems: list[str]) -> str:
+    return "settings.X402 is invalid:\n" + "\n".join(f"  - {p}" for p in problems)
+
+
+def request_view(request: HttpRequest) -> RequestView:
+    """Build the gate's view of a request: scheme, Host header, script root, path, query."""
+    meta = request.META
+    host = meta.get("HTTP_HOST")
+    if not host:
+        name, port = meta.get("SERVER_NAME", "localhost"), str(meta.get("SERVER_PORT", ""))
+        host = name if port in ("", "80", "443") else f"{name}:{port}"
+    url = f"{request.scheme}://{host}{request.path}"
+    query = meta.get("QUERY_STRING")
+    payment = meta.get("HTTP_PAYMENT_SIGNATURE")
+    if payment is None:
+        payment = meta.get("HTTP_X_PAYMENT")
+    return RequestView(request.method or "GET", f"{url}?{query}" if query else url, payment)
+
+
+class PaymentMiddleware:
+    """Checks payments for paid views; configured from ``settings.X402``.
+
+    Keys: ``API_KEY`` (required), ``PLATFORM_URL``, ``ROUTES`` (``{"GET /path": "<endpoint id>"}``
+    matched against ``request.path_info``), ``SETTLE_TIMEOUT`` (seconds) and ``TRANSPORT`` (an
+    ``httpx`` transport, for tests). A bad configuration raises `ImproperlyConfigured` listing every
+    problem when Django loads the middleware. Serves both WSGI (sync) and ASGI (async) stacks.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+        config = getattr(settings, "X402", None)
+        if not isinstance(config, dict):
+            raise ImproperlyConfigured(_problem_list(['X402 must be a dict such as {"API_KEY": "sk_test_..."}']))
+        problems = [
+            f"unknown key {key!r} (known: {', '.join(SETTING_KEYS)})" for key in config if key not in SETTING_KEYS
+        ]
+        try:
+            self.gate, self.routes = build_gate(
+                api_key=config.get("API_KEY"),
+                platform_url=config.get("PLATFORM_URL", DEFAULT_PLATFORM_URL),
+                routes=config.get("ROUTES"),
+                settle_timeout=config.get("SETTLE_TIMEOUT", 30.0),
+                refuse_async=not self.is_async,
+            )
+        except ConfigurationError as exc:
+            problems.extend(exc.problems)
+        if problems:
+            raise ImproperlyConfigured(_problem_list(problems))
+        self._transport: Any = config.get("TRANSPORT")
+        self._sync_seller: SyncSeller | None = None
+        self._async_seller: AsyncSeller | None = None
+        self._lock = threading.Lock()
+        # Django adapts process_view to the handler's mode; give it the one matching ours.
+        self.process_view = self._process_view_async if self.is_async else self._process_view_sync
+
+    def __repr__(self) -> str:
+        return f"PaymentMiddleware(gate={self.gate!r})"
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
+        return _add_headers(request, self.get_response(request))
+
+    async def __acall__(self, request: HttpRequest) -> Any:
+        return _add_headers(request, await self.get_response(request))
+
+    def _route(self, request: HttpRequest, view: Callable[..., Any]) -> PaidRoute | None:
+        found = self.routes.match(request.method or "GET", request.path_info)
+        if found is not None:
+            return found
+        mark = getattr(view, _MARK, None)
+        return mark if isinstance(mark, PaidRoute) else None
+
+    def _process_view_sync(
+        self, request: HttpRequest, view: Callable[..., Any], args: Any, kwargs: Any
+    ) -> HttpResponse | None:
+        route = self._route(request, view)
+        if route is None:
+            return None
+        seen = request_view(request)
+        try:
+            decision = self._sync().run(self.gate.process(route, seen, request))
+        except Exception:
+            logger.exception("x402 payment check failed for %s %s", seen.method, seen.url)
+            decision = internal_error_answer()
+        return _apply(request, decision)
+
+    async def _process_view_async(
+        self, request: HttpRequest, view: Callable[..., Any], args: Any, kwargs: Any
+    ) -> HttpResponse | None:
+        route = self._route(request, view)
+        if route is None:
+            return None
+        seen = request_view(request)
+        try:
+            decision = await self._async().run(self.gate.process(route, seen, request))
+        except Exception:
+            logger.exception("x402 payment check failed for %s %s", seen.method, seen.url)
+            decision = internal_error_answer()
+        return _apply(request, decision)
+
+    def _sync(self) -> SyncSeller:
+        if self._sync_seller is None:
+            with self._lock:
+                if self._sync_seller is None:
+                    transport = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
+                    self._sync_seller = SyncSeller(self.gate, transport=transport)
+        return self._sync_seller
+
+    def _async(self) -> AsyncSeller:
+        if self._async_seller is None:
+            transport = self._transport if isinstance(self._transport, httpx.AsyncBaseTransport) else None
+            self._async_seller = AsyncSeller(self.gate, transport=transport)
+        return self._async_seller
+
+
+def _apply(request: HttpRequest, decision: Decision) -> HttpResponse | None:
+    if isinstance(decision, Answer):
+        response = HttpResponse(decision.body, status=decision.status)
+        for name, value in decision.headers:
+            response.headers[name] = value
+        return response
+    request.x402 = decision.settlement
+    setattr(request, _HEADERS, decision.headers)
+    return None
+
+
+def _add_headers(request: HttpRequest, response: Any) -> Any:
+    for name, value in getattr(request, _HEADERS, ()):
+        existing = response.headers.get(name)
+        # Django keeps one value per header: join list-valued ones (the CORS expose list).
+        response.headers[name] = f"{existing}, {value}" if existing else value
+    return response

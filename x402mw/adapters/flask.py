@@ -1,0 +1,209 @@
+"""Flask: the `X402` extension and the `require_payment` view decorator.
+
+::
+
+    from flask import Flask, g
+    from x402mw.adapters.flask import X402
+
+    app = Flask(__name__)
+    app.config["X402_API_KEY"] = "sk_test_..."
+    x402 = X402(app)
+
+    @app.get("/weather")
+    @x402.require_payment("<endpoint id>")
+    def weather():
+        return {"forecast": "sunny", "tx": g.x402.transaction}
+
+Paid routes are the views marked with `require_payment` and the routes listed in ``X402_ROUTES``.
+A ``before_request`` hook registered by `X402.init_app` checks the payment: it answers 402 with
+``PAYMENT-REQUIRED``, or settles the payment, puts the `Settlement` in ``flask.g.x402`` and adds
+``PAYMENT-RESPONSE`` to the view's response (streamed responses stream; headers are appended).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import httpx
+from flask import Flask, Response, after_this_request, current_app, g, request
+
+from x402mw.adapters.wsgi import request_view as wsgi_request_view
+from x402mw.errors import ConfigurationError
+from x402mw.seller.config import AmountCallback, PaidRoute
+from x402mw.seller.decisions import Answer
+from x402mw.seller.drivers import SyncSeller
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, PaymentGate, internal_error_answer
+from x402mw.seller.routes import RouteTable
+from x402mw.seller.setup import ASYNC_AMOUNT_PROBLEM, build_gate, is_async_callable
+
+__all__ = ["X402", "X402State", "require_payment"]
+
+logger = logging.getLogger("x402mw.seller")
+F = TypeVar("F", bound=Callable[..., Any])
+EXTENSION = "x402mw"
+_MARK = "__x402_route__"
+
+
+@dataclass(frozen=True, slots=True)
+class X402State:
+    """What `X402.init_app` keeps in ``app.extensions["x402mw"]``."""
+
+    gate: PaymentGate
+    routes: RouteTable
+    seller: SyncSeller
+
+    def close(self) -> None:
+        """Register the last issued challenges and close the connection to the platform."""
+        self.seller.close()
+
+
+class X402:
+    """The Flask extension. Arguments given here win over the app's ``X402_*`` config keys:
+    ``X402_API_KEY``, ``X402_PLATFORM_URL``, ``X402_ROUTES`` (``{"GET /path": "<endpoint id>"}``)
+    and ``X402_SETTLE_TIMEOUT``. `init_app` checks the configuration and raises
+    `ConfigurationError` listing every problem."""
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        api_key: str | None = None,
+        platform_url: str | None = None,
+        routes: Mapping[str, PaidRoute | str] | None = None,
+        settle_timeout: float | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._options: dict[str, Any] = {
+            "api_key": api_key,
+            "platform_url": platform_url,
+            "routes": routes,
+            "settle_timeout": settle_timeout,
+        }
+        self._transport = transport
+        if app is not None:
+            self.init_app(app)
+
+    def __repr__(self) -> str:
+        return "X402(api_key=<hidden>)"
+
+    def init_app(self, app: Flask) -> None:
+        defaults = {"platform_url": DEFAULT_PLATFORM_URL, "routes": None, "settle_timeout": 30.0}
+        config = {
+            name: value if value is not None else app.config.get(f"X402_{name.upper()}", defaults.get(name))
+            for name, value in self._options.items()
+        }
+        gate, routes = build_gate(**config, refuse_async=True)
+        if EXTENSION not in app.extensions:
+            app.before_request(_check_payment)
+        app.extensions[EXTENSION] = X402State(gate, routes, SyncSeller(gate, transport=self._transport))
+
+    def require_payment(
+        self,
+        endpoint: str,
+        *,
+        amount: AmountCallback | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+    ) -> Callable[[F], F]:
+        """Mark a view as sold per request; see the module-level `require_payment`."""
+        return require_payment(endpoint, amount=amount, description=description, mime_type=mime_type)
+
+
+def require_payment(
+    endpoint: str,
+    *,
+    amount: AmountCallback | None = None,
+    description: str | None = None,
+    mime_type: str | None = None,
+) -> Callable[[F], F]:
+    """Sell a view per request through agent endpoint ``endpoint``. Put it under ``@app.route``.
+
+    ``amount`` (for endpoints with dynamic pricing) is a plain function that receives the
+    `flask.Request` and returns the price: ``"$0.02"``, ``"0.02 USDC"``, a `Decimal` or atomic
+    units as ``int``. The view runs only once the payment is settled, with the settlement in
+    ``g.x402``; if the app has no `X402` extension the view raises `ConfigurationError` rather than
+    serve for free.
+    """
+    if is_async_callable(amount):
+        raise ConfigurationError(f"require_payment({endpoint!r}): {ASYNC_AMOUNT_PROBLEM}")
+    route = PaidRoute(endpoint=endpoint, amount=amount, description=description, mime_type=mime_type)
+
+    def mark(view: F) -> F:
+        if inspect.iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+                _ensure_settled(view)
+                return await view(*args, **kwargs)
+
+            guarded: Callable[..., Any] = guarded_async
+        else:
+
+            @functools.wraps(view)
+            def guarded_sync(*args: Any, **kwargs: Any) -> Any:
+                _ensure_settled(view)
+                return view(*args, **kwargs)
+
+            guarded = guarded_sync
+        setattr(guarded, _MARK, route)
+        return cast(F, guarded)
+
+    return mark
+
+
+def _ensure_settled(view: Callable[..., Any]) -> None:
+    if "x402" not in g:
+        raise ConfigurationError(
+            f"view {view.__qualname__} requires payment but the app has no X402 extension "
+            "(call X402(app) or x402.init_app(app))"
+        )
+
+
+def _route_for_request(state: X402State) -> PaidRoute | None:
+    found = state.routes.match(request.method, request.path)
+    if found is not None:
+        return found
+    rule = request.url_rule
+    if request.method == "OPTIONS" and getattr(rule, "provide_automatic_options", False):
+        return None  # Flask answers preflights itself; the view does not run
+    view = current_app.view_functions.get(request.endpoint or "")
+    mark = getattr(view, _MARK, None)
+    return mark if isinstance(mark, PaidRoute) else None
+
+
+def _response(answer: Answer) -> Response:
+    return current_app.response_class(answer.body, status=answer.status, headers=answer.headers)
+
+
+def _check_payment() -> Response | None:
+    state = current_app.extensions.get(EXTENSION)
+    if not isinstance(state, X402State):
+        return None
+    route = _route_for_request(state)
+    if route is None:
+        return None
+    view = wsgi_request_view(request.environ)
+    try:
+        # Callbacks get the request itself: the proxy would be unbound outside this context.
+        native = request._get_current_object()  # type: ignore[attr-defined]
+        decision = state.seller.run(state.gate.process(route, view, native))
+    except Exception:
+        logger.exception("x402 payment check failed for %s %s", view.method, view.url)
+        return _response(internal_error_answer())
+    if isinstance(decision, Answer):
+        return _response(decision)
+    g.x402 = decision.settlement
+    headers = decision.headers
+
+    @after_this_request
+    def add_receipt(response: Response) -> Response:
+        for name, value in headers:
+            response.headers.add(name, value)
+        return response
+
+    return None

@@ -1,0 +1,128 @@
+"""WSGI payment middleware; Flask reuses its request view.
+
+::
+
+    app = PaymentMiddleware(app, api_key="sk_test_...", routes={"GET /weather": "<endpoint id>"})
+
+On a paid route the middleware answers 402 with ``PAYMENT-REQUIRED``, or settles the payment and
+runs the app with the `Settlement` in ``environ["x402mw.settlement"]``, appending
+``PAYMENT-RESPONSE`` to the headers the app passes to ``start_response``. The app's body iterable
+is returned as it is, so it streams and its ``close()`` is called by the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
+from types import TracebackType
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+import httpx
+
+from x402mw.seller.config import PaidRoute
+from x402mw.seller.decisions import Answer
+from x402mw.seller.drivers import SyncSeller
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.setup import build_gate
+
+__all__ = ["SETTLEMENT_KEY", "PaymentMiddleware", "request_view"]
+
+logger = logging.getLogger("x402mw.seller")
+
+SETTLEMENT_KEY = "x402mw.settlement"
+_ExcInfo = tuple[type[BaseException], BaseException, TracebackType] | tuple[None, None, None]
+
+
+def _text(value: str) -> str:
+    # PEP 3333 carries bytes as latin-1 strings; paths are UTF-8 underneath.
+    return value.encode("latin-1").decode("utf-8", "replace")
+
+
+def request_path(environ: WSGIEnvironment) -> str:
+    return _text(environ.get("PATH_INFO", "")) or "/"
+
+
+def request_url(environ: WSGIEnvironment) -> str:
+    """The absolute URL of a request: scheme, Host header, script root, path, query."""
+    scheme = environ.get("wsgi.url_scheme", "http")
+    host = environ.get("HTTP_HOST")
+    if not host:
+        name, port = environ.get("SERVER_NAME", "localhost"), str(environ.get("SERVER_PORT", ""))
+        host = name if port in ("", "80", "443") else f"{name}:{port}"
+    url = f"{scheme}://{host}{_text(environ.get('SCRIPT_NAME', ''))}{request_path(environ)}"
+    query = environ.get("QUERY_STRING")
+    return f"{url}?{query}" if query else url
+
+
+def request_view(environ: WSGIEnvironment) -> RequestView:
+    """Build the gate's view of a WSGI request."""
+    payment = environ.get("HTTP_PAYMENT_SIGNATURE")
+    if payment is None:
+        payment = environ.get("HTTP_X_PAYMENT")
+    return RequestView(environ.get("REQUEST_METHOD", "GET"), request_url(environ), payment)
+
+
+def status_line(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"
+
+
+class PaymentMiddleware:
+    """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms).
+
+    Amount callbacks receive the WSGI ``environ`` and must be plain functions. Configuration is
+    checked here: `ConfigurationError` lists every problem.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        *,
+        api_key: str,
+        platform_url: str = DEFAULT_PLATFORM_URL,
+        routes: Mapping[str, PaidRoute | str] | None = None,
+        settle_timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.app = app
+        self.gate, self.routes = build_gate(
+            api_key=api_key,
+            platform_url=platform_url,
+            routes=routes,
+            settle_timeout=settle_timeout,
+            refuse_async=True,
+        )
+        self.seller = SyncSeller(self.gate, transport=transport)
+
+    def __repr__(self) -> str:
+        return f"PaymentMiddleware({self.app!r}, gate={self.gate!r})"
+
+    def close(self) -> None:
+        """Register the last issued challenges and close the connection to the platform."""
+        self.seller.close()
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        route = self.routes.match(environ.get("REQUEST_METHOD", "GET"), request_path(environ))
+        if route is None:
+            return self.app(environ, start_response)
+        view = request_view(environ)
+        try:
+            decision = self.seller.run(self.gate.process(route, view, environ))
+        except Exception:
+            logger.exception("x402 payment check failed for %s %s", view.method, view.url)
+            decision = internal_error_answer()
+        if isinstance(decision, Answer):
+            start_response(status_line(decision.status), list(decision.headers))
+            return [decision.body]
+        environ[SETTLEMENT_KEY] = decision.settlement
+        extra = list(decision.headers)
+
+        def start_with_receipt(
+            status: str, headers: list[tuple[str, str]], exc_info: _ExcInfo | None = None
+        ) -> Callable[[bytes], object]:
+            return start_response(status, [*headers, *extra], exc_info)
+
+        return self.app(environ, start_with_receipt)
