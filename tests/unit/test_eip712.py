@@ -81,9 +81,7 @@ def eth_account_digest(domain: TokenDomain, auth: TransferAuthorization) -> byte
 private_keys = st.integers(min_value=1, max_value=SECP256K1_N - 1).map(lambda k: k.to_bytes(32, "big"))
 raw_addresses = st.binary(min_size=20, max_size=20).map(lambda b: "0x" + b.hex())
 addresses = st.one_of(raw_addresses, raw_addresses.map(eth_utils_to_checksum_address))
-uint256 = st.one_of(
-    st.integers(min_value=0, max_value=UINT256_MAX), st.sampled_from([0, 1, 2**255, UINT256_MAX])
-)
+uint256 = st.one_of(st.integers(min_value=0, max_value=UINT256_MAX), st.sampled_from([0, 1, 2**255, UINT256_MAX]))
 times = st.integers(min_value=0, max_value=2**64)
 text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=40)
 domains = st.builds(
@@ -381,9 +379,7 @@ def test_address_of_matches_eth_account(key: bytes) -> None:
     assert address_of(key) == Account.from_key(key).address
 
 
-@pytest.mark.parametrize(
-    "key", [b"", bytes(31), bytes(32), SECP256K1_N.to_bytes(32, "big"), b"\xff" * 32, bytes(33)]
-)
+@pytest.mark.parametrize("key", [b"", bytes(31), bytes(32), SECP256K1_N.to_bytes(32, "big"), b"\xff" * 32, bytes(33)])
 def test_address_of_refuses_invalid_keys_without_echoing_them(key: bytes) -> None:
     with pytest.raises(ValueError) as raised:
         address_of(key)

@@ -14,10 +14,23 @@ from x402mw.protocol import decode_payment_required, encode_header
 from x402mw.seller import Answer, PaidRoute, PaymentGate, RequestView, Serve
 from x402mw.seller.decisions import ComputeAmount, PlatformCall, PlatformReply
 
-ENDPOINT = {"id": "ep1", "name": "Weather", "resourceUrl": "https://x/weather", "network": "eip155:31337",
-            "chainId": 31337, "currency": "USDC", "asset": "0x" + "aa" * 20, "assetName": "USD Coin",
-            "assetVersion": "2", "decimals": 6, "payoutAddress": "0x" + "bb" * 20, "pricingMode": "fixed",
-            "amountMinor": "10000", "releasePolicy": "included", "maxTimeoutSeconds": 300}
+ENDPOINT = {
+    "id": "ep1",
+    "name": "Weather",
+    "resourceUrl": "https://x/weather",
+    "network": "eip155:31337",
+    "chainId": 31337,
+    "currency": "USDC",
+    "asset": "0x" + "aa" * 20,
+    "assetName": "USD Coin",
+    "assetVersion": "2",
+    "decimals": 6,
+    "payoutAddress": "0x" + "bb" * 20,
+    "pricingMode": "fixed",
+    "amountMinor": "10000",
+    "releasePolicy": "included",
+    "maxTimeoutSeconds": 300,
+}
 ROUTE = PaidRoute(endpoint="ep1")
 URL = "https://shop.example/weather"
 
@@ -45,18 +58,32 @@ def _gate(now: float = 1_000_000.0) -> PaymentGate:
 
 
 def _challenge(gate: PaymentGate) -> tuple[Answer, dict[str, Any]]:
-    answer, _ = _finish(gate.process(ROUTE, RequestView("GET", URL, None)),
-                        [PlatformReply(200, {"endpoint": ENDPOINT})])
+    answer, _ = _finish(
+        gate.process(ROUTE, RequestView("GET", URL, None)), [PlatformReply(200, {"endpoint": ENDPOINT})]
+    )
     assert isinstance(answer, Answer)
     header = dict(answer.headers)["PAYMENT-REQUIRED"]
     return answer, decode_payment_required(header).accepts[0].to_wire()
 
 
 def _payment(accepted: dict[str, Any]) -> str:
-    return encode_header({"x402Version": 2, "accepted": accepted, "payload": {"signature": "0x" + "11" * 65,
-                          "authorization": {"from": "0x" + "cc" * 20, "to": accepted["payTo"],
-                                            "value": accepted["amount"], "validAfter": "0",
-                                            "validBefore": "9999999999", "nonce": "0x" + "00" * 32}}})
+    return encode_header(
+        {
+            "x402Version": 2,
+            "accepted": accepted,
+            "payload": {
+                "signature": "0x" + "11" * 65,
+                "authorization": {
+                    "from": "0x" + "cc" * 20,
+                    "to": accepted["payTo"],
+                    "value": accepted["amount"],
+                    "validAfter": "0",
+                    "validBefore": "9999999999",
+                    "nonce": "0x" + "00" * 32,
+                },
+            },
+        }
+    )
 
 
 def test_first_request_fetches_terms_then_challenges_make_no_call() -> None:
@@ -67,19 +94,29 @@ def test_first_request_fetches_terms_then_challenges_make_no_call() -> None:
     assert commands == [] and isinstance(again, Answer) and again.status == 402
     assert dict(again.headers)["Cache-Control"] == "no-store"
     body = json.loads(again.body)
-    assert body["resource"]["url"] == URL and body["accepts"][0]["extra"]["challengeId"] != accepted["extra"][
-        "challengeId"]
+    assert (
+        body["resource"]["url"] == URL
+        and body["accepts"][0]["extra"]["challengeId"] != accepted["extra"]["challengeId"]
+    )
 
 
 def test_paid_retry_settles_once_and_serves() -> None:
     gate = _gate()
     _, accepted = _challenge(gate)
-    settled = {"status": "settled", "settlement": {
-        "success": True, "payer": "0x" + "cc" * 20, "transaction": "0x" + "ee" * 32, "network": "eip155:31337",
-        "amount": "10000", "extensions": {"receipt": {"challengeId": accepted["extra"]["challengeId"],
-                                                      "payTo": accepted["payTo"]}}}}
-    decision, commands = _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))),
-                                 [PlatformReply(200, settled)])
+    settled = {
+        "status": "settled",
+        "settlement": {
+            "success": True,
+            "payer": "0x" + "cc" * 20,
+            "transaction": "0x" + "ee" * 32,
+            "network": "eip155:31337",
+            "amount": "10000",
+            "extensions": {"receipt": {"challengeId": accepted["extra"]["challengeId"], "payTo": accepted["payTo"]}},
+        },
+    }
+    decision, commands = _finish(
+        gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [PlatformReply(200, settled)]
+    )
     assert [c.path for c in commands] == ["/agent/settlements"]
     assert commands[0].json["challengeId"] == accepted["extra"]["challengeId"]
     assert isinstance(decision, Serve)
@@ -88,8 +125,9 @@ def test_paid_retry_settles_once_and_serves() -> None:
     assert dict(decision.headers)["PAYMENT-RESPONSE"]
 
 
-@pytest.mark.parametrize("change", [{"amount": "1"}, {"payTo": "0x" + "dd" * 20}, {"network": "eip155:1"},
-                                    {"asset": "0x" + "00" * 20}])
+@pytest.mark.parametrize(
+    "change", [{"amount": "1"}, {"payTo": "0x" + "dd" * 20}, {"network": "eip155:1"}, {"asset": "0x" + "00" * 20}]
+)
 def test_tampered_terms_never_reach_the_platform(change: dict[str, Any]) -> None:
     gate = _gate()
     _, accepted = _challenge(gate)
@@ -117,10 +155,18 @@ def test_another_merchants_seal_is_refused() -> None:
 def test_pending_settlement_is_a_402_with_retry_after_and_the_transaction() -> None:
     gate = _gate()
     _, accepted = _challenge(gate)
-    pending = {"status": "pending", "settlement": {"success": False, "errorReason": "settlement_pending",
-                                                   "transaction": "0x" + "ab" * 32, "network": "eip155:31337"}}
-    decision, _ = _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))),
-                          [PlatformReply(200, pending)])
+    pending = {
+        "status": "pending",
+        "settlement": {
+            "success": False,
+            "errorReason": "settlement_pending",
+            "transaction": "0x" + "ab" * 32,
+            "network": "eip155:31337",
+        },
+    }
+    decision, _ = _finish(
+        gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [PlatformReply(200, pending)]
+    )
     assert isinstance(decision, Answer) and decision.status == 402 and decision.reason == "settlement_pending"
     headers = dict(decision.headers)
     assert headers["Retry-After"] == "1" and json.loads(decision.body)["error"]["transaction"] == "0x" + "ab" * 32
@@ -130,12 +176,15 @@ def test_pending_settlement_is_a_402_with_retry_after_and_the_transaction() -> N
 def test_platform_outage_is_a_503_and_refusal_a_500() -> None:
     gate = _gate()
     _, accepted = _challenge(gate)
-    decision, _ = _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))),
-                          [PlatformError("down", status=0), None])
+    decision, _ = _finish(
+        gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [PlatformError("down", status=0), None]
+    )
     assert isinstance(decision, Answer) and decision.status == 503
     fresh = _gate()
-    refused, _ = _finish(fresh.process(ROUTE, RequestView("GET", URL, None)),
-                         [PlatformReply(401, {"error": {"code": "invalid_api_key", "message": "no"}})])
+    refused, _ = _finish(
+        fresh.process(ROUTE, RequestView("GET", URL, None)),
+        [PlatformReply(401, {"error": {"code": "invalid_api_key", "message": "no"}})],
+    )
     assert isinstance(refused, Answer) and refused.status == 500
 
 
@@ -143,8 +192,10 @@ def test_dynamic_price_is_computed_by_the_callback() -> None:
     gate = _gate()
     route = PaidRoute(endpoint="ep1", amount=lambda request: "0.25")
     terms = ENDPOINT | {"pricingMode": "dynamic", "amountMinor": None}
-    answer, commands = _finish(gate.process(route, RequestView("GET", URL, None), native="the request"),
-                               [PlatformReply(200, {"endpoint": terms}), "0.25"])
+    answer, commands = _finish(
+        gate.process(route, RequestView("GET", URL, None), native="the request"),
+        [PlatformReply(200, {"endpoint": terms}), "0.25"],
+    )
     assert isinstance(commands[1], ComputeAmount) and commands[1].request == "the request"
     assert isinstance(answer, Answer)
     assert decode_payment_required(dict(answer.headers)["PAYMENT-REQUIRED"]).accepts[0].amount == 250_000

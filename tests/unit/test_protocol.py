@@ -22,11 +22,23 @@ from x402mw.protocol import (
     to_atomic,
 )
 
-OFFER = {"scheme": "exact", "network": "eip155:84532", "amount": "10000",
-         "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": "0x" + "ab" * 20,
-         "maxTimeoutSeconds": 60, "extra": {"name": "USDC", "version": "2"}}
-AUTH = {"from": "0x" + "cd" * 20, "to": "0x" + "ab" * 20, "value": "10000", "validAfter": "0",
-        "validBefore": "9999999999", "nonce": "0x" + "00" * 32}
+OFFER = {
+    "scheme": "exact",
+    "network": "eip155:84532",
+    "amount": "10000",
+    "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+    "payTo": "0x" + "ab" * 20,
+    "maxTimeoutSeconds": 60,
+    "extra": {"name": "USDC", "version": "2"},
+}
+AUTH = {
+    "from": "0x" + "cd" * 20,
+    "to": "0x" + "ab" * 20,
+    "value": "10000",
+    "validAfter": "0",
+    "validBefore": "9999999999",
+    "nonce": "0x" + "00" * 32,
+}
 
 
 def _b64(data: object) -> str:
@@ -34,7 +46,9 @@ def _b64(data: object) -> str:
 
 
 def test_payment_required_round_trips_in_camel_case_without_nulls() -> None:
-    required = PaymentRequired.model_validate({"x402Version": 2, "resource": {"url": "https://x/y"}, "accepts": [OFFER]})
+    required = PaymentRequired.model_validate(
+        {"x402Version": 2, "resource": {"url": "https://x/y"}, "accepts": [OFFER]}
+    )
     header = encode_header(required)
     raw = json.loads(base64.b64decode(header))
     assert raw["accepts"][0]["payTo"] == OFFER["payTo"] and raw["accepts"][0]["amount"] == "10000"
@@ -48,32 +62,71 @@ def test_unknown_members_from_other_implementations_are_kept() -> None:
 
 
 def test_payload_decoding_reads_v2_and_v1() -> None:
-    v2 = decode_payment_payload(_b64({"x402Version": 2, "accepted": OFFER, "payload": {"signature": "0x12",
-                                                                                       "authorization": AUTH}}))
+    v2 = decode_payment_payload(
+        _b64({"x402Version": 2, "accepted": OFFER, "payload": {"signature": "0x12", "authorization": AUTH}})
+    )
     assert v2.accepted is not None and v2.accepted.amount == 10_000
-    v1 = decode_payment_payload(_b64({"x402Version": 1, "scheme": "exact", "network": "base-sepolia",
-                                      "payload": {"signature": "0x12", "authorization": AUTH}}))
+    v1 = decode_payment_payload(
+        _b64(
+            {
+                "x402Version": 1,
+                "scheme": "exact",
+                "network": "base-sepolia",
+                "payload": {"signature": "0x12", "authorization": AUTH},
+            }
+        )
+    )
     assert v1.accepted is None and v1.network == "eip155:84532" and v1.x402_version == 1
 
 
 def test_v1_requirements_body_is_read_as_v2() -> None:
-    body = {"x402Version": 1, "error": "pay", "accepts": [{
-        "scheme": "exact", "network": "base", "maxAmountRequired": "500", "resource": "https://x/r",
-        "payTo": "0x" + "ab" * 20, "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "maxTimeoutSeconds": 30}]}
+    body = {
+        "x402Version": 1,
+        "error": "pay",
+        "accepts": [
+            {
+                "scheme": "exact",
+                "network": "base",
+                "maxAmountRequired": "500",
+                "resource": "https://x/r",
+                "payTo": "0x" + "ab" * 20,
+                "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+                "maxTimeoutSeconds": 30,
+            }
+        ],
+    }
     required = decode_payment_required(body)
     assert required.accepts[0].network == "eip155:8453" and required.accepts[0].amount == 500
     assert required.resource is not None and required.resource.url == "https://x/r"
 
 
-@pytest.mark.parametrize("value", [
-    "", "%%%", "A" * 9000, base64.b64encode(b"nope").decode(), _b64([1]), _b64({"x402Version": 2}),
-    _b64({"x402Version": 3, "accepted": OFFER, "payload": {"signature": "0x", "authorization": AUTH}}),
-    _b64({"x402Version": 2, "payload": {"signature": "0x", "authorization": AUTH}}),
-    _b64({"x402Version": 2, "accepted": OFFER | {"amount": 1.5}, "payload": {"signature": "0x",
-                                                                               "authorization": AUTH}}),
-    _b64({"x402Version": 2, "accepted": OFFER, "payload": {"signature": "0x",
-                                                            "authorization": AUTH | {"nonce": "0x12"}}}),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "%%%",
+        "A" * 9000,
+        base64.b64encode(b"nope").decode(),
+        _b64([1]),
+        _b64({"x402Version": 2}),
+        _b64({"x402Version": 3, "accepted": OFFER, "payload": {"signature": "0x", "authorization": AUTH}}),
+        _b64({"x402Version": 2, "payload": {"signature": "0x", "authorization": AUTH}}),
+        _b64(
+            {
+                "x402Version": 2,
+                "accepted": OFFER | {"amount": 1.5},
+                "payload": {"signature": "0x", "authorization": AUTH},
+            }
+        ),
+        _b64(
+            {
+                "x402Version": 2,
+                "accepted": OFFER,
+                "payload": {"signature": "0x", "authorization": AUTH | {"nonce": "0x12"}},
+            }
+        ),
+    ],
+)
 def test_bad_payment_headers_raise_invalid_payload(value: str) -> None:
     with pytest.raises(InvalidPaymentError) as caught:
         decode_payment_payload(value)
@@ -81,16 +134,30 @@ def test_bad_payment_headers_raise_invalid_payload(value: str) -> None:
 
 
 def test_settlement_response_carries_the_receipt() -> None:
-    header = _b64({"success": True, "transaction": "0xab", "network": "base-sepolia", "amount": "5",
-                   "extensions": {"receipt": {"signature": "0x1"}}})
+    header = _b64(
+        {
+            "success": True,
+            "transaction": "0xab",
+            "network": "base-sepolia",
+            "amount": "5",
+            "extensions": {"receipt": {"signature": "0x1"}},
+        }
+    )
     response = decode_settlement_response(header)
     assert response.network == "eip155:84532" and response.receipt == {"signature": "0x1"}
 
 
-@pytest.mark.parametrize(("price", "atomic"), [
-    ("$0.01", 10_000), ("0.01 USDC", 10_000), ("1", 1_000_000), (Decimal("0.000001"), 1), (2500, 2500),
-    ("1000000", 1_000_000_000_000),
-])
+@pytest.mark.parametrize(
+    ("price", "atomic"),
+    [
+        ("$0.01", 10_000),
+        ("0.01 USDC", 10_000),
+        ("1", 1_000_000),
+        (Decimal("0.000001"), 1),
+        (2500, 2500),
+        ("1000000", 1_000_000_000_000),
+    ],
+)
 def test_prices_are_exact(price: object, atomic: int) -> None:
     assert to_atomic(price) == atomic  # type: ignore[arg-type]
 

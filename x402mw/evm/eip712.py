@@ -43,9 +43,7 @@ __all__ = [
     "transfer_digest",
 ]
 
-DOMAIN_TYPEHASH = keccak256(
-    b"EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
-)
+DOMAIN_TYPEHASH = keccak256(b"EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)")
 TRANSFER_WITH_AUTHORIZATION_TYPEHASH = keccak256(
     b"TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,"
     b"uint256 validBefore,bytes32 nonce)"

@@ -59,9 +59,7 @@ def decode_json_header(value: str | bytes) -> Any:
     if isinstance(value, str):
         value = value.encode("latin-1", errors="replace")
     if len(value) > MAX_HEADER_BYTES:
-        raise InvalidPaymentError(
-            f"payment header is larger than {MAX_HEADER_BYTES} bytes", reason="invalid_payload"
-        )
+        raise InvalidPaymentError(f"payment header is larger than {MAX_HEADER_BYTES} bytes", reason="invalid_payload")
     text = value.strip()
     if not text:
         raise InvalidPaymentError("payment header is empty", reason="invalid_payload")
@@ -111,9 +109,7 @@ def decode_payment_payload(value: str | bytes) -> PaymentPayload:
         data = _v1_payload_to_v2(data)
     payload = _validate(PaymentPayload, data, "payment payload")
     if payload.x402_version not in (1, 2):
-        raise InvalidPaymentError(
-            f"unsupported x402Version {payload.x402_version}", reason="invalid_x402_version"
-        )
+        raise InvalidPaymentError(f"unsupported x402Version {payload.x402_version}", reason="invalid_x402_version")
     if payload.x402_version == 2 and payload.accepted is None:
         raise InvalidPaymentError("payment payload has no 'accepted' block", reason="invalid_payload")
     return payload

@@ -81,9 +81,7 @@ class Authorization(WireModel):
     valid_before: int = Field(alias="validBefore")
     nonce: str
 
-    _check_value = field_validator("value", "valid_after", "valid_before", mode="before")(
-        lambda v: _atomic(v)
-    )
+    _check_value = field_validator("value", "valid_after", "valid_before", mode="before")(lambda v: _atomic(v))
 
     @field_validator("nonce")
     @classmethod

@@ -8,13 +8,14 @@ rounded away. Floats are refused.
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 
 from x402mw.errors import PriceError
 
 __all__ = ["Price", "format_amount", "parse_decimal", "to_atomic"]
 
 Price = str | int | Decimal
+_EXACT = Context(prec=200)  # wide enough that scaling never rounds
 
 
 def parse_decimal(value: object, *, field: str = "amount") -> Decimal:
@@ -66,19 +67,15 @@ def to_atomic(price: Price, *, decimals: int = 6, symbol: str = "USDC") -> int:
         else:
             number, _, unit = text.partition(" ")
             if unit and unit.strip().upper() != symbol.upper():
-                raise PriceError(
-                    f"price is in {unit.strip()}, but the token is {symbol}", reason="invalid_amount"
-                )
+                raise PriceError(f"price is in {unit.strip()}, but the token is {symbol}", reason="invalid_amount")
             amount = parse_decimal(number, field="price")
     else:
         amount = parse_decimal(price, field="price")
     if amount <= 0:
         raise PriceError("price must be greater than zero", reason="invalid_amount")
-    scaled = amount.scaleb(decimals)
+    scaled = amount.scaleb(decimals, context=_EXACT)
     if scaled != scaled.to_integral_value():
-        raise PriceError(
-            f"price {amount} has more than the {decimals} decimals {symbol} has", reason="invalid_amount"
-        )
+        raise PriceError(f"price {amount} has more than the {decimals} decimals {symbol} has", reason="invalid_amount")
     return int(scaled)
 
 
