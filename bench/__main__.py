@@ -1,0 +1,7 @@
+"""``python -m bench`` (``make bench``): every benchmark, each printing ours, its baseline and the ratio."""
+
+from bench import bench_challenge, bench_e2e, bench_verify
+
+bench_challenge.run()
+bench_verify.run()
+bench_e2e.run()

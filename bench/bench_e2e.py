@@ -1,0 +1,248 @@
+"""(c) Paid requests per second end to end: agents -> seller -> platform -> anvil.
+
+Processes: anvil; the platform (``x402mw platform serve``, SQLite); a Starlette seller (uvicorn);
+this process runs ``AGENTS`` concurrent agents, each an ``httpx.AsyncClient`` with `X402Auth`
+(every paid request is two HTTP round trips: the 402, then the paid retry).
+
+Baseline, in the same run: the chain alone — the same number of ``transferWithAuthorization``
+transfers sent by our relayer straight to anvil, 32 at a time, with no HTTP, no database and no
+signature checks. The ratio says how much of the chain's own throughput survives the whole stack.
+Also reported: the platform's time beyond chain inclusion per settlement (median), read from the
+platform's own records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from x402mw.client import Wallet, X402Auth
+from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_transfer
+from x402mw.evm.keys import address_of, new_private_key
+from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
+from x402mw.platform.chain.relayer import Relayer
+from x402mw.platform.chain.rpc import HttpJsonRpc
+from x402mw.platform.chain.token import encode_transfer_with_authorization, mint
+from x402mw.platform.server import free_port
+
+AGENTS = 32
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _wait_http(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def _cli(*args: str, env: dict[str, str]) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "x402mw.cli", *args], env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+async def _chain_baseline(url: str, token: str, payer_keys: list[bytes], count: int) -> float:
+    """Transfers/s through our relayer straight to anvil, 32 in flight, no HTTP or database."""
+    rpc = HttpJsonRpc(url)
+    relayer = Relayer(rpc, ANVIL_DEV_KEYS[2], chain_id=31337)
+    await relayer.start()
+    domain = TokenDomain("USD Coin", "2", 31337, token)
+    now = int(time.time())
+    calls = []
+    for index in range(count):
+        key = payer_keys[index % len(payer_keys)]
+        auth = TransferAuthorization(
+            address_of(key), address_of(ANVIL_DEV_KEYS[3]), 1, now - 60, now + 600, random_nonce()
+        )
+        signature = sign_transfer(key, domain, auth)
+        calls.append(
+            encode_transfer_with_authorization(
+                from_=auth.from_address,
+                to=auth.to,
+                value=1,
+                valid_after=auth.valid_after,
+                valid_before=auth.valid_before,
+                nonce=auth.nonce,
+                signature=signature,
+            )
+        )
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for call in calls:
+        queue.put_nowait(call)
+
+    async def worker() -> None:
+        while not queue.empty():
+            data = queue.get_nowait()
+            tx = await relayer.send(token, data)
+            receipt = await relayer.wait_for_receipt(tx)
+            assert receipt.status == 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*[worker() for _ in range(AGENTS)])
+    took = time.perf_counter() - start
+    await relayer.aclose()
+    await rpc.aclose()
+    return count / took
+
+
+async def _agents(seller_url: str, wallets: list[Wallet], seconds: float) -> tuple[int, list[float]]:
+    latencies: list[float] = []
+    stop = time.monotonic() + seconds
+
+    async def agent(wallet: Wallet) -> None:
+        auth = X402Auth(wallet, max_amount="0.01")
+        async with httpx.AsyncClient(auth=auth, timeout=60) as client:
+            while time.monotonic() < stop:
+                t0 = time.perf_counter()
+                response = await client.get(seller_url)
+                if response.status_code != 200:
+                    raise RuntimeError(f"paid request failed: {response.status_code} {response.text[:200]}")
+                latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*[agent(w) for w in wallets])
+    return len(latencies), latencies
+
+
+def run(seconds: float = 15.0) -> dict[str, float]:
+    workdir = Path(tempfile.mkdtemp(prefix="x402mw-bench-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    with AnvilProcess() as anvil:
+        try:
+            return _run(anvil, workdir, procs, seconds)
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=10)
+
+
+def _run(anvil: AnvilProcess, workdir: Path, procs: list[subprocess.Popen[bytes]], seconds: float) -> dict[str, float]:
+    deployer = ANVIL_DEV_KEYS[0]
+    rpc = HttpJsonRpc(anvil.url)
+    tokens = asyncio.run(deploy_test_tokens(rpc, deployer))
+    usdc = tokens["USDC"]
+    env = dict(
+        os.environ, X402MW_DATA_DIR=str(workdir), X402MW_RELAYER_KEY=ANVIL_DEV_KEYS[1].hex(), ETH_HASH_BACKEND="pysha3"
+    )
+    merchant = _cli("platform", "merchants", "create", "--name", "bench", "--json", env=env)
+    import json
+
+    merchant_id = json.loads(merchant)["id"]
+    api_key = json.loads(_cli("platform", "keys", "create", "--merchant", merchant_id, "--json", env=env))["key"]
+    port = free_port()
+    procs.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "x402mw.cli",
+                "platform",
+                "serve",
+                "--port",
+                str(port),
+                "--rpc-url",
+                anvil.url,
+                "--token",
+                f"USDC={usdc}",
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+        )
+    )
+    platform_url = f"http://127.0.0.1:{port}/v1"
+    _wait_http(f"http://127.0.0.1:{port}/healthz")
+    payout = address_of(new_private_key())
+    reply = httpx.post(
+        f"{platform_url}/agent/endpoints",
+        headers={"Authorization": f"Bearer {api_key}"},
+        json={
+            "name": "bench",
+            "resourceUrl": "http://127.0.0.1/weather",
+            "chainId": 31337,
+            "currency": "USDC",
+            "payoutAddress": payout,
+            "pricingMode": "fixed",
+            "amountMinor": "1000",
+        },
+    )
+    reply.raise_for_status()
+    endpoint_id = reply.json()["endpoint"]["id"]
+    seller_port = free_port()
+    seller_env = dict(env, X402MW_API_KEY=api_key, X402MW_PLATFORM_URL=platform_url, X402MW_ENDPOINT_ID=endpoint_id)
+    procs.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--app-dir",
+                str(ROOT / "examples"),
+                "starlette_seller:app",
+                "--port",
+                str(seller_port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            env=seller_env,
+        )
+    )
+    _wait_http(f"http://127.0.0.1:{seller_port}/health")
+    keys = [new_private_key() for _ in range(AGENTS)]
+
+    async def fund() -> None:
+        for key in keys:
+            await mint(rpc, deployer, usdc, address_of(key), 1_000 * 10**6)
+
+    asyncio.run(fund())
+    wallets = [Wallet(k) for k in keys]
+    seller_url = f"http://127.0.0.1:{seller_port}/weather"
+    asyncio.run(_agents(seller_url, wallets, 2.0))  # warm-up: connections, terms, caches
+    start = time.perf_counter()
+    paid, latencies = asyncio.run(_agents(seller_url, wallets, seconds))
+    took = time.perf_counter() - start
+    throughput = paid / took
+    db = sqlite3.connect(workdir / "platform.sqlite3")
+    overheads = [
+        row[0] / 1000
+        for row in db.execute(
+            "SELECT platform_micros FROM agent_payments WHERE status = 'settled' AND platform_micros IS NOT NULL"
+        )
+    ]
+    db.close()
+    baseline = asyncio.run(_chain_baseline(anvil.url, usdc, keys, max(200, paid // 4)))
+    median_overhead = statistics.median(overheads) if overheads else float("nan")
+    p50 = statistics.median(latencies) * 1000
+    p99 = sorted(latencies)[int(len(latencies) * 0.99) - 1] * 1000 if latencies else float("nan")
+    print(
+        f"end to end ({AGENTS} agents, {seconds:.0f}s): {throughput:.0f} paid requests/s "
+        f"(p50 {p50:.0f} ms, p99 {p99:.0f} ms); chain alone (relayer -> anvil, no HTTP/DB): {baseline:.0f} "
+        f"transfers/s; ratio {throughput / baseline:.2f}x; platform time beyond inclusion: median "
+        f"{median_overhead:.1f} ms over {len(overheads)} settlements (targets: >= 200/s, <= 10 ms)"
+    )
+    return {
+        "paid_per_second": throughput,
+        "chain_per_second": baseline,
+        "ratio": throughput / baseline,
+        "platform_overhead_ms_median": median_overhead,
+        "p50_ms": p50,
+        "p99_ms": p99,
+    }
+
+
+if __name__ == "__main__":
+    run(float(sys.argv[1]) if len(sys.argv) > 1 else 15.0)

@@ -1,0 +1,157 @@
+"""Test harness: start real platforms and set merchants up through the real API."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from x402mw.client import Wallet
+from x402mw.evm.keys import address_of, new_private_key
+from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
+from x402mw.platform.chain.rpc import HttpJsonRpc
+from x402mw.platform.chain.token import balance_of
+from x402mw.platform.server import PlatformServer
+from x402mw.platform.services.merchants import create_api_key, create_merchant
+from x402mw.platform.settings import ChainSettings, PlatformSettings
+
+POSTGRES_URL = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped afterwards."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    name = f"x402mw_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class Deployment:
+    """A merchant with a test key and an agent endpoint, and a funded agent wallet."""
+
+    harness: PlatformHarness
+    merchant_id: str
+    api_key: str
+    key_id: str
+    endpoint: dict[str, Any]
+    agent: Wallet
+    agent_key: bytes
+    payout: str
+
+    @property
+    def endpoint_id(self) -> str:
+        return str(self.endpoint["id"])
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.harness.url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=60)
+
+
+class PlatformHarness:
+    def __init__(self, server: PlatformServer, minter: str | None = None) -> None:
+        self.server = server
+        platform = server.platform
+        assert platform is not None
+        self.platform = platform
+        self.chain = next(iter(platform.chains))
+        self.network = self.chain.network.caip2
+        self.usdc = self.chain.network.assets["USDC"].address
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def merchant(self, name: str = "Test merchant") -> tuple[str, str, str]:
+        merchant = self.server.call(lambda p: create_merchant(p.engine, name))
+        row, key = self.server.call(lambda p: create_api_key(p.engine, merchant.id))
+        return merchant.id, key, row.id
+
+    def fund(self, api_key: str, address: str, amount: str = "100") -> None:
+        with httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as api:
+            reply = api.post(
+                "/sandbox/faucet",
+                json={"network": self.network, "currency": "USDC", "address": address, "amount": amount},
+            )
+            assert reply.status_code == 200, reply.text
+
+    def balance(self, address: str, token: str | None = None) -> int:
+        return self.server.call(lambda p: balance_of(self.chain.rpc, token or self.usdc, address))
+
+    def deploy(
+        self,
+        *,
+        amount_minor: str | None = "10000",
+        pricing: str = "fixed",
+        release: str = "included",
+        fund: str = "100",
+    ) -> Deployment:
+        merchant_id, key, key_id = self.merchant()
+        payout = address_of(new_private_key())
+        body: dict[str, Any] = {
+            "name": "Weather",
+            "resourceUrl": "http://testserver/weather",
+            "chainId": self.chain.chain_id,
+            "currency": "USDC",
+            "payoutAddress": payout,
+            "pricingMode": pricing,
+            "releasePolicy": release,
+        }
+        if amount_minor is not None:
+            body["amountMinor"] = amount_minor
+        with httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+            reply = api.post("/agent/endpoints", json=body)
+            assert reply.status_code == 201, reply.text
+            endpoint = reply.json()["endpoint"]
+        agent_key = new_private_key()
+        agent = Wallet(agent_key)
+        if fund:
+            self.fund(key, agent.address, fund)
+        return Deployment(self, merchant_id, key, key_id, endpoint, agent, agent_key, payout)
+
+
+@contextlib.contextmanager
+def start_dev_platform(workdir: Path, database_url: str | None = None) -> Iterator[PlatformHarness]:
+    settings = PlatformSettings(
+        database_url=database_url or f"sqlite:///{workdir / 'platform.sqlite3'}", data_dir=workdir
+    )
+    with PlatformServer(settings) as server:
+        yield PlatformHarness(server)
+
+
+@contextlib.contextmanager
+def start_anvil_platform(workdir: Path, database_url: str | None = None) -> Iterator[PlatformHarness]:
+    import asyncio
+
+    with AnvilProcess() as anvil:
+        deployer, relayer = ANVIL_DEV_KEYS[0], ANVIL_DEV_KEYS[1]
+
+        async def deploy() -> dict[str, str]:
+            rpc = HttpJsonRpc(anvil.url)
+            try:
+                return await deploy_test_tokens(rpc, deployer)
+            finally:
+                await rpc.aclose()
+
+        tokens = asyncio.run(deploy())
+        settings = PlatformSettings(
+            database_url=database_url or f"sqlite:///{workdir / 'platform.sqlite3'}",
+            data_dir=workdir,
+            chains=[ChainSettings(rpc_url=anvil.url, tokens=tokens, minter_key=deployer.hex())],
+            relayer_key=relayer.hex(),
+        )
+        with PlatformServer(settings) as server:
+            yield PlatformHarness(server)

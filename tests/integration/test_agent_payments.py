@@ -1,0 +1,160 @@
+"""Agent payments end to end: agent (X402Auth) -> seller app -> platform -> real chain."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness import Deployment, PlatformHarness
+from tests.sellers import ASYNC_SELLERS, asgi_transport, starlette_app
+from x402mw.client import X402Auth
+from x402mw.evm.receipts import verify_receipt
+from x402mw.protocol import decode_payment_required, decode_settlement_response
+
+pytestmark = pytest.mark.anyio
+
+
+async def _pay(app: Any, agent_auth: X402Auth, path: str = "/weather") -> httpx.Response:
+    async with httpx.AsyncClient(
+        transport=asgi_transport(app), base_url="http://testserver", auth=agent_auth, timeout=60
+    ) as client:
+        return await client.get(path)
+
+
+@pytest.mark.parametrize("framework", sorted(ASYNC_SELLERS))
+async def test_async_sellers_get_paid_on_every_chain(framework: str, any_chain_platform: PlatformHarness) -> None:
+    deployment = await asyncio.to_thread(any_chain_platform.deploy)
+    app = ASYNC_SELLERS[framework](deployment.api_key, any_chain_platform.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=any_chain_platform.platform.receipt_address)
+    payout_before = await asyncio.to_thread(any_chain_platform.balance, deployment.payout)
+
+    for _ in range(2):
+        response = await _pay(app, auth)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        settlement = decode_settlement_response(response.headers["PAYMENT-RESPONSE"])
+        assert settlement.success and settlement.transaction == body["tx"]
+        assert body["payer"].lower() == deployment.agent.address.lower()
+        assert body["amount"] == 10_000
+        assert verify_receipt(settlement.receipt or {}, any_chain_platform.platform.receipt_address)
+
+    assert await asyncio.to_thread(any_chain_platform.balance, deployment.payout) == payout_before + 20_000
+    assert [p.verified for p in auth.payments] == [True, True]
+    gas = await asyncio.to_thread(
+        any_chain_platform.server.call,
+        lambda p: any_chain_platform.chain.rpc.request("eth_getBalance", [deployment.agent.address, "latest"]),
+    )
+    assert int(gas, 16) == 0, "the agent holds no gas money and needs none"
+
+
+async def test_unpaid_request_gets_a_402_challenge_without_calling_the_platform(
+    deployment: Deployment,
+) -> None:
+    app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
+        first = await client.get("/weather")  # fetches the endpoint's terms once
+        response = await client.get("/weather")
+        free = await client.get("/free")
+    assert first.status_code == response.status_code == 402
+    assert response.headers["cache-control"] == "no-store"
+    assert "PAYMENT-RESPONSE" in response.headers["access-control-expose-headers"]
+    required = decode_payment_required(response.headers["PAYMENT-REQUIRED"])
+    offer = required.accepts[0]
+    assert required.x402_version == 2
+    assert (offer.scheme, offer.network, offer.amount) == ("exact", deployment.harness.network, 10_000)
+    assert offer.pay_to == deployment.payout and offer.asset == deployment.harness.usdc
+    assert offer.extra["name"] == "USD Coin" and offer.extra["version"] == "2"
+    assert required.resource is not None and required.resource.url == "http://testserver/weather"
+    assert response.json()["accepts"][0]["amount"] == "10000"
+    assert free.status_code == 200 and free.json() == {"free": True}
+
+
+async def test_challenges_are_registered_and_report_their_payment(deployment: Deployment) -> None:
+    app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent)
+    response = await _pay(app, auth)
+    assert response.status_code == 200
+    challenge_id = decode_settlement_response(response.headers["PAYMENT-RESPONSE"]).receipt["challengeId"]  # type: ignore[index]
+    with deployment.api() as api:
+        found = api.get(f"/agent/challenges/{challenge_id}")
+        legacy = httpx.get(
+            deployment.harness.url.removesuffix("/v1") + f"/merchant/v1/agent/challenges/{challenge_id}",
+            headers={"x-api-key": deployment.api_key},
+        )
+        missing = api.get("/agent/challenges/00000000-0000-0000-0000-000000000000")
+    assert found.status_code == 200, found.text
+    challenge = found.json()["challenge"]
+    assert challenge["status"] == "settled"
+    assert challenge["payment"]["transaction"] == response.json()["tx"]
+    assert legacy.status_code == 200 and legacy.json() == found.json()
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "resource_missing"
+
+
+async def test_unpaid_challenges_reach_the_platform_in_the_background(deployment: Deployment) -> None:
+    app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
+        response = await client.get("/weather")
+        challenge_id = decode_payment_required(response.headers["PAYMENT-REQUIRED"]).accepts[0].extra["challengeId"]
+        status = None
+        with deployment.api() as api:
+            for _ in range(100):
+                found = api.get(f"/agent/challenges/{challenge_id}")
+                if found.status_code == 200:
+                    status = found.json()["challenge"]["status"]
+                    break
+                await asyncio.sleep(0.05)
+    assert status == "open"
+
+
+async def test_fifty_concurrent_sends_of_one_signature_settle_once(
+    any_chain_platform: PlatformHarness,
+) -> None:
+    deployment = await asyncio.to_thread(any_chain_platform.deploy)
+    app = starlette_app(deployment.api_key, any_chain_platform.url, deployment.endpoint_id)
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=120) as client:
+        challenge = await client.get("/weather")
+        offer = decode_payment_required(challenge.headers["PAYMENT-REQUIRED"]).accepts[0]
+        from x402mw.protocol import encode_header
+
+        header = encode_header(deployment.agent.sign_payment(offer))
+        before = await asyncio.to_thread(any_chain_platform.balance, deployment.payout)
+        responses = await asyncio.gather(
+            *[client.get("/weather", headers={"PAYMENT-SIGNATURE": header}) for _ in range(50)]
+        )
+    assert [r.status_code for r in responses] == [200] * 50
+    receipts = {r.headers["PAYMENT-RESPONSE"] for r in responses}
+    assert len(receipts) == 1, "every copy gets the same receipt"
+    assert len({r.json()["tx"] for r in responses}) == 1
+    assert await asyncio.to_thread(any_chain_platform.balance, deployment.payout) == before + 10_000
+
+
+async def test_streaming_and_repeated_headers_survive(deployment: Deployment) -> None:
+    app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent)
+    response = await _pay(app, auth)
+    assert response.headers.get_list("set-cookie") == [
+        "a=1; Path=/; SameSite=lax",
+        "b=2; Path=/; SameSite=lax",
+    ]
+    streamed = await _pay(app, auth, "/stream")
+    assert streamed.status_code == 200 and streamed.text == "chunk0\nchunk1\nchunk2\n"
+    assert "PAYMENT-RESPONSE" in streamed.headers
+
+
+async def test_dynamic_pricing_runs_the_callback_once_per_challenge(dev_platform: PlatformHarness) -> None:
+    deployment = await asyncio.to_thread(dev_platform.deploy, amount_minor=None, pricing="dynamic")
+    calls: list[str] = []
+
+    async def price(request: Any) -> str:
+        calls.append(request.query_params.get("size", "s"))
+        return "0.03" if request.query_params.get("size") == "l" else "$0.01"
+
+    app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id, amount=price)
+    before = await asyncio.to_thread(dev_platform.balance, deployment.payout)
+    response = await _pay(app, X402Auth(deployment.agent), "/weather?size=l")
+    assert response.status_code == 200 and response.json()["amount"] == 30_000
+    assert calls == ["l"]
+    assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before + 30_000

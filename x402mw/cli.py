@@ -1,0 +1,212 @@
+"""The ``x402mw`` command line. Every option can also be set from its ``X402MW_*`` environment variable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["main"]
+
+
+def _emit(data: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(data))
+    else:
+        for key, value in data.items():
+            click.echo(f"{key}: {value}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="x402mw")
+def main() -> None:
+    """x402mw: get paid in stablecoins, per request by agents (x402 v2) and by people."""
+
+
+@main.command()
+@click.option(
+    "--requests",
+    "count",
+    default=3,
+    show_default=True,
+    envvar="X402MW_DEMO_REQUESTS",
+    help="How many paid requests the agent makes.",
+)
+def demo(count: int) -> None:
+    """The whole story on the embedded defaults: platform, seller, agent, dev chain."""
+    from x402mw.demo import run_demo
+
+    sys.exit(asyncio.run(run_demo(count)))
+
+
+def _register_pay() -> None:
+    try:
+        from x402mw.client.pay import pay_command
+    except ImportError:  # the agent client is part of the base install; this guards partial checkouts
+        return
+    main.add_command(pay_command, "pay")
+
+
+@main.group()
+def platform() -> None:
+    """Run and administer the platform (needs the 'platform' extra)."""
+
+
+def _connection_options(func: Any) -> Any:
+    func = click.option(
+        "--database-url",
+        envvar="X402MW_DATABASE_URL",
+        default=None,
+        help="sqlite:///path or postgresql://user@host/db [default: sqlite in the data dir]",
+    )(func)
+    func = click.option(
+        "--data-dir",
+        envvar="X402MW_DATA_DIR",
+        default=".x402mw",
+        show_default=True,
+        type=click.Path(path_type=Path),
+        help="Where keys and the SQLite database live.",
+    )(func)
+    return func
+
+
+def _database_url(database_url: str | None, data_dir: Path) -> str:
+    return database_url or f"sqlite:///{data_dir / 'platform.sqlite3'}"
+
+
+@platform.command()
+@_connection_options
+@click.option("--host", envvar="X402MW_HOST", default="127.0.0.1", show_default=True)
+@click.option("--port", envvar="X402MW_PORT", default=4402, show_default=True, type=int)
+@click.option(
+    "--rpc-url",
+    "rpc_urls",
+    envvar="X402MW_RPC_URL",
+    multiple=True,
+    help="JSON-RPC URL of a chain; repeat for several. Without it: the in-process dev chain.",
+)
+@click.option(
+    "--token",
+    "tokens",
+    multiple=True,
+    metavar="SYMBOL=ADDRESS",
+    help="Token address on a chain the built-in table does not know (e.g. anvil).",
+)
+@click.option("--log-level", envvar="X402MW_LOG_LEVEL", default="info", show_default=True)
+def serve(
+    database_url: str | None,
+    data_dir: Path,
+    host: str,
+    port: int,
+    rpc_urls: tuple[str, ...],
+    tokens: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Serve the merchant API, the agent settlement API and the facilitator API."""
+    import uvicorn
+
+    from x402mw.platform.app import create_app
+    from x402mw.platform.settings import ChainSettings, PlatformSettings
+
+    token_map = {}
+    for item in tokens:
+        symbol, _, address = item.partition("=")
+        if not address:
+            raise click.BadParameter(f"{item!r} is not SYMBOL=ADDRESS", param_hint="--token")
+        token_map[symbol.upper()] = address
+    chains = [ChainSettings(rpc_url=u, tokens=token_map) for u in rpc_urls] or [ChainSettings()]
+    settings = PlatformSettings.from_env(
+        database_url=_database_url(database_url, data_dir),
+        data_dir=data_dir,
+        chains=chains,
+        base_url=f"http://{host}:{port}/v1",
+    )
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
+@platform.command(name="migrate")
+@_connection_options
+def migrate_command(database_url: str | None, data_dir: Path) -> None:
+    """Bring the database schema up to date."""
+    from x402mw.platform.db.engine import migrate
+
+    migrate(_database_url(database_url, data_dir))
+    click.echo("database is up to date")
+
+
+async def _with_engine(database_url: str, action: Any) -> Any:
+    from x402mw.platform.db.engine import create_engine_for, migrate
+
+    await asyncio.to_thread(migrate, database_url)
+    engine = create_engine_for(database_url)
+    try:
+        return await action(engine)
+    finally:
+        await engine.dispose()
+
+
+@platform.group()
+def merchants() -> None:
+    """Merchants."""
+
+
+@merchants.command(name="create")
+@_connection_options
+@click.option("--name", required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def merchants_create(database_url: str | None, data_dir: Path, name: str, as_json: bool) -> None:
+    """Create a merchant."""
+    from x402mw.platform.services.merchants import create_merchant
+
+    merchant = asyncio.run(
+        _with_engine(_database_url(database_url, data_dir), lambda engine: create_merchant(engine, name))
+    )
+    _emit({"id": merchant.id, "name": merchant.name}, as_json)
+
+
+@platform.group()
+def keys() -> None:
+    """API keys (shown once at creation, stored only as hashes)."""
+
+
+@keys.command(name="create")
+@_connection_options
+@click.option("--merchant", "merchant_id", required=True)
+@click.option("--mode", type=click.Choice(["test", "live"]), default="test", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def keys_create(database_url: str | None, data_dir: Path, merchant_id: str, mode: str, as_json: bool) -> None:
+    """Create an API key; the key is printed once and never again."""
+    from x402mw.platform.services.merchants import create_api_key
+
+    try:
+        row, key = asyncio.run(
+            _with_engine(
+                _database_url(database_url, data_dir),
+                lambda engine: create_api_key(engine, merchant_id, livemode=mode == "live"),
+            )
+        )
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from None
+    _emit({"id": row.id, "key": key, "mode": mode}, as_json)
+
+
+@keys.command(name="revoke")
+@_connection_options
+@click.argument("key_id")
+def keys_revoke(database_url: str | None, data_dir: Path, key_id: str) -> None:
+    """Revoke an API key by its id."""
+    from x402mw.platform.services.merchants import revoke_api_key
+
+    done = asyncio.run(
+        _with_engine(_database_url(database_url, data_dir), lambda engine: revoke_api_key(engine, key_id))
+    )
+    if not done:
+        raise click.ClickException(f"no active key {key_id}")
+    click.echo(f"revoked {key_id}")
+
+
+_register_pay()

@@ -1,0 +1,157 @@
+"""``/agent/challenges``: challenges issued by sellers' middleware, and the status of one payment.
+
+The legacy alias ``{api_host}/merchant/v1/agent/challenges/:challengeId`` serves the same answer.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.bodies import iso, parse_body, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.services.settlement import payment_json
+
+__all__ = ["ChallengeIn", "insert_challenges", "routes"]
+
+MAX_BATCH = 500
+
+
+class ChallengeIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    challengeId: str = Field(min_length=1, max_length=64)
+    endpointId: str = Field(min_length=1, max_length=36)
+    network: str = Field(max_length=40)
+    asset: str = Field(max_length=42)
+    payTo: str = Field(max_length=42)
+    amount: str = Field(pattern=r"^[0-9]{1,19}$")
+    resource: str = Field(default="", max_length=2048)
+    expiresAt: StrictInt
+
+
+class ChallengeBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    challenges: list[ChallengeIn] = Field(max_length=MAX_BATCH)
+
+
+async def insert_challenges(conn: Any, merchant_id: str, livemode: bool, items: list[ChallengeIn]) -> int:
+    """Record challenges, ignoring ones already known. Endpoints must belong to the merchant."""
+    if not items:
+        return 0
+    table = tables.agent_endpoints
+    wanted = {c.endpointId for c in items}
+    owned = {
+        r[0]
+        for r in await conn.execute(
+            select(table.c.id).where(
+                table.c.id.in_(wanted), table.c.merchant_id == merchant_id, table.c.livemode == livemode
+            )
+        )
+    }
+    missing = wanted - owned
+    if missing:
+        raise ApiError.missing("agent endpoint", sorted(missing)[0], param="challenges.endpointId")
+    rows = [
+        {
+            "id": c.challengeId,
+            "merchant_id": merchant_id,
+            "endpoint_id": c.endpointId,
+            "livemode": livemode,
+            "network": c.network,
+            "asset": c.asset,
+            "pay_to": c.payTo,
+            "amount_minor": int(c.amount),
+            "resource": c.resource,
+            "expires_at": datetime.fromtimestamp(c.expiresAt, UTC),
+            "created_at": datetime.now(UTC),
+            "payment_id": None,
+        }
+        for c in items
+    ]
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(tables.agent_challenges).on_conflict_do_nothing()
+    await conn.execute(statement, rows)
+    return len(rows)
+
+
+async def register_batch(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(ChallengeBatch, await read_json(request))
+    async with request.app.state.platform.engine.begin() as conn:
+        count = await insert_challenges(conn, caller.merchant_id, caller.livemode, body.challenges)
+    return JSONResponse({"object": "challenge_batch", "received": count})
+
+
+def _status(challenge: Any, payment: AgentPayment | None, now: datetime) -> str:
+    if payment is not None:
+        return {"claimed": "processing", "submitted": "processing"}.get(payment.status, payment.status)
+    expires = challenge.expires_at if challenge.expires_at.tzinfo else challenge.expires_at.replace(tzinfo=UTC)
+    return "expired" if expires <= now else "open"
+
+
+async def retrieve(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    platform = request.app.state.platform
+    challenge_id = request.path_params["challenge_id"]
+    table = tables.agent_challenges
+    payments = tables.agent_payments
+    async with platform.engine.connect() as conn:
+        challenge = (
+            await conn.execute(
+                select(table).where(
+                    table.c.id == challenge_id,
+                    table.c.merchant_id == caller.merchant_id,
+                    table.c.livemode == caller.livemode,
+                )
+            )
+        ).first()
+        if challenge is None:
+            raise ApiError.missing("challenge", challenge_id, param="challengeId")
+        found = (
+            (
+                await conn.execute(
+                    select(payments)
+                    .where(payments.c.challenge_id == challenge_id, payments.c.merchant_id == caller.merchant_id)
+                    .order_by(payments.c.created_at.desc())
+                )
+            )
+            .mappings()
+            .first()
+        )
+    payment = AgentPayment.model_validate(dict(found)) if found else None
+    return JSONResponse(
+        {
+            "challenge": {
+                "challengeId": challenge.id,
+                "object": "agent_challenge",
+                "status": _status(challenge, payment, platform.clock.now()),
+                "endpointId": challenge.endpoint_id,
+                "network": challenge.network,
+                "asset": challenge.asset,
+                "payTo": challenge.pay_to,
+                "amountMinor": str(challenge.amount_minor),
+                "resource": challenge.resource,
+                "expiresAt": iso(challenge.expires_at),
+                "createdAt": iso(challenge.created_at),
+                "livemode": bool(challenge.livemode),
+                "payment": payment_json(payment) if payment else None,
+            }
+        }
+    )
+
+
+routes = [
+    Route("/agent/challenges/batch", register_batch, methods=["POST"]),
+    Route("/agent/challenges/{challenge_id}", retrieve, methods=["GET"]),
+]
+legacy_routes = [Route("/agent/challenges/{challenge_id}", retrieve, methods=["GET"])]

@@ -1,0 +1,258 @@
+"""``/agent/endpoints``: the resources a merchant sells to agents per request (spec 2.5)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from x402mw.evm.keys import is_address, to_checksum_address
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.bodies import iso, parse_body, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.pagination import list_page
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentEndpoint, utcnow
+from x402mw.platform.services.chains import ChainHandle
+from x402mw.platform.services.merchants import Caller
+
+__all__ = ["endpoint_json", "load_endpoint", "routes"]
+
+MAX_MINOR = 2**63 - 1
+ZERO_ADDRESS = "0x" + "0" * 40
+
+
+def _minor(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool | float) or not isinstance(value, int | str):
+        raise ValueError('must be a string of integer minor units, e.g. "10000"')
+    text = str(value)
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise ValueError('must be a string of integer minor units, e.g. "10000"')
+    number = int(text)
+    if not 0 < number <= MAX_MINOR:
+        raise ValueError("must be greater than zero")
+    return number
+
+
+def _url(value: str) -> str:
+    if len(value) > 2048 or not value.startswith(("http://", "https://")) or value[-3:] == "://":
+        raise ValueError("must be an absolute http(s) URL")
+    return value
+
+
+def _address(value: str) -> str:
+    if not is_address(value):
+        raise ValueError("must be a 0x-prefixed 20-byte EVM address")
+    if value.lower() == ZERO_ADDRESS:
+        raise ValueError("must not be the zero address")
+    return to_checksum_address(value)
+
+
+class _EndpointFields(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    _v_url = field_validator("resourceUrl", check_fields=False)(lambda v: v if v is None else _url(v))
+    _v_payout = field_validator("payoutAddress", check_fields=False)(lambda v: v if v is None else _address(v))
+    _v_amount = field_validator("amountMinor", mode="before", check_fields=False)(_minor)
+
+
+class EndpointCreate(_EndpointFields):
+    name: str = Field(min_length=1, max_length=200)
+    resourceUrl: str
+    chainId: StrictInt
+    currency: str = Field(max_length=10)
+    payoutAddress: str
+    pricingMode: Literal["fixed", "dynamic"] = "fixed"
+    amountMinor: int | None = None
+    releasePolicy: Literal["included", "confirmed"] = "included"
+    maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600)
+
+
+class EndpointUpdate(_EndpointFields):
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    resourceUrl: str | None = None
+    payoutAddress: str | None = None
+    pricingMode: Literal["fixed", "dynamic"] | None = None
+    amountMinor: int | None = None
+    releasePolicy: Literal["included", "confirmed"] | None = None
+    maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600)
+
+
+def _chain_for(request: Request, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
+    platform = request.app.state.platform
+    symbol = currency.upper()
+    if symbol == "USDT":
+        raise ApiError(
+            400,
+            "unsupported_currency",
+            "USDT cannot be used for agent payments: it has no EIP-3009 transferWithAuthorization. Use USDC or EURC.",
+            param="currency",
+        )
+    if symbol not in ("USDC", "EURC"):
+        raise ApiError(400, "parameter_invalid", "currency must be USDC or EURC", param="currency")
+    chain: ChainHandle | None = platform.chains.get(chain_id)
+    if chain is None:
+        supported = ", ".join(str(c.chain_id) for c in platform.chains)
+        raise ApiError(
+            400,
+            "unsupported_chain",
+            f"chainId {chain_id} is not settled by this platform (supported: {supported})",
+            param="chainId",
+        )
+    if chain.livemode != caller.livemode:
+        kind = "live" if chain.livemode else "test"
+        raise ApiError(
+            400,
+            "livemode_mismatch",
+            f"chainId {chain_id} is a {kind} network; use a {kind} API key for it",
+            param="chainId",
+        )
+    if chain.asset(symbol) is None:
+        raise ApiError(
+            400, "unsupported_currency", f"{symbol} is not available on chainId {chain_id}", param="currency"
+        )
+    return chain
+
+
+def endpoint_json(row: Any, chain: ChainHandle | None) -> dict[str, Any]:
+    asset = chain.asset(row.currency) if chain else None
+    return {
+        "id": row.id,
+        "object": "agent_endpoint",
+        "name": row.name,
+        "resourceUrl": row.resource_url,
+        "chainId": row.chain_id,
+        "network": f"eip155:{row.chain_id}",
+        "currency": row.currency,
+        "asset": asset.address if asset else None,
+        "assetName": asset.eip712_name if asset else None,
+        "assetVersion": asset.eip712_version if asset else None,
+        "decimals": asset.decimals if asset else 6,
+        "payoutAddress": row.payout_address,
+        "pricingMode": row.pricing_mode,
+        "amountMinor": None if row.amount_minor is None else str(row.amount_minor),
+        "releasePolicy": row.release_policy,
+        "maxTimeoutSeconds": row.max_timeout_seconds,
+        "livemode": bool(row.livemode),
+        "createdAt": iso(row.created_at),
+        "updatedAt": iso(row.updated_at),
+    }
+
+
+async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
+    """The caller's endpoint, or 404 (another merchant's endpoint is indistinguishable from none)."""
+    table = tables.agent_endpoints
+    row = (
+        await conn.execute(
+            select(table).where(
+                table.c.id == endpoint_id,
+                table.c.merchant_id == caller.merchant_id,
+                table.c.livemode == caller.livemode,
+            )
+        )
+    ).first()
+    if row is None:
+        raise ApiError.missing("agent endpoint", endpoint_id)
+    return row
+
+
+async def create(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(EndpointCreate, await read_json(request))
+    chain = _chain_for(request, caller, body.chainId, body.currency)
+    if body.pricingMode == "fixed" and body.amountMinor is None:
+        raise ApiError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
+    now = utcnow()
+    row = AgentEndpoint(
+        merchant_id=caller.merchant_id,
+        livemode=caller.livemode,
+        name=body.name,
+        resource_url=body.resourceUrl,
+        chain_id=body.chainId,
+        currency=body.currency.upper(),
+        payout_address=body.payoutAddress,
+        payout_history=[body.payoutAddress],
+        pricing_mode=body.pricingMode,
+        amount_minor=body.amountMinor,
+        release_policy=body.releasePolicy,
+        max_timeout_seconds=body.maxTimeoutSeconds,
+        created_at=now,
+        updated_at=now,
+    )
+    async with request.app.state.platform.engine.begin() as conn:
+        await conn.execute(tables.agent_endpoints.insert().values(**row.model_dump()))
+    return JSONResponse({"endpoint": endpoint_json(row, chain)}, status_code=201)
+
+
+async def retrieve(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    platform = request.app.state.platform
+    async with platform.engine.connect() as conn:
+        row = await load_endpoint(conn, caller, request.path_params["endpoint_id"])
+    return JSONResponse({"endpoint": endpoint_json(row, platform.chains.get(row.chain_id))})
+
+
+async def update(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(EndpointUpdate, await read_json(request))
+    platform = request.app.state.platform
+    table = tables.agent_endpoints
+    changes = body.model_dump(exclude_unset=True)
+    async with platform.engine.begin() as conn:
+        row = await load_endpoint(conn, caller, request.path_params["endpoint_id"])
+        pricing = changes.get("pricingMode", row.pricing_mode)
+        amount = changes.get("amountMinor", row.amount_minor)
+        if pricing == "fixed" and amount is None:
+            raise ApiError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
+        values: dict[str, Any] = {"updated_at": utcnow()}
+        names = {
+            "name": "name",
+            "resourceUrl": "resource_url",
+            "pricingMode": "pricing_mode",
+            "amountMinor": "amount_minor",
+            "releasePolicy": "release_policy",
+            "maxTimeoutSeconds": "max_timeout_seconds",
+            "payoutAddress": "payout_address",
+        }
+        for key, value in changes.items():
+            if value is None and key != "amountMinor":
+                raise ApiError(400, "parameter_invalid", f"{key} cannot be null", param=key)
+            values[names[key]] = value
+        if "payoutAddress" in changes:
+            history = list(row.payout_history or [])
+            if changes["payoutAddress"] not in history:
+                history.append(changes["payoutAddress"])
+            values["payout_history"] = history
+        await conn.execute(table.update().where(table.c.id == row.id).values(**values))
+        row = await load_endpoint(conn, caller, row.id)
+    return JSONResponse({"endpoint": endpoint_json(row, platform.chains.get(row.chain_id))})
+
+
+async def list_endpoints(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    platform = request.app.state.platform
+    table = tables.agent_endpoints
+    async with platform.engine.connect() as conn:
+        page = await list_page(
+            conn,
+            table,
+            [table.c.merchant_id == caller.merchant_id, table.c.livemode == caller.livemode],
+            request,
+            lambda r: endpoint_json(r, platform.chains.get(r.chain_id)),
+        )
+    return JSONResponse(page)
+
+
+routes = [
+    Route("/agent/endpoints", create, methods=["POST"]),
+    Route("/agent/endpoints", list_endpoints, methods=["GET"]),
+    Route("/agent/endpoints/{endpoint_id}", retrieve, methods=["GET"]),
+    Route("/agent/endpoints/{endpoint_id}", update, methods=["PATCH"]),
+]

@@ -1,0 +1,170 @@
+"""``POST /agent/settlements`` (the seller middleware's one call per paid request), the merchant's
+agent payments, and monthly usage with the planned fee (computed and shown, not billed)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from sqlalchemy import select
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from x402mw.platform.api.agent_challenges import ChallengeIn, insert_challenges
+from x402mw.platform.api.agent_endpoints import load_endpoint
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.bodies import parse_body, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.pagination import list_page
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.services.metering import monthly_usage
+from x402mw.platform.services.settlement import SettleOutcome, SettleRequest, payment_json
+from x402mw.protocol import reasons
+from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+
+__all__ = ["routes"]
+
+
+class SettleBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    endpointId: str = Field(min_length=1, max_length=36)
+    challengeId: str = Field(min_length=1, max_length=64)
+    resource: str = Field(default="", max_length=2048)
+    expiresAt: StrictInt
+    accepted: dict[str, Any]
+    paymentPayload: dict[str, Any]
+    waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
+
+
+def _reply(outcome: SettleOutcome, accepted: dict[str, Any] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"status": outcome.status, "settlement": outcome.response.to_wire()}
+    if outcome.message:
+        body["message"] = outcome.message
+    if outcome.payment_id:
+        body["paymentId"] = outcome.payment_id
+    if accepted is not None:
+        body["accepted"] = accepted
+    return JSONResponse(body)
+
+
+async def settle(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(SettleBody, await read_json(request))
+    platform = request.app.state.platform
+    try:
+        accepted = PaymentRequirements.model_validate(body.accepted)
+        payload = PaymentPayload.model_validate(body.paymentPayload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ApiError(400, "parameter_invalid", f"Invalid payment at {where}: {first['msg']}", param=where) from None
+    async with platform.engine.begin() as conn:
+        endpoint = await load_endpoint(conn, caller, body.endpointId)
+        await insert_challenges(
+            conn,
+            caller.merchant_id,
+            caller.livemode,
+            [
+                ChallengeIn(
+                    challengeId=body.challengeId,
+                    endpointId=endpoint.id,
+                    network=accepted.network,
+                    asset=accepted.asset,
+                    payTo=accepted.pay_to,
+                    amount=str(accepted.amount),
+                    resource=body.resource,
+                    expiresAt=body.expiresAt,
+                )
+            ],
+        )
+    refusal = _endpoint_mismatch(endpoint, accepted, platform)
+    if refusal is not None:
+        return _reply(platform.settlement.failed(accepted.network, *refusal))
+    outcome = await platform.settlement.settle(
+        SettleRequest(
+            accepted=accepted,
+            payload=payload,
+            merchant_id=caller.merchant_id,
+            endpoint_id=endpoint.id,
+            challenge_id=body.challengeId,
+            resource=body.resource,
+            livemode=caller.livemode,
+            release_policy=endpoint.release_policy,
+            wait_seconds=body.waitSeconds,
+        )
+    )
+    return _reply(outcome, {"payTo": accepted.pay_to})
+
+
+def _endpoint_mismatch(endpoint: Any, accepted: PaymentRequirements, platform: Any) -> tuple[str, str] | None:
+    if accepted.network != f"eip155:{endpoint.chain_id}":
+        return reasons.INVALID_NETWORK, "the payment is for another network than the endpoint's"
+    chain = platform.chains.get(endpoint.chain_id)
+    asset = chain.asset(endpoint.currency) if chain else None
+    if asset is None or asset.address.lower() != accepted.asset.lower():
+        return reasons.INVALID_ASSET, "the payment is in another token than the endpoint's"
+    if accepted.pay_to.lower() not in {a.lower() for a in endpoint.payout_history or []}:
+        return (
+            reasons.INVALID_RECIPIENT,
+            "the payment pays an address that is not the endpoint's payout address",
+        )
+    return None
+
+
+async def list_payments(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    table = tables.agent_payments
+    filters = [table.c.merchant_id == caller.merchant_id, table.c.livemode == caller.livemode]
+    endpoint = request.query_params.get("endpointId")
+    if endpoint:
+        filters.append(table.c.endpoint_id == endpoint)
+    async with request.app.state.platform.engine.connect() as conn:
+        page = await list_page(
+            conn, table, filters, request, lambda r: payment_json(AgentPayment.model_validate(dict(r)))
+        )
+    return JSONResponse(page)
+
+
+async def retrieve_payment(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    table = tables.agent_payments
+    payment_id = request.path_params["payment_id"]
+    async with request.app.state.platform.engine.connect() as conn:
+        found = (
+            (
+                await conn.execute(
+                    select(table).where(
+                        table.c.id == payment_id,
+                        table.c.merchant_id == caller.merchant_id,
+                        table.c.livemode == caller.livemode,
+                    )
+                )
+            )
+            .mappings()
+            .first()
+        )
+    if found is None:
+        raise ApiError.missing("agent payment", payment_id)
+    return JSONResponse({"agentPayment": payment_json(AgentPayment.model_validate(dict(found)))})
+
+
+async def usage(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    platform = request.app.state.platform
+    month = request.query_params.get("month") or platform.clock.now().strftime("%Y-%m")
+    try:
+        start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    except ValueError:
+        raise ApiError(400, "parameter_invalid", "month must look like 2026-11", param="month") from None
+    return JSONResponse({"usage": await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)})
+
+
+routes = [
+    Route("/agent/settlements", settle, methods=["POST"]),
+    Route("/agent/payments", list_payments, methods=["GET"]),
+    Route("/agent/payments/{payment_id}", retrieve_payment, methods=["GET"]),
+    Route("/agent/usage", usage, methods=["GET"]),
+]

@@ -1,0 +1,64 @@
+"""Reading request bodies: JSON objects validated by pydantic models into documented 400s."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+
+from x402mw.platform.api.errors import ApiError
+
+__all__ = ["MAX_BODY_BYTES", "iso", "parse_body", "read_json"]
+
+M = TypeVar("M", bound=BaseModel)
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 UTC with milliseconds: ``2026-11-21T23:25:16.464Z``."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB")
+    if not body.strip():
+        if allow_empty:
+            return {}
+        raise ApiError(400, "body_missing", "Request body must be a JSON object")
+    try:
+        data = json.loads(body, parse_float=_no_float_loss)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_json", "Request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_json", "Request body must be a JSON object")
+    return data
+
+
+def _no_float_loss(text: str) -> str:
+    # JSON numbers with a fraction are kept as their exact text; money fields parse them as Decimal.
+    return text
+
+
+def parse_body(model: type[M], data: Any) -> M:
+    """Validate ``data`` with ``model``; the first problem becomes a 400 naming its ``param``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first.get("loc", ()))
+        kind = first.get("type", "")
+        if kind == "missing":
+            raise ApiError(400, "parameter_missing", f"Missing required parameter: {param}", param=param) from None
+        if kind == "extra_forbidden":
+            raise ApiError(400, "parameter_unknown", f"Received unknown parameter: {param}", param=param) from None
+        message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        raise ApiError(400, "parameter_invalid", f"Invalid {param}: {message}", param=param) from None

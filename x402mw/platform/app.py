@@ -1,0 +1,82 @@
+"""The platform's ASGI app.
+
+::
+
+    from x402mw.platform.app import create_app
+    app = create_app()                      # PlatformSettings.from_env()
+    # uvicorn x402mw.platform.app:app
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+
+from x402mw import __version__
+from x402mw.platform.api import agent_challenges, agent_endpoints, agent_settlements, facilitator, sandbox
+from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
+from x402mw.platform.clock import Clock
+from x402mw.platform.runtime import Platform
+from x402mw.platform.settings import PlatformSettings
+
+__all__ = ["create_app"]
+
+
+async def health(request: Request) -> JSONResponse:
+    platform: Platform = request.app.state.platform
+    return JSONResponse(
+        {
+            "status": "ok",
+            "version": __version__,
+            "receiptSigner": platform.receipt_address,
+            "networks": [c.network.caip2 for c in platform.chains],
+        }
+    )
+
+
+def create_app(
+    settings: PlatformSettings | None = None, *, platform: Platform | None = None, clock: Clock | None = None
+) -> Starlette:
+    """Build the app. With ``platform`` given, the caller owns its lifetime; otherwise the app starts
+    one from ``settings`` (default: `PlatformSettings.from_env`) and stops it on shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if platform is not None:
+            app.state.platform = platform
+            yield
+            return
+        started = await Platform.start(settings or PlatformSettings.from_env(), clock=clock)
+        app.state.platform = started
+        try:
+            yield
+        finally:
+            await started.aclose()
+
+    v1 = [
+        *agent_endpoints.routes,
+        *agent_challenges.routes,
+        *agent_settlements.routes,
+        *facilitator.routes,
+        *sandbox.routes,
+        Route("/health", health),
+    ]
+    app = Starlette(
+        routes=[
+            Mount("/v1", routes=v1),
+            Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
+            Route("/healthz", health),
+        ],
+        middleware=[Middleware(RequestIdMiddleware)],
+        exception_handlers=exception_handlers,
+        lifespan=lifespan,
+    )
+    if platform is not None:
+        app.state.platform = platform
+    return app

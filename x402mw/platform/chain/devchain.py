@@ -1,0 +1,335 @@
+"""The in-process dev chain: eth-tester with the py-evm backend behind the :class:`JsonRpc` protocol.
+
+:class:`DevChainRpc` answers the subset of Ethereum JSON-RPC the platform uses, with the same wire
+shapes as a real node (hex quantities, camelCase fields, revert data in error ``data``), so the
+relayer and token code cannot tell it from anvil. :func:`start_dev_chain` boots a chain with the
+project's EIP-3009 token deployed as USDC and EURC and the relayer and demo wallets funded.
+
+Mining is automine with small coalescing: a sent transaction is applied to the pending block at
+once, and the block is sealed after four transactions or before the next call that reads chain
+state. Every observer sees each transaction mined, as with automine, but a burst of sends shares a
+few blocks, so block timestamps (py-evm advances them by at least one second per block) run ahead
+of the wall clock less. Larger blocks would be slower: py-evm rebuilds the block's tries on every
+added transaction. Receipts are cached as blocks are sealed, because eth-tester finds an old
+receipt by scanning back from the head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from eth_abi.abi import encode as abi_encode
+from eth_account.typed_transactions.typed_transaction import TypedTransaction
+from eth_tester import EthereumTester, PyEVMBackend
+from eth_tester.exceptions import TransactionFailed, TransactionNotFound
+from eth_tester.exceptions import ValidationError as TesterValidationError
+from eth_utils.exceptions import ValidationError
+from hexbytes import HexBytes
+
+from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.rpc import RpcError
+from x402mw.platform.chain.token import deploy_token, mint
+
+__all__ = ["DevChain", "DevChainRpc", "start_dev_chain"]
+
+_RECEIPT_CACHE_SIZE = 100_000
+_QUANTITY_KEYS = ("gas", "value", "gas_price", "max_fee_per_gas", "max_priority_fee_per_gas", "nonce")
+
+
+class DevChainRpc:
+    """JSON-RPC over an in-process py-evm chain.
+
+    Calls run one at a time, in the order they were made, on a single worker thread (so the EVM
+    never blocks the event loop and pipelined transactions arrive in nonce order), guarded by a
+    lock so that synchronous use from other threads stays serialized too.
+    """
+
+    def __init__(self, backend: PyEVMBackend | None = None, *, max_block_transactions: int = 4) -> None:
+        self._backend = backend or PyEVMBackend()
+        self._tester = EthereumTester(self._backend)
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x402mw-devchain")
+        self._unsealed: list[str] = []
+        self._max_block_transactions = max(1, max_block_transactions)
+        self._receipts: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._closed = False
+        self.chain_id: int = self._backend.chain.chain_id
+        self._methods: dict[str, Callable[[list[Any]], Any]] = {
+            "eth_chainId": lambda p: hex(self.chain_id),
+            "net_version": lambda p: str(self.chain_id),
+            "web3_clientVersion": lambda p: "x402mw-devchain/py-evm",
+            "eth_blockNumber": lambda p: hex(self._tester.get_block_by_number("latest")["number"]),
+            "eth_getBlockByNumber": self._get_block_by_number,
+            "eth_getBalance": lambda p: hex(self._tester.get_balance(p[0], _block(p, 1))),
+            "eth_getCode": lambda p: self._tester.get_code(p[0], _block(p, 1)),
+            "eth_getTransactionCount": lambda p: hex(self._tester.get_nonce(p[0], _block(p, 1))),
+            "eth_gasPrice": lambda p: hex(self._base_fee() + 10**9),
+            "eth_maxPriorityFeePerGas": lambda p: hex(10**9),
+            "eth_call": self._call,
+            "eth_estimateGas": self._estimate_gas,
+            "eth_sendRawTransaction": self._send_raw_transaction,
+            "eth_getTransactionReceipt": self._get_receipt,
+            "eth_getTransactionByHash": self._get_transaction,
+            "evm_mine": self._mine,
+            "evm_snapshot": lambda p: hex(self._tester.take_snapshot()),
+            "evm_revert": self._revert,
+        }
+
+    @property
+    def dev_keys(self) -> tuple[bytes, ...]:
+        """Private keys of the accounts the chain's genesis funds (public test keys)."""
+        return tuple(key.to_bytes() for key in self._backend.account_keys)
+
+    async def request(self, method: str, params: list[Any] | None = None) -> Any:
+        return await self._submit(lambda: self._dispatch(method, params or []))
+
+    async def batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+        return await self._submit(lambda: [self._dispatch(method, params) for method, params in calls])  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=False)
+
+    def request_sync(self, method: str, params: list[Any] | None = None) -> Any:
+        """The blocking twin of :meth:`request`, for scripts and threads without an event loop."""
+        with self._lock:
+            return self._dispatch(method, params or [])
+
+    async def _submit(self, work: Callable[[], Any]) -> Any:
+        if self._closed:
+            raise RuntimeError("the dev chain RPC is closed")
+
+        def locked() -> Any:
+            with self._lock:
+                return work()
+
+        # Submitted synchronously (before the first await), so calls keep the order they were made in.
+        return await asyncio.wrap_future(self._executor.submit(locked))
+
+    def _dispatch(self, method: str, params: list[Any]) -> Any:
+        handler = self._methods.get(method)
+        if handler is None:
+            raise RpcError(-32601, f"the dev chain does not support {method}")
+        if method != "eth_sendRawTransaction":
+            self._seal()
+        try:
+            return handler(params)
+        except RpcError:
+            raise
+        except (ValidationError, TesterValidationError, ValueError, TypeError, KeyError, IndexError) as exc:
+            raise RpcError(-32602, f"{method}: {exc}") from None
+
+    def _seal(self) -> None:
+        if not self._unsealed:
+            return
+        self._tester.mine_blocks()
+        hashes, self._unsealed = self._unsealed, []
+        for tx_hash in hashes:
+            self._remember(tx_hash, _object(self._tester.get_transaction_receipt(tx_hash)))
+
+    def _remember(self, tx_hash: str, receipt: dict[str, Any]) -> None:
+        self._receipts[tx_hash] = receipt
+        if len(self._receipts) > _RECEIPT_CACHE_SIZE:
+            self._receipts.popitem(last=False)
+
+    def _base_fee(self) -> int:
+        return int(self._tester.get_block_by_number("latest")["base_fee_per_gas"])
+
+    def _send_raw_transaction(self, params: list[Any]) -> str:
+        raw = bytes.fromhex(_strip(params[0]))
+        header = self._backend.chain.header
+        if self._unsealed and header.gas_used + _declared_gas(raw) > header.gas_limit:
+            self._seal()
+        try:
+            tx_hash = "0x" + bytes(self._backend.send_raw_transaction(raw)).hex()
+        except ValidationError as exc:
+            raise RpcError(-32000, _rejection(str(exc))) from None
+        self._unsealed.append(tx_hash)
+        if len(self._unsealed) >= self._max_block_transactions:
+            self._seal()
+        return tx_hash
+
+    def _get_receipt(self, params: list[Any]) -> dict[str, Any] | None:
+        tx_hash = str(params[0]).lower()
+        cached = self._receipts.get(tx_hash)
+        if cached is not None:
+            return cached
+        try:
+            receipt = _object(self._tester.get_transaction_receipt(tx_hash))
+        except TransactionNotFound:
+            return None
+        self._remember(tx_hash, receipt)
+        return receipt
+
+    def _get_transaction(self, params: list[Any]) -> dict[str, Any] | None:
+        try:
+            return _object(self._tester.get_transaction_by_hash(str(params[0]).lower()))
+        except TransactionNotFound:
+            return None
+
+    def _get_block_by_number(self, params: list[Any]) -> dict[str, Any] | None:
+        try:
+            block = self._tester.get_block_by_number(_block(params, 0), bool(params[1]) if len(params) > 1 else False)
+        except Exception:  # eth-tester raises BlockNotFound for numbers past the head
+            return None
+        return _object(block)
+
+    def _call(self, params: list[Any]) -> str:
+        tx = self._transaction(params[0])
+        try:
+            return _hex_data(self._tester.call(tx, _block(params, 1)))
+        except TransactionFailed as exc:
+            raise _revert(exc) from None
+
+    def _estimate_gas(self, params: list[Any]) -> str:
+        tx = self._transaction(params[0])
+        try:
+            return hex(self._tester.estimate_gas(tx, _block(params, 1)))
+        except TransactionFailed as exc:
+            raise _revert(exc) from None
+
+    def _transaction(self, raw: dict[str, Any]) -> dict[str, Any]:
+        tx: dict[str, Any] = {}
+        for key, value in raw.items():
+            snake = "".join("_" + c.lower() if c.isupper() else c for c in key)
+            if snake == "input":
+                snake = "data"
+            if snake in _QUANTITY_KEYS and isinstance(value, str):
+                value = int(value, 16)
+            tx[snake] = value
+        # A node runs eth_call without charging for gas; py-evm does charge, so a call without a
+        # sender runs from a funded genesis account.
+        tx.setdefault("from", self._tester.get_accounts()[0])
+        return tx
+
+    def _mine(self, params: list[Any]) -> str:
+        self._tester.mine_blocks(int(params[0], 16) if params else 1)
+        return "0x0"
+
+    def _revert(self, params: list[Any]) -> bool:
+        self._tester.revert_to_snapshot(int(params[0], 16))
+        self._receipts.clear()
+        return True
+
+
+@dataclass
+class DevChain:
+    """A running in-process dev chain with USDC and EURC deployed (6 decimals, EIP-712 version "2")."""
+
+    rpc: DevChainRpc
+    chain_id: int
+    tokens: dict[str, str]
+    _minter_key: bytes = field(repr=False)
+
+    async def mint(self, symbol: str, to: str, amount_atomic: int) -> str:
+        """Mint ``amount_atomic`` of the token ``symbol`` to ``to``; return the mined transaction hash."""
+        return await mint(self.rpc, self._minter_key, self.tokens[symbol.upper()], to, amount_atomic)
+
+    async def fund_gas(self, to: str, wei: int) -> str:
+        """Send ``wei`` of the native coin to ``to``; return the mined transaction hash."""
+        return (await transact(self.rpc, self._minter_key, to, b"", gas=21_000, value=wei)).transaction_hash
+
+    async def aclose(self) -> None:
+        await self.rpc.aclose()
+
+
+async def start_dev_chain(
+    *,
+    relayer_address: str,
+    fund_addresses: Sequence[str] = (),
+    token_mint_atomic: int = 1_000_000 * 10**6,
+) -> DevChain:
+    """Boot a dev chain: deploy USDC ("USD Coin") and EURC ("EURC"), give the relayer 10,000 ETH of
+    gas, and give each of ``fund_addresses`` 100 ETH and ``token_mint_atomic`` of each token.
+
+    The genesis account that deploys the tokens stays their minter (:meth:`DevChain.mint`).
+    """
+    rpc = DevChainRpc()
+    key = rpc.dev_keys[0]
+    tokens = {
+        "USDC": await deploy_token(rpc, key, name="USD Coin", symbol="USDC"),
+        "EURC": await deploy_token(rpc, key, name="EURC", symbol="EURC"),
+    }
+    chain = DevChain(rpc, rpc.chain_id, tokens, key)
+    await chain.fund_gas(relayer_address, 10_000 * 10**18)
+    for address in fund_addresses:
+        await chain.fund_gas(address, 100 * 10**18)
+        for symbol in tokens:
+            await chain.mint(symbol, address, token_mint_atomic)
+    return chain
+
+
+def _block(params: list[Any], index: int) -> int | str:
+    tag = params[index] if len(params) > index else "latest"
+    if isinstance(tag, str) and tag.startswith("0x"):
+        return int(tag, 16)
+    return tag  # type: ignore[no-any-return]
+
+
+def _hex_data(value: Any) -> str:
+    return "0x" + bytes(value).hex() if isinstance(value, bytes | bytearray) else str(value)
+
+
+def _strip(value: str) -> str:
+    return value[2:] if value.startswith(("0x", "0X")) else value
+
+
+def _declared_gas(raw: bytes) -> int:
+    try:
+        if raw and raw[0] < 0x7F:
+            return int(TypedTransaction.from_bytes(HexBytes(raw)).as_dict()["gas"])
+    except Exception:
+        pass
+    return 0
+
+
+def _rejection(message: str) -> str:
+    # Speak like geth/anvil so that the relayer's nonce handling is the same on every chain.
+    lowered = message.lower()
+    if "nonce" in lowered:
+        expected, got = _nonce_pair(message)
+        if expected is not None and got is not None:
+            return f"nonce too {'low' if got < expected else 'high'}: {message}"
+    if "cannot afford" in lowered or "balance" in lowered:
+        return f"insufficient funds for gas * price + value: {message}"
+    return message
+
+
+def _nonce_pair(message: str) -> tuple[int | None, int | None]:
+    numbers = [int(word.strip(".,:")) for word in message.split() if word.strip(".,:").isdigit()]
+    return (numbers[0], numbers[1]) if len(numbers) >= 2 else (None, None)
+
+
+def _revert(exc: TransactionFailed) -> RpcError:
+    # py-evm hands over the decoded Error(string) reason; re-encode it as a node's revert data.
+    reason = str(exc.args[0]) if exc.args else ""
+    return RpcError(3, f"execution reverted: {reason}", "0x08c379a0" + abi_encode(["string"], [reason]).hex())
+
+
+def _object(value: dict[str, Any]) -> dict[str, Any]:
+    return {_camel(key): _to_json(item) for key, item in value.items()}
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_camel(key): _to_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_json(item) for item in value]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return hex(value)
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    return value
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)

@@ -1,0 +1,137 @@
+"""The EIP-3009 token: its committed build artifact, calldata encoders, and reads and writes over
+:class:`~x402mw.platform.chain.rpc.JsonRpc`.
+
+The encoders target the interface real USDC (FiatToken v2) shares with our ``X402Token``, so the
+same calldata settles on a local chain and on a public network.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+from eth_abi.abi import decode as abi_decode
+from eth_abi.abi import encode as abi_encode
+
+from x402mw.evm.keccak import keccak256
+from x402mw.evm.keys import to_checksum_address
+from x402mw.platform.chain.relayer import RevertError, transact
+from x402mw.platform.chain.rpc import JsonRpc
+
+__all__ = [
+    "authorization_state",
+    "balance_of",
+    "deploy_token",
+    "encode_receive_with_authorization",
+    "encode_transfer_with_authorization",
+    "load_token_artifact",
+    "mint",
+    "mint_calldata",
+    "read_domain",
+]
+
+
+def _selector(signature: str) -> bytes:
+    return keccak256(signature.encode())[:4]
+
+
+_AUTH_ARGS = "address,address,uint256,uint256,uint256,bytes32"
+_TRANSFER_VRS = _selector(f"transferWithAuthorization({_AUTH_ARGS},uint8,bytes32,bytes32)")
+_RECEIVE_VRS = _selector(f"receiveWithAuthorization({_AUTH_ARGS},uint8,bytes32,bytes32)")
+_MINT = _selector("mint(address,uint256)")
+_BALANCE_OF = _selector("balanceOf(address)")
+_NAME = _selector("name()")
+_VERSION = _selector("version()")
+_AUTHORIZATION_STATE = _selector("authorizationState(address,bytes32)")
+_AUTH_TYPES = ["address", "address", "uint256", "uint256", "uint256", "bytes32", "uint8", "bytes32", "bytes32"]
+
+
+@functools.cache
+def load_token_artifact() -> dict[str, Any]:
+    """The compiled ``X402Token`` (``contractName``, ``abi``, ``bytecode``, ``compiler``), as built by
+    ``contracts/build.sh``."""
+    text = resources.files("x402mw.platform.chain").joinpath("X402Token.json").read_text(encoding="utf-8")
+    artifact: dict[str, Any] = json.loads(text)
+    return artifact
+
+
+def encode_transfer_with_authorization(
+    *, from_: str, to: str, value: int, valid_after: int, valid_before: int, nonce: bytes, signature: bytes
+) -> bytes:
+    """Calldata for ``transferWithAuthorization(..., uint8 v, bytes32 r, bytes32 s)``; ``signature``
+    is the 65 bytes ``r || s || v``."""
+    return _TRANSFER_VRS + _encode_authorization(from_, to, value, valid_after, valid_before, nonce, signature)
+
+
+def encode_receive_with_authorization(
+    *, from_: str, to: str, value: int, valid_after: int, valid_before: int, nonce: bytes, signature: bytes
+) -> bytes:
+    """Calldata for ``receiveWithAuthorization(..., uint8 v, bytes32 r, bytes32 s)`` (sent by ``to``)."""
+    return _RECEIVE_VRS + _encode_authorization(from_, to, value, valid_after, valid_before, nonce, signature)
+
+
+def mint_calldata(to: str, amount: int) -> bytes:
+    return _MINT + abi_encode(["address", "uint256"], [to, amount])
+
+
+async def deploy_token(
+    rpc: JsonRpc, deployer_key: bytes, *, name: str, symbol: str, version: str = "2", decimals: int = 6
+) -> str:
+    """Deploy an ``X402Token`` whose minter is ``deployer_key``; return its checksum address."""
+    artifact = load_token_artifact()
+    code = bytes.fromhex(artifact["bytecode"][2:])
+    args = abi_encode(["string", "string", "string", "uint8"], [name, symbol, version, decimals])
+    receipt = await transact(rpc, deployer_key, None, code + args, gas=3_000_000)
+    found = await rpc.request("eth_getTransactionReceipt", [receipt.transaction_hash])
+    address = found.get("contractAddress") if found else None
+    if not address:
+        raise RevertError(f"deploying {symbol} in {receipt.transaction_hash} created no contract")
+    return to_checksum_address(str(address))
+
+
+async def mint(rpc: JsonRpc, minter_key: bytes, token: str, to: str, amount: int) -> str:
+    """Mint ``amount`` atomic units of ``token`` to ``to`` and wait for it; return the transaction hash."""
+    receipt = await transact(rpc, minter_key, token, mint_calldata(to, amount), gas=100_000)
+    return receipt.transaction_hash
+
+
+async def balance_of(rpc: JsonRpc, token: str, owner: str) -> int:
+    result = await _call(rpc, token, _BALANCE_OF + abi_encode(["address"], [owner]))
+    return int(abi_decode(["uint256"], result)[0])
+
+
+async def read_domain(rpc: JsonRpc, token: str) -> tuple[str, str]:
+    """The token's EIP-712 domain ``(name(), version())``, read in one round trip."""
+    calls = [("eth_call", [{"to": token, "data": "0x" + selector.hex()}, "latest"]) for selector in (_NAME, _VERSION)]
+    name, version = await rpc.batch(calls)
+    return str(abi_decode(["string"], _bytes(name))[0]), str(abi_decode(["string"], _bytes(version))[0])
+
+
+async def authorization_state(rpc: JsonRpc, token: str, authorizer: str, nonce: bytes) -> bool:
+    """Whether ``authorizer``'s authorization ``nonce`` was used or canceled."""
+    result = await _call(rpc, token, _AUTHORIZATION_STATE + abi_encode(["address", "bytes32"], [authorizer, nonce]))
+    return bool(abi_decode(["bool"], result)[0])
+
+
+def _encode_authorization(
+    from_: str, to: str, value: int, valid_after: int, valid_before: int, nonce: bytes, signature: bytes
+) -> bytes:
+    if len(signature) != 65:
+        raise ValueError(f"a signature is 65 bytes (r || s || v), got {len(signature)}")
+    if len(nonce) != 32:
+        raise ValueError(f"an authorization nonce is 32 bytes, got {len(nonce)}")
+    v = signature[64]
+    if v < 27:
+        v += 27
+    args = [from_, to, value, valid_after, valid_before, nonce, v, signature[:32], signature[32:64]]
+    return abi_encode(_AUTH_TYPES, args)
+
+
+async def _call(rpc: JsonRpc, token: str, data: bytes) -> bytes:
+    return _bytes(await rpc.request("eth_call", [{"to": token, "data": "0x" + data.hex()}, "latest"]))
+
+
+def _bytes(result: Any) -> bytes:
+    return bytes.fromhex(str(result)[2:])

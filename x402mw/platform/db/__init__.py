@@ -1,0 +1,1 @@
+"""Database: SQLModel tables, async engines, Alembic migrations (the only way the schema is made)."""

@@ -1,0 +1,75 @@
+"""Engines and migrations.
+
+One URL configures both: ``sqlite:///path`` or ``postgresql://user@host/db`` (driver suffixes are
+chosen here: aiosqlite/asyncpg for the app, the sync drivers for Alembic).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = ["async_url", "create_engine_for", "migrate", "sync_url"]
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def async_url(url: str) -> str:
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return str(parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False))
+    if backend == "postgresql":
+        return str(parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False))
+    raise ValueError(f"unsupported database URL (use sqlite:/// or postgresql://): {parsed.drivername}")
+
+
+def sync_url(url: str) -> str:
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return str(parsed.set(drivername="sqlite").render_as_string(hide_password=False))
+    if backend == "postgresql":
+        return str(parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
+    raise ValueError(f"unsupported database URL (use sqlite:/// or postgresql://): {parsed.drivername}")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def create_engine_for(url: str, *, pool_size: int = 20) -> AsyncEngine:
+    """The app's async engine for ``url``."""
+    full = async_url(url)
+    if full.startswith("sqlite"):
+        engine = create_async_engine(full, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(full, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Bring the schema at ``url`` to ``revision`` with Alembic (the only way the schema is made)."""
+    parsed = make_url(sync_url(url))
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed)
+    try:
+        with engine.begin() as connection:
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS))
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+    finally:
+        engine.dispose()

@@ -1,0 +1,141 @@
+"""The platform's tables.
+
+Money is ``BigInteger`` minor units (USDC and EURC have 6 decimals); ids are bare UUID strings;
+times are timezone-aware UTC ``datetime`` values. Every merchant-owned row carries ``merchant_id``
+and ``livemode``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from uuid import uuid4
+
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+__all__ = [
+    "AgentChallenge",
+    "AgentEndpoint",
+    "AgentPayment",
+    "ApiKey",
+    "Event",
+    "Merchant",
+    "new_id",
+    "utcnow",
+]
+
+
+def new_id() -> str:
+    return str(uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Merchant(SQLModel, table=True):
+    __tablename__ = "merchants"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    name: str = Field(max_length=200)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class ApiKey(SQLModel, table=True):
+    __tablename__ = "api_keys"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", index=True, max_length=36)
+    key_hash: str = Field(max_length=64, unique=True)
+    prefix: str = Field(max_length=24)
+    livemode: bool = False
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+
+class AgentEndpoint(SQLModel, table=True):
+    __tablename__ = "agent_endpoints"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    name: str = Field(max_length=200)
+    resource_url: str = Field(max_length=2048)
+    chain_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=8)
+    payout_address: str = Field(max_length=42)
+    payout_history: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    pricing_mode: str = Field(max_length=16)
+    amount_minor: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    release_policy: str = Field(default="included", max_length=16)
+    max_timeout_seconds: int = 300
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_agent_endpoints_merchant_created", "merchant_id", "created_at"),)
+
+
+class AgentChallenge(SQLModel, table=True):
+    """A challenge a seller's middleware issued. Registered in background batches, or at settlement."""
+
+    __tablename__ = "agent_challenges"
+    id: str = Field(primary_key=True, max_length=64)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36, index=True)
+    endpoint_id: str = Field(foreign_key="agent_endpoints.id", max_length=36, index=True)
+    livemode: bool = False
+    network: str = Field(max_length=40)
+    asset: str = Field(max_length=42)
+    pay_to: str = Field(max_length=42)
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    resource: str = Field(default="", max_length=2048)
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    payment_id: str | None = Field(default=None, max_length=36)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class AgentPayment(SQLModel, table=True):
+    """One EIP-3009 authorization, claimed once: the unique (chain, token, payer, nonce) is the replay guard."""
+
+    __tablename__ = "agent_payments"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str | None = Field(default=None, foreign_key="merchants.id", max_length=36)
+    endpoint_id: str | None = Field(default=None, max_length=36)
+    challenge_id: str | None = Field(default=None, max_length=64, index=True)
+    livemode: bool = False
+    chain_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    asset: str = Field(max_length=42)
+    currency: str = Field(max_length=8)
+    payer: str = Field(max_length=42)
+    nonce: str = Field(max_length=66)
+    pay_to: str = Field(max_length=42)
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    payload_hash: str = Field(max_length=64)
+    resource: str = Field(default="", max_length=2048)
+    release_policy: str = Field(default="included", max_length=16)
+    status: str = Field(max_length=16)  # claimed -> submitted -> settled | failed
+    transaction: str | None = Field(default=None, max_length=66)
+    block_number: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    error_reason: str | None = Field(default=None, max_length=120)
+    receipt: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    chain_micros: int | None = None  # time from handing the transfer to the relayer to its inclusion
+    platform_micros: int | None = None  # the rest of the platform's time on this settlement
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    settled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+    __table_args__ = (
+        UniqueConstraint("chain_id", "asset", "payer", "nonce", name="uq_agent_payments_authorization"),
+        Index("ix_agent_payments_merchant_settled", "merchant_id", "settled_at"),
+        Index("ix_agent_payments_status", "status"),
+    )
+
+
+class Event(SQLModel, table=True):
+    """The transactional outbox: written in the same transaction as the change it reports."""
+
+    __tablename__ = "events"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    type: str = Field(max_length=64)
+    data: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_events_merchant_created", "merchant_id", "created_at"),)

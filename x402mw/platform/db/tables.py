@@ -1,0 +1,17 @@
+"""The tables as SQLAlchemy Core ``Table`` objects, for typed queries (``tables.agent_payments.c.status``)."""
+
+from __future__ import annotations
+
+from sqlmodel import SQLModel
+
+import x402mw.platform.db.models  # noqa: F401  (defines the tables)
+
+__all__ = ["agent_challenges", "agent_endpoints", "agent_payments", "api_keys", "events", "merchants"]
+
+_tables = SQLModel.metadata.tables
+merchants = _tables["merchants"]
+api_keys = _tables["api_keys"]
+agent_endpoints = _tables["agent_endpoints"]
+agent_challenges = _tables["agent_challenges"]
+agent_payments = _tables["agent_payments"]
+events = _tables["events"]

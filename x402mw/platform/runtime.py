@@ -1,0 +1,134 @@
+"""The running platform: database engine, chains with their relayers, services. Built once at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from x402mw.errors import ConfigurationError
+from x402mw.evm.keys import address_of
+from x402mw.platform.chain.devchain import start_dev_chain
+from x402mw.platform.chain.relayer import Relayer
+from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
+from x402mw.platform.chain.token import read_domain
+from x402mw.platform.clock import Clock
+from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.keys import load_or_create_key, parse_private_key
+from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.settlement import SettlementService
+from x402mw.platform.settings import ChainSettings, PlatformSettings
+from x402mw.protocol.networks import Asset, Network, get_network, register_network
+
+__all__ = ["Platform"]
+
+logger = logging.getLogger("x402mw.platform")
+LOCAL_CHAIN_IDS = frozenset({31337, 1337})
+
+
+@dataclass
+class Platform:
+    settings: PlatformSettings
+    engine: AsyncEngine
+    chains: Chains
+    settlement: SettlementService
+    clock: Clock
+    receipt_address: str
+    _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @classmethod
+    async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
+        clock = clock or Clock()
+        relayer_key = load_or_create_key(settings.relayer_key, settings.data_dir / "relayer.key")
+        receipt_key = load_or_create_key(settings.receipt_key, settings.data_dir / "receipt.key")
+        if settings.migrate:
+            await asyncio.to_thread(migrate, settings.database_url)
+        engine = create_engine_for(settings.database_url)
+        chains = Chains()
+        try:
+            for chain_settings in settings.chains:
+                chains.add(await _connect(chain_settings, relayer_key, settings))
+        except BaseException:
+            await chains.aclose()
+            await engine.dispose()
+            raise
+        settlement = SettlementService(engine, chains, receipt_key, clock, simulate=settings.simulate)
+        platform = cls(settings, engine, chains, settlement, clock, address_of(receipt_key))
+        if settings.run_worker:
+            platform._tasks.append(asyncio.get_running_loop().create_task(platform._worker()))
+        return platform
+
+    async def _worker(self) -> None:
+        while True:
+            await asyncio.sleep(2.0)
+            try:
+                await self.settlement.recover_submitted()
+            except Exception:
+                logger.exception("worker round failed")
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.chains.aclose()
+        await self.engine.dispose()
+
+
+async def _connect(chain: ChainSettings, relayer_key: bytes, settings: PlatformSettings) -> ChainHandle:
+    relayer_address = address_of(relayer_key)
+    if chain.rpc_url is None:
+        dev = await start_dev_chain(relayer_address=relayer_address, fund_addresses=settings.dev_fund_addresses)
+        assets = {
+            symbol: Asset(symbol, address, 6, "USD Coin" if symbol == "USDC" else "EURC", "2")
+            for symbol, address in dev.tokens.items()
+        }
+        network = Network(dev.chain_id, "x402mw dev chain", None, 1, True, assets, local=True)
+        register_network(network)
+        relayer = Relayer(dev.rpc, relayer_key, chain_id=dev.chain_id)
+        await relayer.start()
+        return ChainHandle(network, dev.rpc, relayer, chain.confirmations or 1, dev=dev)
+    rpc: JsonRpc = HttpJsonRpc(chain.rpc_url)
+    chain_id = int(await rpc.request("eth_chainId", []), 16)
+    known = get_network(chain_id)
+    if chain.tokens:
+        assets = {}
+        for symbol, address in chain.tokens.items():
+            name, version = await read_domain(rpc, address)
+            assets[symbol.upper()] = Asset(symbol.upper(), address, 6, name, version)
+        local = chain_id in LOCAL_CHAIN_IDS
+        network = Network(
+            chain_id,
+            known.name if known else f"chain {chain_id}",
+            None,
+            chain.confirmations or (known.confirmations if known else 1),
+            known.testnet if known else True,
+            assets,
+            local=local or known is None,
+        )
+        register_network(network)
+    elif known is None:
+        raise ConfigurationError(
+            f"chain {chain_id} at {chain.rpc_url} is not in the built-in table; name its token addresses"
+        )
+    else:
+        network = known
+        problems = []
+        for asset in network.assets.values():
+            if not asset.eip3009:
+                continue
+            name, version = await read_domain(rpc, asset.address)
+            if (name, version) != (asset.eip712_name, asset.eip712_version):
+                problems.append(
+                    f"{asset.symbol} at {asset.address} on chain {chain_id} signs as "
+                    f"{name!r} version {version!r}, the table says {asset.eip712_name!r} "
+                    f"version {asset.eip712_version!r}"
+                )
+        if problems:
+            raise ConfigurationError(problems)
+    relayer = Relayer(rpc, relayer_key, chain_id=chain_id)
+    await relayer.start()
+    minter = parse_private_key(chain.minter_key) if chain.minter_key else None
+    return ChainHandle(network, rpc, relayer, chain.confirmations or network.confirmations, minter_key=minter)

@@ -1,0 +1,1 @@
+"""Business logic, independent of HTTP: merchants and keys, agent endpoints, settlement, metering."""

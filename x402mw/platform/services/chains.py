@@ -1,0 +1,76 @@
+"""The chains the platform settles on: for each, its JSON-RPC access, relayer, network and tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from x402mw.evm.eip712 import TokenDomain
+from x402mw.platform.chain.devchain import DevChain
+from x402mw.platform.chain.relayer import Relayer
+from x402mw.platform.chain.rpc import JsonRpc
+from x402mw.protocol.networks import Asset, Network
+
+__all__ = ["ChainHandle", "Chains"]
+
+
+@dataclass
+class ChainHandle:
+    network: Network
+    rpc: JsonRpc
+    relayer: Relayer
+    confirmations: int
+    dev: DevChain | None = None
+    minter_key: bytes | None = None  # the test-token minter on local nodes (sandbox faucet)
+    domains: dict[str, TokenDomain] = field(default_factory=dict)  # by lower-case token address
+
+    @property
+    def chain_id(self) -> int:
+        return self.network.chain_id
+
+    @property
+    def livemode(self) -> bool:
+        """Live chains hold real money: only live keys may use them."""
+        return not (self.network.testnet or self.network.local)
+
+    def asset(self, symbol: str) -> Asset | None:
+        return self.network.asset(symbol)
+
+    def domain(self, token: str) -> TokenDomain | None:
+        return self.domains.get(token.lower())
+
+    def add_domains(self) -> None:
+        for asset in self.network.assets.values():
+            if asset.eip3009:
+                self.domains[asset.address.lower()] = TokenDomain(
+                    name=asset.eip712_name,
+                    version=asset.eip712_version,
+                    chain_id=self.chain_id,
+                    verifying_contract=asset.address,
+                )
+
+
+class Chains:
+    def __init__(self) -> None:
+        self._by_id: dict[int, ChainHandle] = {}
+
+    def add(self, handle: ChainHandle) -> None:
+        handle.add_domains()
+        self._by_id[handle.chain_id] = handle
+
+    def get(self, chain_id: int) -> ChainHandle | None:
+        return self._by_id.get(chain_id)
+
+    def by_network(self, network: str) -> ChainHandle | None:
+        prefix, _, ident = network.partition(":")
+        if prefix != "eip155" or not ident.isdigit():
+            return None
+        return self._by_id.get(int(ident))
+
+    def __iter__(self) -> Iterator[ChainHandle]:
+        return iter(list(self._by_id.values()))
+
+    async def aclose(self) -> None:
+        for handle in self._by_id.values():
+            await handle.relayer.aclose()
+            await handle.rpc.aclose()

@@ -1,0 +1,502 @@
+"""Agent payment settlement: verify an EIP-3009 authorization, claim it once, relay it, sign a receipt.
+
+The unique constraint on (chain, token, payer, nonce) is the replay guard across every process:
+the first request to insert the claim settles; any other request with the same signed payload
+waits for that settlement and gets the same receipt; a different payload with a used nonce is
+refused. A settlement that outlives the caller's wait is *pending* (with its transaction), never
+failed; it completes in the background and a retry gets the receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
+from x402mw.evm.receipts import sign_receipt
+from x402mw.platform.chain.relayer import RevertError
+from x402mw.platform.chain.token import encode_transfer_with_authorization
+from x402mw.platform.clock import Clock
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentPayment, new_id
+from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.protocol import reasons
+from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
+
+__all__ = ["SettleOutcome", "SettleRequest", "SettlementService", "payment_json"]
+
+logger = logging.getLogger("x402mw.platform.settlement")
+
+MIN_VALIDITY_SECONDS = 6
+POLL_SECONDS = 0.05
+
+
+class Refusal(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class SettleRequest:
+    accepted: PaymentRequirements
+    payload: PaymentPayload
+    merchant_id: str | None = None
+    endpoint_id: str | None = None
+    challenge_id: str | None = None
+    resource: str = ""
+    livemode: bool = False
+    release_policy: str = "included"
+    wait_seconds: float = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class SettleOutcome:
+    status: Literal["settled", "pending", "failed"]
+    response: SettlementResponse
+    message: str | None = None
+    payment_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    chain: ChainHandle
+    auth: TransferAuthorization
+    signature: bytes
+    payer: str
+    payload_hash: str
+
+
+def _revert_reason(text: str) -> str:
+    lowered = text.lower()
+    if "balance" in lowered:
+        return reasons.INSUFFICIENT_FUNDS
+    if "used" in lowered or "canceled" in lowered:
+        return reasons.NONCE_USED
+    if "expired" in lowered:
+        return reasons.INVALID_VALID_BEFORE
+    if "not yet valid" in lowered:
+        return reasons.INVALID_VALID_AFTER
+    if "signature" in lowered:
+        return reasons.INVALID_SIGNATURE
+    return reasons.TRANSACTION_REVERTED
+
+
+def payment_json(row: AgentPayment) -> dict[str, Any]:
+    """The public form of an agent payment (``agent_payment.settled`` data, challenge status)."""
+    from x402mw.platform.api.bodies import iso
+
+    return {
+        "id": row.id,
+        "object": "agent_payment",
+        "status": row.status,
+        "challengeId": row.challenge_id,
+        "endpointId": row.endpoint_id,
+        "network": f"eip155:{row.chain_id}",
+        "asset": row.asset,
+        "currency": row.currency,
+        "amountMinor": str(row.amount_minor),
+        "payer": row.payer,
+        "payTo": row.pay_to,
+        "transaction": row.transaction,
+        "blockNumber": row.block_number,
+        "errorReason": row.error_reason,
+        "receipt": row.receipt,
+        "livemode": row.livemode,
+        "createdAt": iso(row.created_at),
+        "settledAt": iso(row.settled_at),
+    }
+
+
+class SettlementService:
+    def __init__(
+        self, engine: AsyncEngine, chains: Chains, receipt_key: bytes, clock: Clock, *, simulate: bool = True
+    ) -> None:
+        self.engine = engine
+        self.chains = chains
+        self.receipt_key = receipt_key
+        self.clock = clock
+        self.simulate = simulate
+        self._inflight: dict[str, asyncio.Task[SettleOutcome]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- verification (no side effects) -------------------------------------------------------
+
+    def verify(self, accepted: PaymentRequirements, payload: PaymentPayload) -> Verified:
+        """Check everything that can be checked off-chain; `Refusal` with a reason code otherwise."""
+        if accepted.scheme != "exact":
+            raise Refusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not supported")
+        chain = self.chains.by_network(accepted.network)
+        if chain is None:
+            raise Refusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
+        domain = chain.domain(accepted.asset)
+        if domain is None:
+            raise Refusal(reasons.INVALID_ASSET, f"asset {accepted.asset} cannot be paid by authorization here")
+        wire = payload.payload.authorization
+        if wire.to.lower() != accepted.pay_to.lower():
+            raise Refusal(reasons.INVALID_RECIPIENT, "the authorization pays someone other than payTo")
+        if wire.value != accepted.amount:
+            raise Refusal(reasons.INVALID_VALUE, "the authorized value differs from the amount asked")
+        now = self.clock.time()
+        if wire.valid_after > now:
+            raise Refusal(reasons.INVALID_VALID_AFTER, "the authorization is not yet valid")
+        if wire.valid_before < now + MIN_VALIDITY_SECONDS:
+            raise Refusal(reasons.INVALID_VALID_BEFORE, "the authorization has expired or expires too soon")
+        try:
+            signature = bytes.fromhex(payload.payload.signature.removeprefix("0x"))
+            auth = TransferAuthorization(
+                from_address=wire.from_address,
+                to=wire.to,
+                value=wire.value,
+                valid_after=wire.valid_after,
+                valid_before=wire.valid_before,
+                nonce=bytes.fromhex(wire.nonce[2:]),
+            )
+            signer = recover_transfer_signer(domain, auth, signature)
+        except (ValueError, InvalidSignatureError):
+            raise Refusal(reasons.INVALID_SIGNATURE, "the signature is malformed") from None
+        if signer.lower() != wire.from_address.lower():
+            raise Refusal(reasons.INVALID_SIGNATURE, "the signature is not by the authorization's 'from'")
+        digest = hashlib.sha256(
+            signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode()
+        ).hexdigest()
+        return Verified(chain, auth, signature, signer, digest)
+
+    async def check_on_chain(self, verified: Verified, token: str) -> None:
+        """Simulate the transfer from the relayer; `Refusal` with the revert's reason code."""
+        data = self._calldata(verified)
+        try:
+            await verified.chain.relayer.simulate(token, data)
+        except RevertError as exc:
+            raise Refusal(_revert_reason(exc.reason), f"the transfer would revert: {exc.reason}") from None
+
+    @staticmethod
+    def _calldata(verified: Verified) -> bytes:
+        auth = verified.auth
+        return encode_transfer_with_authorization(
+            from_=auth.from_address,
+            to=auth.to,
+            value=auth.value,
+            valid_after=auth.valid_after,
+            valid_before=auth.valid_before,
+            nonce=auth.nonce,
+            signature=verified.signature,
+        )
+
+    # -- settlement ------------------------------------------------------------------------------
+
+    async def settle(self, request: SettleRequest) -> SettleOutcome:
+        started = time.perf_counter()
+        network = request.accepted.network
+        try:
+            verified = self.verify(request.accepted, request.payload)
+        except Refusal as refusal:
+            return self.failed(network, refusal.reason, refusal.message)
+        key = (
+            f"{verified.chain.chain_id}:{request.accepted.asset.lower()}:{verified.payer.lower()}:"
+            f"{verified.auth.nonce.hex()}"
+        )
+        row = await self._claim(request, verified)
+        if row is None:
+            return await self._join_existing(key, request, verified)
+        task = asyncio.get_running_loop().create_task(self._execute(row, request, verified, started))
+        self._inflight[key] = task
+        task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return await self._wait(task, row.id, network, request.wait_seconds)
+
+    async def _claim(self, request: SettleRequest, verified: Verified) -> AgentPayment | None:
+        auth = verified.auth
+        asset = verified.chain.network.asset_by_address(request.accepted.asset)
+        row = AgentPayment(
+            id=new_id(),
+            merchant_id=request.merchant_id,
+            endpoint_id=request.endpoint_id,
+            challenge_id=request.challenge_id,
+            livemode=request.livemode,
+            chain_id=verified.chain.chain_id,
+            asset=request.accepted.asset,
+            currency=asset.symbol if asset else "",
+            payer=verified.payer,
+            nonce="0x" + auth.nonce.hex(),
+            pay_to=auth.to,
+            amount_minor=auth.value,
+            payload_hash=verified.payload_hash,
+            resource=request.resource[:2048],
+            release_policy=request.release_policy,
+            status="claimed",
+            created_at=self.clock.now(),
+        )
+        values = row.model_dump()
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(tables.agent_payments.insert().values(**values))
+        except IntegrityError:
+            return None
+        return row
+
+    async def _join_existing(self, key: str, request: SettleRequest, verified: Verified) -> SettleOutcome:
+        network = request.accepted.network
+        existing = await self._load_by_authorization(request, verified)
+        if existing is None:
+            return self.failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "the claim vanished; retry")
+        if existing.payload_hash != verified.payload_hash:
+            return self.failed(network, reasons.NONCE_USED, "this authorization nonce has already been used")
+        if existing.status == "failed" and existing.transaction is None:
+            # Refused before reaching the chain (e.g. insufficient funds): the same signature may try again.
+            async with self.engine.begin() as conn:
+                taken = await conn.execute(
+                    update(tables.agent_payments)
+                    .where(
+                        tables.agent_payments.c.id == existing.id,
+                        tables.agent_payments.c.status == "failed",
+                    )
+                    .values(status="claimed", error_reason=None)
+                )
+            if taken.rowcount == 1:
+                existing.status, existing.error_reason = "claimed", None
+                task = asyncio.get_running_loop().create_task(
+                    self._execute(existing, request, verified, time.perf_counter())
+                )
+                self._inflight[key] = task
+                task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+                return await self._wait(task, existing.id, network, request.wait_seconds)
+        running = self._inflight.get(key)
+        if running is not None:
+            return await self._wait(running, existing.id, network, request.wait_seconds)
+        return await self._poll(existing.id, network, request.wait_seconds)
+
+    async def _wait(
+        self, task: asyncio.Task[SettleOutcome], payment_id: str, network: str, wait_seconds: float
+    ) -> SettleOutcome:
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout=max(0.1, wait_seconds))
+        except TimeoutError:
+            return await self._outcome_of(payment_id, network)
+
+    async def _poll(self, payment_id: str, network: str, wait_seconds: float) -> SettleOutcome:
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            outcome = await self._outcome_of(payment_id, network)
+            if outcome.status != "pending" or time.monotonic() >= deadline:
+                return outcome
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def _outcome_of(self, payment_id: str, network: str) -> SettleOutcome:
+        row = await self.load(payment_id)
+        if row is None:
+            return self.failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "settlement record missing")
+        return self.outcome_for(row)
+
+    def outcome_for(self, row: AgentPayment) -> SettleOutcome:
+        network = f"eip155:{row.chain_id}"
+        if row.status == "settled":
+            response = SettlementResponse(
+                success=True,
+                payer=row.payer,
+                transaction=row.transaction or "",
+                network=network,
+                amount=row.amount_minor,
+                extensions={"receipt": row.receipt},
+            )
+            return SettleOutcome("settled", response, payment_id=row.id)
+        if row.status == "failed":
+            return self.failed(
+                network,
+                row.error_reason or reasons.UNEXPECTED_SETTLE_ERROR,
+                f"the payment failed: {row.error_reason}",
+                transaction=row.transaction,
+                payment_id=row.id,
+            )
+        response = SettlementResponse(
+            success=False,
+            error_reason=reasons.SETTLEMENT_PENDING,
+            payer=row.payer,
+            transaction=row.transaction or "",
+            network=network,
+            amount=row.amount_minor,
+        )
+        return SettleOutcome("pending", response, "the transfer is not final yet", payment_id=row.id)
+
+    @staticmethod
+    def failed(
+        network: str,
+        reason: str,
+        message: str,
+        *,
+        transaction: str | None = None,
+        payment_id: str | None = None,
+    ) -> SettleOutcome:
+        response = SettlementResponse(
+            success=False, error_reason=reason, transaction=transaction or "", network=network
+        )
+        return SettleOutcome("failed", response, message, payment_id)
+
+    async def _execute(
+        self, row: AgentPayment, request: SettleRequest, verified: Verified, started: float
+    ) -> SettleOutcome:
+        chain = verified.chain
+        try:
+            if self.simulate:
+                await self.check_on_chain(verified, request.accepted.asset)
+            sent_at = time.perf_counter()
+            tx = await chain.relayer.send(request.accepted.asset, self._calldata(verified))
+            await self._update(row.id, status="submitted", transaction=tx)
+            row.transaction = tx
+            confirmations = chain.confirmations if request.release_policy == "confirmed" else 0
+            receipt = await chain.relayer.wait_for_receipt(tx, confirmations=confirmations)
+            included_at = time.perf_counter()
+        except Refusal as refusal:
+            await self._update(row.id, status="failed", error_reason=refusal.reason)
+            return self.failed(request.accepted.network, refusal.reason, refusal.message, payment_id=row.id)
+        except RevertError as exc:
+            reason = _revert_reason(exc.reason)
+            await self._update(row.id, status="failed", error_reason=reason)
+            return self.failed(
+                request.accepted.network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id
+            )
+        except Exception:
+            logger.exception("settlement %s failed unexpectedly (tx %s)", row.id, row.transaction)
+            if row.transaction is None:
+                await self._update(row.id, status="failed", error_reason=reasons.UNEXPECTED_SETTLE_ERROR)
+                return self.failed(
+                    request.accepted.network,
+                    reasons.UNEXPECTED_SETTLE_ERROR,
+                    "the transfer could not be sent",
+                    payment_id=row.id,
+                )
+            raise
+        if receipt.status != 1:
+            await self._update(
+                row.id,
+                status="failed",
+                error_reason=reasons.TRANSACTION_REVERTED,
+                block_number=receipt.block_number,
+            )
+            return self.failed(
+                request.accepted.network,
+                reasons.TRANSACTION_REVERTED,
+                "the transfer reverted on-chain",
+                transaction=tx,
+                payment_id=row.id,
+            )
+        return await self._finish(row, receipt.block_number, tx, started, sent_at, included_at)
+
+    async def _finish(
+        self, row: AgentPayment, block: int, tx: str, started: float, sent_at: float, included_at: float
+    ) -> SettleOutcome:
+        from x402mw.platform.api.bodies import iso
+
+        settled_at = self.clock.now()
+        fields = {
+            "challengeId": row.challenge_id or "",
+            "endpointId": row.endpoint_id or "",
+            "network": f"eip155:{row.chain_id}",
+            "asset": row.asset,
+            "amount": str(row.amount_minor),
+            "payer": row.payer,
+            "payTo": row.pay_to,
+            "transaction": tx,
+            "settledAt": iso(settled_at) or "",
+        }
+        receipt = sign_receipt({k: v for k, v in fields.items() if v}, self.receipt_key)
+        row.status, row.receipt, row.settled_at, row.block_number = "settled", receipt, settled_at, block
+        chain_micros = int((included_at - sent_at) * 1e6)
+        platform_micros = int((time.perf_counter() - started) * 1e6) - chain_micros
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(tables.agent_payments)
+                .where(tables.agent_payments.c.id == row.id)
+                .values(
+                    status="settled",
+                    receipt=receipt,
+                    settled_at=settled_at,
+                    block_number=block,
+                    chain_micros=chain_micros,
+                    platform_micros=platform_micros,
+                )
+            )
+            if row.challenge_id:
+                await conn.execute(
+                    update(tables.agent_challenges)
+                    .where(tables.agent_challenges.c.id == row.challenge_id)
+                    .values(payment_id=row.id)
+                )
+            if row.merchant_id:
+                await conn.execute(
+                    tables.events.insert().values(
+                        id=new_id(),
+                        merchant_id=row.merchant_id,
+                        livemode=row.livemode,
+                        type="agent_payment.settled",
+                        data={"agentPayment": payment_json(row)},
+                        created_at=settled_at,
+                    )
+                )
+        return self.outcome_for(row)
+
+    async def _update(self, payment_id: str, **values: Any) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(tables.agent_payments).where(tables.agent_payments.c.id == payment_id).values(**values)
+            )
+
+    async def load(self, payment_id: str) -> AgentPayment | None:
+        async with self.engine.connect() as conn:
+            found = (
+                (await conn.execute(select(tables.agent_payments).where(tables.agent_payments.c.id == payment_id)))
+                .mappings()
+                .first()
+            )
+        return AgentPayment.model_validate(dict(found)) if found else None
+
+    async def _load_by_authorization(self, request: SettleRequest, verified: Verified) -> AgentPayment | None:
+        table = tables.agent_payments
+        async with self.engine.connect() as conn:
+            found = (
+                (
+                    await conn.execute(
+                        select(table).where(
+                            table.c.chain_id == verified.chain.chain_id,
+                            table.c.asset == request.accepted.asset,
+                            table.c.payer == verified.payer,
+                            table.c.nonce == "0x" + verified.auth.nonce.hex(),
+                        )
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        return AgentPayment.model_validate(dict(found)) if found else None
+
+    async def recover_submitted(self) -> int:
+        """Finish settlements a stopped process left submitted (worker duty). Returns how many finished."""
+        table = tables.agent_payments
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(table).where(table.c.status == "submitted"))).mappings().all()
+        finished = 0
+        for found in rows:
+            row = AgentPayment.model_validate(dict(found))
+            key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
+            chain = self.chains.get(row.chain_id)
+            if key in self._inflight or chain is None or not row.transaction:
+                continue
+            try:
+                receipt = await chain.relayer.wait_for_receipt(row.transaction, timeout=1.0)
+            except TimeoutError:
+                continue
+            if receipt.status == 1:
+                now = time.perf_counter()
+                await self._finish(row, receipt.block_number, row.transaction, now, now, now)
+            else:
+                await self._update(row.id, status="failed", error_reason=reasons.TRANSACTION_REVERTED)
+            finished += 1
+        return finished

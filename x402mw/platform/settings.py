@@ -1,0 +1,60 @@
+"""Platform settings, each also settable from an ``X402MW_*`` environment variable."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ChainSettings", "PlatformSettings"]
+
+
+@dataclass
+class ChainSettings:
+    """One chain. ``rpc_url=None`` is the in-process dev chain. ``tokens`` names token addresses
+    (``{"USDC": "0x..."}``) on chains the built-in table does not know, such as anvil."""
+
+    rpc_url: str | None = None
+    tokens: dict[str, str] = field(default_factory=dict)
+    confirmations: int | None = None
+    minter_key: str | None = None
+
+    def __repr__(self) -> str:
+        return f"ChainSettings(rpc_url={self.rpc_url!r}, tokens={self.tokens!r})"
+
+
+@dataclass
+class PlatformSettings:
+    database_url: str = "sqlite:///.x402mw/platform.sqlite3"
+    data_dir: Path = Path(".x402mw")
+    chains: list[ChainSettings] = field(default_factory=lambda: [ChainSettings()])
+    relayer_key: str | None = None
+    receipt_key: str | None = None
+    base_url: str = "http://127.0.0.1:4402/v1"
+    simulate: bool = True
+    migrate: bool = True
+    dev_fund_addresses: list[str] = field(default_factory=list)
+    run_worker: bool = True
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> PlatformSettings:
+        """Settings from ``X402MW_DATABASE_URL``, ``X402MW_DATA_DIR``, ``X402MW_RPC_URL`` (comma-separated),
+        ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``, ``X402MW_BASE_URL``; ``overrides`` win."""
+        env = os.environ
+        settings = cls()
+        if env.get("X402MW_DATA_DIR"):
+            settings.data_dir = Path(env["X402MW_DATA_DIR"])
+            settings.database_url = f"sqlite:///{settings.data_dir / 'platform.sqlite3'}"
+        settings.database_url = env.get("X402MW_DATABASE_URL", settings.database_url)
+        if env.get("X402MW_RPC_URL"):
+            settings.chains = [ChainSettings(rpc_url=u.strip()) for u in env["X402MW_RPC_URL"].split(",") if u.strip()]
+        settings.relayer_key = env.get("X402MW_RELAYER_KEY") or None
+        settings.receipt_key = env.get("X402MW_RECEIPT_KEY") or None
+        settings.base_url = env.get("X402MW_BASE_URL", settings.base_url)
+        for name, value in overrides.items():
+            if value is not None:
+                setattr(settings, name, value)
+        return settings
+
+    def __repr__(self) -> str:
+        return f"PlatformSettings(database_url={self.database_url!r}, chains={self.chains!r}, keys=<hidden>)"
