@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check x402mw tests bench examples
 	$(VENV)/bin/ruff format --check x402mw tests bench examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 test: $(STAMP) $(ANVIL) lint
 	$(PY) -m pytest -q -n 2 --timeout 300

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -78,6 +79,21 @@ def _database_url(database_url: str | None, data_dir: Path) -> str:
     return database_url or f"sqlite:///{data_dir / 'platform.sqlite3'}"
 
 
+def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...], tokens: tuple[str, ...]) -> Any:
+    from x402mw.platform.settings import ChainSettings, PlatformSettings
+
+    token_map = {}
+    for item in tokens:
+        symbol, _, address = item.partition("=")
+        if not address:
+            raise click.BadParameter(f"{item!r} is not SYMBOL=ADDRESS", param_hint="--token")
+        token_map[symbol.upper()] = address
+    chains = [ChainSettings(rpc_url=u, tokens=token_map) for u in rpc_urls] or [ChainSettings()]
+    return PlatformSettings.from_env(
+        database_url=_database_url(database_url, data_dir), data_dir=data_dir, chains=chains
+    )
+
+
 @platform.command()
 @_connection_options
 @click.option("--host", envvar="X402MW_HOST", default="127.0.0.1", show_default=True)
@@ -110,22 +126,32 @@ def serve(
     import uvicorn
 
     from x402mw.platform.app import create_app
-    from x402mw.platform.settings import ChainSettings, PlatformSettings
 
-    token_map = {}
-    for item in tokens:
-        symbol, _, address = item.partition("=")
-        if not address:
-            raise click.BadParameter(f"{item!r} is not SYMBOL=ADDRESS", param_hint="--token")
-        token_map[symbol.upper()] = address
-    chains = [ChainSettings(rpc_url=u, tokens=token_map) for u in rpc_urls] or [ChainSettings()]
-    settings = PlatformSettings.from_env(
-        database_url=_database_url(database_url, data_dir),
-        data_dir=data_dir,
-        chains=chains,
-        base_url=f"http://{host}:{port}/v1",
-    )
+    settings = _settings(database_url, data_dir, rpc_urls, tokens)
+    settings.base_url = f"http://{host}:{port}/v1"
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
+@platform.command()
+@_connection_options
+@click.option("--rpc-url", "rpc_urls", envvar="X402MW_RPC_URL", multiple=True, help="JSON-RPC URL of a chain.")
+@click.option("--token", "tokens", multiple=True, metavar="SYMBOL=ADDRESS")
+def worker(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...], tokens: tuple[str, ...]) -> None:
+    """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
+    from x402mw.platform.runtime import Platform
+
+    settings = _settings(database_url, data_dir, rpc_urls, tokens)
+
+    async def run() -> None:
+        platform = await Platform.start(settings)
+        try:
+            click.echo(f"worker running on {', '.join(c.network.caip2 for c in platform.chains)}")
+            await asyncio.Event().wait()
+        finally:
+            await platform.aclose()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
 
 
 @platform.command(name="migrate")

@@ -158,3 +158,43 @@ async def test_dynamic_pricing_runs_the_callback_once_per_challenge(dev_platform
     assert response.status_code == 200 and response.json()["amount"] == 30_000
     assert calls == ["l"]
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before + 30_000
+
+
+async def test_confirmed_release_waits_for_confirmations(dev_platform: PlatformHarness) -> None:
+    deployment = await asyncio.to_thread(dev_platform.deploy, release="confirmed")
+    app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id)
+    response = await _pay(app, X402Auth(deployment.agent))
+    assert response.status_code == 200
+    tx = response.json()["tx"]
+
+    async def depth(platform: Any) -> int:
+        receipt = await dev_platform.chain.rpc.request("eth_getTransactionReceipt", [tx])
+        head = int(await dev_platform.chain.rpc.request("eth_blockNumber", []), 16)
+        return head - int(receipt["blockNumber"], 16)
+
+    assert await asyncio.to_thread(dev_platform.server.call, depth) >= dev_platform.chain.confirmations
+
+
+async def test_a_settlement_that_outlives_the_request_is_pending_then_served(anvil_platform: PlatformHarness) -> None:
+    from x402mw.protocol import encode_header
+
+    deployment = await asyncio.to_thread(anvil_platform.deploy)
+    app = starlette_app(deployment.api_key, anvil_platform.url, deployment.endpoint_id, settle_timeout=3.0)
+    rpc = anvil_platform.chain.rpc
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=60) as client:
+        offer = decode_payment_required((await client.get("/weather")).headers["PAYMENT-REQUIRED"]).accepts[0]
+        header = encode_header(deployment.agent.sign_payment(offer))
+        await asyncio.to_thread(anvil_platform.server.call, lambda p: rpc.request("evm_setAutomine", [False]))
+        try:
+            pending = await client.get("/weather", headers={"PAYMENT-SIGNATURE": header})
+        finally:
+            await asyncio.to_thread(anvil_platform.server.call, lambda p: rpc.request("evm_setAutomine", [True]))
+            await asyncio.to_thread(anvil_platform.server.call, lambda p: rpc.request("evm_mine", []))
+        assert pending.status_code == 402
+        assert pending.headers["retry-after"] == "1"
+        state = decode_settlement_response(pending.headers["PAYMENT-RESPONSE"])
+        assert state.error_reason == "settlement_pending" and state.transaction.startswith("0x")
+        served = await client.get("/weather", headers={"PAYMENT-SIGNATURE": header})
+    assert served.status_code == 200, served.text
+    assert served.json()["tx"] == state.transaction, "the pending transfer is the one that paid"
+    assert await asyncio.to_thread(anvil_platform.balance, deployment.payout) == 10_000

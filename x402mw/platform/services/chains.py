@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from x402mw.evm.eip712 import TokenDomain
 from x402mw.platform.chain.devchain import DevChain
-from x402mw.platform.chain.relayer import Relayer
+from x402mw.platform.chain.relayer import Relayer, TxReceipt
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.protocol.networks import Asset, Network
 
@@ -38,6 +38,19 @@ class ChainHandle:
 
     def domain(self, token: str) -> TokenDomain | None:
         return self.domains.get(token.lower())
+
+    async def wait_for(self, tx_hash: str, *, confirmations: int = 0) -> TxReceipt:
+        """Wait for ``tx_hash`` to be included and then ``confirmations`` further blocks.
+
+        A local chain (dev chain, anvil) only makes blocks when transactions arrive, so there the
+        confirmations are mined on purpose once the transaction is in.
+        """
+        if confirmations and self.network.local:
+            receipt = await self.relayer.wait_for_receipt(tx_hash)
+            head = int(await self.rpc.request("eth_blockNumber", []), 16)
+            for _ in range(max(0, receipt.block_number + confirmations - head)):
+                await self.rpc.request("evm_mine", [])
+        return await self.relayer.wait_for_receipt(tx_hash, confirmations=confirmations)
 
     def add_domains(self) -> None:
         for asset in self.network.assets.values():

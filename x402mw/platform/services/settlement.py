@@ -352,7 +352,7 @@ class SettlementService:
             await self._update(row.id, status="submitted", transaction=tx)
             row.transaction = tx
             confirmations = chain.confirmations if request.release_policy == "confirmed" else 0
-            receipt = await chain.relayer.wait_for_receipt(tx, confirmations=confirmations)
+            receipt = await chain.wait_for(tx, confirmations=confirmations)
             included_at = time.perf_counter()
         except Refusal as refusal:
             await self._update(row.id, status="failed", error_reason=refusal.reason)

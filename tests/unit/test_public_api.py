@@ -1,0 +1,64 @@
+"""The public surface is small and deliberate: changing it must be a conscious edit of this file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import x402mw
+import x402mw.client
+import x402mw.evm
+import x402mw.protocol
+import x402mw.seller
+
+PINNED = {
+    x402mw: [
+        "ConfigurationError",
+        "InvalidPaymentError",
+        "PaidRoute",
+        "PaymentError",
+        "PaymentGate",
+        "PaymentRefusedError",
+        "PlatformError",
+        "PriceError",
+        "Settlement",
+        "SettlementError",
+        "X402Error",
+        "__version__",
+    ],
+    x402mw.client: ["PaymentRecord", "Wallet", "X402Auth"],
+}
+
+
+@pytest.mark.parametrize("module", list(PINNED), ids=lambda m: m.__name__)
+def test_exports_are_pinned(module: object) -> None:
+    assert sorted(module.__all__) == sorted(PINNED[module])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "module", [x402mw, x402mw.client, x402mw.evm, x402mw.protocol, x402mw.seller], ids=lambda m: m.__name__
+)
+def test_every_export_exists(module: object) -> None:
+    for name in module.__all__:  # type: ignore[attr-defined]
+        assert hasattr(module, name), name
+
+
+@pytest.mark.parametrize(
+    "path", sorted(Path(__file__).parents[2].joinpath("examples").glob("*.py")), ids=lambda p: p.name
+)
+def test_examples_import(path: Path) -> None:
+    """Each example imports cleanly in a fresh interpreter (each may configure its framework globally)."""
+    env = dict(
+        os.environ,
+        X402MW_API_KEY="sk_test_example",
+        X402MW_ENDPOINT_ID="0" * 8,
+        PYTHONPATH=os.pathsep.join([str(path.parent), str(path.parents[1])]),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {path.stem}"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
