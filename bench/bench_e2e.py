@@ -14,8 +14,8 @@ platform's own records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import httpx
+from sqlalchemy import create_engine, text
 
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_transfer
@@ -32,26 +33,33 @@ from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_tes
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.chain.token import encode_transfer_with_authorization, mint
+from x402mw.platform.db.engine import sync_url
 from x402mw.platform.server import free_port
 
 AGENTS = 32
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _wait_http(url: str, timeout: float = 60) -> None:
+def _wait_http(url: str, log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             if httpx.get(url, timeout=1).status_code < 500:
                 return
         except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up; its log ends:\n{log.read_text()[-3000:]}")
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    handle = log.open("wb")
+    return subprocess.Popen(args, env=env, stdout=handle, stderr=subprocess.STDOUT)
 
 
 def _cli(*args: str, env: dict[str, str]) -> str:
     return subprocess.run(
-        [sys.executable, "-m", "x402mw.cli", *args], env=env, check=True, capture_output=True, text=True
+        [sys.executable, "-m", "x402mw", *args], env=env, check=True, capture_output=True, text=True
     ).stdout
 
 
@@ -117,25 +125,65 @@ async def _agents(seller_url: str, wallets: list[Wallet], seconds: float) -> tup
     return len(latencies), latencies
 
 
-def run(seconds: float = 15.0) -> dict[str, float]:
+def run(seconds: float = 15.0, database: str = "sqlite") -> dict[str, float]:
+    """``database`` is ``sqlite`` (a file in a temporary directory) or ``postgresql`` (a fresh database
+    on ``X402MW_TEST_POSTGRES_URL``, default the local server)."""
     workdir = Path(tempfile.mkdtemp(prefix="x402mw-bench-"))
     procs: list[subprocess.Popen[bytes]] = []
-    with AnvilProcess() as anvil:
+    with AnvilProcess() as anvil, _database(database, workdir) as database_url:
         try:
-            return _run(anvil, workdir, procs, seconds)
+            return _run(anvil, workdir, procs, seconds, database, database_url)
         finally:
             for proc in procs:
                 proc.terminate()
                 proc.wait(timeout=10)
 
 
-def _run(anvil: AnvilProcess, workdir: Path, procs: list[subprocess.Popen[bytes]], seconds: float) -> dict[str, float]:
+@contextlib.contextmanager
+def _database(kind: str, workdir: Path) -> Iterator[str]:
+    if kind == "sqlite":
+        yield f"sqlite:///{workdir / 'platform.sqlite3'}"
+        return
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    server = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    name = f"x402mw_bench_{os.getpid()}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _run(
+    anvil: AnvilProcess,
+    workdir: Path,
+    procs: list[subprocess.Popen[bytes]],
+    seconds: float,
+    database: str,
+    database_url: str,
+) -> dict[str, float]:
     deployer = ANVIL_DEV_KEYS[0]
-    rpc = HttpJsonRpc(anvil.url)
-    tokens = asyncio.run(deploy_test_tokens(rpc, deployer))
+
+    async def deploy() -> dict[str, str]:
+        rpc = HttpJsonRpc(anvil.url)
+        try:
+            return await deploy_test_tokens(rpc, deployer)
+        finally:
+            await rpc.aclose()
+
+    tokens = asyncio.run(deploy())
     usdc = tokens["USDC"]
     env = dict(
-        os.environ, X402MW_DATA_DIR=str(workdir), X402MW_RELAYER_KEY=ANVIL_DEV_KEYS[1].hex(), ETH_HASH_BACKEND="pysha3"
+        os.environ,
+        X402MW_DATA_DIR=str(workdir),
+        X402MW_DATABASE_URL=database_url,
+        X402MW_RELAYER_KEY=ANVIL_DEV_KEYS[1].hex(),
+        ETH_HASH_BACKEND="pysha3",
     )
     merchant = _cli("platform", "merchants", "create", "--name", "bench", "--json", env=env)
     import json
@@ -143,28 +191,11 @@ def _run(anvil: AnvilProcess, workdir: Path, procs: list[subprocess.Popen[bytes]
     merchant_id = json.loads(merchant)["id"]
     api_key = json.loads(_cli("platform", "keys", "create", "--merchant", merchant_id, "--json", env=env))["key"]
     port = free_port()
-    procs.append(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "x402mw.cli",
-                "platform",
-                "serve",
-                "--port",
-                str(port),
-                "--rpc-url",
-                anvil.url,
-                "--token",
-                f"USDC={usdc}",
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-        )
-    )
+    platform_log = workdir / "platform.log"
+    serve = ["platform", "serve", "--port", str(port), "--rpc-url", anvil.url, "--token", f"USDC={usdc}"]
+    procs.append(_spawn([sys.executable, "-m", "x402mw", *serve, "--log-level", "warning"], env, platform_log))
     platform_url = f"http://127.0.0.1:{port}/v1"
-    _wait_http(f"http://127.0.0.1:{port}/healthz")
+    _wait_http(f"http://127.0.0.1:{port}/healthz", platform_log)
     payout = address_of(new_private_key())
     reply = httpx.post(
         f"{platform_url}/agent/endpoints",
@@ -183,30 +214,28 @@ def _run(anvil: AnvilProcess, workdir: Path, procs: list[subprocess.Popen[bytes]
     endpoint_id = reply.json()["endpoint"]["id"]
     seller_port = free_port()
     seller_env = dict(env, X402MW_API_KEY=api_key, X402MW_PLATFORM_URL=platform_url, X402MW_ENDPOINT_ID=endpoint_id)
-    procs.append(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--app-dir",
-                str(ROOT / "examples"),
-                "starlette_seller:app",
-                "--port",
-                str(seller_port),
-                "--log-level",
-                "warning",
-                "--no-access-log",
-            ],
-            env=seller_env,
-        )
-    )
-    _wait_http(f"http://127.0.0.1:{seller_port}/health")
+    seller_log = workdir / "seller.log"
+    uvicorn_args = [
+        "--app-dir",
+        str(ROOT / "examples"),
+        "starlette_seller:app",
+        "--port",
+        str(seller_port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
+    procs.append(_spawn([sys.executable, "-m", "uvicorn", *uvicorn_args], seller_env, seller_log))
+    _wait_http(f"http://127.0.0.1:{seller_port}/health", seller_log)
     keys = [new_private_key() for _ in range(AGENTS)]
 
     async def fund() -> None:
-        for key in keys:
-            await mint(rpc, deployer, usdc, address_of(key), 1_000 * 10**6)
+        rpc = HttpJsonRpc(anvil.url)
+        try:
+            for key in keys:
+                await mint(rpc, deployer, usdc, address_of(key), 1_000 * 10**6)
+        finally:
+            await rpc.aclose()
 
     asyncio.run(fund())
     wallets = [Wallet(k) for k in keys]
@@ -216,14 +245,17 @@ def _run(anvil: AnvilProcess, workdir: Path, procs: list[subprocess.Popen[bytes]
     paid, latencies = asyncio.run(_agents(seller_url, wallets, seconds))
     took = time.perf_counter() - start
     throughput = paid / took
-    db = sqlite3.connect(workdir / "platform.sqlite3")
-    overheads = [
-        row[0] / 1000
-        for row in db.execute(
-            "SELECT platform_micros FROM agent_payments WHERE status = 'settled' AND platform_micros IS NOT NULL"
-        )
-    ]
-    db.close()
+    engine = create_engine(sync_url(database_url))
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT platform_micros, chain_micros FROM agent_payments "
+                "WHERE status = 'settled' AND platform_micros IS NOT NULL"
+            )
+        ).all()
+    engine.dispose()
+    overheads = [row[0] / 1000 for row in rows]
+    chain_ms = statistics.median(row[1] / 1000 for row in rows) if rows else float("nan")
     baseline = asyncio.run(_chain_baseline(anvil.url, usdc, keys, max(200, paid // 4)))
     median_overhead = statistics.median(overheads) if overheads else float("nan")
     p50 = statistics.median(latencies) * 1000
@@ -232,7 +264,8 @@ def _run(anvil: AnvilProcess, workdir: Path, procs: list[subprocess.Popen[bytes]
         f"end to end ({AGENTS} agents, {seconds:.0f}s): {throughput:.0f} paid requests/s "
         f"(p50 {p50:.0f} ms, p99 {p99:.0f} ms); chain alone (relayer -> anvil, no HTTP/DB): {baseline:.0f} "
         f"transfers/s; ratio {throughput / baseline:.2f}x; platform time beyond inclusion: median "
-        f"{median_overhead:.1f} ms over {len(overheads)} settlements (targets: >= 200/s, <= 10 ms)"
+        f"{median_overhead:.1f} ms over {len(overheads)} settlements (chain inclusion median {chain_ms:.1f} ms; "
+        f"{database}) (targets: >= 200/s, <= 10 ms)"
     )
     return {
         "paid_per_second": throughput,
@@ -245,4 +278,4 @@ def _run(anvil: AnvilProcess, workdir: Path, procs: list[subprocess.Popen[bytes]
 
 
 if __name__ == "__main__":
-    run(float(sys.argv[1]) if len(sys.argv) > 1 else 15.0)
+    run(float(sys.argv[1]) if len(sys.argv) > 1 else 15.0, sys.argv[2] if len(sys.argv) > 2 else "sqlite")

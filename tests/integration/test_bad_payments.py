@@ -293,15 +293,13 @@ def test_unknown_and_foreign_ids_are_404(dev_platform: PlatformHarness) -> None:
 
 
 def test_bad_and_revoked_keys_get_401(dev_platform: PlatformHarness) -> None:
-    from x402mw.platform.services.merchants import revoke_api_key
-
     deployment = dev_platform.deploy(fund="")
     url = f"{dev_platform.url}/agent/endpoints"
     assert httpx.get(url).status_code == 401
     assert httpx.get(url, headers={"Authorization": "Bearer sk_test_wrong"}).status_code == 401
     assert httpx.get(url, headers={"Authorization": "Basic abc"}).status_code == 401
     assert httpx.get(url, headers={"x-api-key": deployment.api_key}).status_code == 200
-    dev_platform.server.call(lambda p: revoke_api_key(p.engine, deployment.key_id))
+    dev_platform.server.call(lambda p: p.keys.revoke(deployment.key_id))
     reply = httpx.get(url, headers={"x-api-key": deployment.api_key})
     assert reply.status_code == 401
     assert reply.json()["error"]["type"] == "authentication_error"
@@ -310,10 +308,8 @@ def test_bad_and_revoked_keys_get_401(dev_platform: PlatformHarness) -> None:
 async def test_a_seller_with_a_revoked_key_answers_500_not_a_silent_402(
     dev_platform: PlatformHarness,
 ) -> None:
-    from x402mw.platform.services.merchants import revoke_api_key
-
     deployment = await asyncio.to_thread(dev_platform.deploy, fund="")
-    await asyncio.to_thread(dev_platform.server.call, lambda p: revoke_api_key(p.engine, deployment.key_id))
+    await asyncio.to_thread(dev_platform.server.call, lambda p: p.keys.revoke(deployment.key_id))
     response = await Seller(deployment).get()
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "payment_configuration_error"

@@ -19,6 +19,8 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db.engine import create_engine_for, migrate
 from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.endpoints import EndpointDirectory
+from x402mw.platform.services.merchants import KeyRing
 from x402mw.platform.services.settlement import SettlementService
 from x402mw.platform.settings import ChainSettings, PlatformSettings
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
@@ -37,6 +39,8 @@ class Platform:
     settlement: SettlementService
     clock: Clock
     receipt_address: str
+    keys: KeyRing
+    endpoints: EndpointDirectory
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @classmethod
@@ -56,7 +60,16 @@ class Platform:
             await engine.dispose()
             raise
         settlement = SettlementService(engine, chains, receipt_key, clock, simulate=settings.simulate)
-        platform = cls(settings, engine, chains, settlement, clock, address_of(receipt_key))
+        platform = cls(
+            settings,
+            engine,
+            chains,
+            settlement,
+            clock,
+            address_of(receipt_key),
+            KeyRing(engine),
+            EndpointDirectory(engine),
+        )
         if settings.run_worker:
             platform._tasks.append(asyncio.get_running_loop().create_task(platform._worker()))
         return platform

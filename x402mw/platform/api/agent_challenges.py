@@ -10,7 +10,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -20,9 +19,10 @@ from x402mw.platform.api.bodies import iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.services.challenges import record_challenges
 from x402mw.platform.services.settlement import payment_json
 
-__all__ = ["ChallengeIn", "insert_challenges", "routes"]
+__all__ = ["ChallengeIn", "challenge_row", "insert_challenges", "routes"]
 
 MAX_BATCH = 500
 
@@ -44,6 +44,23 @@ class ChallengeBatch(BaseModel):
     challenges: list[ChallengeIn] = Field(max_length=MAX_BATCH)
 
 
+def challenge_row(merchant_id: str, livemode: bool, c: ChallengeIn) -> dict[str, Any]:
+    return {
+        "id": c.challengeId,
+        "merchant_id": merchant_id,
+        "endpoint_id": c.endpointId,
+        "livemode": livemode,
+        "network": c.network,
+        "asset": c.asset,
+        "pay_to": c.payTo,
+        "amount_minor": int(c.amount),
+        "resource": c.resource,
+        "expires_at": datetime.fromtimestamp(c.expiresAt, UTC),
+        "created_at": datetime.now(UTC),
+        "payment_id": None,
+    }
+
+
 async def insert_challenges(conn: Any, merchant_id: str, livemode: bool, items: list[ChallengeIn]) -> int:
     """Record challenges, ignoring ones already known. Endpoints must belong to the merchant."""
     if not items:
@@ -61,26 +78,8 @@ async def insert_challenges(conn: Any, merchant_id: str, livemode: bool, items: 
     missing = wanted - owned
     if missing:
         raise ApiError.missing("agent endpoint", sorted(missing)[0], param="challenges.endpointId")
-    rows = [
-        {
-            "id": c.challengeId,
-            "merchant_id": merchant_id,
-            "endpoint_id": c.endpointId,
-            "livemode": livemode,
-            "network": c.network,
-            "asset": c.asset,
-            "pay_to": c.payTo,
-            "amount_minor": int(c.amount),
-            "resource": c.resource,
-            "expires_at": datetime.fromtimestamp(c.expiresAt, UTC),
-            "created_at": datetime.now(UTC),
-            "payment_id": None,
-        }
-        for c in items
-    ]
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(tables.agent_challenges).on_conflict_do_nothing()
-    await conn.execute(statement, rows)
+    rows = [challenge_row(merchant_id, livemode, c) for c in items]
+    await record_challenges(conn, rows)
     return len(rows)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -19,6 +18,7 @@ from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentEndpoint, utcnow
 from x402mw.platform.services.chains import ChainHandle
+from x402mw.platform.services.endpoints import find_endpoint
 from x402mw.platform.services.merchants import Caller
 
 __all__ = ["endpoint_json", "load_endpoint", "routes"]
@@ -148,16 +148,7 @@ def endpoint_json(row: Any, chain: ChainHandle | None) -> dict[str, Any]:
 
 async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
     """The caller's endpoint, or 404 (another merchant's endpoint is indistinguishable from none)."""
-    table = tables.agent_endpoints
-    row = (
-        await conn.execute(
-            select(table).where(
-                table.c.id == endpoint_id,
-                table.c.merchant_id == caller.merchant_id,
-                table.c.livemode == caller.livemode,
-            )
-        )
-    ).first()
+    row = await find_endpoint(conn, caller.merchant_id, caller.livemode, endpoint_id)
     if row is None:
         raise ApiError.missing("agent endpoint", endpoint_id)
     return row
@@ -232,6 +223,7 @@ async def update(request: Request) -> JSONResponse:
             values["payout_history"] = history
         await conn.execute(table.update().where(table.c.id == row.id).values(**values))
         row = await load_endpoint(conn, caller, row.id)
+    platform.endpoints.invalidate()
     return JSONResponse({"endpoint": endpoint_json(row, platform.chains.get(row.chain_id))})
 
 

@@ -12,8 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from x402mw.platform.api.agent_challenges import ChallengeIn, insert_challenges
-from x402mw.platform.api.agent_endpoints import load_endpoint
+from x402mw.platform.api.agent_challenges import ChallengeIn, challenge_row
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.api.errors import ApiError
@@ -61,25 +60,23 @@ async def settle(request: Request) -> JSONResponse:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise ApiError(400, "parameter_invalid", f"Invalid payment at {where}: {first['msg']}", param=where) from None
-    async with platform.engine.begin() as conn:
-        endpoint = await load_endpoint(conn, caller, body.endpointId)
-        await insert_challenges(
-            conn,
-            caller.merchant_id,
-            caller.livemode,
-            [
-                ChallengeIn(
-                    challengeId=body.challengeId,
-                    endpointId=endpoint.id,
-                    network=accepted.network,
-                    asset=accepted.asset,
-                    payTo=accepted.pay_to,
-                    amount=str(accepted.amount),
-                    resource=body.resource,
-                    expiresAt=body.expiresAt,
-                )
-            ],
-        )
+    endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
+    if endpoint is None:
+        raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+    challenge = challenge_row(
+        caller.merchant_id,
+        caller.livemode,
+        ChallengeIn(
+            challengeId=body.challengeId,
+            endpointId=endpoint.id,
+            network=accepted.network,
+            asset=accepted.asset,
+            payTo=accepted.pay_to,
+            amount=str(accepted.amount),
+            resource=body.resource,
+            expiresAt=body.expiresAt,
+        ),
+    )
     refusal = _endpoint_mismatch(endpoint, accepted, platform)
     if refusal is not None:
         return _reply(platform.settlement.failed(accepted.network, *refusal))
@@ -93,6 +90,7 @@ async def settle(request: Request) -> JSONResponse:
             resource=body.resource,
             livemode=caller.livemode,
             release_policy=endpoint.release_policy,
+            challenge=challenge,
             wait_seconds=body.waitSeconds,
         )
     )

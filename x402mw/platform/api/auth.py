@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.services.merchants import Caller, lookup_key
+from x402mw.platform.services.merchants import Caller
 
 __all__ = ["authenticate"]
 
@@ -27,7 +27,7 @@ async def authenticate(request: Request) -> Caller:
             "api_key_missing",
             "No API key provided: send 'Authorization: Bearer <API key>' or 'x-api-key'",
         )
-    caller = await lookup_key(request.app.state.platform.engine, key)
+    caller: Caller | None = await request.app.state.platform.keys.lookup(key)
     if caller is None:
         raise ApiError(401, "invalid_api_key", "The API key is invalid or has been revoked")
     return caller

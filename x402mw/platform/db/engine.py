@@ -53,7 +53,9 @@ def create_engine_for(url: str, *, pool_size: int = 20) -> AsyncEngine:
     """The app's async engine for ``url``."""
     full = async_url(url)
     if full.startswith("sqlite"):
-        engine = create_async_engine(full, connect_args={"timeout": 30})
+        # SQLite has one writer at a time; several connections in one process only collide and sleep in
+        # SQLite's busy handler. One connection serializes the process's statements without those sleeps.
+        engine = create_async_engine(full, connect_args={"timeout": 30}, pool_size=1, max_overflow=0, pool_timeout=60)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(full, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)

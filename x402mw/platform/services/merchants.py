@@ -13,8 +13,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import ApiKey, Merchant, utcnow
+from x402mw.platform.services.cache import TTLCache
 
-__all__ = ["Caller", "create_api_key", "create_merchant", "hash_key", "lookup_key", "revoke_api_key"]
+__all__ = ["Caller", "KeyRing", "create_api_key", "create_merchant", "hash_key", "lookup_key", "revoke_api_key"]
 
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -80,3 +81,20 @@ async def lookup_key(engine: AsyncEngine, key: str) -> Caller | None:
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, wanted):
         return None
     return Caller(merchant_id=row.merchant_id, livemode=bool(row.livemode), key_id=row.id)
+
+
+class KeyRing:
+    """Key lookups for the API, cached for ``ttl`` seconds. Revoking through the ring takes effect at
+    once in this process; a revocation made elsewhere (another process, the CLI) within ``ttl``."""
+
+    def __init__(self, engine: AsyncEngine, *, ttl: float = 2.0) -> None:
+        self.engine = engine
+        self._cache: TTLCache[str, Caller | None] = TTLCache(ttl)
+
+    async def lookup(self, key: str) -> Caller | None:
+        return await self._cache.get(hash_key(key), lambda: lookup_key(self.engine, key))
+
+    async def revoke(self, key_id: str) -> bool:
+        done = await revoke_api_key(self.engine, key_id)
+        self._cache.invalidate()
+        return done

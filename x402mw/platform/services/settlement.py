@@ -28,6 +28,7 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.challenges import record_challenges
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 
@@ -57,6 +58,7 @@ class SettleRequest:
     livemode: bool = False
     release_policy: str = "included"
     wait_seconds: float = 20.0
+    challenge: dict[str, Any] | None = None  # recorded with the claim, in one transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +240,8 @@ class SettlementService:
         values = row.model_dump()
         try:
             async with self.engine.begin() as conn:
+                if request.challenge is not None:
+                    await record_challenges(conn, [request.challenge])
                 await conn.execute(tables.agent_payments.insert().values(**values))
         except IntegrityError:
             return None
