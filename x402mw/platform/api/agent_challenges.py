@@ -109,8 +109,7 @@ async def retrieve(request: Request) -> JSONResponse:
             await conn.execute(
                 select(table).where(
                     table.c.id == challenge_id,
-                    table.c.merchant_id == caller.merchant_id,
-                    table.c.livemode == caller.livemode,
+                    *caller.owns(table),
                 )
             )
         ).first()
@@ -120,7 +119,7 @@ async def retrieve(request: Request) -> JSONResponse:
             (
                 await conn.execute(
                     select(payments)
-                    .where(payments.c.challenge_id == challenge_id, payments.c.merchant_id == caller.merchant_id)
+                    .where(payments.c.challenge_id == challenge_id, *caller.owns(payments))
                     .order_by(payments.c.created_at.desc())
                 )
             )

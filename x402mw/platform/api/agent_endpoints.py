@@ -235,7 +235,7 @@ async def list_endpoints(request: Request) -> JSONResponse:
         page = await list_page(
             conn,
             table,
-            [table.c.merchant_id == caller.merchant_id, table.c.livemode == caller.livemode],
+            caller.owns(table),
             request,
             lambda r: endpoint_json(r, platform.chains.get(r.chain_id)),
         )

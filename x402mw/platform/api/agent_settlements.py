@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -53,13 +53,8 @@ async def settle(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     body = parse_body(SettleBody, await read_json(request))
     platform = request.app.state.platform
-    try:
-        accepted = PaymentRequirements.model_validate(body.accepted)
-        payload = PaymentPayload.model_validate(body.paymentPayload)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise ApiError(400, "parameter_invalid", f"Invalid payment at {where}: {first['msg']}", param=where) from None
+    accepted = parse_body(PaymentRequirements, body.accepted, prefix="accepted.")
+    payload = parse_body(PaymentPayload, body.paymentPayload, prefix="paymentPayload.")
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
@@ -115,7 +110,7 @@ def _endpoint_mismatch(endpoint: Any, accepted: PaymentRequirements, platform: A
 async def list_payments(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     table = tables.agent_payments
-    filters = [table.c.merchant_id == caller.merchant_id, table.c.livemode == caller.livemode]
+    filters = caller.owns(table)
     endpoint = request.query_params.get("endpointId")
     if endpoint:
         filters.append(table.c.endpoint_id == endpoint)
@@ -136,8 +131,7 @@ async def retrieve_payment(request: Request) -> JSONResponse:
                 await conn.execute(
                     select(table).where(
                         table.c.id == payment_id,
-                        table.c.merchant_id == caller.merchant_id,
-                        table.c.livemode == caller.livemode,
+                        *caller.owns(table),
                     )
                 )
             )

@@ -48,13 +48,14 @@ def _no_float_loss(text: str) -> str:
     return text
 
 
-def parse_body(model: type[M], data: Any) -> M:
-    """Validate ``data`` with ``model``; the first problem becomes a 400 naming its ``param``."""
+def parse_body(model: type[M], data: Any, *, prefix: str = "") -> M:
+    """Validate ``data`` with ``model``; the first problem becomes a 400 naming its ``param``
+    (``prefix`` names where ``data`` sits in the request body, e.g. ``"accepted."``)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(p) for p in first.get("loc", ()))
+        param = prefix + ".".join(str(p) for p in first.get("loc", ()))
         kind = first.get("type", "")
         if kind == "missing":
             raise ApiError(400, "parameter_missing", f"Missing required parameter: {param}", param=param) from None

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import read_json
-from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.services.settlement import Refusal, SettleRequest
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
@@ -29,17 +28,7 @@ class FacilitatorBody(BaseModel):
 
 
 async def _body(request: Request) -> FacilitatorBody:
-    data = await read_json(request)
-    try:
-        return FacilitatorBody.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        raise ApiError(400, "parameter_invalid", f"Invalid {where}: {first['msg']}", param=where) from None
-
-
-def _network(body: FacilitatorBody) -> str:
-    return body.paymentRequirements.network
+    return parse_body(FacilitatorBody, await read_json(request))
 
 
 async def verify(request: Request) -> JSONResponse:

@@ -20,24 +20,22 @@ __all__ = ["async_url", "create_engine_for", "migrate", "sync_url"]
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def async_url(url: str) -> str:
+def _with_driver(url: str, drivers: dict[str, str]) -> str:
     parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        return str(parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False))
-    if backend == "postgresql":
-        return str(parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False))
-    raise ValueError(f"unsupported database URL (use sqlite:/// or postgresql://): {parsed.drivername}")
+    driver = drivers.get(parsed.get_backend_name())
+    if driver is None:
+        raise ValueError(f"unsupported database URL (use sqlite:/// or postgresql://): {parsed.drivername}")
+    return str(parsed.set(drivername=driver).render_as_string(hide_password=False))
+
+
+def async_url(url: str) -> str:
+    """The URL with the app's async driver (aiosqlite, asyncpg)."""
+    return _with_driver(url, {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"})
 
 
 def sync_url(url: str) -> str:
-    parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        return str(parsed.set(drivername="sqlite").render_as_string(hide_password=False))
-    if backend == "postgresql":
-        return str(parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False))
-    raise ValueError(f"unsupported database URL (use sqlite:/// or postgresql://): {parsed.drivername}")
+    """The URL with the sync driver Alembic uses (sqlite3, psycopg)."""
+    return _with_driver(url, {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"})
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -7,8 +7,9 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from x402mw.platform.db import tables
@@ -27,6 +28,10 @@ class Caller:
     merchant_id: str
     livemode: bool
     key_id: str
+
+    def owns(self, table: Table) -> list[ColumnElement[bool]]:
+        """The filter every merchant-owned query carries: this merchant's rows of this mode only."""
+        return [table.c.merchant_id == self.merchant_id, table.c.livemode == self.livemode]
 
 
 def hash_key(key: str) -> str:
