@@ -1,7 +1,7 @@
 """(c) Paid requests per second end to end: agents -> seller -> platform -> anvil.
 
 Processes: anvil; the platform (``x402mw platform serve``, SQLite); a Starlette seller (uvicorn);
-this process runs ``AGENTS`` concurrent agents, each an ``httpx.AsyncClient`` with `X402Auth`
+this process runs ``agents`` concurrent agents (32 by default), each an ``httpx.AsyncClient`` with `X402Auth`
 (every paid request is two HTTP round trips: the 402, then the paid retry).
 
 Baseline, in the same run: the chain alone — the same number of ``transferWithAuthorization``
@@ -37,7 +37,6 @@ from x402mw.platform.chain.token import encode_transfer_with_authorization, mint
 from x402mw.platform.db.engine import sync_url
 from x402mw.platform.server import free_port
 
-AGENTS = 32
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,8 +63,8 @@ def _cli(*args: str, env: dict[str, str]) -> str:
     ).stdout
 
 
-async def _chain_baseline(url: str, token: str, payer_keys: list[bytes], count: int) -> float:
-    """Transfers/s through our relayer straight to anvil, 32 in flight, no HTTP or database."""
+async def _chain_baseline(url: str, token: str, payer_keys: list[bytes], count: int, concurrency: int) -> float:
+    """Transfers/s through our relayer straight to anvil, ``concurrency`` in flight, no HTTP or database."""
     rpc = HttpJsonRpc(url)
     relayer = Relayer(rpc, ANVIL_DEV_KEYS[2], chain_id=31337)
     await relayer.start()
@@ -101,7 +100,7 @@ async def _chain_baseline(url: str, token: str, payer_keys: list[bytes], count: 
             assert receipt.status == 1
 
     start = time.perf_counter()
-    await asyncio.gather(*[worker() for _ in range(AGENTS)])
+    await asyncio.gather(*[worker() for _ in range(concurrency)])
     took = time.perf_counter() - start
     await relayer.aclose()
     await rpc.aclose()
@@ -126,14 +125,14 @@ async def _agents(seller_url: str, wallets: list[Wallet], seconds: float) -> tup
     return len(latencies), latencies
 
 
-def run(seconds: float = 15.0, database: str = "sqlite") -> dict[str, float]:
+def run(seconds: float = 15.0, database: str = "sqlite", agents: int = 32) -> dict[str, float]:
     """``database`` is ``sqlite`` (a file in a temporary directory) or ``postgresql`` (a fresh database
     on ``X402MW_TEST_POSTGRES_URL``, default the local server)."""
     workdir = Path(tempfile.mkdtemp(prefix="x402mw-bench-"))
     procs: list[subprocess.Popen[bytes]] = []
     with AnvilProcess() as anvil, _database(database, workdir) as database_url:
         try:
-            return _run(anvil, workdir, procs, seconds, database, database_url)
+            return _run(anvil, workdir, procs, seconds, database, database_url, agents)
         finally:
             for proc in procs:
                 proc.terminate()
@@ -167,6 +166,7 @@ def _run(
     seconds: float,
     database: str,
     database_url: str,
+    agents: int,
 ) -> dict[str, float]:
     deployer = ANVIL_DEV_KEYS[0]
 
@@ -228,7 +228,7 @@ def _run(
     ]
     procs.append(_spawn([sys.executable, "-m", "uvicorn", *uvicorn_args], seller_env, seller_log))
     _wait_http(f"http://127.0.0.1:{seller_port}/health", seller_log)
-    keys = [new_private_key() for _ in range(AGENTS)]
+    keys = [new_private_key() for _ in range(agents)]
 
     async def fund() -> None:
         rpc = HttpJsonRpc(anvil.url)
@@ -257,12 +257,12 @@ def _run(
     engine.dispose()
     overheads = [row[0] / 1000 for row in rows]
     chain_ms = statistics.median(row[1] / 1000 for row in rows) if rows else float("nan")
-    baseline = asyncio.run(_chain_baseline(anvil.url, usdc, keys, max(200, paid // 4)))
+    baseline = asyncio.run(_chain_baseline(anvil.url, usdc, keys, max(200, paid // 4), agents))
     median_overhead = statistics.median(overheads) if overheads else float("nan")
     p50 = statistics.median(latencies) * 1000
     p99 = sorted(latencies)[int(len(latencies) * 0.99) - 1] * 1000 if latencies else float("nan")
     print(
-        f"end to end ({AGENTS} agents, {seconds:.0f}s): {throughput:.0f} paid requests/s "
+        f"end to end ({agents} agents, {seconds:.0f}s): {throughput:.0f} paid requests/s "
         f"(p50 {p50:.0f} ms, p99 {p99:.0f} ms); chain alone (relayer -> anvil, no HTTP/DB): {baseline:.0f} "
         f"transfers/s; ratio {throughput / baseline:.2f}x; platform time beyond inclusion: median "
         f"{median_overhead:.1f} ms over {len(overheads)} settlements (chain inclusion median {chain_ms:.1f} ms; "
@@ -279,4 +279,9 @@ def _run(
 
 
 if __name__ == "__main__":
-    run(float(sys.argv[1]) if len(sys.argv) > 1 else 15.0, sys.argv[2] if len(sys.argv) > 2 else "sqlite")
+    arguments = sys.argv[1:]
+    run(
+        float(arguments[0]) if arguments else 15.0,
+        arguments[1] if len(arguments) > 1 else "sqlite",
+        int(arguments[2]) if len(arguments) > 2 else 32,
+    )
