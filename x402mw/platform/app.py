@@ -19,8 +19,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from x402mw import __version__
-from x402mw.platform.api import agent_challenges, agent_endpoints, agent_settlements, facilitator, sandbox
+from x402mw.platform.api import agent_challenges, agent_endpoints, agent_settlements, facilitator, openapi, sandbox
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
+from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.clock import Clock
 from x402mw.platform.runtime import Platform
 from x402mw.platform.settings import PlatformSettings
@@ -66,10 +67,11 @@ def create_app(
         *facilitator.routes,
         *sandbox.routes,
         Route("/health", health),
+        *openapi.routes,
     ]
     app = Starlette(
         routes=[
-            Mount("/v1", routes=v1),
+            Mount("/v1", routes=v1, middleware=[Middleware(IdempotencyMiddleware)]),
             Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
             Route("/healthz", health),
         ],

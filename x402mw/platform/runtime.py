@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.errors import ConfigurationError
 from x402mw.evm.keys import address_of
+from x402mw.platform.api.idempotency import purge_idempotency_keys
 from x402mw.platform.chain.devchain import start_dev_chain
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
@@ -79,6 +80,7 @@ class Platform:
             await asyncio.sleep(2.0)
             try:
                 await self.settlement.recover_submitted()
+                await purge_idempotency_keys(self.engine, self.clock.now())
             except Exception:
                 logger.exception("worker round failed")
 

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.services.merchants import Caller
+from x402mw.platform.services.merchants import Caller, KeyRing
 
-__all__ = ["authenticate"]
+__all__ = ["authenticate", "caller_for"]
 
 
 async def authenticate(request: Request) -> Caller:
     """The calling merchant; 401 ``authentication_error`` when the key is missing, invalid or revoked."""
-    header = request.headers.get("authorization")
+    return await caller_for(request.headers, request.app.state.platform.keys)
+
+
+async def caller_for(headers: Headers, keys: KeyRing) -> Caller:
+    """The merchant whose key ``headers`` present (for code below the routes, e.g. ASGI middleware);
+    raises the same 401 `ApiError` as `authenticate`."""
+    header = headers.get("authorization")
     key: str | None = None
     if header is not None:
         scheme, _, value = header.partition(" ")
@@ -20,14 +27,14 @@ async def authenticate(request: Request) -> Caller:
             raise ApiError(401, "invalid_api_key", "Use 'Authorization: Bearer <API key>'")
         key = value.strip()
     else:
-        key = request.headers.get("x-api-key")
+        key = headers.get("x-api-key")
     if not key:
         raise ApiError(
             401,
             "api_key_missing",
             "No API key provided: send 'Authorization: Bearer <API key>' or 'x-api-key'",
         )
-    caller: Caller | None = await request.app.state.platform.keys.lookup(key)
+    caller = await keys.lookup(key)
     if caller is None:
         raise ApiError(401, "invalid_api_key", "The API key is invalid or has been revoked")
     return caller

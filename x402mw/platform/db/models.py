@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "AgentPayment",
     "ApiKey",
     "Event",
+    "IdempotencyKey",
     "Merchant",
     "new_id",
     "utcnow",
@@ -139,3 +140,24 @@ class Event(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
     __table_args__ = (Index("ix_events_merchant_created", "merchant_id", "created_at"),)
+
+
+class IdempotencyKey(SQLModel, table=True):
+    """An ``Idempotency-Key`` a merchant sent with a POST, and the response it got (kept ≥ 24 h)."""
+
+    __tablename__ = "idempotency_keys"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    key: str = Field(max_length=255)
+    fingerprint: str = Field(max_length=64)  # SHA-256 of method, path, query and body
+    status: str = Field(max_length=16)  # in_flight -> done (a failed first use deletes the row)
+    response_status: int | None = None
+    response_headers: list[list[str]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    response_body: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("merchant_id", "livemode", "key", name="uq_idempotency_keys_scope"),
+        Index("ix_idempotency_keys_created", "created_at"),
+    )

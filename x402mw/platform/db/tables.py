@@ -6,7 +6,15 @@ from sqlmodel import SQLModel
 
 import x402mw.platform.db.models  # noqa: F401  (defines the tables)
 
-__all__ = ["agent_challenges", "agent_endpoints", "agent_payments", "api_keys", "events", "merchants"]
+__all__ = [
+    "agent_challenges",
+    "agent_endpoints",
+    "agent_payments",
+    "api_keys",
+    "events",
+    "idempotency_keys",
+    "merchants",
+]
 
 _tables = SQLModel.metadata.tables
 merchants = _tables["merchants"]
@@ -15,3 +23,4 @@ agent_endpoints = _tables["agent_endpoints"]
 agent_challenges = _tables["agent_challenges"]
 agent_payments = _tables["agent_payments"]
 events = _tables["events"]
+idempotency_keys = _tables["idempotency_keys"]

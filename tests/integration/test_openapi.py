@@ -1,0 +1,160 @@
+"""The OpenAPI document: the same operations as the app's routes, valid OpenAPI 3.1, served as built,
+and rendered into docs/api-reference.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+from openapi_spec_validator import validate
+from starlette.routing import BaseRoute, Mount, Route
+
+from tests.harness import PlatformHarness
+from x402mw import __version__
+from x402mw.platform.api.openapi import build_document
+from x402mw.platform.api.reference import render_markdown
+from x402mw.platform.app import create_app
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "api-reference.md"
+METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def _routes(routes: list[BaseRoute], prefix: str = "") -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for route in routes:
+        if isinstance(route, Mount):
+            found |= _routes(route.routes, prefix + route.path)
+        elif isinstance(route, Route):
+            found |= {(method.lower(), prefix + route.path_format) for method in route.methods or ()} - {
+                ("head", prefix + route.path_format)
+            }
+        else:
+            raise AssertionError(f"unexpected route type {route!r}")
+    return found
+
+
+def _operations(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (method, path): operation
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in METHODS
+    }
+
+
+def _resolve(document: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        target: Any = document
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def test_every_route_is_documented_and_every_operation_is_routed() -> None:
+    app = create_app()  # the lifespan (which would start a platform) never runs: only routes are read
+    routed = _routes(app.routes)
+    documented = set(_operations(build_document()))
+    assert ("get", "/v1/agent/endpoints/{endpoint_id}") in routed, "routes are read with their {param} paths"
+    assert ("get", "/merchant/v1/agent/challenges/{challenge_id}") in routed
+    assert routed - documented == set(), "routes missing from the OpenAPI document"
+    assert documented - routed == set(), "documented operations without a route"
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    document = build_document()
+    validate(document)
+    assert document["openapi"].startswith("3.1")
+    assert document["info"]["version"] == __version__
+    assert "{api_host}" in document["servers"][0]["url"]
+
+
+def test_every_operation_is_complete() -> None:
+    document = build_document()
+    operations = _operations(document)
+    ids = [operation["operationId"] for operation in operations.values()]
+    assert len(ids) == len(set(ids)), "operationIds are unique"
+    tags = {tag["name"] for tag in document["tags"]}
+    for (method, path), operation in operations.items():
+        where = f"{method.upper()} {path}"
+        assert operation["summary"], where
+        assert set(operation["tags"]) <= tags, where
+        statuses = list(operation["responses"])
+        assert any(status.startswith("2") for status in statuses), where
+        assert "402" not in statuses, where
+        for status, response in operation["responses"].items():
+            response = _resolve(document, response)
+            assert "Request-Id" in response["headers"], f"{where} {status}"
+            if status.startswith("4"):
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ErrorEnvelope"}, f"{where} {status}"
+        if operation["security"]:
+            assert "401" in statuses, where
+        if "{" in path:
+            assert "404" in statuses, where
+        if "requestBody" in operation:
+            assert {"400", "413"} <= set(statuses), where
+
+
+def test_documented_auth_and_list_conventions() -> None:
+    document = build_document()
+    operations = _operations(document)
+    public = {key for key, operation in operations.items() if operation["security"] == []}
+    assert public == {
+        ("get", "/v1/x402/supported"),
+        ("get", "/v1/health"),
+        ("get", "/healthz"),
+        ("get", "/v1/openapi.json"),
+    }
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schemes["bearerAuth"]["description"],
+    }
+    assert schemes["apiKeyHeader"] == {"type": "apiKey", "in": "header", "name": "x-api-key"}
+    limit = _resolve(document, {"$ref": "#/components/parameters/limit"})
+    assert limit["schema"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}
+    for key in [("get", "/v1/agent/endpoints"), ("get", "/v1/agent/payments")]:
+        names = {_resolve(document, p)["name"] for p in operations[key]["parameters"]}
+        assert {"limit", "starting_after", "ending_before"} <= names, key
+        page = _resolve(document, operations[key]["responses"]["200"]["content"]["application/json"]["schema"])
+        assert page["required"] == ["object", "data", "hasMore"]
+    error = document["components"]["schemas"]["Error"]
+    assert error["required"] == ["type", "code", "message", "requestId"]
+    assert set(error["properties"]) == {"type", "code", "message", "requestId", "param"}
+
+
+def test_request_bodies_come_from_the_pydantic_models() -> None:
+    schemas = build_document()["components"]["schemas"]
+    create = schemas["EndpointCreate"]
+    assert create["additionalProperties"] is False
+    assert set(create["required"]) == {"name", "resourceUrl", "chainId", "currency", "payoutAddress"}
+    assert create["properties"]["maxTimeoutSeconds"]["minimum"] == 30
+    # amounts parsed from digit strings are documented as strings, never as numbers
+    assert create["properties"]["amountMinor"]["anyOf"][0] == {"type": "string", "pattern": "^[0-9]+$"}
+    assert schemas["PaymentRequirements"]["properties"]["amount"]["type"] == "string"
+    assert schemas["SettleBody"]["properties"]["paymentPayload"]["$ref"] == "#/components/schemas/PaymentPayload"
+    assert schemas["ChallengeBatch"]["properties"]["challenges"]["items"] == {
+        "$ref": "#/components/schemas/ChallengeIn"
+    }
+
+
+def test_the_running_platform_serves_the_document(dev_platform: PlatformHarness) -> None:
+    response = httpx.get(dev_platform.url + "/openapi.json", timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.headers["request-id"].startswith("req_")
+    assert response.json() == build_document()
+
+
+def test_the_reference_page_is_rendered_from_the_document() -> None:
+    page = render_markdown(build_document())
+    assert REFERENCE.read_text(encoding="utf-8") == page, (
+        "docs/api-reference.md is stale: run python -m x402mw.platform.api.reference > docs/api-reference.md"
+    )
+    for tag in ["Agent endpoints", "Challenges", "Agent payments", "Facilitator", "Sandbox", "Health"]:
+        assert f"\n## {tag}\n" in page
+    assert "`PATCH /v1/agent/endpoints/{endpoint_id}`" in page
+    assert "| `payoutAddress` | string | yes |" in page

@@ -1,0 +1,235 @@
+"""``Idempotency-Key`` on the merchant API's POSTs, with Stripe's semantics.
+
+A POST that carries ``Idempotency-Key`` (1–255 printable ASCII characters) runs once per key, per
+merchant and mode. Its response (status, headers, body) is stored unless it is a 5xx; the same key
+with the same request (method, path, query, body) answers that response again with
+``Idempotent-Replayed: true`` and a fresh ``Request-Id``. The same key with another request is 400
+``idempotency_key_reused``, and while the first request still runs 409 ``idempotency_key_in_use``
+(both of type ``idempotency_error``). A 5xx or an exception releases the key so that the client may
+retry. Keys are kept ``KEEP_FOR`` (24 h); `purge_idempotency_keys` deletes older ones.
+
+::
+
+    Mount("/v1", routes=routes, middleware=[Middleware(IdempotencyMiddleware)])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from x402mw.platform.api.auth import caller_for
+from x402mw.platform.api.bodies import MAX_BODY_BYTES
+from x402mw.platform.api.errors import ApiError, error_response
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.services.merchants import Caller
+
+__all__ = ["KEEP_FOR", "IdempotencyMiddleware", "purge_idempotency_keys"]
+
+logger = logging.getLogger("x402mw.platform")
+
+KEEP_FOR = timedelta(hours=24)
+# A key still in flight after this long was left by a process that died mid-request: it may be taken over.
+STALE_AFTER = timedelta(minutes=5)
+IN_FLIGHT, DONE = "in_flight", "done"
+REPLAYED = (b"idempotent-replayed", b"true")
+
+
+class IdempotencyMiddleware:
+    """Pure ASGI. Needs the platform in ``app.state.platform``; place it inside `RequestIdMiddleware`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        key = headers.get("idempotency-key")
+        if key is None:
+            await self.app(scope, receive, send)
+            return
+        platform = scope["app"].state.platform
+        try:
+            caller = await caller_for(headers, platform.keys)
+        except ApiError:
+            await self.app(scope, receive, send)  # the endpoint answers its own 401
+            return
+        try:
+            if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
+                raise ApiError(
+                    400,
+                    "idempotency_key_invalid",
+                    "Idempotency-Key must be 1 to 255 printable ASCII characters",
+                    param="Idempotency-Key",
+                )
+            body = await _read_body(receive)
+            if body is None:
+                return  # the client went away before sending its body
+            engine: AsyncEngine = platform.engine
+            claim = await _claim(engine, caller, key, _fingerprint(scope, body), platform.clock.now())
+        except ApiError as error:
+            await error_response(error)(scope, receive, send)
+            return
+        if isinstance(claim, str):
+            await self._run_once(scope, _replaying(body, receive), send, engine, claim)
+        else:
+            await _replay(claim, send)
+
+    async def _run_once(self, scope: Scope, receive: Receive, send: Send, engine: AsyncEngine, row_id: str) -> None:
+        status = 0
+        headers: list[tuple[bytes, bytes]] = []
+        body = bytearray()
+        stored = False
+
+        async def capture(message: Message) -> None:
+            nonlocal status, headers, stored
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(name, value) for name, value in message.get("headers", []) if name.lower() != b"request-id"]
+            elif message["type"] == "http.response.body":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body", False) and status < 500:
+                    # Stored before the client sees the end of the response, so that a retry sent as
+                    # soon as it arrives finds the key done rather than still in flight.
+                    await _store(engine, row_id, status, headers, bytes(body))
+                    stored = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            if not stored:
+                await _release(engine, row_id)
+
+
+def _fingerprint(scope: Scope, body: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in (scope["method"], scope["path"]):
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    digest.update(scope.get("query_string", b"") + b"\0")
+    digest.update(body)
+    return digest.hexdigest()
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body.extend(message.get("body", b""))
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB")
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # after the body, only http.disconnect
+
+    return replay
+
+
+async def _claim(engine: AsyncEngine, caller: Caller, key: str, fingerprint: str, now: datetime) -> str | Row[Any]:
+    """The id of a new in-flight row this request owns, or the row of the key's first use."""
+    table = tables.idempotency_keys
+    for _ in range(3):
+        row_id = new_id()
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    insert(table).values(
+                        id=row_id,
+                        merchant_id=caller.merchant_id,
+                        livemode=caller.livemode,
+                        key=key,
+                        fingerprint=fingerprint,
+                        status=IN_FLIGHT,
+                        created_at=now,
+                    )
+                )
+            return row_id
+        except IntegrityError:
+            pass
+        async with engine.begin() as conn:
+            row = (await conn.execute(select(table).where(*caller.owns(table), table.c.key == key))).first()
+            if row is None:
+                continue  # the first use failed and released the key meanwhile
+            if row.fingerprint != fingerprint:
+                raise ApiError(
+                    400,
+                    "idempotency_key_reused",
+                    "This Idempotency-Key was used with another request (method, path or body); "
+                    "use a new key for a different request",
+                    type="idempotency_error",
+                )
+            if row.status == DONE:
+                return row
+            taken = await conn.execute(
+                update(table)
+                .where(table.c.id == row.id, table.c.status == IN_FLIGHT, table.c.created_at < now - STALE_AFTER)
+                .values(created_at=now)
+            )
+            if taken.rowcount == 1:
+                return str(row.id)
+            break
+    raise ApiError(
+        409,
+        "idempotency_key_in_use",
+        "A request with this Idempotency-Key is still being processed; retry once it has finished",
+        type="idempotency_error",
+    )
+
+
+async def _store(
+    engine: AsyncEngine, row_id: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    table = tables.idempotency_keys
+    pairs = [[name.decode("latin-1"), value.decode("latin-1")] for name, value in headers]
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(table)
+            .where(table.c.id == row_id)
+            .values(status=DONE, response_status=status, response_headers=pairs, response_body=body)
+        )
+
+
+async def _release(engine: AsyncEngine, row_id: str) -> None:
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(delete(tables.idempotency_keys).where(tables.idempotency_keys.c.id == row_id))
+    except Exception:
+        # The key stays in flight until STALE_AFTER, when a retry may take it over.
+        logger.exception("could not release idempotency key %s", row_id)
+
+
+async def _replay(row: Row[Any], send: Send) -> None:
+    headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in row.response_headers or []]
+    await send({"type": "http.response.start", "status": row.response_status, "headers": [*headers, REPLAYED]})
+    await send({"type": "http.response.body", "body": row.response_body or b""})
+
+
+async def purge_idempotency_keys(engine: AsyncEngine, now: datetime) -> int:
+    """Delete the keys first used more than `KEEP_FOR` before ``now``; returns how many."""
+    table = tables.idempotency_keys
+    async with engine.begin() as conn:
+        result = await conn.execute(delete(table).where(table.c.created_at < now - KEEP_FOR))
+    return int(result.rowcount)
