@@ -17,6 +17,7 @@ receipt by scanning back from the head.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -31,10 +32,13 @@ from eth_tester.exceptions import TransactionFailed, TransactionNotFound
 from eth_tester.exceptions import ValidationError as TesterValidationError
 from eth_utils.exceptions import ValidationError
 from hexbytes import HexBytes
+from rlp.exceptions import RLPException
 
 from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import deploy_token, mint
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DevChain", "DevChainRpc", "start_dev_chain"]
 
@@ -281,11 +285,13 @@ def _strip(value: str) -> str:
 
 
 def _declared_gas(raw: bytes) -> int:
+    """The gas limit a typed transaction declares; 0 when it is legacy or cannot be decoded (the
+    backend then rejects the transaction itself, with its own message)."""
     try:
         if raw and raw[0] < 0x7F:
             return int(TypedTransaction.from_bytes(HexBytes(raw)).as_dict()["gas"])
-    except Exception:
-        pass
+    except (ValueError, KeyError, TypeError, RLPException) as exc:
+        logger.debug("undecodable raw transaction: %s", exc)
     return 0
 
 

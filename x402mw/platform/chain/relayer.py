@@ -24,6 +24,7 @@ from typing import Any
 import rlp
 from coincurve import PrivateKey
 from eth_abi.abi import decode as abi_decode
+from eth_abi.exceptions import DecodingError
 from eth_account import Account
 
 from x402mw.evm.keccak import keccak256
@@ -399,8 +400,9 @@ def revert_reason(error: RpcError) -> str | None:
     if isinstance(data, str) and data[2:10].lower() == _ERROR_SELECTOR:
         try:
             return str(abi_decode(["string"], bytes.fromhex(data[10:]))[0])
-        except Exception:
-            pass
+        except (ValueError, DecodingError):
+            # A malformed Error(string) payload: the node's own message below still names the revert.
+            logger.debug("undecodable revert data %s", data[:200])
     if error.code == 3 or "revert" in error.message.lower():
         return error.message.removeprefix("execution reverted").lstrip(": ") or "execution reverted"
     return None
