@@ -12,8 +12,8 @@ export X402MW_ANVIL := $(abspath $(ANVIL))
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[flask,starlette,django,platform,dev]"
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -c constraints.txt -e ".[flask,starlette,django,platform,dev]"
 	@touch $(STAMP)
 
 $(ANVIL):
