@@ -19,7 +19,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from x402mw import __version__
-from x402mw.platform.api import agent_challenges, agent_endpoints, agent_settlements, facilitator, openapi, sandbox
+from x402mw.platform.api import (
+    agent_challenges,
+    agent_endpoints,
+    agent_settlements,
+    facilitator,
+    openapi,
+    payment_intents,
+    sandbox,
+)
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.clock import Clock
@@ -65,6 +73,7 @@ def create_app(
         *agent_challenges.routes,
         *agent_settlements.routes,
         *facilitator.routes,
+        *payment_intents.routes,
         *sandbox.routes,
         Route("/health", health),
         *openapi.routes,

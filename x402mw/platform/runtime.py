@@ -22,6 +22,7 @@ from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.merchants import KeyRing
+from x402mw.platform.services.payment_intents import expire_due_payment_intents
 from x402mw.platform.services.settlement import SettlementService
 from x402mw.platform.settings import ChainSettings, PlatformSettings
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
@@ -81,6 +82,7 @@ class Platform:
             try:
                 await self.settlement.recover_submitted()
                 await purge_idempotency_keys(self.engine, self.clock.now())
+                await expire_due_payment_intents(self.engine, self.clock.now(), self.settings.checkout_url_base)
             except Exception:
                 logger.exception("worker round failed")
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
-__all__ = ["ChainSettings", "PlatformSettings"]
+__all__ = ["ChainSettings", "PlatformSettings", "default_checkout_url_base"]
+
+
+def default_checkout_url_base(base_url: str) -> str:
+    """The origin of ``base_url`` + ``/checkout``: ``http://127.0.0.1:4402/v1`` gives
+    ``http://127.0.0.1:4402/checkout``."""
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}/checkout"
 
 
 @dataclass
@@ -35,11 +43,18 @@ class PlatformSettings:
     migrate: bool = True
     dev_fund_addresses: list[str] = field(default_factory=list)
     run_worker: bool = True
+    checkout_url_base: str = ""  # default: the base URL's origin + "/checkout"
+
+    def __post_init__(self) -> None:
+        if not self.checkout_url_base:
+            self.checkout_url_base = default_checkout_url_base(self.base_url)
+        self.checkout_url_base = self.checkout_url_base.rstrip("/")
 
     @classmethod
     def from_env(cls, **overrides: object) -> PlatformSettings:
         """Settings from ``X402MW_DATABASE_URL``, ``X402MW_DATA_DIR``, ``X402MW_RPC_URL`` (comma-separated),
-        ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``, ``X402MW_BASE_URL``; ``overrides`` win."""
+        ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``, ``X402MW_BASE_URL``, ``X402MW_CHECKOUT_URL_BASE``;
+        ``overrides`` win."""
         env = os.environ
         settings = cls()
         if env.get("X402MW_DATA_DIR"):
@@ -54,6 +69,8 @@ class PlatformSettings:
         for name, value in overrides.items():
             if value is not None:
                 setattr(settings, name, value)
+        checkout = overrides.get("checkout_url_base") or env.get("X402MW_CHECKOUT_URL_BASE")
+        settings.checkout_url_base = str(checkout or default_checkout_url_base(settings.base_url)).rstrip("/")
         return settings
 
     def __repr__(self) -> str:

@@ -33,13 +33,17 @@ _ERRORS = {
     ),
     401: ("Unauthorized", "The API key is missing, invalid or revoked."),
     404: ("NotFound", "No such object, or it belongs to another merchant (`resource_missing`)."),
-    409: ("Conflict", "A request with this `Idempotency-Key` is still running (`idempotency_key_in_use`)."),
+    409: (
+        "Conflict",
+        "A request with this `Idempotency-Key` is still running (`idempotency_key_in_use`), or the request "
+        "conflicts with the object's state (the operation names the codes).",
+    ),
     413: ("PayloadTooLarge", "The request body is larger than 1 MiB."),
 }
 _PATH_PARAMS = {
     "endpoint_id": "id of an agent endpoint",
     "challenge_id": "id of a challenge",
-    "payment_id": "id of an agent payment",
+    "payment_id": "id of an agent payment or of a payment intent (a bare UUID)",
 }
 _LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
 
@@ -147,6 +151,7 @@ def _wrapped(key: str, name: str) -> Schema:
 def _operations() -> list[tuple[str, str, Schema]]:
     endpoints, challenges, payments = "Agent endpoints", "Challenges", "Agent payments"
     return [
+        *_payment_intent_operations(),
         _operation(
             "POST",
             "/v1/agent/endpoints",
@@ -352,7 +357,62 @@ def _operations() -> list[tuple[str, str, Schema]]:
     ]
 
 
+def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
+    tag = "Payment intents"
+    return [
+        _operation(
+            "POST",
+            "/v1/payment-intents",
+            "createPaymentIntent",
+            tag,
+            "Create a payment intent",
+            "Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
+            "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
+            "another open order holds `metadata.fixed_transfer_customer_id`.",
+            _wrapped("paymentIntent", "PaymentIntent"),
+            status=201,
+            body="PaymentIntentCreate",
+        ),
+        _operation(
+            "GET",
+            "/v1/payment-intents",
+            "listPaymentIntents",
+            tag,
+            "List payment intents",
+            "Newest first; with `orderId`, the merchant's order with that id (a list of at most one).",
+            ref("PaymentIntentList"),
+            query=[
+                *_LIST_PARAMS,
+                {"name": "orderId", "in": "query", "description": "only the order with this id", "schema": STRING},
+            ],
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            "/v1/payment-intents/{payment_id}",
+            "retrievePaymentIntent",
+            tag,
+            "Retrieve a payment intent",
+            "",
+            _wrapped("paymentIntent", "PaymentIntent"),
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            "/v1/payment-intents/{payment_id}/cancel",
+            "cancelPaymentIntent",
+            tag,
+            "Cancel a payment intent",
+            "Only from `requires_payment` (otherwise 409 `payment_intent_unexpected_state`); writes "
+            "`payment_intent.canceled` and releases a fixed transfer address.",
+            _wrapped("paymentIntent", "PaymentIntent"),
+            errors=(404, 409),
+        ),
+    ]
+
+
 _TAGS = [
+    ("Payment intents", "Payment orders a buyer pays at checkout, with wallet or transfer."),
     ("Agent endpoints", "The resources a merchant sells to agents per request."),
     ("Challenges", "Challenges issued by the seller middleware, and the status of one payment."),
     ("Agent payments", "Settling paid requests, the payments settled, and monthly usage."),

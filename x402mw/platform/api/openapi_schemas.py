@@ -13,6 +13,7 @@ from x402mw.platform.api.agent_challenges import ChallengeBatch
 from x402mw.platform.api.agent_endpoints import EndpointCreate, EndpointUpdate
 from x402mw.platform.api.agent_settlements import SettleBody
 from x402mw.platform.api.facilitator import FacilitatorBody
+from x402mw.platform.api.payment_intents import PaymentIntentCreate
 from x402mw.platform.api.sandbox import FaucetBody
 from x402mw.protocol.models import SettlementResponse, VerifyResponse
 
@@ -56,6 +57,7 @@ _BODY_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (FacilitatorBody, "validation"),
     (SettleBody, "validation"),
     (FaucetBody, "validation"),
+    (PaymentIntentCreate, "validation"),
     (SettlementResponse, "serialization"),
     (VerifyResponse, "serialization"),
 ]
@@ -107,6 +109,29 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
         "address": "EVM address receiving the coins",
         "amount": "decimal amount of coins, at most 1,000,000",
     },
+    "PaymentIntentCreate": {
+        "orderId": "the order's id in the merchant's system, 1–200 characters, unique per merchant and mode",
+        "amount": 'decimal amount, greater than 0, at most 6 decimals and 1,000,000,000; a string such as `"12.50"` '
+        "is recommended, JSON numbers are read exactly (never as floats)",
+        "currency": "the primary coin",
+        "acceptedCurrencies": "coins offered at checkout; must include `currency`; default `[currency]`",
+        "customer": "the buyer",
+        "customerEmail": "legacy form of `customer.email`; must agree with it when both are sent",
+        "customerName": "legacy form of `customer.name`; must agree with it when both are sent",
+        "successUrl": "absolute http(s) URL the buyer returns to after paying, at most 2048 characters",
+        "cancelUrl": "absolute http(s) URL the buyer returns to after cancelling, at most 2048 characters",
+        "metadata": "at most 50 string values, keys at most 40 and values at most 500 characters. "
+        "`fixed_transfer_customer_id` reuses one deposit address for that customer's orders "
+        "(`409 fixed_transfer_active_payment` while another open order holds it)",
+        "paymentMethods": "what checkout offers; default wallet and transfer, transfer panel closed",
+        "expiresAt": "ISO 8601 timestamp with a timezone, in the future; the order expires then",
+    },
+    "CustomerIn": {"email": "email address, at most 320 characters", "name": "at most 200 characters"},
+    "PaymentMethodsIn": {
+        "wallet": "offer payment from a browser wallet (default true)",
+        "transfer": "offer a transfer to a dedicated deposit address (default true)",
+        "transferDefaultOpen": "open the transfer panel first (default false; needs `transfer`)",
+    },
     "PaymentRequirements": {
         "scheme": "`exact`",
         "network": "CAIP-2 network, e.g. `eip155:8453`",
@@ -140,11 +165,14 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
     "VerifyResponse": {"invalidReason": "x402 reason code when `isValid` is false", "payer": "payer address"},
 }
 # SettleBody reads these two as dicts and validates them itself, with the models referenced here.
-_PROPERTY_OVERRIDES = {
+_PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
+    "PaymentIntentCreate": {
+        "amount": {"anyOf": [_DECIMAL, {"type": "number", "exclusiveMinimum": 0}]},
+    },
     "SettleBody": {
         "accepted": {"$ref": REF.format(model="PaymentRequirements")},
         "paymentPayload": {"$ref": REF.format(model="PaymentPayload")},
-    }
+    },
 }
 
 
@@ -284,6 +312,8 @@ def response_schemas() -> dict[str, Schema]:
             },
             description="Settlements of one month and the planned fee (first 1,000 free).",
         ),
+        "PaymentIntent": _payment_intent(),
+        "PaymentIntentList": _list_of("PaymentIntent"),
         "AgentEndpointList": _list_of("AgentEndpoint"),
         "AgentPaymentList": _list_of("AgentPayment"),
         "ChallengeBatchResult": object_schema({"object": _const("challenge_batch"), "received": _INTEGER}),
@@ -344,3 +374,45 @@ def response_schemas() -> dict[str, Schema]:
         ),
         "ErrorEnvelope": object_schema({"error": ref("Error")}),
     }
+
+
+def _payment_intent() -> Schema:
+    currency = _enum("USDC", "USDT", "EURC")
+    url = _nullable(STRING | {"format": "uri"})
+    return object_schema(
+        {
+            "paymentId": STRING | {"format": "uuid", "description": "bare UUID; use it in API calls"},
+            "id": STRING | {"format": "uuid", "description": "same as `paymentId`"},
+            "object": _const("payment_intent"),
+            "status": _enum("requires_payment", "processing", "succeeded", "canceled", "expired", "refunded"),
+            "orderId": STRING,
+            "amount": _DECIMAL,
+            "amountReceived": _DECIMAL | {"description": "received so far (an underpaid order shows it)"},
+            "currency": currency,
+            "acceptedCurrencies": {"type": "array", "items": currency},
+            "paymentMethods": object_schema(
+                {"wallet": _BOOLEAN, "transfer": _BOOLEAN, "transferDefaultOpen": _BOOLEAN}
+            ),
+            "checkoutUrl": STRING
+            | {
+                "format": "uri",
+                "description": "`{checkout_url_base}/pi_<uuid>`: hand it to the buyer exactly as returned",
+            },
+            "successUrl": url,
+            "cancelUrl": url,
+            "customer": object_schema({"email": _nullable(STRING), "name": _nullable(STRING)}),
+            "metadata": {"type": "object", "additionalProperties": STRING},
+            "exceptions": {
+                "type": "array",
+                "items": _enum("underpaid", "overpaid", "paid_late", "wrong_asset"),
+                "description": "irregularities of the payment; never statuses",
+            },
+            "txHash": _nullable(STRING),
+            "paidAt": _nullable(_TIMESTAMP),
+            "expiresAt": _nullable(_TIMESTAMP),
+            "livemode": _BOOLEAN,
+            "createdAt": _TIMESTAMP,
+            "updatedAt": _TIMESTAMP,
+        },
+        description="A payment order: an amount the merchant asks a buyer to pay at checkout.",
+    )

@@ -22,6 +22,7 @@ __all__ = [
     "Event",
     "IdempotencyKey",
     "Merchant",
+    "PaymentIntent",
     "new_id",
     "utcnow",
 ]
@@ -160,4 +161,41 @@ class IdempotencyKey(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("merchant_id", "livemode", "key", name="uq_idempotency_keys_scope"),
         Index("ix_idempotency_keys_created", "created_at"),
+    )
+
+
+class PaymentIntent(SQLModel, table=True):
+    """A payment order (spec 2.1). ``transfer_hold`` is ``metadata.fixed_transfer_customer_id`` while the
+    order is open and NULL afterwards: its unique constraint lets one open order hold a customer's
+    fixed deposit address at a time, under any concurrency."""
+
+    __tablename__ = "payment_intents"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    order_id: str = Field(max_length=200)
+    status: str = Field(max_length=24)  # see x402mw.platform.services.payment_intents
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    amount_received_minor: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=8)
+    accepted_currencies: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    payment_methods: dict[str, bool] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    customer_email: str | None = Field(default=None, max_length=320)
+    customer_name: str | None = Field(default=None, max_length=200)
+    success_url: str | None = Field(default=None, max_length=2048)
+    cancel_url: str | None = Field(default=None, max_length=2048)
+    order_metadata: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    transfer_hold: str | None = Field(default=None, max_length=500)
+    exceptions: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    tx_hash: str | None = Field(default=None, max_length=66)
+    paid_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    expires_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("merchant_id", "livemode", "order_id", name="uq_payment_intents_order"),
+        UniqueConstraint("merchant_id", "livemode", "transfer_hold", name="uq_payment_intents_transfer_hold"),
+        Index("ix_payment_intents_merchant_created", "merchant_id", "created_at"),
+        Index("ix_payment_intents_status_expires", "status", "expires_at"),
     )

@@ -14,6 +14,7 @@ __all__ = [
     "events",
     "idempotency_keys",
     "merchants",
+    "payment_intents",
 ]
 
 _tables = SQLModel.metadata.tables
@@ -24,3 +25,4 @@ agent_challenges = _tables["agent_challenges"]
 agent_payments = _tables["agent_payments"]
 events = _tables["events"]
 idempotency_keys = _tables["idempotency_keys"]
+payment_intents = _tables["payment_intents"]

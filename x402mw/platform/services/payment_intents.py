@@ -1,0 +1,254 @@
+"""Payment orders (payment intents, spec 2.1): money, creation, cancel, expiry and their events.
+
+Statuses (DESIGN 6)::
+
+    requires_payment ──cancel──────▶ canceled
+        │    └───────at expiresAt──▶ expired
+        ▼ payment seen on-chain
+    processing ──confirmed──▶ succeeded ──refund completed──▶ refunded
+    (a reorg takes processing or succeeded back to requires_payment)
+
+``underpaid``, ``overpaid``, ``paid_late`` and ``wrong_asset`` are entries of the ``exceptions`` field,
+never statuses. Every change writes its event (``payment_intent.created``, ``.canceled``, ``.expired``)
+to the ``events`` outbox in the same transaction, with data ``{"paymentIntent": <the object>}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from x402mw.errors import PriceError
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import PaymentIntent, new_id
+from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
+
+__all__ = [
+    "CURRENCIES",
+    "MAX_AMOUNT",
+    "OPEN_STATUSES",
+    "STATUSES",
+    "TRANSITIONS",
+    "PaymentIntentError",
+    "cancel_payment_intent",
+    "create_payment_intent",
+    "expire_due_payment_intents",
+    "find_payment_intent",
+    "parse_amount",
+    "payment_intent_json",
+]
+
+CURRENCIES = ("USDC", "USDT", "EURC")
+DECIMALS = 6
+MAX_AMOUNT = Decimal(1_000_000_000)
+STATUSES = ("requires_payment", "processing", "succeeded", "canceled", "expired", "refunded")
+OPEN_STATUSES = frozenset({"requires_payment", "processing"})
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    "requires_payment": frozenset({"processing", "canceled", "expired"}),
+    "processing": frozenset({"succeeded", "requires_payment"}),
+    "succeeded": frozenset({"refunded", "requires_payment"}),
+    "canceled": frozenset(),
+    "expired": frozenset(),
+    "refunded": frozenset(),
+}
+FIXED_TRANSFER_KEY = "fixed_transfer_customer_id"
+
+
+class PaymentIntentError(Exception):
+    """A request the order's rules refuse; the API answers it with ``status``, ``code`` and ``param``."""
+
+    def __init__(self, status: int, code: str, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.param = param
+
+
+def parse_amount(value: object) -> int:
+    """A positive amount of at most 6 decimals and at most 1,000,000,000, as minor units.
+
+    Takes a decimal string or an int (a JSON number with a fraction arrives as its exact text);
+    floats are refused.
+
+    >>> parse_amount("12.5")
+    12500000
+    """
+    try:
+        amount = parse_decimal(value)
+    except PriceError:
+        raise ValueError('must be a decimal amount, e.g. "12.50"') from None
+    if amount <= 0:
+        raise ValueError("must be greater than zero")
+    if amount > MAX_AMOUNT:
+        raise ValueError("must be at most 1000000000")
+    try:
+        return to_atomic(amount, decimals=DECIMALS)
+    except PriceError:
+        raise ValueError(f"must have at most {DECIMALS} decimals") from None
+
+
+def payment_intent_json(row: Mapping[Any, Any], checkout_url_base: str) -> dict[str, Any]:
+    """The public form of an order: the API's ``paymentIntent`` and the events' ``data.paymentIntent``."""
+    from x402mw.platform.api.bodies import iso
+
+    return {
+        "paymentId": row["id"],
+        "id": row["id"],
+        "object": "payment_intent",
+        "status": row["status"],
+        "orderId": row["order_id"],
+        "amount": format_amount(row["amount_minor"], DECIMALS),
+        "amountReceived": format_amount(row["amount_received_minor"], DECIMALS),
+        "currency": row["currency"],
+        "acceptedCurrencies": list(row["accepted_currencies"]),
+        "paymentMethods": dict(row["payment_methods"]),
+        "checkoutUrl": f"{checkout_url_base}/pi_{row['id']}",
+        "successUrl": row["success_url"],
+        "cancelUrl": row["cancel_url"],
+        "customer": {"email": row["customer_email"], "name": row["customer_name"]},
+        "metadata": dict(row["order_metadata"]),
+        "exceptions": list(row["exceptions"]),
+        "txHash": row["tx_hash"],
+        "paidAt": iso(row["paid_at"]),
+        "expiresAt": iso(row["expires_at"]),
+        "livemode": bool(row["livemode"]),
+        "createdAt": iso(row["created_at"]),
+        "updatedAt": iso(row["updated_at"]),
+    }
+
+
+async def _record(conn: AsyncConnection, row: Mapping[Any, Any], kind: str, at: datetime, base: str) -> None:
+    await conn.execute(
+        tables.events.insert().values(
+            id=new_id(),
+            merchant_id=row["merchant_id"],
+            livemode=row["livemode"],
+            type=f"payment_intent.{kind}",
+            data={"paymentIntent": payment_intent_json(row, base)},
+            created_at=at,
+        )
+    )
+
+
+async def find_payment_intent(
+    conn: AsyncConnection, merchant_id: str, livemode: bool, payment_id: str
+) -> Mapping[Any, Any] | None:
+    """The merchant's order, or None (another merchant's order is indistinguishable from none)."""
+    table = tables.payment_intents
+    query = select(table).where(
+        table.c.id == payment_id, table.c.merchant_id == merchant_id, table.c.livemode == livemode
+    )
+    return (await conn.execute(query)).mappings().first()
+
+
+async def create_payment_intent(engine: AsyncEngine, intent: PaymentIntent, checkout_url_base: str) -> dict[str, Any]:
+    """Store a new order and its ``payment_intent.created`` event; answers the order's public form.
+
+    Raises `PaymentIntentError` 409 ``order_id_conflict`` when the merchant already has the order id
+    in this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
+    customer's fixed transfer address."""
+    values = intent.model_dump()
+    values["transfer_hold"] = intent.order_metadata.get(FIXED_TRANSFER_KEY) or None
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(tables.payment_intents.insert().values(**values))
+            await _record(conn, values, "created", intent.created_at, checkout_url_base)
+    except IntegrityError:
+        raise await _conflict(engine, intent) from None
+    return payment_intent_json(values, checkout_url_base)
+
+
+async def _conflict(engine: AsyncEngine, intent: PaymentIntent) -> PaymentIntentError:
+    table = tables.payment_intents
+    async with engine.connect() as conn:
+        taken = await conn.scalar(
+            select(table.c.id).where(
+                table.c.merchant_id == intent.merchant_id,
+                table.c.livemode == intent.livemode,
+                table.c.order_id == intent.order_id,
+            )
+        )
+    if taken is not None:
+        return PaymentIntentError(
+            409, "order_id_conflict", f"orderId {intent.order_id[:80]!r} already exists", param="orderId"
+        )
+    return PaymentIntentError(
+        409,
+        "fixed_transfer_active_payment",
+        "this customer's fixed transfer address is held by another open payment intent; "
+        "complete or cancel that one first",
+        param=f"metadata.{FIXED_TRANSFER_KEY}",
+    )
+
+
+async def _transition(
+    conn: AsyncConnection, row: Mapping[Any, Any], to: str, at: datetime, base: str
+) -> Mapping[Any, Any] | None:
+    """Move ``row`` to ``to`` if it is still in the status it was read in; the new row, or None."""
+    if to not in TRANSITIONS[row["status"]]:
+        return None
+    table = tables.payment_intents
+    changes: dict[str, Any] = {"status": to, "updated_at": at}
+    if to not in OPEN_STATUSES:
+        changes["transfer_hold"] = None
+    result = await conn.execute(
+        update(table).where(table.c.id == row["id"], table.c.status == row["status"]).values(**changes)
+    )
+    if result.rowcount != 1:
+        return None
+    moved = {**row, **changes}
+    await _record(conn, moved, to, at, base)
+    return moved
+
+
+async def cancel_payment_intent(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, payment_id: str, now: datetime, checkout_url_base: str
+) -> dict[str, Any] | None:
+    """Cancel an order awaiting payment; None when the merchant has no such order. Raises
+    `PaymentIntentError` 409 ``payment_intent_unexpected_state`` in any other status."""
+    async with engine.begin() as conn:
+        row = await find_payment_intent(conn, merchant_id, livemode, payment_id)
+        if row is None:
+            return None
+        moved = await _transition(conn, row, "canceled", now, checkout_url_base)
+        if moved is None:
+            current = await find_payment_intent(conn, merchant_id, livemode, payment_id)
+            status = current["status"] if current else row["status"]
+            raise PaymentIntentError(
+                409,
+                "payment_intent_unexpected_state",
+                f"This payment intent's status is {status}; only one in requires_payment can be canceled",
+            )
+    return payment_intent_json(moved, checkout_url_base)
+
+
+async def expire_due_payment_intents(
+    engine: AsyncEngine, now: datetime, checkout_url_base: str, *, limit: int = 200
+) -> int:
+    """Expire orders still awaiting payment whose ``expiresAt`` is at or before ``now``; how many.
+    Safe to run in several workers at once: each order expires, and reports it, once."""
+    table = tables.payment_intents
+    async with engine.connect() as conn:
+        due = list(
+            (
+                await conn.execute(
+                    select(table)
+                    .where(table.c.status == "requires_payment", table.c.expires_at <= now)
+                    .order_by(table.c.expires_at)
+                    .limit(limit)
+                )
+            ).mappings()
+        )
+    expired = 0
+    for row in due:
+        async with engine.begin() as conn:
+            if await _transition(conn, row, "expired", now, checkout_url_base) is not None:
+                expired += 1
+    return expired
