@@ -23,10 +23,12 @@ from x402mw.platform.api import (
     agent_challenges,
     agent_endpoints,
     agent_settlements,
+    events,
     facilitator,
     openapi,
     payment_intents,
     sandbox,
+    webhook_endpoints,
 )
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
@@ -75,6 +77,8 @@ def create_app(
         *facilitator.routes,
         *payment_intents.routes,
         *sandbox.routes,
+        *webhook_endpoints.routes,
+        *events.routes,
         Route("/health", health),
         *openapi.routes,
     ]

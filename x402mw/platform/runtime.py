@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.errors import ConfigurationError
@@ -25,6 +27,7 @@ from x402mw.platform.services.merchants import KeyRing
 from x402mw.platform.services.payment_intents import expire_due_payment_intents
 from x402mw.platform.services.settlement import SettlementService
 from x402mw.platform.settings import ChainSettings, PlatformSettings
+from x402mw.platform.webhooks.delivery import deliver_due
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
 
 __all__ = ["Platform"]
@@ -43,6 +46,8 @@ class Platform:
     receipt_address: str
     keys: KeyRing
     endpoints: EndpointDirectory
+    # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
+    webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @classmethod
@@ -77,19 +82,28 @@ class Platform:
         return platform
 
     async def _worker(self) -> None:
+        duties: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("finishing submitted settlements", self.settlement.recover_submitted),
+            ("purging idempotency keys", lambda: purge_idempotency_keys(self.engine, self.clock.now())),
+            (
+                "expiring payment orders",
+                lambda: expire_due_payment_intents(self.engine, self.clock.now(), self.settings.checkout_url_base),
+            ),
+            ("delivering webhooks", lambda: deliver_due(self)),
+        ]
         while True:
             await asyncio.sleep(2.0)
-            try:
-                await self.settlement.recover_submitted()
-                await purge_idempotency_keys(self.engine, self.clock.now())
-                await expire_due_payment_intents(self.engine, self.clock.now(), self.settings.checkout_url_base)
-            except Exception:
-                logger.exception("worker round failed")
+            for name, duty in duties:  # one failing duty must not hold up the others
+                try:
+                    await duty()
+                except Exception:
+                    logger.exception("worker: %s failed", name)
 
     async def aclose(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.webhook_client.aclose()
         await self.chains.aclose()
         await self.engine.dispose()
 

@@ -44,6 +44,8 @@ _PATH_PARAMS = {
     "endpoint_id": "id of an agent endpoint",
     "challenge_id": "id of a challenge",
     "payment_id": "id of an agent payment or of a payment intent (a bare UUID)",
+    "webhook_endpoint_id": "id of a webhook endpoint",
+    "event_id": "id of an event",
 }
 _LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
 
@@ -152,6 +154,7 @@ def _operations() -> list[tuple[str, str, Schema]]:
     endpoints, challenges, payments = "Agent endpoints", "Challenges", "Agent payments"
     return [
         *_payment_intent_operations(),
+        *_webhook_operations(),
         _operation(
             "POST",
             "/v1/agent/endpoints",
@@ -411,12 +414,121 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
     ]
 
 
+def _webhook_operations() -> list[tuple[str, str, Schema]]:
+    hooks, events = "Webhook endpoints", "Events"
+    one = "/v1/webhook-endpoints/{webhook_endpoint_id}"
+    return [
+        _operation(
+            "POST",
+            "/v1/webhook-endpoints",
+            "createWebhookEndpoint",
+            hooks,
+            "Create a webhook endpoint",
+            "Answers the signing `secret` (`whsec_…`): store it now, reads never show it again.",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            status=201,
+            body="WebhookEndpointCreate",
+        ),
+        _operation(
+            "GET",
+            "/v1/webhook-endpoints",
+            "listWebhookEndpoints",
+            hooks,
+            "List webhook endpoints",
+            "Newest first.",
+            ref("WebhookEndpointList"),
+            query=_LIST_PARAMS,
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            one,
+            "retrieveWebhookEndpoint",
+            hooks,
+            "Retrieve a webhook endpoint",
+            "",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            errors=(404,),
+        ),
+        _operation(
+            "PATCH",
+            one,
+            "updateWebhookEndpoint",
+            hooks,
+            "Update a webhook endpoint",
+            "An endpoint answering 410 is disabled by the platform; enable it again here.",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            body="WebhookEndpointUpdate",
+            errors=(404,),
+        ),
+        _operation(
+            "DELETE",
+            one,
+            "deleteWebhookEndpoint",
+            hooks,
+            "Delete a webhook endpoint",
+            "Its pending deliveries are dropped.",
+            ref("DeletedWebhookEndpoint"),
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            one + "/rotate-secret",
+            "rotateWebhookSecret",
+            hooks,
+            "Rotate the signing secret",
+            "Answers the new secret. Until `expiresInSeconds` have passed, deliveries carry one signature "
+            "per valid secret, so receivers can switch without dropping events.",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            body="SecretRotation",
+            errors=(404,),
+        ),
+        _operation(
+            "GET",
+            "/v1/events",
+            "listEvents",
+            events,
+            "List events",
+            "Newest first.",
+            ref("EventList"),
+            query=[
+                *_LIST_PARAMS,
+                {"name": "type", "in": "query", "description": "only events of this type", "schema": STRING},
+            ],
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            "/v1/events/{event_id}",
+            "retrieveEvent",
+            events,
+            "Retrieve an event and its deliveries",
+            "",
+            _wrapped("event", "EventWithDeliveries"),
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            "/v1/events/{event_id}/redeliver",
+            "redeliverEvent",
+            events,
+            "Redeliver an event",
+            "Owes the event again, from now and for three more days, to every enabled endpoint whose "
+            "filter matches; `redelivered` counts them. Takes no parameters.",
+            ref("Redelivery"),
+            errors=(404,),
+        ),
+    ]
+
+
 _TAGS = [
     ("Payment intents", "Payment orders a buyer pays at checkout, with wallet or transfer."),
     ("Agent endpoints", "The resources a merchant sells to agents per request."),
     ("Challenges", "Challenges issued by the seller middleware, and the status of one payment."),
     ("Agent payments", "Settling paid requests, the payments settled, and monthly usage."),
     ("Facilitator", "The standard x402 v2 facilitator API, for any x402 seller."),
+    ("Webhook endpoints", "URLs receiving the merchant's events, signed with Standard Webhooks."),
+    ("Events", "What happened (the webhook outbox), each event's deliveries, and redelivery."),
     ("Sandbox", "Test-mode helpers, refused for live keys."),
     ("Health", "Service status and this document."),
 ]

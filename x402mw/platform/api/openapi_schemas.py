@@ -15,6 +15,7 @@ from x402mw.platform.api.agent_settlements import SettleBody
 from x402mw.platform.api.facilitator import FacilitatorBody
 from x402mw.platform.api.payment_intents import PaymentIntentCreate
 from x402mw.platform.api.sandbox import FaucetBody
+from x402mw.platform.api.webhook_endpoints import SecretRotation, WebhookEndpointCreate, WebhookEndpointUpdate
 from x402mw.protocol.models import SettlementResponse, VerifyResponse
 
 __all__ = ["REF", "STRING", "Schema", "model_schemas", "object_schema", "ref", "response_schemas"]
@@ -58,6 +59,9 @@ _BODY_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (SettleBody, "validation"),
     (FaucetBody, "validation"),
     (PaymentIntentCreate, "validation"),
+    (WebhookEndpointCreate, "validation"),
+    (WebhookEndpointUpdate, "validation"),
+    (SecretRotation, "validation"),
     (SettlementResponse, "serialization"),
     (VerifyResponse, "serialization"),
 ]
@@ -71,7 +75,19 @@ _ENDPOINT_FIELDS = {
     "releasePolicy": "`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
     "maxTimeoutSeconds": "validity of challenges and authorizations in seconds, 30–3600",
 }
+_WEBHOOK_FIELDS = {
+    "url": "absolute http(s) URL receiving the POSTed events",
+    "enabledEvents": 'event types to receive (e.g. `agent_payment.settled`), or `["*"]` for all',
+    "description": "free text, at most 500 characters",
+}
 _FIELD_NOTES: dict[str, dict[str, str]] = {
+    "WebhookEndpointCreate": _WEBHOOK_FIELDS,
+    "WebhookEndpointUpdate": _WEBHOOK_FIELDS
+    | {"status": "`disabled` stops deliveries (pending ones wait); `enabled` resumes them"},
+    "SecretRotation": {
+        "expiresInSeconds": "how long the previous secret keeps signing deliveries next to the new one, "
+        "0–604800 (7 days); default 86400"
+    },
     "EndpointCreate": _ENDPOINT_FIELDS
     | {
         "chainId": "EVM chain id settled by this platform (see `GET /v1/x402/supported`)",
@@ -312,6 +328,7 @@ def response_schemas() -> dict[str, Schema]:
             },
             description="Settlements of one month and the planned fee (first 1,000 free).",
         ),
+        **_webhook_schemas(),
         "PaymentIntent": _payment_intent(),
         "PaymentIntentList": _list_of("PaymentIntent"),
         "AgentEndpointList": _list_of("AgentEndpoint"),
@@ -416,3 +433,67 @@ def _payment_intent() -> Schema:
         },
         description="A payment order: an amount the merchant asks a buyer to pay at checkout.",
     )
+
+
+def _webhook_schemas() -> dict[str, Schema]:
+    event_fields: dict[str, Schema] = {
+        "id": STRING | {"format": "uuid", "description": "also the `webhook-id` header of its deliveries"},
+        "object": _const("event"),
+        "type": STRING | {"description": "e.g. `agent_payment.settled`, `payment_intent.canceled`"},
+        "createdAt": _TIMESTAMP,
+        "livemode": _BOOLEAN,
+        "data": {"type": "object", "description": "the objects the event is about, e.g. `agentPayment`"},
+    }
+    attempt = object_schema(
+        {
+            "at": _TIMESTAMP,
+            "statusCode": _nullable(_INTEGER),
+            "error": _nullable(STRING | {"description": "the network error when there was no answer"}),
+            "durationMs": _INTEGER,
+        }
+    )
+    return {
+        "WebhookEndpoint": object_schema(
+            {
+                "id": STRING,
+                "object": _const("webhook_endpoint"),
+                "url": STRING | {"format": "uri"},
+                "enabledEvents": {"type": "array", "items": STRING},
+                "description": _nullable(STRING),
+                "status": _enum("enabled", "disabled"),
+                "livemode": _BOOLEAN,
+                "createdAt": _TIMESTAMP,
+                "updatedAt": _TIMESTAMP,
+                "secret": STRING
+                | {
+                    "pattern": "^whsec_",
+                    "description": "the signing secret; answered only by create and rotate-secret",
+                },
+            },
+            optional=("secret",),
+            description="A URL receiving the merchant's events, signed with Standard Webhooks.",
+        ),
+        "WebhookEndpointList": _list_of("WebhookEndpoint"),
+        "DeletedWebhookEndpoint": object_schema(
+            {"id": STRING, "object": _const("webhook_endpoint"), "deleted": {"type": "boolean", "const": True}}
+        ),
+        "Event": object_schema(event_fields, description="Something that happened, as delivered to webhooks."),
+        "EventList": _list_of("Event"),
+        "WebhookDelivery": object_schema(
+            {
+                "id": STRING,
+                "endpointId": STRING,
+                "status": _enum("pending", "delivered", "failed"),
+                "attempts": {"type": "array", "items": attempt, "description": "the latest 50 attempts"},
+                "lastStatusCode": _nullable(_INTEGER),
+                "nextAttemptAt": _nullable(_TIMESTAMP),
+                "deliveredAt": _nullable(_TIMESTAMP),
+            },
+            description="One event owed to one webhook endpoint.",
+        ),
+        "EventWithDeliveries": object_schema(
+            event_fields | {"deliveries": {"type": "array", "items": ref("WebhookDelivery")}},
+            description="An event and its delivery to each endpoint.",
+        ),
+        "Redelivery": object_schema({"object": _const("event"), "id": STRING, "redelivered": _INTEGER}),
+    }

@@ -23,6 +23,8 @@ __all__ = [
     "IdempotencyKey",
     "Merchant",
     "PaymentIntent",
+    "WebhookDelivery",
+    "WebhookEndpoint",
     "new_id",
     "utcnow",
 ]
@@ -139,8 +141,13 @@ class Event(SQLModel, table=True):
     type: str = Field(max_length=64)
     data: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # set once the webhook worker has made this event's deliveries (x402mw.platform.webhooks)
+    fanned_out_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
 
-    __table_args__ = (Index("ix_events_merchant_created", "merchant_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_events_merchant_created", "merchant_id", "created_at"),
+        Index("ix_events_fanned_out", "fanned_out_at"),
+    )
 
 
 class IdempotencyKey(SQLModel, table=True):
@@ -198,4 +205,51 @@ class PaymentIntent(SQLModel, table=True):
         UniqueConstraint("merchant_id", "livemode", "transfer_hold", name="uq_payment_intents_transfer_hold"),
         Index("ix_payment_intents_merchant_created", "merchant_id", "created_at"),
         Index("ix_payment_intents_status_expires", "status", "expires_at"),
+    )
+
+
+class WebhookEndpoint(SQLModel, table=True):
+    """A merchant's URL receiving events. ``secret`` signs deliveries (it must be stored to sign);
+    ``previous_secrets`` holds rotated-out ones, ``[{"secret", "expiresAt"}]``, still signing until then."""
+
+    __tablename__ = "webhook_endpoints"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    url: str = Field(max_length=2048)
+    enabled_events: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    description: str | None = Field(default=None, max_length=500)
+    status: str = Field(default="enabled", max_length=16)  # enabled | disabled
+    secret: str = Field(max_length=64)
+    previous_secrets: list[dict[str, str]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_webhook_endpoints_merchant_created", "merchant_id", "created_at"),)
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """One event owed to one endpoint: pending until a 2xx (delivered) or until ``expires_at`` (failed).
+    ``locked_until`` is the claim a worker holds while it sends; ``attempts`` logs every try."""
+
+    __tablename__ = "webhook_deliveries"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    event_id: str = Field(foreign_key="events.id", max_length=36)
+    endpoint_id: str = Field(foreign_key="webhook_endpoints.id", max_length=36, index=True)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    status: str = Field(max_length=16)  # pending -> delivered | failed
+    attempt_count: int = 0
+    attempts: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    last_status_code: int | None = None
+    next_attempt_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    delivered_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("event_id", "endpoint_id", name="uq_webhook_deliveries_event_endpoint"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
     )

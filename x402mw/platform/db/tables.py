@@ -15,6 +15,8 @@ __all__ = [
     "idempotency_keys",
     "merchants",
     "payment_intents",
+    "webhook_deliveries",
+    "webhook_endpoints",
 ]
 
 _tables = SQLModel.metadata.tables
@@ -26,3 +28,5 @@ agent_payments = _tables["agent_payments"]
 events = _tables["events"]
 idempotency_keys = _tables["idempotency_keys"]
 payment_intents = _tables["payment_intents"]
+webhook_endpoints = _tables["webhook_endpoints"]
+webhook_deliveries = _tables["webhook_deliveries"]

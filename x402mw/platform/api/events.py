@@ -1,0 +1,86 @@
+"""``/events``: the merchant's events (the webhook outbox), their deliveries, and redelivery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.bodies import iso, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.pagination import list_page
+from x402mw.platform.db import tables
+from x402mw.platform.services.merchants import Caller
+from x402mw.platform.webhooks.delivery import envelope, redeliver
+
+__all__ = ["event_json", "routes"]
+
+
+def event_json(row: Any) -> dict[str, Any]:
+    return {"object": "event"} | envelope(row)
+
+
+def _delivery_json(row: Any) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "endpointId": row.endpoint_id,
+        "status": row.status,
+        "attempts": list(row.attempts),
+        "lastStatusCode": row.last_status_code,
+        "nextAttemptAt": iso(row.next_attempt_at),
+        "deliveredAt": iso(row.delivered_at),
+    }
+
+
+async def _load(conn: AsyncConnection, caller: Caller, event_id: str) -> Any:
+    table = tables.events
+    row = (await conn.execute(select(table).where(table.c.id == event_id, *caller.owns(table)))).mappings().first()
+    if row is None:
+        raise ApiError.missing("event", event_id)
+    return row
+
+
+async def list_events(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    table = tables.events
+    filters = caller.owns(table)
+    kind = request.query_params.get("type")
+    if kind is not None:
+        filters.append(table.c.type == kind)
+    async with request.app.state.platform.engine.connect() as conn:
+        page = await list_page(conn, table, filters, request, event_json)
+    return JSONResponse(page)
+
+
+async def retrieve(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    deliveries = tables.webhook_deliveries
+    async with request.app.state.platform.engine.connect() as conn:
+        row = await _load(conn, caller, request.path_params["event_id"])
+        attempts = await conn.execute(
+            select(deliveries).where(deliveries.c.event_id == row["id"]).order_by(deliveries.c.created_at)
+        )
+    return JSONResponse({"event": event_json(row) | {"deliveries": [_delivery_json(d) for d in attempts]}})
+
+
+async def redeliver_event(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    for name in await read_json(request, allow_empty=True):
+        raise ApiError(400, "parameter_unknown", f"Received unknown parameter: {name[:80]}", param=name[:80])
+    platform = request.app.state.platform
+    async with platform.engine.connect() as conn:
+        row = await _load(conn, caller, request.path_params["event_id"])
+    count = await redeliver(platform.engine, row, platform.clock.now())
+    return JSONResponse({"object": "event", "id": row["id"], "redelivered": count})
+
+
+routes = [
+    Route("/events", list_events, methods=["GET"]),
+    Route("/events/{event_id}", retrieve, methods=["GET"]),
+    Route("/events/{event_id}/redeliver", redeliver_event, methods=["POST"]),
+]

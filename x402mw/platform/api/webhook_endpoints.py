@@ -1,0 +1,208 @@
+"""``/webhook-endpoints``: where a merchant receives events, with an event filter and a signing secret.
+
+The secret (``whsec_…``) is answered only by create and ``rotate-secret``; it is stored, since every
+delivery is signed with it, and never shown by reads.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from sqlalchemy import delete
+from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.bodies import iso, parse_body, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.pagination import list_page
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id, utcnow
+from x402mw.platform.services.merchants import Caller
+from x402mw.platform.webhooks import EVENT_TYPES
+from x402mw.platform.webhooks.delivery import new_secret
+
+__all__ = ["SecretRotation", "WebhookEndpointCreate", "WebhookEndpointUpdate", "routes"]
+
+_MAX_PREVIOUS_SECRETS = 5
+
+
+def _url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if (
+        len(value) > 2048
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() for c in value)
+    ):
+        raise ValueError("must be an absolute http(s) URL")
+    return value
+
+
+def _events(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    for name in value:
+        if name != "*" and name not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {name[:64]!r} (use one of {', '.join(EVENT_TYPES)}, or '*')")
+    if "*" in value and len(value) > 1:
+        raise ValueError("'*' must be alone")
+    return list(dict.fromkeys(value))
+
+
+class _Fields(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    _v_url = field_validator("url", check_fields=False)(_url)
+    _v_events = field_validator("enabledEvents", check_fields=False)(_events)
+
+
+class WebhookEndpointCreate(_Fields):
+    url: str
+    enabledEvents: list[str] = Field(min_length=1, max_length=len(EVENT_TYPES))
+    description: str | None = Field(default=None, max_length=500)
+
+
+class WebhookEndpointUpdate(_Fields):
+    url: str | None = None
+    enabledEvents: list[str] | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
+    description: str | None = Field(default=None, max_length=500)
+    status: Literal["enabled", "disabled"] | None = None
+
+
+class SecretRotation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    expiresInSeconds: StrictInt = Field(default=86400, ge=0, le=604800)
+
+
+def webhook_endpoint_json(row: Any, *, secret: str | None = None) -> dict[str, Any]:
+    answer = {
+        "id": row.id,
+        "object": "webhook_endpoint",
+        "url": row.url,
+        "enabledEvents": list(row.enabled_events),
+        "description": row.description,
+        "status": row.status,
+        "livemode": bool(row.livemode),
+        "createdAt": iso(row.created_at),
+        "updatedAt": iso(row.updated_at),
+    }
+    if secret is not None:
+        answer["secret"] = secret
+    return answer
+
+
+async def _load(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
+    table = tables.webhook_endpoints
+    row = (await conn.execute(table.select().where(table.c.id == endpoint_id, *caller.owns(table)))).first()
+    if row is None:
+        raise ApiError.missing("webhook endpoint", endpoint_id)
+    return row
+
+
+async def create(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(WebhookEndpointCreate, await read_json(request))
+    now = utcnow()
+    secret = new_secret()
+    table = tables.webhook_endpoints
+    endpoint_id = new_id()
+    values = {
+        "id": endpoint_id,
+        "merchant_id": caller.merchant_id,
+        "livemode": caller.livemode,
+        "url": body.url,
+        "enabled_events": body.enabledEvents,
+        "description": body.description,
+        "status": "enabled",
+        "secret": secret,
+        "previous_secrets": [],
+        "created_at": now,
+        "updated_at": now,
+    }
+    async with request.app.state.platform.engine.begin() as conn:
+        await conn.execute(table.insert().values(**values))
+        row = await _load(conn, caller, endpoint_id)
+    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row, secret=secret)}, status_code=201)
+
+
+async def retrieve(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    async with request.app.state.platform.engine.connect() as conn:
+        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row)})
+
+
+async def update(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(WebhookEndpointUpdate, await read_json(request))
+    changes = body.model_dump(exclude_unset=True)
+    names = {"url": "url", "enabledEvents": "enabled_events", "description": "description", "status": "status"}
+    values: dict[str, Any] = {"updated_at": utcnow()}
+    for key, value in changes.items():
+        if value is None and key != "description":
+            raise ApiError(400, "parameter_invalid", f"{key} cannot be null", param=key)
+        values[names[key]] = value
+    table = tables.webhook_endpoints
+    async with request.app.state.platform.engine.begin() as conn:
+        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+        await conn.execute(table.update().where(table.c.id == row.id).values(**values))
+        row = await _load(conn, caller, row.id)
+    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row)})
+
+
+async def remove(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    table = tables.webhook_endpoints
+    async with request.app.state.platform.engine.begin() as conn:
+        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+        deliveries = tables.webhook_deliveries
+        await conn.execute(delete(deliveries).where(deliveries.c.endpoint_id == row.id))
+        await conn.execute(delete(table).where(table.c.id == row.id))
+    return JSONResponse({"id": row.id, "object": "webhook_endpoint", "deleted": True})
+
+
+async def rotate_secret(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(SecretRotation, await read_json(request, allow_empty=True))
+    now = utcnow()
+    secret = new_secret()
+    table = tables.webhook_endpoints
+    async with request.app.state.platform.engine.begin() as conn:
+        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+        previous = [old for old in row.previous_secrets or () if old["expiresAt"] > iso(now)]
+        if body.expiresInSeconds > 0:
+            expires = iso(now + timedelta(seconds=body.expiresInSeconds))
+            previous.append({"secret": row.secret, "expiresAt": expires})
+        previous = previous[-_MAX_PREVIOUS_SECRETS:]
+        await conn.execute(
+            table.update().where(table.c.id == row.id).values(secret=secret, previous_secrets=previous, updated_at=now)
+        )
+        row = await _load(conn, caller, row.id)
+    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row, secret=secret)})
+
+
+async def list_webhook_endpoints(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    table = tables.webhook_endpoints
+    async with request.app.state.platform.engine.connect() as conn:
+        page = await list_page(conn, table, caller.owns(table), request, webhook_endpoint_json)
+    return JSONResponse(page)
+
+
+routes = [
+    Route("/webhook-endpoints", create, methods=["POST"]),
+    Route("/webhook-endpoints", list_webhook_endpoints, methods=["GET"]),
+    Route("/webhook-endpoints/{webhook_endpoint_id}", retrieve, methods=["GET"]),
+    Route("/webhook-endpoints/{webhook_endpoint_id}", update, methods=["PATCH"]),
+    Route("/webhook-endpoints/{webhook_endpoint_id}", remove, methods=["DELETE"]),
+    Route("/webhook-endpoints/{webhook_endpoint_id}/rotate-secret", rotate_secret, methods=["POST"]),
+]

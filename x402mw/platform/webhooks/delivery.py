@@ -1,0 +1,288 @@
+"""The webhook outbox worker: from ``events`` rows to signed POSTs, at least once.
+
+Each round (`deliver_due`) first *fans out* new events: one ``webhook_deliveries`` row per enabled
+endpoint of the event's merchant and mode whose filter matches, in the transaction that marks the
+event ``fanned_out_at``. It then *claims* due deliveries (``SELECT ... FOR UPDATE SKIP LOCKED`` on
+PostgreSQL, and everywhere a conditional UPDATE of ``locked_until``, so two workers never send the
+same delivery at once) and POSTs them. A 2xx marks a delivery delivered; anything else schedules a
+retry after ``5 s × 2^attempt`` (capped at 6 h, ±20 % jitter) until ``expires_at``, three days after
+the event, when it is marked failed. A 410 disables the endpoint and fails its pending deliveries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from x402mw import __version__
+from x402mw.client.webhooks import sign_payload
+from x402mw.platform.api.bodies import iso
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+
+__all__ = [
+    "RETRY_WINDOW",
+    "backoff_seconds",
+    "deliver_due",
+    "envelope",
+    "matches",
+    "new_secret",
+    "redeliver",
+    "signing_secrets",
+]
+
+RETRY_WINDOW = timedelta(days=3)
+TIMEOUT_SECONDS = 10.0
+_BASE_SECONDS = 5.0
+_CAP_SECONDS = 6 * 3600.0
+_CLAIM = timedelta(seconds=60)
+_BATCH = 100
+_CONCURRENCY = 10
+_ATTEMPT_LOG = 50
+_USER_AGENT = f"x402mw-webhooks/{__version__}"
+
+
+def new_secret() -> str:
+    """A fresh signing secret: ``whsec_`` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode("ascii")
+
+
+def matches(enabled_events: Sequence[str], event_type: str) -> bool:
+    return "*" in enabled_events or event_type in enabled_events
+
+
+def backoff_seconds(attempt: int, rng: random.Random | None = None) -> float:
+    """Delay after the ``attempt``-th failure (1-based): 5 s, 10 s, 20 s … capped at 6 h, ±20 %."""
+    base = min(_BASE_SECONDS * 2 ** min(attempt - 1, 32), _CAP_SECONDS)
+    return float(base * (rng or random).uniform(0.8, 1.2))
+
+
+def envelope(event: Mapping[Any, Any]) -> dict[str, Any]:
+    """The delivered body: ``{id, type, createdAt, livemode, data}``."""
+    return {
+        "id": event["id"],
+        "type": event["type"],
+        "createdAt": iso(event["created_at"]),
+        "livemode": bool(event["livemode"]),
+        "data": event["data"],
+    }
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # SQLite answers naive UTC
+
+
+def signing_secrets(endpoint: Mapping[Any, Any], now: datetime) -> list[str]:
+    """The current secret, then every rotated-out one still inside its overlap."""
+    valid = [endpoint["secret"]]
+    for old in endpoint["previous_secrets"] or ():
+        if datetime.fromisoformat(old["expiresAt"]) > now:
+            valid.append(old["secret"])
+    return valid
+
+
+async def deliver_due(platform: Platform, *, now: datetime | None = None) -> int:
+    """One worker round: fan out new events, then send every due delivery. Returns how many were sent."""
+    now = now or platform.clock.now()
+    await _fan_out(platform.engine, now)
+    claimed = await _claim(platform.engine, now)
+    gate = asyncio.Semaphore(_CONCURRENCY)
+
+    async def send(delivery_id: str) -> None:
+        async with gate:
+            await _attempt(platform, delivery_id, now)
+
+    await asyncio.gather(*(send(delivery_id) for delivery_id in claimed))
+    return len(claimed)
+
+
+async def redeliver(engine: AsyncEngine, event: Mapping[Any, Any], now: datetime) -> int:
+    """Owe ``event`` again, from now, to every enabled endpoint whose filter matches; returns their count."""
+    events, deliveries = tables.events, tables.webhook_deliveries
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(events).where(events.c.id == event["id"], events.c.fanned_out_at.is_(None)).values(fanned_out_at=now)
+        )
+        targets = await _matching_endpoints(conn, event)
+        existing = {
+            row.endpoint_id: row.id
+            for row in await conn.execute(
+                select(deliveries.c.id, deliveries.c.endpoint_id).where(deliveries.c.event_id == event["id"])
+            )
+        }
+        for endpoint_id in targets:
+            if endpoint_id in existing:
+                await conn.execute(
+                    update(deliveries)
+                    .where(deliveries.c.id == existing[endpoint_id])
+                    .values(
+                        status="pending",
+                        next_attempt_at=now,
+                        expires_at=now + RETRY_WINDOW,
+                        locked_until=None,
+                        updated_at=now,
+                    )
+                )
+            else:
+                await conn.execute(deliveries.insert().values(**_new_delivery(event, endpoint_id, now, now)))
+    return len(targets)
+
+
+async def _matching_endpoints(conn: AsyncConnection, event: Mapping[Any, Any]) -> list[str]:
+    endpoints = tables.webhook_endpoints
+    rows = await conn.execute(
+        select(endpoints.c.id, endpoints.c.enabled_events).where(
+            endpoints.c.merchant_id == event["merchant_id"],
+            endpoints.c.livemode == event["livemode"],
+            endpoints.c.status == "enabled",
+        )
+    )
+    return [row.id for row in rows if matches(row.enabled_events, event["type"])]
+
+
+def _new_delivery(event: Mapping[Any, Any], endpoint_id: str, now: datetime, start: datetime) -> dict[str, Any]:
+    return {
+        "id": new_id(),
+        "event_id": event["id"],
+        "endpoint_id": endpoint_id,
+        "merchant_id": event["merchant_id"],
+        "livemode": event["livemode"],
+        "status": "pending",
+        "attempt_count": 0,
+        "attempts": [],
+        "next_attempt_at": now,
+        "expires_at": start + RETRY_WINDOW,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+async def _fan_out(engine: AsyncEngine, now: datetime) -> None:
+    events = tables.events
+    async with engine.begin() as conn:
+        pending = list(
+            (
+                await conn.execute(
+                    select(events)
+                    .where(events.c.fanned_out_at.is_(None))
+                    .order_by(events.c.created_at, events.c.id)
+                    .limit(_BATCH)
+                )
+            ).mappings()
+        )
+        for event in pending:
+            marked = await conn.execute(
+                update(events)
+                .where(events.c.id == event["id"], events.c.fanned_out_at.is_(None))
+                .values(fanned_out_at=now)
+            )
+            if marked.rowcount != 1:
+                continue  # another worker fanned it out
+            for endpoint_id in await _matching_endpoints(conn, event):
+                # an event older than the retry window (a late fan-out) still gets half a window
+                start = max(_aware(event["created_at"]), now - RETRY_WINDOW / 2)
+                await conn.execute(
+                    tables.webhook_deliveries.insert().values(**_new_delivery(event, endpoint_id, now, start))
+                )
+
+
+async def _claim(engine: AsyncEngine, now: datetime) -> list[str]:
+    deliveries, endpoints = tables.webhook_deliveries, tables.webhook_endpoints
+    unlocked = or_(deliveries.c.locked_until.is_(None), deliveries.c.locked_until < now)
+    due = and_(deliveries.c.status == "pending", deliveries.c.next_attempt_at <= now, unlocked)
+    claimed = []
+    async with engine.begin() as conn:
+        candidates = await conn.execute(
+            select(deliveries.c.id)
+            .join(endpoints, endpoints.c.id == deliveries.c.endpoint_id)
+            .where(due, endpoints.c.status == "enabled")
+            .order_by(deliveries.c.next_attempt_at)
+            .limit(_BATCH)
+            .with_for_update(of=deliveries, skip_locked=True)  # PostgreSQL; SQLite renders nothing
+        )
+        for (delivery_id,) in list(candidates):
+            taken = await conn.execute(
+                update(deliveries).where(deliveries.c.id == delivery_id, due).values(locked_until=now + _CLAIM)
+            )
+            if taken.rowcount == 1:
+                claimed.append(delivery_id)
+    return claimed
+
+
+async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
+    deliveries, endpoints, events = tables.webhook_deliveries, tables.webhook_endpoints, tables.events
+    async with platform.engine.connect() as conn:
+        delivery = (await conn.execute(select(deliveries).where(deliveries.c.id == delivery_id))).mappings().one()
+        endpoint = (
+            (await conn.execute(select(endpoints).where(endpoints.c.id == delivery["endpoint_id"]))).mappings().one()
+        )
+        event = (await conn.execute(select(events).where(events.c.id == delivery["event_id"]))).mappings().one()
+    body = json.dumps(envelope(event), ensure_ascii=False, separators=(",", ":")).encode()
+    stamp = int(platform.clock.time())
+    signature = " ".join(sign_payload(s, event["id"], stamp, body) for s in signing_secrets(endpoint, now))
+    headers = {
+        "webhook-id": event["id"],
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": signature,
+        "content-type": "application/json",
+        "user-agent": _USER_AGENT,
+    }
+    status_code: int | None = None
+    error: str | None = None
+    started = time.perf_counter()
+    try:
+        async with platform.webhook_client.stream(
+            "POST", endpoint["url"], content=body, headers=headers, timeout=TIMEOUT_SECONDS
+        ) as response:
+            status_code = response.status_code
+    except httpx.HTTPError as exc:
+        error = type(exc).__name__
+    log = {
+        "at": iso(now),
+        "statusCode": status_code,
+        "error": error,
+        "durationMs": round((time.perf_counter() - started) * 1000),
+    }
+    attempt_count = delivery["attempt_count"] + 1
+    values: dict[str, Any] = {
+        "attempt_count": attempt_count,
+        "attempts": [*delivery["attempts"], log][-_ATTEMPT_LOG:],
+        "last_status_code": status_code,
+        "locked_until": None,
+        "updated_at": now,
+    }
+    if status_code is not None and 200 <= status_code < 300:
+        values |= {"status": "delivered", "delivered_at": now, "next_attempt_at": None}
+    elif status_code == 410:
+        values |= {"status": "failed", "next_attempt_at": None}
+    else:
+        retry_at = now + timedelta(seconds=backoff_seconds(attempt_count))
+        if retry_at > _aware(delivery["expires_at"]):
+            values |= {"status": "failed", "next_attempt_at": None}
+        else:
+            values["next_attempt_at"] = retry_at
+    async with platform.engine.begin() as conn:
+        await conn.execute(update(deliveries).where(deliveries.c.id == delivery_id).values(**values))
+        if status_code == 410:
+            await conn.execute(
+                update(endpoints).where(endpoints.c.id == endpoint["id"]).values(status="disabled", updated_at=now)
+            )
+            await conn.execute(
+                update(deliveries)
+                .where(deliveries.c.endpoint_id == endpoint["id"], deliveries.c.status == "pending")
+                .values(status="failed", next_attempt_at=None, locked_until=None, updated_at=now)
+            )
