@@ -1,0 +1,456 @@
+"""The operations of the OpenAPI document: one entry per route, with its parameters, body, responses
+and documented errors (see `x402mw.platform.api.openapi`)."""
+
+from __future__ import annotations
+
+from x402mw.platform.api.openapi_schemas import STRING, Schema, object_schema, ref
+
+__all__ = ["ERRORS", "operations"]
+
+ERRORS = {
+    400: (
+        "BadRequest",
+        "Invalid request: a parameter is missing, unknown or invalid (`param` names it), or an "
+        "`Idempotency-Key` was reused with another request (`idempotency_error`).",
+    ),
+    401: ("Unauthorized", "The API key is missing, invalid or revoked."),
+    404: ("NotFound", "No such object, or it belongs to another merchant (`resource_missing`)."),
+    409: (
+        "Conflict",
+        "A request with this `Idempotency-Key` is still running (`idempotency_key_in_use`), or the request "
+        "conflicts with the object's state (the operation names the codes).",
+    ),
+    413: ("PayloadTooLarge", "The request body is larger than 1 MiB."),
+}
+_PATH_PARAMS = {
+    "endpoint_id": "id of an agent endpoint",
+    "challenge_id": "id of a challenge",
+    "payment_id": "id of an agent payment or of a payment intent (a bare UUID)",
+    "webhook_endpoint_id": "id of a webhook endpoint",
+    "event_id": "id of an event",
+}
+_LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
+
+
+def _operation(
+    method: str,
+    path: str,
+    operation_id: str,
+    tag: str,
+    summary: str,
+    description: str,
+    answer: Schema,
+    *,
+    status: int = 200,
+    public: bool = False,
+    body: str | None = None,
+    query: list[Schema] | None = None,
+    errors: tuple[int, ...] = (),
+) -> tuple[str, str, Schema]:
+    idempotent = method == "POST" and not public
+    parameters = list(query or [])
+    if idempotent:
+        parameters.append({"$ref": "#/components/parameters/Idempotency-Key"})
+    parameters += [
+        {"name": name, "in": "path", "required": True, "description": text, "schema": STRING}
+        for name, text in _PATH_PARAMS.items()
+        if "{" + name + "}" in path
+    ]
+    responses: Schema = {
+        str(status): {
+            "description": "Created" if status == 201 else "OK",
+            "headers": {"Request-Id": {"$ref": "#/components/headers/Request-Id"}},
+            "content": {"application/json": {"schema": answer}},
+        }
+    }
+    implied = (*(() if public else (401,)), *((400, 413) if body else ()), *((400, 409) if idempotent else ()))
+    for code in sorted({*errors, *implied}):
+        responses[str(code)] = {"$ref": "#/components/responses/" + ERRORS[code][0]}
+    operation: Schema = {
+        "operationId": operation_id,
+        "tags": [tag],
+        "summary": summary,
+        "description": description,
+        "security": [] if public else [{"bearerAuth": []}, {"apiKeyHeader": []}],
+    }
+    if parameters:
+        operation["parameters"] = parameters
+    if body is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(body)}}}
+    operation["responses"] = responses
+    return method.lower(), path, operation
+
+
+def _wrapped(key: str, name: str) -> Schema:
+    return object_schema({key: ref(name)})
+
+
+def operations() -> list[tuple[str, str, Schema]]:
+    endpoints, challenges, payments = "Agent endpoints", "Challenges", "Agent payments"
+    return [
+        *_payment_intent_operations(),
+        *_webhook_operations(),
+        _operation(
+            "POST",
+            "/v1/agent/endpoints",
+            "createAgentEndpoint",
+            endpoints,
+            "Create an agent endpoint",
+            "A test key may only use test networks, a live key only live ones (`400 livemode_mismatch`).",
+            _wrapped("endpoint", "AgentEndpoint"),
+            status=201,
+            body="EndpointCreate",
+        ),
+        _operation(
+            "GET",
+            "/v1/agent/endpoints",
+            "listAgentEndpoints",
+            endpoints,
+            "List agent endpoints",
+            "Newest first. An unknown cursor id is a 404.",
+            ref("AgentEndpointList"),
+            query=_LIST_PARAMS,
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            "/v1/agent/endpoints/{endpoint_id}",
+            "retrieveAgentEndpoint",
+            endpoints,
+            "Retrieve an agent endpoint",
+            "",
+            _wrapped("endpoint", "AgentEndpoint"),
+            errors=(404,),
+        ),
+        _operation(
+            "PATCH",
+            "/v1/agent/endpoints/{endpoint_id}",
+            "updateAgentEndpoint",
+            endpoints,
+            "Update an agent endpoint",
+            "Any field but `chainId` and `currency`. A new `payoutAddress` applies to challenges issued "
+            "afterwards; payments of challenges issued before still settle to the old one.",
+            _wrapped("endpoint", "AgentEndpoint"),
+            body="EndpointUpdate",
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            "/v1/agent/challenges/batch",
+            "recordChallenges",
+            challenges,
+            "Record issued challenges",
+            "The seller middleware issues challenges locally and sends them here in background batches.",
+            ref("ChallengeBatchResult"),
+            body="ChallengeBatch",
+            errors=(404,),
+        ),
+        _operation(
+            "GET",
+            "/v1/agent/challenges/{challenge_id}",
+            "retrieveChallenge",
+            challenges,
+            "Retrieve a challenge and its payment",
+            "",
+            _wrapped("challenge", "AgentChallenge"),
+            errors=(404,),
+        ),
+        _operation(
+            "GET",
+            "/merchant/v1/agent/challenges/{challenge_id}",
+            "retrieveChallengeLegacy",
+            challenges,
+            "Retrieve a challenge (legacy path)",
+            "Legacy alias `{api_host}/merchant/v1/agent/challenges/{challenge_id}` of "
+            "`GET /v1/agent/challenges/{challenge_id}`, with the same answer.",
+            _wrapped("challenge", "AgentChallenge"),
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            "/v1/agent/settlements",
+            "settleAgentPayment",
+            payments,
+            "Settle a paid request",
+            "Called by the seller middleware once per paid request. Verifies the payment, settles it "
+            "on-chain with the relayer paying the gas, and answers a signed receipt. A refused "
+            "payment is a 200 with `status: failed` and the reason in `settlement.errorReason`; "
+            "the same signed payload sent again answers the original outcome.",
+            ref("SettlementResult"),
+            body="SettleBody",
+            errors=(404,),
+        ),
+        _operation(
+            "GET",
+            "/v1/agent/payments",
+            "listAgentPayments",
+            payments,
+            "List agent payments",
+            "Settled and failed agent payments, newest first.",
+            ref("AgentPaymentList"),
+            query=[
+                *_LIST_PARAMS,
+                {
+                    "name": "endpointId",
+                    "in": "query",
+                    "description": "only this endpoint's payments",
+                    "schema": STRING,
+                },
+            ],
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            "/v1/agent/payments/{payment_id}",
+            "retrieveAgentPayment",
+            payments,
+            "Retrieve an agent payment",
+            "",
+            _wrapped("agentPayment", "AgentPayment"),
+            errors=(404,),
+        ),
+        _operation(
+            "GET",
+            "/v1/agent/usage",
+            "retrieveAgentUsage",
+            payments,
+            "Retrieve monthly usage",
+            "Settlements, volume per coin and the planned fee: the first 1,000 settlements a month are "
+            "free, then per settlement the larger of 0.005 and 0.3 % of its amount. Nothing is billed "
+            "during the beta.",
+            _wrapped("usage", "AgentUsage"),
+            query=[
+                {
+                    "name": "month",
+                    "in": "query",
+                    "description": "`YYYY-MM`; default the current month",
+                    "schema": STRING | {"pattern": "^[0-9]{4}-[0-9]{2}$"},
+                }
+            ],
+            errors=(400,),
+        ),
+        _operation(
+            "POST",
+            "/v1/x402/verify",
+            "facilitatorVerify",
+            "Facilitator",
+            "Verify a payment (x402 facilitator)",
+            "Checks the signature, terms and the payer's balance without settling.",
+            ref("VerifyResponse"),
+            body="FacilitatorBody",
+        ),
+        _operation(
+            "POST",
+            "/v1/x402/settle",
+            "facilitatorSettle",
+            "Facilitator",
+            "Settle a payment (x402 facilitator)",
+            "A settlement still pending after 30 s answers `success: false`, `errorReason: "
+            "settlement_pending` with the transaction; the same request later answers the final result.",
+            ref("SettlementResponse"),
+            body="FacilitatorBody",
+        ),
+        _operation(
+            "GET",
+            "/v1/x402/supported",
+            "facilitatorSupported",
+            "Facilitator",
+            "List supported payment kinds (x402 facilitator)",
+            "",
+            ref("SupportedKinds"),
+            public=True,
+        ),
+        _operation(
+            "POST",
+            "/v1/sandbox/faucet",
+            "sandboxFaucet",
+            "Sandbox",
+            "Mint test coins",
+            "Test keys only. Mints test USDC or EURC on the dev chain or on a local node whose token "
+            "minter the platform holds.",
+            ref("FaucetTransfer"),
+            body="FaucetBody",
+        ),
+        _operation("GET", "/v1/health", "getHealth", "Health", "Platform health", "", ref("HealthStatus"), public=True),
+        _operation(
+            "GET",
+            "/healthz",
+            "getHealthz",
+            "Health",
+            "Platform health (probe path)",
+            "",
+            ref("HealthStatus"),
+            public=True,
+        ),
+        _operation(
+            "GET",
+            "/v1/openapi.json",
+            "getOpenApiDocument",
+            "Health",
+            "This OpenAPI document",
+            "",
+            {"type": "object", "description": "an OpenAPI 3.1 document"},
+            public=True,
+        ),
+    ]
+
+
+def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
+    tag = "Payment intents"
+    return [
+        _operation(
+            "POST",
+            "/v1/payment-intents",
+            "createPaymentIntent",
+            tag,
+            "Create a payment intent",
+            "Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
+            "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
+            "another open order holds `metadata.fixed_transfer_customer_id`.",
+            _wrapped("paymentIntent", "PaymentIntent"),
+            status=201,
+            body="PaymentIntentCreate",
+        ),
+        _operation(
+            "GET",
+            "/v1/payment-intents",
+            "listPaymentIntents",
+            tag,
+            "List payment intents",
+            "Newest first; with `orderId`, the merchant's order with that id (a list of at most one).",
+            ref("PaymentIntentList"),
+            query=[
+                *_LIST_PARAMS,
+                {"name": "orderId", "in": "query", "description": "only the order with this id", "schema": STRING},
+            ],
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            "/v1/payment-intents/{payment_id}",
+            "retrievePaymentIntent",
+            tag,
+            "Retrieve a payment intent",
+            "",
+            _wrapped("paymentIntent", "PaymentIntent"),
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            "/v1/payment-intents/{payment_id}/cancel",
+            "cancelPaymentIntent",
+            tag,
+            "Cancel a payment intent",
+            "Only from `requires_payment` (otherwise 409 `payment_intent_unexpected_state`); writes "
+            "`payment_intent.canceled` and releases a fixed transfer address.",
+            _wrapped("paymentIntent", "PaymentIntent"),
+            errors=(404, 409),
+        ),
+    ]
+
+
+def _webhook_operations() -> list[tuple[str, str, Schema]]:
+    hooks, events = "Webhook endpoints", "Events"
+    one = "/v1/webhook-endpoints/{webhook_endpoint_id}"
+    return [
+        _operation(
+            "POST",
+            "/v1/webhook-endpoints",
+            "createWebhookEndpoint",
+            hooks,
+            "Create a webhook endpoint",
+            "Answers the signing `secret` (`whsec_…`): store it now, reads never show it again.",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            status=201,
+            body="WebhookEndpointCreate",
+        ),
+        _operation(
+            "GET",
+            "/v1/webhook-endpoints",
+            "listWebhookEndpoints",
+            hooks,
+            "List webhook endpoints",
+            "Newest first.",
+            ref("WebhookEndpointList"),
+            query=_LIST_PARAMS,
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            one,
+            "retrieveWebhookEndpoint",
+            hooks,
+            "Retrieve a webhook endpoint",
+            "",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            errors=(404,),
+        ),
+        _operation(
+            "PATCH",
+            one,
+            "updateWebhookEndpoint",
+            hooks,
+            "Update a webhook endpoint",
+            "An endpoint answering 410 is disabled by the platform; enable it again here.",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            body="WebhookEndpointUpdate",
+            errors=(404,),
+        ),
+        _operation(
+            "DELETE",
+            one,
+            "deleteWebhookEndpoint",
+            hooks,
+            "Delete a webhook endpoint",
+            "Its pending deliveries are dropped.",
+            ref("DeletedWebhookEndpoint"),
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            one + "/rotate-secret",
+            "rotateWebhookSecret",
+            hooks,
+            "Rotate the signing secret",
+            "Answers the new secret. Until `expiresInSeconds` have passed, deliveries carry one signature "
+            "per valid secret, so receivers can switch without dropping events.",
+            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            body="SecretRotation",
+            errors=(404,),
+        ),
+        _operation(
+            "GET",
+            "/v1/events",
+            "listEvents",
+            events,
+            "List events",
+            "Newest first.",
+            ref("EventList"),
+            query=[
+                *_LIST_PARAMS,
+                {"name": "type", "in": "query", "description": "only events of this type", "schema": STRING},
+            ],
+            errors=(400, 404),
+        ),
+        _operation(
+            "GET",
+            "/v1/events/{event_id}",
+            "retrieveEvent",
+            events,
+            "Retrieve an event and its deliveries",
+            "",
+            _wrapped("event", "EventWithDeliveries"),
+            errors=(404,),
+        ),
+        _operation(
+            "POST",
+            "/v1/events/{event_id}/redeliver",
+            "redeliverEvent",
+            events,
+            "Redeliver an event",
+            "Owes the event again, from now and for three more days, to every enabled endpoint whose "
+            "filter matches; `redelivered` counts them. Takes no parameters.",
+            ref("Redelivery"),
+            errors=(404,),
+        ),
+    ]
