@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from x402mw.evm.keys import is_address, to_checksum_address
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import iso, parse_body, read_json
+from x402mw.platform.api.bodies import http_url, iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -41,12 +41,6 @@ def _minor(value: object) -> int | None:
     return number
 
 
-def _url(value: str) -> str:
-    if len(value) > 2048 or not value.startswith(("http://", "https://")) or value[-3:] == "://":
-        raise ValueError("must be an absolute http(s) URL")
-    return value
-
-
 def _address(value: str) -> str:
     if not is_address(value):
         raise ValueError("must be a 0x-prefixed 20-byte EVM address")
@@ -58,7 +52,7 @@ def _address(value: str) -> str:
 class _EndpointFields(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    _v_url = field_validator("resourceUrl", check_fields=False)(lambda v: v if v is None else _url(v))
+    _v_url = field_validator("resourceUrl", check_fields=False)(lambda v: v if v is None else http_url(v))
     _v_payout = field_validator("payoutAddress", check_fields=False)(lambda v: v if v is None else _address(v))
     _v_amount = field_validator("amountMinor", mode="before", check_fields=False)(_minor)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
 
-__all__ = ["MAX_BODY_BYTES", "iso", "parse_body", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "http_url", "iso", "parse_body", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
@@ -63,3 +64,18 @@ def parse_body(model: type[M], data: Any, *, prefix: str = "") -> M:
             raise ApiError(400, "parameter_unknown", f"Received unknown parameter: {param}", param=param) from None
         message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         raise ApiError(400, "parameter_invalid", f"Invalid {param}: {message}", param=param) from None
+
+
+def http_url(value: str | None) -> str | None:
+    """A pydantic field check: an absolute http(s) URL with a host, no white space, ≤ 2048 chars."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if (
+        len(value) > 2048
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() for c in value)
+    ):
+        raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
+    return value

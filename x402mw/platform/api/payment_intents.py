@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 from starlette.requests import Request
@@ -13,7 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import parse_body, read_json
+from x402mw.platform.api.bodies import http_url, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -31,20 +30,6 @@ __all__ = ["PaymentIntentCreate", "routes"]
 
 Currency = Literal["USDC", "USDT", "EURC"]
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 50, 40, 500
-
-
-def _url(value: str | None) -> str | None:
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if (
-        len(value) > 2048
-        or parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or any(c.isspace() for c in value)
-    ):
-        raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
-    return value
 
 
 def _metadata(value: object) -> dict[str, str]:
@@ -132,7 +117,7 @@ class PaymentIntentCreate(BaseModel):
     expiresAt: datetime | None = None
 
     _v_amount = field_validator("amount", mode="before")(parse_amount)
-    _v_urls = field_validator("successUrl", "cancelUrl")(_url)
+    _v_urls = field_validator("successUrl", "cancelUrl")(http_url)
     _v_email = field_validator("customerEmail")(_email)
     _v_metadata = field_validator("metadata", mode="before")(_metadata)
     _v_expires = field_validator("expiresAt", mode="before")(_timestamp)

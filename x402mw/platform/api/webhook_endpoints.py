@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from sqlalchemy import delete
@@ -18,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import iso, parse_body, read_json
+from x402mw.platform.api.bodies import http_url, iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -30,20 +29,6 @@ from x402mw.platform.webhooks.delivery import new_secret
 __all__ = ["SecretRotation", "WebhookEndpointCreate", "WebhookEndpointUpdate", "routes"]
 
 _MAX_PREVIOUS_SECRETS = 5
-
-
-def _url(value: str | None) -> str | None:
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if (
-        len(value) > 2048
-        or parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or any(c.isspace() for c in value)
-    ):
-        raise ValueError("must be an absolute http(s) URL")
-    return value
 
 
 def _events(value: list[str] | None) -> list[str] | None:
@@ -60,7 +45,7 @@ def _events(value: list[str] | None) -> list[str] | None:
 class _Fields(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    _v_url = field_validator("url", check_fields=False)(_url)
+    _v_url = field_validator("url", check_fields=False)(http_url)
     _v_events = field_validator("enabledEvents", check_fields=False)(_events)
 
 
