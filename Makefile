@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS := .tools
 ANVIL := $(TOOLS)/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
+CHROMIUM := /usr/bin/chromium
 export ETH_HASH_BACKEND := pysha3
 export X402MW_ANVIL := $(abspath $(ANVIL))
 
@@ -21,6 +22,11 @@ $(ANVIL):
 	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @foundry-rs/anvil@1.7.1
 	@test -x $(ANVIL) || (echo "anvil did not install at $(ANVIL)" && exit 1)
 
+# The browser tests drive Debian's Chromium (playwright cannot download its own browser here).
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+	@test -x $(CHROMIUM) || (echo "chromium did not install at $(CHROMIUM)" && exit 1)
+
 demo: $(STAMP)
 	$(VENV)/bin/x402mw demo
 
@@ -30,8 +36,9 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
-test: $(STAMP) $(ANVIL) lint
-	$(PY) -m pytest -q -n 2 --timeout 300
+# PostgreSQL at X402MW_TEST_POSTGRES_URL, or a throwaway cluster from the local binaries (tests/pg_cluster.py).
+test: $(STAMP) $(ANVIL) $(CHROMIUM) lint
+	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -n 2 --timeout 300
 
 bench: $(STAMP) $(ANVIL)
 	$(PY) -m bench

@@ -1,7 +1,8 @@
 """``python -m bench`` (``make bench``): every benchmark, each printing ours, its baseline and the ratio."""
 
-from bench import bench_challenge, bench_e2e, bench_verify
+from bench import bench_challenge, bench_e2e, bench_orders, bench_verify
 
 bench_challenge.run()
 bench_verify.run()
 bench_e2e.run()
+bench_orders.run()

@@ -1,5 +1,11 @@
 """Shared fixtures: real platforms (uvicorn on loopback) on the in-process dev chain and on anvil,
-on SQLite and on PostgreSQL; merchants with API keys and agent endpoints; funded agent wallets."""
+each on SQLite and on PostgreSQL; merchants with API keys and agent endpoints; funded agent wallets.
+
+Every test that uses a platform fixture (``dev_platform``, ``anvil_platform``, ``any_chain_platform``,
+``deployment``) runs once per database: its ids end in ``sqlite`` and ``postgresql``. PostgreSQL is
+found at ``X402MW_TEST_POSTGRES_URL`` (``make test`` starts a throwaway cluster where none answers:
+see ``tests/pg_cluster.py``); each platform gets a fresh database there, dropped at the end.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,13 @@ import os
 
 os.environ.setdefault("ETH_HASH_BACKEND", "pysha3")
 
+import contextlib
 from collections.abc import Iterator
 
 import pytest
 
 from tests.harness import (
+    DATABASES,
     Deployment,
     PlatformHarness,
     postgres_database,
@@ -25,31 +33,54 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session")
-def dev_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformHarness]:
-    with start_dev_platform(tmp_path_factory.mktemp("dev-platform")) as harness:
-        yield harness
+class _Platforms:
+    """Platforms started on first use and kept until the session ends, one per (chain, database).
+
+    xdist hands a worker tests of both databases in turn; keeping both platforms alive means a switch
+    of the ``database`` parameter costs nothing instead of a platform restart."""
+
+    def __init__(self, stack: contextlib.ExitStack, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._stack = stack
+        self._tmp = tmp_path_factory
+        self._started: dict[tuple[str, str], PlatformHarness] = {}
+
+    def get(self, chain: str, database: str) -> PlatformHarness:
+        if (chain, database) not in self._started:
+            workdir = self._tmp.mktemp(f"{chain}-{database}-platform")
+            url = self._stack.enter_context(postgres_database()) if database == "postgresql" else None
+            start = start_dev_platform if chain == "dev" else start_anvil_platform
+            self._started[chain, database] = self._stack.enter_context(start(workdir, database_url=url))
+        return self._started[chain, database]
 
 
 @pytest.fixture(scope="session")
-def anvil_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformHarness]:
-    with start_anvil_platform(tmp_path_factory.mktemp("anvil-platform")) as harness:
-        yield harness
+def _platforms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Platforms]:
+    with contextlib.ExitStack() as stack:
+        yield _Platforms(stack, tmp_path_factory)
+
+
+@pytest.fixture(scope="session", params=DATABASES)
+def database(request: pytest.FixtureRequest) -> str:
+    """The database under the platform fixtures: ``sqlite`` or ``postgresql``. Pin a test that never
+    reaches the database to one with `tests.harness.sqlite_only`."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")
-def postgres_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformHarness]:
-    with (
-        postgres_database() as url,
-        start_dev_platform(tmp_path_factory.mktemp("pg-platform"), database_url=url) as harness,
-    ):
-        yield harness
+def dev_platform(database: str, _platforms: _Platforms) -> PlatformHarness:
+    """The platform on the in-process dev chain, on ``database``."""
+    return _platforms.get("dev", database)
+
+
+@pytest.fixture(scope="session")
+def anvil_platform(database: str, _platforms: _Platforms) -> PlatformHarness:
+    """The platform on anvil, on ``database``."""
+    return _platforms.get("anvil", database)
 
 
 @pytest.fixture(params=["dev", "anvil"])
-def any_chain_platform(request: pytest.FixtureRequest) -> PlatformHarness:
-    name = "dev_platform" if request.param == "dev" else "anvil_platform"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+def any_chain_platform(request: pytest.FixtureRequest, database: str, _platforms: _Platforms) -> PlatformHarness:
+    return _platforms.get(str(request.param), database)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
@@ -22,6 +23,10 @@ from x402mw.platform.services.merchants import create_api_key, create_merchant
 from x402mw.platform.settings import ChainSettings, PlatformSettings
 
 POSTGRES_URL = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+DATABASES = ["sqlite", "postgresql"]
+
+sqlite_only = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+"""For a test that takes a platform fixture but never reaches its database: run it on SQLite only."""
 
 
 @contextlib.contextmanager
@@ -31,8 +36,16 @@ def postgres_database() -> Iterator[str]:
     from sqlalchemy.engine import make_url
 
     name = f"x402mw_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        shown = make_url(POSTGRES_URL).render_as_string(hide_password=True)
+        raise RuntimeError(
+            f"PostgreSQL does not answer at {shown} ({str(exc).strip()}). Run the suite through "
+            "`make test` or `python -m tests.pg_cluster -- pytest ...`, which start a throwaway cluster "
+            "when none answers, or set X402MW_TEST_POSTGRES_URL to a server whose user may CREATE DATABASE."
+        ) from exc
     try:
         yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     finally:

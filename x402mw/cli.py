@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,14 @@ def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...
     help="Token address on a chain the built-in table does not know (e.g. anvil).",
 )
 @click.option("--log-level", envvar="X402MW_LOG_LEVEL", default="info", show_default=True)
+@click.option(
+    "--workers",
+    envvar="X402MW_WORKERS",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Server processes (uvicorn workers). Above 1 needs --rpc-url: the dev chain lives in one process.",
+)
 def serve(
     database_url: str | None,
     data_dir: Path,
@@ -121,6 +130,7 @@ def serve(
     rpc_urls: tuple[str, ...],
     tokens: tuple[str, ...],
     log_level: str,
+    workers: int,
 ) -> None:
     """Serve the merchant API, the agent settlement API and the facilitator API."""
     import uvicorn
@@ -128,8 +138,46 @@ def serve(
     from x402mw.platform.app import create_app
 
     settings = _settings(database_url, data_dir, rpc_urls, tokens)
-    settings.base_url = f"http://{host}:{port}/v1"
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+    settings.serve_at(f"http://{host}:{port}/v1")
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+        return
+    if not rpc_urls:
+        raise click.UsageError("--workers above 1 needs --rpc-url: the in-process dev chain cannot be shared")
+    # Once, before the workers start: migrations, key files, the chains' checks (workers racing to
+    # create the key files would each make their own keys).
+    asyncio.run(_start_and_stop(settings))
+    os.environ.update(
+        X402MW_DATABASE_URL=settings.database_url,
+        X402MW_DATA_DIR=str(data_dir),
+        X402MW_RPC_URL=",".join(rpc_urls),
+        X402MW_TOKENS=" ".join(tokens),
+        X402MW_BASE_URL=settings.base_url,
+    )
+    uvicorn.run("x402mw.cli:worker_app", factory=True, host=host, port=port, log_level=log_level, workers=workers)
+
+
+async def _start_and_stop(settings: Any) -> None:
+    from dataclasses import replace
+
+    from x402mw.platform.runtime import Platform
+
+    platform = await Platform.start(replace(settings, run_worker=False))
+    await platform.aclose()
+
+
+def worker_app() -> Any:
+    """The app of one ``platform serve --workers N`` process (a uvicorn factory), configured from the
+    environment `serve` sets before starting the workers."""
+    from x402mw.platform.app import create_app
+
+    env = os.environ
+    rpc_urls = tuple(url for url in env["X402MW_RPC_URL"].split(",") if url)
+    tokens = tuple(env["X402MW_TOKENS"].split())
+    settings = _settings(env["X402MW_DATABASE_URL"], Path(env["X402MW_DATA_DIR"]), rpc_urls, tokens)
+    settings.serve_at(env["X402MW_BASE_URL"])
+    settings.migrate = False  # serve migrated once before starting the workers
+    return create_app(settings)
 
 
 @platform.command()

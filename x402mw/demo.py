@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import tempfile
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.adapters.starlette import PaymentMiddleware, paid
-from x402mw.client import Wallet, X402Auth
+from x402mw.client import AsyncMerchantClient, Wallet, X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
 from x402mw.platform.chain.token import balance_of
@@ -172,9 +173,30 @@ async def _story(server: PlatformServer, agent: Wallet, payout: str, requests: i
             f"   {label:8} USDC {format_amount(before[label][0]):>12} -> {format_amount(after[label][0]):>12}"
             f" ({'+' if coins >= 0 else ''}{format_amount(coins)}); gas wei change {gas}"
         )
-    good = verified == requests and after["payout"][0] - before["payout"][0] == paid_total and after["agent"][1] == 0
+    ordered = await _payment_order(server, api_key)
+    good = (
+        verified == requests
+        and after["payout"][0] - before["payout"][0] == paid_total
+        and after["agent"][1] == 0
+        and ordered
+    )
     _say(
         f"\n{'OK' if good else 'FAILED'}: {verified}/{requests} receipts verified; the payout address received "
-        f"{format_amount(after['payout'][0] - before['payout'][0])} USDC; the agent spent no gas."
+        f"{format_amount(after['payout'][0] - before['payout'][0])} USDC; the agent spent no gas; "
+        f"the payment order was {'paid and refunded' if ordered else 'NOT paid and refunded'}."
     )
     return 0 if good else 1
+
+
+async def _payment_order(server: PlatformServer, api_key: str) -> bool:
+    """A person's payment: an order, paid in the sandbox with a real transfer, then refunded."""
+    async with AsyncMerchantClient(api_key, server.url, timeout=60) as client:
+        order = await client.payment_intents.create(order_id="demo-order-1", amount="12.50", currency="USDC")
+        _say(f"\n8. Payment order {order.order_id}: {order.amount} USDC, checkout at {order.checkout_url}")
+        paid = (await client.sandbox.simulate_payment(order.id)).payment_intent
+        _say(f"   The sandbox paid it from {paid.payer}: {paid.status}, tx {paid.tx_hash}")
+        balance = sum((b.available for b in (await client.balances.list()).data), Decimal(0))
+        refund = await client.refunds.create(order.id, reason="demo")
+        after = sum((b.available for b in (await client.balances.list()).data), Decimal(0))
+        _say(f"   Refunded to the payer: {refund.status}, tx {refund.tx_hash}; balance {balance} -> {after} USDC")
+    return paid.status == "succeeded" and refund.status == "completed" and after == balance - order.amount

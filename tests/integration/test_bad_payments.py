@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import Deployment, PlatformHarness
+from tests.harness import Deployment, PlatformHarness, sqlite_only
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_transfer
 from x402mw.evm.keys import address_of, new_private_key
@@ -315,6 +315,7 @@ async def test_a_seller_with_a_revoked_key_answers_500_not_a_silent_402(
     assert response.json()["error"]["code"] == "payment_configuration_error"
 
 
+@sqlite_only  # never reaches the database
 async def test_an_unreachable_platform_is_a_503(deployment: Deployment) -> None:
     app = starlette_app(deployment.api_key, "http://127.0.0.1:9/v1", deployment.endpoint_id)
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:

@@ -62,12 +62,10 @@ def _new_key() -> str:
     return f"idem-{uuid.uuid4()}"
 
 
-@pytest.mark.parametrize("platform_fixture", ["dev_platform", "postgres_platform"])
-def test_the_same_key_creates_once_and_replays(platform_fixture: str, request: pytest.FixtureRequest) -> None:
-    harness: PlatformHarness = request.getfixturevalue(platform_fixture)
-    merchant_id, api_key, _ = harness.merchant()
-    body, key = _endpoint_body(harness), _new_key()
-    with _api(harness, api_key) as api:
+def test_the_same_key_creates_once_and_replays(dev_platform: PlatformHarness) -> None:
+    merchant_id, api_key, _ = dev_platform.merchant()
+    body, key = _endpoint_body(dev_platform), _new_key()
+    with _api(dev_platform, api_key) as api:
         first = api.post("/agent/endpoints", json=body, headers={"Idempotency-Key": key})
         second = api.post("/agent/endpoints", json=body, headers={"Idempotency-Key": key})
         ids = _endpoint_ids(api)
@@ -80,7 +78,7 @@ def test_the_same_key_creates_once_and_replays(platform_fixture: str, request: p
     assert second.headers["request-id"] != first.headers["request-id"]
     assert second.headers.get_list("request-id") == [second.headers["request-id"]]
     assert ids == [first.json()["endpoint"]["id"]]
-    [row] = _stored_keys(harness, merchant_id)
+    [row] = _stored_keys(dev_platform, merchant_id)
     assert (row.key, row.status, row.response_status) == (key, "done", 201)
 
 
@@ -135,16 +133,14 @@ def test_a_refused_request_is_replayed_as_refused(dev_platform: PlatformHarness)
     assert ids == []
 
 
-@pytest.mark.parametrize("platform_fixture", ["dev_platform", "postgres_platform"])
-def test_concurrent_first_uses_create_one_endpoint(platform_fixture: str, request: pytest.FixtureRequest) -> None:
-    harness: PlatformHarness = request.getfixturevalue(platform_fixture)
-    _, api_key, _ = harness.merchant()
-    body, key = _endpoint_body(harness), _new_key()
+def test_concurrent_first_uses_create_one_endpoint(dev_platform: PlatformHarness) -> None:
+    _, api_key, _ = dev_platform.merchant()
+    body, key = _endpoint_body(dev_platform), _new_key()
     barrier = threading.Barrier(10)
     replies: list[httpx.Response] = []
 
     def post() -> None:
-        with _api(harness, api_key) as api:
+        with _api(dev_platform, api_key) as api:
             barrier.wait()
             replies.append(api.post("/agent/endpoints", json=body, headers={"Idempotency-Key": key}))
 
@@ -153,7 +149,7 @@ def test_concurrent_first_uses_create_one_endpoint(platform_fixture: str, reques
         thread.start()
     for thread in threads:
         thread.join(60)
-    with _api(harness, api_key) as api:
+    with _api(dev_platform, api_key) as api:
         ids = _endpoint_ids(api)
         later = api.post("/agent/endpoints", json=body, headers={"Idempotency-Key": key})
     assert len(replies) == 10

@@ -81,12 +81,6 @@ class Receiver:
             self._thread.join(timeout=30)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_db_platform(request: pytest.FixtureRequest) -> PlatformHarness:
-    name = "dev_platform" if request.param == "sqlite" else "postgres_platform"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     server = Receiver().start()
@@ -194,8 +188,7 @@ def test_the_event_filter_and_the_merchant_are_honoured(dev_platform: PlatformHa
         assert _events(api_b) == []
 
 
-def test_a_receiver_that_is_down_then_recovers_gets_every_event(any_db_platform: PlatformHarness) -> None:
-    dev_platform = any_db_platform
+def test_a_receiver_that_is_down_then_recovers_gets_every_event(dev_platform: PlatformHarness) -> None:
     _, key, _ = dev_platform.merchant()
     down = Receiver()  # nothing listens on its port yet
     with _api(dev_platform, key) as api:
@@ -237,7 +230,9 @@ def test_a_receiver_that_is_down_then_recovers_gets_every_event(any_db_platform:
                 assert [r.answered for r in retries][-1] == 200 and len(retries) >= 2
                 for retry in retries:
                     construct_event(retry.body, retry.headers, endpoint["secret"])
-            assert _round(dev_platform, at + timedelta(hours=1)) == 0  # nothing is sent twice after a 2xx
+            received = len(down.received)
+            _round(dev_platform, at + timedelta(hours=1))  # (other tests' endpoints may have deliveries due)
+            assert len(down.received) == received  # nothing is sent twice after a 2xx
         finally:
             down.stop()
 
@@ -313,8 +308,7 @@ def test_rotating_the_secret_signs_with_both_during_the_overlap(
             construct_event(after.body, after.headers, old)
 
 
-def test_redeliver_and_the_delivery_log(any_db_platform: PlatformHarness, receiver: Receiver) -> None:
-    dev_platform = any_db_platform
+def test_redeliver_and_the_delivery_log(dev_platform: PlatformHarness, receiver: Receiver) -> None:
     _, key, _ = dev_platform.merchant()
     with _api(dev_platform, key) as api:
         endpoint = _endpoint(api, receiver.url("log"), ["payment_intent.created"])

@@ -30,7 +30,23 @@ PINNED = {
         "X402Error",
         "__version__",
     ],
-    x402mw.client: ["PaymentRecord", "Wallet", "X402Auth"],
+    x402mw.client: [
+        "APIConnectionError",
+        "APIError",
+        "AsyncMerchantClient",
+        "AuthenticationError",
+        "ConflictError",
+        "IdempotencyError",
+        "InvalidRequestError",
+        "MerchantClient",
+        "NotFoundError",
+        "PaymentRecord",
+        "RateLimitError",
+        "ServerError",
+        "UnprocessableEntityError",
+        "Wallet",
+        "X402Auth",
+    ],
 }
 
 

@@ -1,4 +1,6 @@
-"""The paying side of x402: a `Wallet` and `X402Auth`, an ``httpx.Auth`` that pays 402 answers.
+"""The client side of x402mw: the paying side of x402 and the merchant API client.
+
+Paying: a `Wallet` and `X402Auth`, an ``httpx.Auth`` that pays 402 answers.
 
 >>> import httpx
 >>> from x402mw.client import Wallet, X402Auth
@@ -6,11 +8,50 @@
 >>> httpx.get("https://api.example.com/weather", auth=auth)
 
 The ``x402mw pay URL`` command is in :mod:`x402mw.client.pay`.
+
+Selling: `MerchantClient` (and `AsyncMerchantClient`), a typed client of the merchant API.
+
+>>> from x402mw.client import MerchantClient
+>>> with MerchantClient("sk_test_...") as client:
+...     intent = client.payment_intents.create(order_id="A-1001", amount="12.50", currency="USDC")
+
+Its result models (`PaymentIntent`, `Refund`, ...) are in :mod:`x402mw.client.merchant`; webhook
+deliveries are verified with :mod:`x402mw.client.webhooks`.
 """
 
 from __future__ import annotations
 
 from x402mw.client.auth import PaymentRecord, X402Auth
+from x402mw.client.merchant import (
+    APIConnectionError,
+    APIError,
+    AsyncMerchantClient,
+    AuthenticationError,
+    ConflictError,
+    IdempotencyError,
+    InvalidRequestError,
+    MerchantClient,
+    NotFoundError,
+    RateLimitError,
+    ServerError,
+    UnprocessableEntityError,
+)
 from x402mw.client.wallet import Wallet
 
-__all__ = ["PaymentRecord", "Wallet", "X402Auth"]
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "AsyncMerchantClient",
+    "AuthenticationError",
+    "ConflictError",
+    "IdempotencyError",
+    "InvalidRequestError",
+    "MerchantClient",
+    "NotFoundError",
+    "PaymentRecord",
+    "RateLimitError",
+    "ServerError",
+    "UnprocessableEntityError",
+    "Wallet",
+    "X402Auth",
+]

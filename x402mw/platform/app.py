@@ -19,14 +19,17 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from x402mw import __version__
+from x402mw.platform import checkout
 from x402mw.platform.api import (
     agent_challenges,
     agent_endpoints,
     agent_settlements,
+    balances,
     events,
     facilitator,
     openapi,
     payment_intents,
+    refunds,
     sandbox,
     webhook_endpoints,
 )
@@ -76,6 +79,8 @@ def create_app(
         *agent_settlements.routes,
         *facilitator.routes,
         *payment_intents.routes,
+        *refunds.routes,
+        *balances.routes,
         *sandbox.routes,
         *webhook_endpoints.routes,
         *events.routes,
@@ -86,6 +91,7 @@ def create_app(
         routes=[
             Mount("/v1", routes=v1, middleware=[Middleware(IdempotencyMiddleware)]),
             Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
+            Mount("/checkout", routes=checkout.routes),
             Route("/healthz", health),
         ],
         middleware=[Middleware(RequestIdMiddleware)],

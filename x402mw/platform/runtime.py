@@ -21,11 +21,15 @@ from x402mw.platform.chain.token import read_domain
 from x402mw.platform.clock import Clock
 from x402mw.platform.db.engine import create_engine_for, migrate
 from x402mw.platform.keys import load_or_create_key, parse_private_key
+from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.merchants import KeyRing
 from x402mw.platform.services.payment_intents import expire_due_payment_intents
+from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.settlement import SettlementService
+from x402mw.platform.services.watcher import DepositWatcher
 from x402mw.platform.settings import ChainSettings, PlatformSettings
 from x402mw.platform.webhooks.delivery import deliver_due
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
@@ -46,6 +50,10 @@ class Platform:
     receipt_address: str
     keys: KeyRing
     endpoints: EndpointDirectory
+    deposit_keys: DepositKeys
+    watcher: DepositWatcher
+    refunds: RefundService
+    secrets: SecretBox  # seals webhook secrets at rest
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -55,9 +63,12 @@ class Platform:
         clock = clock or Clock()
         relayer_key = load_or_create_key(settings.relayer_key, settings.data_dir / "relayer.key")
         receipt_key = load_or_create_key(settings.receipt_key, settings.data_dir / "receipt.key")
+        treasury_key = load_or_create_key(settings.treasury_key, settings.data_dir / "treasury.key")
+        deposit_keys = DepositKeys(load_or_create_key(settings.deposit_seed, settings.data_dir / "deposit.seed"))
+        secrets = SecretBox(load_or_create_key(settings.sealing_key, settings.data_dir / "sealing.key"))
         if settings.migrate:
             await asyncio.to_thread(migrate, settings.database_url)
-        engine = create_engine_for(settings.database_url)
+        engine = create_engine_for(settings.database_url, pool_size=settings.database_pool_size)
         chains = Chains()
         try:
             for chain_settings in settings.chains:
@@ -67,6 +78,8 @@ class Platform:
             await engine.dispose()
             raise
         settlement = SettlementService(engine, chains, receipt_key, clock, simulate=settings.simulate)
+        base = settings.checkout_url_base
+        watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base)
         platform = cls(
             settings,
             engine,
@@ -76,7 +89,16 @@ class Platform:
             address_of(receipt_key),
             KeyRing(engine),
             EndpointDirectory(engine),
+            deposit_keys,
+            watcher,
+            RefundService(engine, chains, clock, deposit_keys, treasury_key, base),
+            secrets,
         )
+        try:
+            await watcher.start()
+        except BaseException:
+            await platform.aclose()
+            raise
         if settings.run_worker:
             platform._tasks.append(asyncio.get_running_loop().create_task(platform._worker()))
         return platform
@@ -89,6 +111,8 @@ class Platform:
                 "expiring payment orders",
                 lambda: expire_due_payment_intents(self.engine, self.clock.now(), self.settings.checkout_url_base),
             ),
+            ("watching deposits", self.watcher.run_once),
+            ("sending refunds", self.refunds.resume_due),
             ("delivering webhooks", lambda: deliver_due(self)),
         ]
         while True:

@@ -51,7 +51,7 @@ class PlatformServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> PlatformServer:
-        self.settings.base_url = self.url
+        self.settings.serve_at(self.url)
         self._thread = threading.Thread(target=self._run, name="x402mw-platform", daemon=True)
         self._thread.start()
         self._ready.result(timeout=120)

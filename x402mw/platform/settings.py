@@ -34,10 +34,14 @@ class ChainSettings:
 @dataclass
 class PlatformSettings:
     database_url: str = "sqlite:///.x402mw/platform.sqlite3"
+    database_pool_size: int = 10  # PostgreSQL connections per process (twice as many under bursts)
     data_dir: Path = Path(".x402mw")
     chains: list[ChainSettings] = field(default_factory=lambda: [ChainSettings()])
     relayer_key: str | None = None
     receipt_key: str | None = None
+    treasury_key: str | None = None  # holds merchants' money between payment and refund or payout
+    deposit_seed: str | None = None  # 32 bytes of hex: the BIP-32 seed of every deposit address
+    sealing_key: str | None = None  # 32 bytes of hex: encrypts stored webhook secrets
     base_url: str = "http://127.0.0.1:4402/v1"
     simulate: bool = True
     migrate: bool = True
@@ -50,10 +54,18 @@ class PlatformSettings:
             self.checkout_url_base = default_checkout_url_base(self.base_url)
         self.checkout_url_base = self.checkout_url_base.rstrip("/")
 
+    def serve_at(self, base_url: str) -> None:
+        """Set the base URL the platform is reached at; a checkout base derived from the old one follows."""
+        if self.checkout_url_base == default_checkout_url_base(self.base_url):
+            self.checkout_url_base = default_checkout_url_base(base_url)
+        self.base_url = base_url
+
     @classmethod
     def from_env(cls, **overrides: object) -> PlatformSettings:
-        """Settings from ``X402MW_DATABASE_URL``, ``X402MW_DATA_DIR``, ``X402MW_RPC_URL`` (comma-separated),
-        ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``, ``X402MW_BASE_URL``, ``X402MW_CHECKOUT_URL_BASE``;
+        """Settings from ``X402MW_DATABASE_URL``, ``X402MW_DATABASE_POOL_SIZE``, ``X402MW_DATA_DIR``,
+        ``X402MW_RPC_URL`` (comma-separated), ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``,
+        ``X402MW_TREASURY_KEY``, ``X402MW_DEPOSIT_SEED``, ``X402MW_SEALING_KEY``, ``X402MW_BASE_URL``,
+        ``X402MW_CHECKOUT_URL_BASE``;
         ``overrides`` win."""
         env = os.environ
         settings = cls()
@@ -61,10 +73,15 @@ class PlatformSettings:
             settings.data_dir = Path(env["X402MW_DATA_DIR"])
             settings.database_url = f"sqlite:///{settings.data_dir / 'platform.sqlite3'}"
         settings.database_url = env.get("X402MW_DATABASE_URL", settings.database_url)
+        if env.get("X402MW_DATABASE_POOL_SIZE"):
+            settings.database_pool_size = int(env["X402MW_DATABASE_POOL_SIZE"])
         if env.get("X402MW_RPC_URL"):
             settings.chains = [ChainSettings(rpc_url=u.strip()) for u in env["X402MW_RPC_URL"].split(",") if u.strip()]
         settings.relayer_key = env.get("X402MW_RELAYER_KEY") or None
         settings.receipt_key = env.get("X402MW_RECEIPT_KEY") or None
+        settings.treasury_key = env.get("X402MW_TREASURY_KEY") or None
+        settings.deposit_seed = env.get("X402MW_DEPOSIT_SEED") or None
+        settings.sealing_key = env.get("X402MW_SEALING_KEY") or None
         settings.base_url = env.get("X402MW_BASE_URL", settings.base_url)
         for name, value in overrides.items():
             if value is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -12,7 +13,7 @@ from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
 
-__all__ = ["MAX_BODY_BYTES", "http_url", "iso", "parse_body", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
@@ -79,3 +80,15 @@ def http_url(value: str | None) -> str | None:
     ):
         raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
     return value
+
+
+def path_uuid(request: Request, name: str, what: str) -> str:
+    """The path parameter ``name``, a bare UUID in canonical form; 404 ``resource_missing`` otherwise."""
+    raw: str = request.path_params[name]
+    try:
+        canonical = str(uuid.UUID(raw))
+    except ValueError:
+        raise ApiError.missing(what, raw) from None
+    if canonical != raw.lower():
+        raise ApiError.missing(what, raw)
+    return canonical

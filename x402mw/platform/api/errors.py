@@ -16,6 +16,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from x402mw.platform.services.errors import Refused
+
 __all__ = ["ApiError", "RequestIdMiddleware", "current_request_id", "error_response", "exception_handlers"]
 
 logger = logging.getLogger("x402mw.platform")
@@ -91,8 +93,14 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return error_response(ApiError(exc.status, exc.code, exc.message, param=exc.param))
+
+
 exception_handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
     ApiError: _api_error,
+    Refused: _refused,
     HTTPException: _http_error,
     Exception: _unexpected,
 }

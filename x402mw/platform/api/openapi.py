@@ -21,6 +21,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw import __version__
+from x402mw.platform.api import openapi_checkout as checkout
+from x402mw.platform.api import openapi_payments as money
 from x402mw.platform.api.openapi_operations import ERRORS, operations
 from x402mw.platform.api.openapi_schemas import STRING, Schema, model_schemas, ref, response_schemas
 
@@ -30,7 +32,14 @@ __all__ = ["build_document", "routes"]
 def _components() -> Schema:
     request_id = {"$ref": "#/components/headers/Request-Id"}
     return {
-        "schemas": model_schemas() | response_schemas(),
+        "schemas": model_schemas(
+            [*money.BODY_MODELS, *checkout.BODY_MODELS],
+            money.FIELD_NOTES | checkout.FIELD_NOTES,
+            money.PROPERTY_OVERRIDES,
+        )
+        | response_schemas()
+        | money.schemas()
+        | checkout.schemas(),
         "securitySchemes": {
             "bearerAuth": {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer sk_test_…`"},
             "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "x-api-key"},
@@ -76,6 +85,8 @@ def _components() -> Schema:
 
 _TAGS = [
     ("Payment intents", "Payment orders a buyer pays at checkout, with wallet or transfer."),
+    ("Refunds", "Full refunds of paid orders to the paying wallet, from the treasury."),
+    ("Balances", "The merchant's money per chain and coin: credited payments less refunds."),
     ("Agent endpoints", "The resources a merchant sells to agents per request."),
     ("Challenges", "Challenges issued by the seller middleware, and the status of one payment."),
     ("Agent payments", "Settling paid requests, the payments settled, and monthly usage."),
@@ -83,6 +94,7 @@ _TAGS = [
     ("Webhook endpoints", "URLs receiving the merchant's events, signed with Standard Webhooks."),
     ("Events", "What happened (the webhook outbox), each event's deliveries, and redelivery."),
     ("Sandbox", "Test-mode helpers, refused for live keys."),
+    *checkout.TAGS,
     ("Health", "Service status and this document."),
 ]
 
@@ -98,7 +110,7 @@ Paths are relative to `{api_host}`, the platform's origin."""
 @functools.cache
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
-    for method, path, operation in operations():
+    for method, path, operation in [*money.operations(), *operations(), *checkout.operations()]:
         paths.setdefault(path, {})[method] = operation
     return {
         "openapi": "3.1.0",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from x402mw.platform.api.openapi_schemas import STRING, Schema, object_schema, ref
 
-__all__ = ["ERRORS", "operations"]
+__all__ = ["ERRORS", "LIST_PARAMS", "operation", "operations", "wrapped"]
 
 ERRORS = {
     400: (
@@ -21,6 +21,7 @@ ERRORS = {
         "conflicts with the object's state (the operation names the codes).",
     ),
     413: ("PayloadTooLarge", "The request body is larger than 1 MiB."),
+    422: ("Unprocessable", "The request is valid but cannot be carried out (e.g. `insufficient_balance`)."),
 }
 _PATH_PARAMS = {
     "endpoint_id": "id of an agent endpoint",
@@ -28,11 +29,12 @@ _PATH_PARAMS = {
     "payment_id": "id of an agent payment or of a payment intent (a bare UUID)",
     "webhook_endpoint_id": "id of a webhook endpoint",
     "event_id": "id of an event",
+    "refund_id": "id of a refund",
 }
-_LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
+LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
 
 
-def _operation(
+def operation(
     method: str,
     path: str,
     operation_id: str,
@@ -81,27 +83,26 @@ def _operation(
     return method.lower(), path, operation
 
 
-def _wrapped(key: str, name: str) -> Schema:
+def wrapped(key: str, name: str) -> Schema:
     return object_schema({key: ref(name)})
 
 
 def operations() -> list[tuple[str, str, Schema]]:
     endpoints, challenges, payments = "Agent endpoints", "Challenges", "Agent payments"
     return [
-        *_payment_intent_operations(),
         *_webhook_operations(),
-        _operation(
+        operation(
             "POST",
             "/v1/agent/endpoints",
             "createAgentEndpoint",
             endpoints,
             "Create an agent endpoint",
             "A test key may only use test networks, a live key only live ones (`400 livemode_mismatch`).",
-            _wrapped("endpoint", "AgentEndpoint"),
+            wrapped("endpoint", "AgentEndpoint"),
             status=201,
             body="EndpointCreate",
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/agent/endpoints",
             "listAgentEndpoints",
@@ -109,20 +110,20 @@ def operations() -> list[tuple[str, str, Schema]]:
             "List agent endpoints",
             "Newest first. An unknown cursor id is a 404.",
             ref("AgentEndpointList"),
-            query=_LIST_PARAMS,
+            query=LIST_PARAMS,
             errors=(400, 404),
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/agent/endpoints/{endpoint_id}",
             "retrieveAgentEndpoint",
             endpoints,
             "Retrieve an agent endpoint",
             "",
-            _wrapped("endpoint", "AgentEndpoint"),
+            wrapped("endpoint", "AgentEndpoint"),
             errors=(404,),
         ),
-        _operation(
+        operation(
             "PATCH",
             "/v1/agent/endpoints/{endpoint_id}",
             "updateAgentEndpoint",
@@ -130,11 +131,11 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Update an agent endpoint",
             "Any field but `chainId` and `currency`. A new `payoutAddress` applies to challenges issued "
             "afterwards; payments of challenges issued before still settle to the old one.",
-            _wrapped("endpoint", "AgentEndpoint"),
+            wrapped("endpoint", "AgentEndpoint"),
             body="EndpointUpdate",
             errors=(404,),
         ),
-        _operation(
+        operation(
             "POST",
             "/v1/agent/challenges/batch",
             "recordChallenges",
@@ -145,17 +146,17 @@ def operations() -> list[tuple[str, str, Schema]]:
             body="ChallengeBatch",
             errors=(404,),
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/agent/challenges/{challenge_id}",
             "retrieveChallenge",
             challenges,
             "Retrieve a challenge and its payment",
             "",
-            _wrapped("challenge", "AgentChallenge"),
+            wrapped("challenge", "AgentChallenge"),
             errors=(404,),
         ),
-        _operation(
+        operation(
             "GET",
             "/merchant/v1/agent/challenges/{challenge_id}",
             "retrieveChallengeLegacy",
@@ -163,10 +164,10 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Retrieve a challenge (legacy path)",
             "Legacy alias `{api_host}/merchant/v1/agent/challenges/{challenge_id}` of "
             "`GET /v1/agent/challenges/{challenge_id}`, with the same answer.",
-            _wrapped("challenge", "AgentChallenge"),
+            wrapped("challenge", "AgentChallenge"),
             errors=(404,),
         ),
-        _operation(
+        operation(
             "POST",
             "/v1/agent/settlements",
             "settleAgentPayment",
@@ -180,7 +181,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             body="SettleBody",
             errors=(404,),
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/agent/payments",
             "listAgentPayments",
@@ -189,7 +190,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Settled and failed agent payments, newest first.",
             ref("AgentPaymentList"),
             query=[
-                *_LIST_PARAMS,
+                *LIST_PARAMS,
                 {
                     "name": "endpointId",
                     "in": "query",
@@ -199,17 +200,17 @@ def operations() -> list[tuple[str, str, Schema]]:
             ],
             errors=(400, 404),
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/agent/payments/{payment_id}",
             "retrieveAgentPayment",
             payments,
             "Retrieve an agent payment",
             "",
-            _wrapped("agentPayment", "AgentPayment"),
+            wrapped("agentPayment", "AgentPayment"),
             errors=(404,),
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/agent/usage",
             "retrieveAgentUsage",
@@ -218,7 +219,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Settlements, volume per coin and the planned fee: the first 1,000 settlements a month are "
             "free, then per settlement the larger of 0.005 and 0.3 % of its amount. Nothing is billed "
             "during the beta.",
-            _wrapped("usage", "AgentUsage"),
+            wrapped("usage", "AgentUsage"),
             query=[
                 {
                     "name": "month",
@@ -229,7 +230,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             ],
             errors=(400,),
         ),
-        _operation(
+        operation(
             "POST",
             "/v1/x402/verify",
             "facilitatorVerify",
@@ -239,7 +240,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             ref("VerifyResponse"),
             body="FacilitatorBody",
         ),
-        _operation(
+        operation(
             "POST",
             "/v1/x402/settle",
             "facilitatorSettle",
@@ -250,7 +251,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             ref("SettlementResponse"),
             body="FacilitatorBody",
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/x402/supported",
             "facilitatorSupported",
@@ -260,7 +261,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             ref("SupportedKinds"),
             public=True,
         ),
-        _operation(
+        operation(
             "POST",
             "/v1/sandbox/faucet",
             "sandboxFaucet",
@@ -271,8 +272,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             ref("FaucetTransfer"),
             body="FaucetBody",
         ),
-        _operation("GET", "/v1/health", "getHealth", "Health", "Platform health", "", ref("HealthStatus"), public=True),
-        _operation(
+        operation("GET", "/v1/health", "getHealth", "Health", "Platform health", "", ref("HealthStatus"), public=True),
+        operation(
             "GET",
             "/healthz",
             "getHealthz",
@@ -282,7 +283,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             ref("HealthStatus"),
             public=True,
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/openapi.json",
             "getOpenApiDocument",
@@ -295,76 +296,22 @@ def operations() -> list[tuple[str, str, Schema]]:
     ]
 
 
-def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
-    tag = "Payment intents"
-    return [
-        _operation(
-            "POST",
-            "/v1/payment-intents",
-            "createPaymentIntent",
-            tag,
-            "Create a payment intent",
-            "Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
-            "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
-            "another open order holds `metadata.fixed_transfer_customer_id`.",
-            _wrapped("paymentIntent", "PaymentIntent"),
-            status=201,
-            body="PaymentIntentCreate",
-        ),
-        _operation(
-            "GET",
-            "/v1/payment-intents",
-            "listPaymentIntents",
-            tag,
-            "List payment intents",
-            "Newest first; with `orderId`, the merchant's order with that id (a list of at most one).",
-            ref("PaymentIntentList"),
-            query=[
-                *_LIST_PARAMS,
-                {"name": "orderId", "in": "query", "description": "only the order with this id", "schema": STRING},
-            ],
-            errors=(400, 404),
-        ),
-        _operation(
-            "GET",
-            "/v1/payment-intents/{payment_id}",
-            "retrievePaymentIntent",
-            tag,
-            "Retrieve a payment intent",
-            "",
-            _wrapped("paymentIntent", "PaymentIntent"),
-            errors=(404,),
-        ),
-        _operation(
-            "POST",
-            "/v1/payment-intents/{payment_id}/cancel",
-            "cancelPaymentIntent",
-            tag,
-            "Cancel a payment intent",
-            "Only from `requires_payment` (otherwise 409 `payment_intent_unexpected_state`); writes "
-            "`payment_intent.canceled` and releases a fixed transfer address.",
-            _wrapped("paymentIntent", "PaymentIntent"),
-            errors=(404, 409),
-        ),
-    ]
-
-
 def _webhook_operations() -> list[tuple[str, str, Schema]]:
     hooks, events = "Webhook endpoints", "Events"
     one = "/v1/webhook-endpoints/{webhook_endpoint_id}"
     return [
-        _operation(
+        operation(
             "POST",
             "/v1/webhook-endpoints",
             "createWebhookEndpoint",
             hooks,
             "Create a webhook endpoint",
             "Answers the signing `secret` (`whsec_…`): store it now, reads never show it again.",
-            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            wrapped("webhookEndpoint", "WebhookEndpoint"),
             status=201,
             body="WebhookEndpointCreate",
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/webhook-endpoints",
             "listWebhookEndpoints",
@@ -372,31 +319,31 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             "List webhook endpoints",
             "Newest first.",
             ref("WebhookEndpointList"),
-            query=_LIST_PARAMS,
+            query=LIST_PARAMS,
             errors=(400, 404),
         ),
-        _operation(
+        operation(
             "GET",
             one,
             "retrieveWebhookEndpoint",
             hooks,
             "Retrieve a webhook endpoint",
             "",
-            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            wrapped("webhookEndpoint", "WebhookEndpoint"),
             errors=(404,),
         ),
-        _operation(
+        operation(
             "PATCH",
             one,
             "updateWebhookEndpoint",
             hooks,
             "Update a webhook endpoint",
             "An endpoint answering 410 is disabled by the platform; enable it again here.",
-            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            wrapped("webhookEndpoint", "WebhookEndpoint"),
             body="WebhookEndpointUpdate",
             errors=(404,),
         ),
-        _operation(
+        operation(
             "DELETE",
             one,
             "deleteWebhookEndpoint",
@@ -406,7 +353,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             ref("DeletedWebhookEndpoint"),
             errors=(404,),
         ),
-        _operation(
+        operation(
             "POST",
             one + "/rotate-secret",
             "rotateWebhookSecret",
@@ -414,11 +361,11 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             "Rotate the signing secret",
             "Answers the new secret. Until `expiresInSeconds` have passed, deliveries carry one signature "
             "per valid secret, so receivers can switch without dropping events.",
-            _wrapped("webhookEndpoint", "WebhookEndpoint"),
+            wrapped("webhookEndpoint", "WebhookEndpoint"),
             body="SecretRotation",
             errors=(404,),
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/events",
             "listEvents",
@@ -427,22 +374,22 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             "Newest first.",
             ref("EventList"),
             query=[
-                *_LIST_PARAMS,
+                *LIST_PARAMS,
                 {"name": "type", "in": "query", "description": "only events of this type", "schema": STRING},
             ],
             errors=(400, 404),
         ),
-        _operation(
+        operation(
             "GET",
             "/v1/events/{event_id}",
             "retrieveEvent",
             events,
             "Retrieve an event and its deliveries",
             "",
-            _wrapped("event", "EventWithDeliveries"),
+            wrapped("event", "EventWithDeliveries"),
             errors=(404,),
         ),
-        _operation(
+        operation(
             "POST",
             "/v1/events/{event_id}/redeliver",
             "redeliverEvent",

@@ -3,6 +3,7 @@ objects written to match what the handlers answer (see `x402mw.platform.api.open
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -13,12 +14,29 @@ from x402mw.platform.api.agent_challenges import ChallengeBatch
 from x402mw.platform.api.agent_endpoints import EndpointCreate, EndpointUpdate
 from x402mw.platform.api.agent_settlements import SettleBody
 from x402mw.platform.api.facilitator import FacilitatorBody
-from x402mw.platform.api.payment_intents import PaymentIntentCreate
 from x402mw.platform.api.sandbox import FaucetBody
 from x402mw.platform.api.webhook_endpoints import SecretRotation, WebhookEndpointCreate, WebhookEndpointUpdate
 from x402mw.protocol.models import SettlementResponse, VerifyResponse
 
-__all__ = ["REF", "STRING", "Schema", "model_schemas", "object_schema", "ref", "response_schemas"]
+__all__ = [
+    "ADDRESS",
+    "BOOLEAN",
+    "DECIMAL",
+    "INTEGER",
+    "MINOR",
+    "REF",
+    "STRING",
+    "TIMESTAMP",
+    "Schema",
+    "const",
+    "enum",
+    "list_of",
+    "model_schemas",
+    "nullable",
+    "object_schema",
+    "ref",
+    "response_schemas",
+]
 
 Schema = dict[str, Any]
 
@@ -26,12 +44,12 @@ REF = "#/components/schemas/{model}"
 
 _DIGITS = {"type": "string", "pattern": "^[0-9]+$"}
 STRING: Schema = {"type": "string"}
-_INTEGER: Schema = {"type": "integer"}
-_BOOLEAN: Schema = {"type": "boolean"}
-_ADDRESS: Schema = {"type": "string", "pattern": "^0x[0-9a-fA-F]{40}$", "description": "EVM address"}
-_TIMESTAMP: Schema = {"type": "string", "format": "date-time", "description": "ISO 8601 UTC, milliseconds"}
-_MINOR: Schema = _DIGITS | {"description": "integer amount in the coin's minor units (6 decimals)"}
-_DECIMAL: Schema = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$", "description": "decimal amount"}
+INTEGER: Schema = {"type": "integer"}
+BOOLEAN: Schema = {"type": "boolean"}
+ADDRESS: Schema = {"type": "string", "pattern": "^0x[0-9a-fA-F]{40}$", "description": "EVM address"}
+TIMESTAMP: Schema = {"type": "string", "format": "date-time", "description": "ISO 8601 UTC, milliseconds"}
+MINOR: Schema = _DIGITS | {"description": "integer amount in the coin's minor units (6 decimals)"}
+DECIMAL: Schema = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$", "description": "decimal amount"}
 
 
 class _WireJsonSchema(GenerateJsonSchema):
@@ -58,7 +76,6 @@ _BODY_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (FacilitatorBody, "validation"),
     (SettleBody, "validation"),
     (FaucetBody, "validation"),
-    (PaymentIntentCreate, "validation"),
     (WebhookEndpointCreate, "validation"),
     (WebhookEndpointUpdate, "validation"),
     (SecretRotation, "validation"),
@@ -125,29 +142,6 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
         "address": "EVM address receiving the coins",
         "amount": "decimal amount of coins, at most 1,000,000",
     },
-    "PaymentIntentCreate": {
-        "orderId": "the order's id in the merchant's system, 1–200 characters, unique per merchant and mode",
-        "amount": 'decimal amount, greater than 0, at most 6 decimals and 1,000,000,000; a string such as `"12.50"` '
-        "is recommended, JSON numbers are read exactly (never as floats)",
-        "currency": "the primary coin",
-        "acceptedCurrencies": "coins offered at checkout; must include `currency`; default `[currency]`",
-        "customer": "the buyer",
-        "customerEmail": "legacy form of `customer.email`; must agree with it when both are sent",
-        "customerName": "legacy form of `customer.name`; must agree with it when both are sent",
-        "successUrl": "absolute http(s) URL the buyer returns to after paying, at most 2048 characters",
-        "cancelUrl": "absolute http(s) URL the buyer returns to after cancelling, at most 2048 characters",
-        "metadata": "at most 50 string values, keys at most 40 and values at most 500 characters. "
-        "`fixed_transfer_customer_id` reuses one deposit address for that customer's orders "
-        "(`409 fixed_transfer_active_payment` while another open order holds it)",
-        "paymentMethods": "what checkout offers; default wallet and transfer, transfer panel closed",
-        "expiresAt": "ISO 8601 timestamp with a timezone, in the future; the order expires then",
-    },
-    "CustomerIn": {"email": "email address, at most 320 characters", "name": "at most 200 characters"},
-    "PaymentMethodsIn": {
-        "wallet": "offer payment from a browser wallet (default true)",
-        "transfer": "offer a transfer to a dedicated deposit address (default true)",
-        "transferDefaultOpen": "open the transfer panel first (default false; needs `transfer`)",
-    },
     "PaymentRequirements": {
         "scheme": "`exact`",
         "network": "CAIP-2 network, e.g. `eip155:8453`",
@@ -182,9 +176,6 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
 }
 # SettleBody reads these two as dicts and validates them itself, with the models referenced here.
 _PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
-    "PaymentIntentCreate": {
-        "amount": {"anyOf": [_DECIMAL, {"type": "number", "exclusiveMinimum": 0}]},
-    },
     "SettleBody": {
         "accepted": {"$ref": REF.format(model="PaymentRequirements")},
         "paymentPayload": {"$ref": REF.format(model="PaymentPayload")},
@@ -196,7 +187,7 @@ def ref(name: str) -> Schema:
     return {"$ref": REF.format(model=name)}
 
 
-def _nullable(schema: Schema) -> Schema:
+def nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
@@ -205,103 +196,110 @@ def object_schema(properties: dict[str, Schema], *, optional: tuple[str, ...] = 
     return {"type": "object", "properties": properties, "required": required} | extra
 
 
-def _const(value: str) -> Schema:
+def const(value: str) -> Schema:
     return {"type": "string", "const": value}
 
 
-def _enum(*values: str) -> Schema:
+def enum(*values: str) -> Schema:
     return {"type": "string", "enum": list(values)}
 
 
-def _list_of(name: str) -> Schema:
+def list_of(name: str) -> Schema:
     return object_schema(
-        {"object": _const("list"), "data": {"type": "array", "items": ref(name)}, "hasMore": _BOOLEAN},
+        {"object": const("list"), "data": {"type": "array", "items": ref(name)}, "hasMore": BOOLEAN},
         description=f"A page of {name} objects, newest first.",
     )
 
 
-def model_schemas() -> dict[str, Schema]:
+def model_schemas(
+    models: Sequence[type[BaseModel]] = (),
+    notes: Mapping[str, Mapping[str, str]] | None = None,
+    overrides: Mapping[str, Mapping[str, Schema]] | None = None,
+) -> dict[str, Schema]:
+    """The request bodies' schemas: this module's and ``models`` (validation mode), with field
+    ``notes`` and property ``overrides`` (e.g. for amounts parsed before validation)."""
     found: dict[str, Schema] = {}
-    for model, mode in _BODY_MODELS:
+    for model, mode in [*_BODY_MODELS, *((m, "validation") for m in models)]:
         schema = model.model_json_schema(by_alias=True, ref_template=REF, schema_generator=_WireJsonSchema, mode=mode)
         for name, sub in {**schema.pop("$defs", {}), model.__name__: schema}.items():
             if found.setdefault(name, sub) != sub:
                 raise RuntimeError(f"two different JSON schemas are named {name}")
-    for name, notes in _FIELD_NOTES.items():
+    all_notes = {**_FIELD_NOTES, **(notes or {})}
+    for name, fields in all_notes.items():
         properties = found[name]["properties"]
-        for field, note in notes.items():
+        for field, note in fields.items():
             properties[field]["description"] = note
-    for name, overrides in _PROPERTY_OVERRIDES.items():
-        for field, override in overrides.items():
-            found[name]["properties"][field] = override | {"description": _FIELD_NOTES[name][field]}
+    for name, replaced in {**_PROPERTY_OVERRIDES, **(overrides or {})}.items():
+        for field, override in replaced.items():
+            found[name]["properties"][field] = override | {"description": all_notes[name][field]}
     return found
 
 
 def response_schemas() -> dict[str, Schema]:
-    status_payment = _enum("claimed", "submitted", "settled", "failed")
+    status_payment = enum("claimed", "submitted", "settled", "failed")
     return {
         "AgentEndpoint": object_schema(
             {
                 "id": STRING,
-                "object": _const("agent_endpoint"),
+                "object": const("agent_endpoint"),
                 "name": STRING,
                 "resourceUrl": STRING,
-                "chainId": _INTEGER,
+                "chainId": INTEGER,
                 "network": STRING | {"description": "`eip155:<chainId>`"},
-                "currency": _enum("USDC", "EURC"),
-                "asset": _nullable(_ADDRESS),
-                "assetName": _nullable(STRING | {"description": "the token's EIP-712 domain name"}),
-                "assetVersion": _nullable(STRING | {"description": "the token's EIP-712 domain version"}),
-                "decimals": _INTEGER,
-                "payoutAddress": _ADDRESS,
-                "pricingMode": _enum("fixed", "dynamic"),
-                "amountMinor": _nullable(_MINOR),
-                "releasePolicy": _enum("included", "confirmed"),
-                "maxTimeoutSeconds": _INTEGER,
-                "livemode": _BOOLEAN,
-                "createdAt": _TIMESTAMP,
-                "updatedAt": _TIMESTAMP,
+                "currency": enum("USDC", "EURC"),
+                "asset": nullable(ADDRESS),
+                "assetName": nullable(STRING | {"description": "the token's EIP-712 domain name"}),
+                "assetVersion": nullable(STRING | {"description": "the token's EIP-712 domain version"}),
+                "decimals": INTEGER,
+                "payoutAddress": ADDRESS,
+                "pricingMode": enum("fixed", "dynamic"),
+                "amountMinor": nullable(MINOR),
+                "releasePolicy": enum("included", "confirmed"),
+                "maxTimeoutSeconds": INTEGER,
+                "livemode": BOOLEAN,
+                "createdAt": TIMESTAMP,
+                "updatedAt": TIMESTAMP,
             },
             description="A resource the merchant sells to agents per request.",
         ),
         "AgentChallenge": object_schema(
             {
                 "challengeId": STRING,
-                "object": _const("agent_challenge"),
-                "status": _enum("open", "expired", "processing", "settled", "failed"),
+                "object": const("agent_challenge"),
+                "status": enum("open", "expired", "processing", "settled", "failed"),
                 "endpointId": STRING,
                 "network": STRING,
-                "asset": _ADDRESS,
-                "payTo": _ADDRESS,
-                "amountMinor": _MINOR,
+                "asset": ADDRESS,
+                "payTo": ADDRESS,
+                "amountMinor": MINOR,
                 "resource": STRING,
-                "expiresAt": _TIMESTAMP,
-                "createdAt": _TIMESTAMP,
-                "livemode": _BOOLEAN,
-                "payment": _nullable(ref("AgentPayment")),
+                "expiresAt": TIMESTAMP,
+                "createdAt": TIMESTAMP,
+                "livemode": BOOLEAN,
+                "payment": nullable(ref("AgentPayment")),
             },
             description="A challenge issued by the seller middleware, with the payment that answered it.",
         ),
         "AgentPayment": object_schema(
             {
                 "id": STRING,
-                "object": _const("agent_payment"),
+                "object": const("agent_payment"),
                 "status": status_payment,
-                "challengeId": _nullable(STRING),
-                "endpointId": _nullable(STRING),
+                "challengeId": nullable(STRING),
+                "endpointId": nullable(STRING),
                 "network": STRING,
-                "asset": _ADDRESS,
+                "asset": ADDRESS,
                 "currency": STRING,
-                "amountMinor": _MINOR,
-                "payer": _ADDRESS,
-                "payTo": _ADDRESS,
-                "transaction": _nullable(STRING),
-                "blockNumber": _nullable(_INTEGER),
-                "errorReason": _nullable(STRING | {"description": "x402 reason code of a failed payment"}),
-                "receipt": _nullable(ref("Receipt")),
-                "livemode": _BOOLEAN,
-                "createdAt": _TIMESTAMP,
-                "settledAt": _nullable(_TIMESTAMP),
+                "amountMinor": MINOR,
+                "payer": ADDRESS,
+                "payTo": ADDRESS,
+                "transaction": nullable(STRING),
+                "blockNumber": nullable(INTEGER),
+                "errorReason": nullable(STRING | {"description": "x402 reason code of a failed payment"}),
+                "receipt": nullable(ref("Receipt")),
+                "livemode": BOOLEAN,
+                "createdAt": TIMESTAMP,
+                "settledAt": nullable(TIMESTAMP),
             },
             description="One EIP-3009 authorization settled (or refused) by the platform.",
         ),
@@ -313,34 +311,32 @@ def response_schemas() -> dict[str, Schema]:
         },
         "AgentUsage": object_schema(
             {
-                "object": _const("agent_usage"),
+                "object": const("agent_usage"),
                 "month": STRING | {"pattern": "^[0-9]{4}-[0-9]{2}$"},
-                "livemode": _BOOLEAN,
-                "settlements": _INTEGER,
-                "freeSettlements": _INTEGER,
+                "livemode": BOOLEAN,
+                "settlements": INTEGER,
+                "freeSettlements": INTEGER,
                 "volume": {
                     "type": "object",
-                    "additionalProperties": _DECIMAL,
+                    "additionalProperties": DECIMAL,
                     "description": "settled amount per coin",
                 },
-                "plannedFee": {"type": "object", "additionalProperties": _DECIMAL, "description": "fee per coin"},
-                "billed": _BOOLEAN | {"description": "always false during the beta"},
+                "plannedFee": {"type": "object", "additionalProperties": DECIMAL, "description": "fee per coin"},
+                "billed": BOOLEAN | {"description": "always false during the beta"},
             },
             description="Settlements of one month and the planned fee (first 1,000 free).",
         ),
         **_webhook_schemas(),
-        "PaymentIntent": _payment_intent(),
-        "PaymentIntentList": _list_of("PaymentIntent"),
-        "AgentEndpointList": _list_of("AgentEndpoint"),
-        "AgentPaymentList": _list_of("AgentPayment"),
-        "ChallengeBatchResult": object_schema({"object": _const("challenge_batch"), "received": _INTEGER}),
+        "AgentEndpointList": list_of("AgentEndpoint"),
+        "AgentPaymentList": list_of("AgentPayment"),
+        "ChallengeBatchResult": object_schema({"object": const("challenge_batch"), "received": INTEGER}),
         "SettlementResult": object_schema(
             {
-                "status": _enum("settled", "pending", "failed"),
+                "status": enum("settled", "pending", "failed"),
                 "settlement": ref("SettlementResponse"),
                 "message": STRING,
                 "paymentId": STRING,
-                "accepted": object_schema({"payTo": _ADDRESS}),
+                "accepted": object_schema({"payTo": ADDRESS}),
             },
             optional=("message", "paymentId", "accepted"),
             description="The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`.",
@@ -349,33 +345,33 @@ def response_schemas() -> dict[str, Schema]:
             {
                 "kinds": {
                     "type": "array",
-                    "items": object_schema({"x402Version": _INTEGER, "scheme": STRING, "network": STRING}),
+                    "items": object_schema({"x402Version": INTEGER, "scheme": STRING, "network": STRING}),
                 },
                 "extensions": {"type": "array", "items": STRING},
-                "signers": {"type": "object", "additionalProperties": {"type": "array", "items": _ADDRESS}},
+                "signers": {"type": "object", "additionalProperties": {"type": "array", "items": ADDRESS}},
             }
         ),
         "FaucetTransfer": object_schema(
             {
-                "object": _const("faucet_transfer"),
+                "object": const("faucet_transfer"),
                 "network": STRING,
                 "currency": STRING,
-                "address": _ADDRESS,
-                "amount": _DECIMAL,
+                "address": ADDRESS,
+                "amount": DECIMAL,
                 "transaction": STRING,
             }
         ),
         "HealthStatus": object_schema(
             {
-                "status": _const("ok"),
+                "status": const("ok"),
                 "version": STRING,
-                "receiptSigner": _ADDRESS | {"description": "address that signs settlement receipts"},
+                "receiptSigner": ADDRESS | {"description": "address that signs settlement receipts"},
                 "networks": {"type": "array", "items": STRING},
             }
         ),
         "Error": object_schema(
             {
-                "type": _enum(
+                "type": enum(
                     "invalid_request_error",
                     "authentication_error",
                     "idempotency_error",
@@ -393,77 +389,35 @@ def response_schemas() -> dict[str, Schema]:
     }
 
 
-def _payment_intent() -> Schema:
-    currency = _enum("USDC", "USDT", "EURC")
-    url = _nullable(STRING | {"format": "uri"})
-    return object_schema(
-        {
-            "paymentId": STRING | {"format": "uuid", "description": "bare UUID; use it in API calls"},
-            "id": STRING | {"format": "uuid", "description": "same as `paymentId`"},
-            "object": _const("payment_intent"),
-            "status": _enum("requires_payment", "processing", "succeeded", "canceled", "expired", "refunded"),
-            "orderId": STRING,
-            "amount": _DECIMAL,
-            "amountReceived": _DECIMAL | {"description": "received so far (an underpaid order shows it)"},
-            "currency": currency,
-            "acceptedCurrencies": {"type": "array", "items": currency},
-            "paymentMethods": object_schema(
-                {"wallet": _BOOLEAN, "transfer": _BOOLEAN, "transferDefaultOpen": _BOOLEAN}
-            ),
-            "checkoutUrl": STRING
-            | {
-                "format": "uri",
-                "description": "`{checkout_url_base}/pi_<uuid>`: hand it to the buyer exactly as returned",
-            },
-            "successUrl": url,
-            "cancelUrl": url,
-            "customer": object_schema({"email": _nullable(STRING), "name": _nullable(STRING)}),
-            "metadata": {"type": "object", "additionalProperties": STRING},
-            "exceptions": {
-                "type": "array",
-                "items": _enum("underpaid", "overpaid", "paid_late", "wrong_asset"),
-                "description": "irregularities of the payment; never statuses",
-            },
-            "txHash": _nullable(STRING),
-            "paidAt": _nullable(_TIMESTAMP),
-            "expiresAt": _nullable(_TIMESTAMP),
-            "livemode": _BOOLEAN,
-            "createdAt": _TIMESTAMP,
-            "updatedAt": _TIMESTAMP,
-        },
-        description="A payment order: an amount the merchant asks a buyer to pay at checkout.",
-    )
-
-
 def _webhook_schemas() -> dict[str, Schema]:
     event_fields: dict[str, Schema] = {
         "id": STRING | {"format": "uuid", "description": "also the `webhook-id` header of its deliveries"},
-        "object": _const("event"),
+        "object": const("event"),
         "type": STRING | {"description": "e.g. `agent_payment.settled`, `payment_intent.canceled`"},
-        "createdAt": _TIMESTAMP,
-        "livemode": _BOOLEAN,
+        "createdAt": TIMESTAMP,
+        "livemode": BOOLEAN,
         "data": {"type": "object", "description": "the objects the event is about, e.g. `agentPayment`"},
     }
     attempt = object_schema(
         {
-            "at": _TIMESTAMP,
-            "statusCode": _nullable(_INTEGER),
-            "error": _nullable(STRING | {"description": "the network error when there was no answer"}),
-            "durationMs": _INTEGER,
+            "at": TIMESTAMP,
+            "statusCode": nullable(INTEGER),
+            "error": nullable(STRING | {"description": "the network error when there was no answer"}),
+            "durationMs": INTEGER,
         }
     )
     return {
         "WebhookEndpoint": object_schema(
             {
                 "id": STRING,
-                "object": _const("webhook_endpoint"),
+                "object": const("webhook_endpoint"),
                 "url": STRING | {"format": "uri"},
                 "enabledEvents": {"type": "array", "items": STRING},
-                "description": _nullable(STRING),
-                "status": _enum("enabled", "disabled"),
-                "livemode": _BOOLEAN,
-                "createdAt": _TIMESTAMP,
-                "updatedAt": _TIMESTAMP,
+                "description": nullable(STRING),
+                "status": enum("enabled", "disabled"),
+                "livemode": BOOLEAN,
+                "createdAt": TIMESTAMP,
+                "updatedAt": TIMESTAMP,
                 "secret": STRING
                 | {
                     "pattern": "^whsec_",
@@ -473,21 +427,21 @@ def _webhook_schemas() -> dict[str, Schema]:
             optional=("secret",),
             description="A URL receiving the merchant's events, signed with Standard Webhooks.",
         ),
-        "WebhookEndpointList": _list_of("WebhookEndpoint"),
+        "WebhookEndpointList": list_of("WebhookEndpoint"),
         "DeletedWebhookEndpoint": object_schema(
-            {"id": STRING, "object": _const("webhook_endpoint"), "deleted": {"type": "boolean", "const": True}}
+            {"id": STRING, "object": const("webhook_endpoint"), "deleted": {"type": "boolean", "const": True}}
         ),
         "Event": object_schema(event_fields, description="Something that happened, as delivered to webhooks."),
-        "EventList": _list_of("Event"),
+        "EventList": list_of("Event"),
         "WebhookDelivery": object_schema(
             {
                 "id": STRING,
                 "endpointId": STRING,
-                "status": _enum("pending", "delivered", "failed"),
+                "status": enum("pending", "delivered", "failed"),
                 "attempts": {"type": "array", "items": attempt, "description": "the latest 50 attempts"},
-                "lastStatusCode": _nullable(_INTEGER),
-                "nextAttemptAt": _nullable(_TIMESTAMP),
-                "deliveredAt": _nullable(_TIMESTAMP),
+                "lastStatusCode": nullable(INTEGER),
+                "nextAttemptAt": nullable(TIMESTAMP),
+                "deliveredAt": nullable(TIMESTAMP),
             },
             description="One event owed to one webhook endpoint.",
         ),
@@ -495,5 +449,5 @@ def _webhook_schemas() -> dict[str, Schema]:
             event_fields | {"deliveries": {"type": "array", "items": ref("WebhookDelivery")}},
             description="An event and its delivery to each endpoint.",
         ),
-        "Redelivery": object_schema({"object": _const("event"), "id": STRING, "redelivered": _INTEGER}),
+        "Redelivery": object_schema({"object": const("event"), "id": STRING, "redelivered": INTEGER}),
     }

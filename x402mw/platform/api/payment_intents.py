@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -12,13 +11,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import http_url, parse_body, read_json
+from x402mw.platform.api.bodies import http_url, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import PaymentIntent
 from x402mw.platform.services.payment_intents import (
-    PaymentIntentError,
     cancel_payment_intent,
     create_payment_intent,
     find_payment_intent,
@@ -141,10 +139,6 @@ def _customer(body: PaymentIntentCreate) -> tuple[str | None, str | None]:
     return found[0], found[1]
 
 
-def _refused(error: PaymentIntentError) -> ApiError:
-    return ApiError(error.status, error.code, error.message, param=error.param)
-
-
 async def create(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     body = parse_body(PaymentIntentCreate, await read_json(request))
@@ -179,23 +173,12 @@ async def create(request: Request) -> JSONResponse:
         created_at=now,
         updated_at=now,
     )
-    try:
-        answer = await create_payment_intent(platform.engine, intent, platform.settings.checkout_url_base)
-    except PaymentIntentError as exc:
-        raise _refused(exc) from None
+    answer = await create_payment_intent(platform.engine, intent, platform.settings.checkout_url_base)
     return JSONResponse({"paymentIntent": answer}, status_code=201)
 
 
 def _payment_id(request: Request) -> str:
-    """The path's id in canonical form; 404 when it is not a bare UUID."""
-    raw: str = request.path_params["payment_id"]
-    try:
-        canonical = str(uuid.UUID(raw))
-    except ValueError:
-        raise ApiError.missing("payment intent", raw) from None
-    if canonical != raw.lower():
-        raise ApiError.missing("payment intent", raw)
-    return canonical
+    return path_uuid(request, "payment_id", "payment intent")
 
 
 async def retrieve(request: Request) -> JSONResponse:
@@ -213,17 +196,14 @@ async def cancel(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     payment_id = _payment_id(request)
     platform = request.app.state.platform
-    try:
-        answer = await cancel_payment_intent(
-            platform.engine,
-            caller.merchant_id,
-            caller.livemode,
-            payment_id,
-            platform.clock.now(),
-            platform.settings.checkout_url_base,
-        )
-    except PaymentIntentError as exc:
-        raise _refused(exc) from None
+    answer = await cancel_payment_intent(
+        platform.engine,
+        caller.merchant_id,
+        caller.livemode,
+        payment_id,
+        platform.clock.now(),
+        platform.settings.checkout_url_base,
+    )
     if answer is None:
         raise ApiError.missing("payment intent", payment_id)
     return JSONResponse({"paymentIntent": answer})

@@ -1,9 +1,16 @@
-"""``/sandbox``: test-mode helpers, refused for live keys. ``POST /sandbox/faucet`` mints test coins on
-the dev chain or on a local node whose token minter the platform holds (anvil)."""
+"""``/sandbox``: test-mode helpers, refused for live keys.
+
+- ``POST /sandbox/faucet`` mints test coins on the dev chain or on a local node whose token minter the
+  platform holds (anvil);
+- ``POST /sandbox/payment-intents/:paymentId/simulate-payment`` makes a real transfer to the order's
+  deposit address from a fresh wallet, in one of the scenarios ``exact``, ``underpaid``, ``overpaid``,
+  ``late`` (the order is expired first) or ``wrong_asset``, and answers once the platform has seen it.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import secrets
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 from starlette.requests import Request
@@ -11,12 +18,16 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.errors import PriceError
-from x402mw.evm.keys import is_address, to_checksum_address
+from x402mw.evm.keys import address_of, is_address, new_private_key, to_checksum_address
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import parse_body, read_json
+from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.chain.token import mint
-from x402mw.protocol.prices import to_atomic
+from x402mw.platform.services.chains import ChainHandle
+from x402mw.platform.services.deposits import assign_deposit_address, authorization_call
+from x402mw.platform.services.payment_intents import find_payment_intent, payment_intent_json, transition
+from x402mw.protocol.networks import Asset
+from x402mw.protocol.prices import format_amount, to_atomic
 
 __all__ = ["routes"]
 
@@ -56,12 +67,7 @@ async def faucet(request: Request) -> JSONResponse:
         raise ApiError(400, "parameter_invalid", f"Invalid amount: {exc.message}", param="amount") from None
     if amount > MAX_FAUCET_MINOR:
         raise ApiError(400, "parameter_invalid", "the faucet gives at most 1,000,000 per call", param="amount")
-    if chain.dev is not None:
-        tx = await chain.dev.mint(asset.symbol, body.address, amount)
-    elif chain.minter_key is not None:
-        tx = await mint(chain.rpc, chain.minter_key, asset.address, body.address, amount)
-    else:
-        raise ApiError(400, "faucet_unavailable", f"the platform cannot mint on {body.network}", param="network")
+    tx = await _mint(chain, asset, body.address, amount)
     return JSONResponse(
         {
             "object": "faucet_transfer",
@@ -74,4 +80,107 @@ async def faucet(request: Request) -> JSONResponse:
     )
 
 
-routes = [Route("/sandbox/faucet", faucet, methods=["POST"])]
+async def _mint(chain: ChainHandle, asset: Asset, address: str, amount: int) -> str:
+    if chain.dev is not None:
+        return await chain.dev.mint(asset.symbol, address, amount)
+    if chain.minter_key is not None:
+        return await mint(chain.rpc, chain.minter_key, asset.address, address, amount)
+    raise ApiError(400, "faucet_unavailable", f"the platform cannot mint on {chain.network.caip2}", param="network")
+
+
+def _test_chain(request: Request, network: str | None) -> ChainHandle:
+    chains = request.app.state.platform.chains
+    chain = chains.by_network(network) if network else next((c for c in chains if not c.livemode), None)
+    if chain is None or chain.livemode:
+        raise ApiError(400, "unsupported_chain", f"no test network {network or ''} here".strip(), param="network")
+    return chain  # type: ignore[no-any-return]
+
+
+Scenario = Literal["exact", "underpaid", "overpaid", "late", "wrong_asset"]
+
+
+class SimulatePaymentBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario: Scenario = "exact"
+    network: str | None = None
+
+
+def _pick(chain: ChainHandle, order: Any, scenario: Scenario) -> Asset:
+    """The coin the simulated buyer sends."""
+    accepted = [order["paid_currency"]] if order["paid_currency"] else list(order["accepted_currencies"])
+    if scenario == "wrong_asset":
+        candidates = [a for a in chain.network.assets.values() if a.symbol not in order["accepted_currencies"]]
+    else:
+        candidates = [a for symbol in accepted if (a := chain.asset(symbol)) is not None]
+    candidates = [a for a in candidates if a.eip3009]
+    if not candidates:
+        what = "a coin this order does not accept" if scenario == "wrong_asset" else "a coin this order accepts"
+        raise ApiError(400, "scenario_unavailable", f"{chain.network.caip2} has no {what}", param="scenario")
+    return candidates[0]
+
+
+def _amount(order: Any, scenario: Scenario) -> int:
+    remaining = max(1, int(order["amount_minor"]) - int(order["amount_received_minor"]))
+    if scenario == "underpaid":
+        if remaining < 2:
+            raise ApiError(400, "scenario_unavailable", "1 minor unit cannot be underpaid", param="scenario")
+        return remaining // 2
+    if scenario == "overpaid":
+        return remaining + max(1, remaining // 10)
+    return remaining
+
+
+async def simulate_payment(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    if caller.livemode:
+        raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
+    payment_id = path_uuid(request, "payment_id", "payment intent")
+    body = parse_body(SimulatePaymentBody, await read_json(request, allow_empty=True) or {})
+    platform = request.app.state.platform
+    chain = _test_chain(request, body.network)
+    base = platform.settings.checkout_url_base
+    async with platform.engine.begin() as conn:
+        order = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
+        if order is None:
+            raise ApiError.missing("payment intent", payment_id)
+        if order["status"] != "requires_payment":
+            raise ApiError(
+                409,
+                "payment_intent_unexpected_state",
+                f"The sandbox pays payment intents awaiting payment; this one is {order['status']}",
+            )
+        asset, amount = _pick(chain, order, body.scenario), _amount(order, body.scenario)
+        if body.scenario == "late":
+            now = platform.clock.now()
+            order = await transition(conn, order, "expired", now, base, {"expires_at": now}) or order
+    deposit = await assign_deposit_address(platform.engine, platform.deposit_keys, order)
+    payer_key = new_private_key()
+    payer = address_of(payer_key)
+    await _mint(chain, asset, payer, amount)
+    data, _ = authorization_call(chain, asset.address, payer_key, deposit, amount, secrets.token_bytes(32))
+    tx = await chain.relayer.send(asset.address, data)
+    await chain.wait_for(tx)
+    await platform.watcher.scan(chain)
+    await platform.watcher.confirm()
+    async with platform.engine.connect() as conn:
+        seen = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
+    assert seen is not None
+    return JSONResponse(
+        {
+            "object": "sandbox_payment",
+            "scenario": body.scenario,
+            "network": chain.network.caip2,
+            "currency": asset.symbol,
+            "amount": format_amount(amount, asset.decimals),
+            "payer": payer,
+            "depositAddress": deposit,
+            "txHash": tx,
+            "paymentIntent": payment_intent_json(seen, base),
+        }
+    )
+
+
+routes = [
+    Route("/sandbox/faucet", faucet, methods=["POST"]),
+    Route("/sandbox/payment-intents/{payment_id}/simulate-payment", simulate_payment, methods=["POST"]),
+]

@@ -25,6 +25,7 @@ from x402mw.platform.db.models import new_id, utcnow
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import new_secret
+from x402mw.platform.webhooks.destinations import blocked_reason
 
 __all__ = ["SecretRotation", "WebhookEndpointCreate", "WebhookEndpointUpdate", "routes"]
 
@@ -93,9 +94,16 @@ async def _load(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
     return row
 
 
+def _allowed(url: str, livemode: bool) -> None:
+    reason = blocked_reason(url, livemode=livemode)
+    if reason is not None:
+        raise ApiError(400, "url_not_allowed", f"Webhooks cannot be sent there: {reason}", param="url")
+
+
 async def create(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointCreate, await read_json(request))
+    _allowed(body.url, caller.livemode)
     now = utcnow()
     secret = new_secret()
     table = tables.webhook_endpoints
@@ -108,7 +116,7 @@ async def create(request: Request) -> JSONResponse:
         "enabled_events": body.enabledEvents,
         "description": body.description,
         "status": "enabled",
-        "secret": secret,
+        "secret": request.app.state.platform.secrets.seal(secret),
         "previous_secrets": [],
         "created_at": now,
         "updated_at": now,
@@ -136,6 +144,8 @@ async def update(request: Request) -> JSONResponse:
         if value is None and key != "description":
             raise ApiError(400, "parameter_invalid", f"{key} cannot be null", param=key)
         values[names[key]] = value
+    if "url" in values:
+        _allowed(values["url"], caller.livemode)
     table = tables.webhook_endpoints
     async with request.app.state.platform.engine.begin() as conn:
         row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
@@ -161,7 +171,8 @@ async def rotate_secret(request: Request) -> JSONResponse:
     now = utcnow()
     secret = new_secret()
     table = tables.webhook_endpoints
-    async with request.app.state.platform.engine.begin() as conn:
+    platform = request.app.state.platform
+    async with platform.engine.begin() as conn:
         row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
         previous = [old for old in row.previous_secrets or () if old["expiresAt"] > iso(now)]
         if body.expiresInSeconds > 0:
@@ -169,7 +180,9 @@ async def rotate_secret(request: Request) -> JSONResponse:
             previous.append({"secret": row.secret, "expiresAt": expires})
         previous = previous[-_MAX_PREVIOUS_SECRETS:]
         await conn.execute(
-            table.update().where(table.c.id == row.id).values(secret=secret, previous_secrets=previous, updated_at=now)
+            table.update()
+            .where(table.c.id == row.id)
+            .values(secret=platform.secrets.seal(secret), previous_secrets=previous, updated_at=now)
         )
         row = await _load(conn, caller, row.id)
     return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row, secret=secret)})

@@ -80,6 +80,7 @@ class DevChainRpc:
             "eth_sendRawTransaction": self._send_raw_transaction,
             "eth_getTransactionReceipt": self._get_receipt,
             "eth_getTransactionByHash": self._get_transaction,
+            "eth_getLogs": self._get_logs,
             "evm_mine": self._mine,
             "evm_snapshot": lambda p: hex(self._tester.take_snapshot()),
             "evm_revert": self._revert,
@@ -183,6 +184,39 @@ class DevChainRpc:
         except Exception:  # eth-tester raises BlockNotFound for numbers past the head
             return None
         return _object(block)
+
+    def _get_logs(self, params: list[Any]) -> list[dict[str, Any]]:
+        query: dict[str, Any] = params[0] if params else {}
+        head = self._tester.get_block_by_number("latest")["number"]
+
+        def number(key: str) -> int:
+            tag = query.get(key, "latest")
+            if isinstance(tag, str) and tag.startswith("0x"):
+                return int(tag, 16)
+            return 0 if tag == "earliest" else int(head)
+
+        address = query.get("address")
+        if isinstance(address, str):
+            address = [address]
+        topics = [
+            None if topic is None else [topic] if isinstance(topic, str) else list(topic)
+            for topic in query.get("topics") or []
+        ]
+        wanted = {a.lower() for a in address} if address else None
+        logs = []
+        for block_number in range(number("fromBlock"), min(number("toBlock"), head) + 1):
+            block = self._tester.get_block_by_number(block_number)
+            for tx_hash in block["transactions"]:
+                receipt = self._get_receipt([_hex_data(tx_hash)])
+                for log in receipt["logs"] if receipt else []:
+                    if wanted is not None and log["address"].lower() not in wanted:
+                        continue
+                    if all(
+                        allowed is None or (i < len(log["topics"]) and log["topics"][i].lower() in allowed)
+                        for i, allowed in enumerate(topics)
+                    ):
+                        logs.append(log)
+        return logs
 
     def _call(self, params: list[Any]) -> str:
         tx = self._transaction(params[0])

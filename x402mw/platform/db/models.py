@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, LargeBinary, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, CheckConstraint, Column, DateTime, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 __all__ = [
@@ -19,10 +19,16 @@ __all__ = [
     "AgentEndpoint",
     "AgentPayment",
     "ApiKey",
+    "Balance",
+    "ChainCursor",
+    "DepositAddress",
     "Event",
     "IdempotencyKey",
+    "IncomingTransfer",
+    "LedgerEntry",
     "Merchant",
     "PaymentIntent",
+    "Refund",
     "WebhookDelivery",
     "WebhookEndpoint",
     "new_id",
@@ -196,6 +202,12 @@ class PaymentIntent(SQLModel, table=True):
     exceptions: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     tx_hash: str | None = Field(default=None, max_length=66)
     paid_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    # where and how it was paid: set by the first transfer that counts (x402mw.platform.services.deposits)
+    deposit_address: str | None = Field(default=None, max_length=42, index=True)
+    chain_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    paid_currency: str | None = Field(default=None, max_length=8)
+    payer: str | None = Field(default=None, max_length=42)
+    swept_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
     expires_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
@@ -220,7 +232,7 @@ class WebhookEndpoint(SQLModel, table=True):
     enabled_events: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     description: str | None = Field(default=None, max_length=500)
     status: str = Field(default="enabled", max_length=16)  # enabled | disabled
-    secret: str = Field(max_length=64)
+    secret: str = Field(max_length=255)  # sealed (x402mw.platform.sealing)
     previous_secrets: list[dict[str, str]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
@@ -252,4 +264,132 @@ class WebhookDelivery(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("event_id", "endpoint_id", name="uq_webhook_deliveries_event_endpoint"),
         Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+    )
+
+
+class DepositAddress(SQLModel, table=True):
+    """A deposit address: ``id`` is its BIP-32 child index under ``m/44'/60'/0'/0`` of the platform's
+    deposit seed. ``customer_key`` (``metadata.fixed_transfer_customer_id``) makes it the customer's
+    fixed address, reused by each of their orders."""
+
+    __tablename__ = "deposit_addresses"
+    id: int | None = Field(default=None, primary_key=True)
+    address: str | None = Field(default=None, max_length=42, unique=True)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    customer_key: str | None = Field(default=None, max_length=500)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("merchant_id", "livemode", "customer_key", name="uq_deposit_addresses_customer"),
+    )
+
+
+class IncomingTransfer(SQLModel, table=True):
+    """A token transfer seen arriving at a deposit address. The unique log position (with its block,
+    since a reorg may include the same transaction again elsewhere) makes each count once.
+    ``status``: counted (toward its order), wrong_asset, unattributed, reverted (gone in a reorg)."""
+
+    __tablename__ = "incoming_transfers"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    chain_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    tx_hash: str = Field(max_length=66)
+    log_index: int
+    block_number: int = Field(sa_column=Column(BigInteger, nullable=False))
+    block_hash: str = Field(max_length=66)
+    token: str = Field(max_length=42)
+    currency: str | None = Field(default=None, max_length=8)
+    from_address: str = Field(max_length=42)
+    to_address: str = Field(max_length=42)
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    payment_intent_id: str | None = Field(default=None, max_length=36, index=True)
+    status: str = Field(max_length=16)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("chain_id", "tx_hash", "log_index", "block_hash", name="uq_incoming_transfers_log"),
+    )
+
+
+class ChainCursor(SQLModel, table=True):
+    """The last block whose transfers the deposit watcher has read, per chain, and its hash: a different
+    hash at that height later means a reorg, and the watcher reads the recent blocks again."""
+
+    __tablename__ = "chain_cursors"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    block_number: int = Field(sa_column=Column(BigInteger, nullable=False))
+    block_hash: str | None = Field(default=None, max_length=66)
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class Balance(SQLModel, table=True):
+    """A merchant's money per (chain, currency), in minor units: ``available`` can be refunded;
+    ``reserved`` is held by refunds in flight. The checks make a negative balance impossible."""
+
+    __tablename__ = "balances"
+    merchant_id: str = Field(foreign_key="merchants.id", primary_key=True, max_length=36)
+    livemode: bool = Field(default=False, primary_key=True)
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    currency: str = Field(primary_key=True, max_length=8)
+    available_minor: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    reserved_minor: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        CheckConstraint("available_minor >= 0", name="ck_balances_available"),
+        CheckConstraint("reserved_minor >= 0", name="ck_balances_reserved"),
+    )
+
+
+class LedgerEntry(SQLModel, table=True):
+    """One movement of a balance: ``available`` and ``reserved`` change by the two deltas. The unique
+    (kind, reference) lets each payment be credited, and each refund reserved and settled, once."""
+
+    __tablename__ = "ledger_entries"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    chain_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=8)
+    kind: str = Field(max_length=24)  # payment | refund_reserved | refund_released | refund_sent | adjustment
+    reference_id: str = Field(max_length=36)
+    available_delta: int = Field(sa_column=Column(BigInteger, nullable=False))
+    reserved_delta: int = Field(sa_column=Column(BigInteger, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("kind", "reference_id", name="uq_ledger_entries_reference"),
+        Index("ix_ledger_entries_merchant_created", "merchant_id", "created_at"),
+    )
+
+
+class Refund(SQLModel, table=True):
+    """A full refund of a paid order to its payer, sent from the treasury. ``hold`` is the order's id
+    while the refund is processing or completed and NULL once failed: its unique constraint allows one
+    live refund per order, under any concurrency. ``locked_until`` is the claim of whoever sends it."""
+
+    __tablename__ = "refunds"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    payment_intent_id: str = Field(foreign_key="payment_intents.id", max_length=36, index=True)
+    hold: str | None = Field(default=None, max_length=36, unique=True)
+    chain_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=8)
+    token: str = Field(max_length=42)
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    destination: str = Field(max_length=42)
+    reason: str | None = Field(default=None, max_length=500)
+    status: str = Field(max_length=16)  # processing -> completed | failed
+    failure_reason: str | None = Field(default=None, max_length=500)
+    tx_hash: str | None = Field(default=None, max_length=66)
+    attempts: int = 0
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    completed_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+    __table_args__ = (
+        Index("ix_refunds_merchant_created", "merchant_id", "created_at"),
+        Index("ix_refunds_status", "status", "locked_until"),
     )

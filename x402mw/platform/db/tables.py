@@ -11,10 +11,16 @@ __all__ = [
     "agent_endpoints",
     "agent_payments",
     "api_keys",
+    "balances",
+    "chain_cursors",
+    "deposit_addresses",
     "events",
     "idempotency_keys",
+    "incoming_transfers",
+    "ledger_entries",
     "merchants",
     "payment_intents",
+    "refunds",
     "webhook_deliveries",
     "webhook_endpoints",
 ]
@@ -30,3 +36,9 @@ idempotency_keys = _tables["idempotency_keys"]
 payment_intents = _tables["payment_intents"]
 webhook_endpoints = _tables["webhook_endpoints"]
 webhook_deliveries = _tables["webhook_deliveries"]
+deposit_addresses = _tables["deposit_addresses"]
+incoming_transfers = _tables["incoming_transfers"]
+chain_cursors = _tables["chain_cursors"]
+balances = _tables["balances"]
+ledger_entries = _tables["ledger_entries"]
+refunds = _tables["refunds"]

@@ -26,7 +26,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.errors import PriceError
 from x402mw.platform.db import tables
-from x402mw.platform.db.models import PaymentIntent, new_id
+from x402mw.platform.db.models import PaymentIntent
+from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.outbox import record_event
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "find_payment_intent",
     "parse_amount",
     "payment_intent_json",
+    "record_intent_event",
+    "transition",
 ]
 
 CURRENCIES = ("USDC", "USDT", "EURC")
@@ -53,22 +57,16 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     "requires_payment": frozenset({"processing", "canceled", "expired"}),
     "processing": frozenset({"succeeded", "requires_payment"}),
     "succeeded": frozenset({"refunded", "requires_payment"}),
-    "canceled": frozenset(),
-    "expired": frozenset(),
+    # a payment arriving after cancellation or expiry is still taken (flagged ``paid_late``)
+    "canceled": frozenset({"processing"}),
+    "expired": frozenset({"processing"}),
     "refunded": frozenset(),
 }
 FIXED_TRANSFER_KEY = "fixed_transfer_customer_id"
 
 
-class PaymentIntentError(Exception):
-    """A request the order's rules refuse; the API answers it with ``status``, ``code`` and ``param``."""
-
-    def __init__(self, status: int, code: str, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.param = param
+class PaymentIntentError(Refused):
+    """A payment order request the rules refuse."""
 
 
 def parse_amount(value: object) -> int:
@@ -115,6 +113,9 @@ def payment_intent_json(row: Mapping[Any, Any], checkout_url_base: str) -> dict[
         "customer": {"email": row["customer_email"], "name": row["customer_name"]},
         "metadata": dict(row["order_metadata"]),
         "exceptions": list(row["exceptions"]),
+        "network": None if row.get("chain_id") is None else f"eip155:{row['chain_id']}",
+        "paidCurrency": row.get("paid_currency"),
+        "payer": row.get("payer"),
         "txHash": row["tx_hash"],
         "paidAt": iso(row["paid_at"]),
         "expiresAt": iso(row["expires_at"]),
@@ -124,16 +125,17 @@ def payment_intent_json(row: Mapping[Any, Any], checkout_url_base: str) -> dict[
     }
 
 
-async def _record(conn: AsyncConnection, row: Mapping[Any, Any], kind: str, at: datetime, base: str) -> None:
-    await conn.execute(
-        tables.events.insert().values(
-            id=new_id(),
-            merchant_id=row["merchant_id"],
-            livemode=row["livemode"],
-            type=f"payment_intent.{kind}",
-            data={"paymentIntent": payment_intent_json(row, base)},
-            created_at=at,
-        )
+async def record_intent_event(
+    conn: AsyncConnection, row: Mapping[Any, Any], kind: str, at: datetime, base: str
+) -> None:
+    """Write ``payment_intent.<kind>`` with the order as it now is."""
+    await record_event(
+        conn,
+        merchant_id=row["merchant_id"],
+        livemode=row["livemode"],
+        type=f"payment_intent.{kind}",
+        data={"paymentIntent": payment_intent_json(row, base)},
+        at=at,
     )
 
 
@@ -159,7 +161,7 @@ async def create_payment_intent(engine: AsyncEngine, intent: PaymentIntent, chec
     try:
         async with engine.begin() as conn:
             await conn.execute(tables.payment_intents.insert().values(**values))
-            await _record(conn, values, "created", intent.created_at, checkout_url_base)
+            await record_intent_event(conn, values, "created", intent.created_at, checkout_url_base)
     except IntegrityError:
         raise await _conflict(engine, intent) from None
     return payment_intent_json(values, checkout_url_base)
@@ -188,14 +190,22 @@ async def _conflict(engine: AsyncEngine, intent: PaymentIntent) -> PaymentIntent
     )
 
 
-async def _transition(
-    conn: AsyncConnection, row: Mapping[Any, Any], to: str, at: datetime, base: str
+async def transition(
+    conn: AsyncConnection,
+    row: Mapping[Any, Any],
+    to: str,
+    at: datetime,
+    base: str,
+    changes: Mapping[str, Any] | None = None,
+    *,
+    event: str | None = None,
 ) -> Mapping[Any, Any] | None:
-    """Move ``row`` to ``to`` if it is still in the status it was read in; the new row, or None."""
+    """Move ``row`` to ``to`` (with ``changes`` to other columns) if it is still in the status it was
+    read in, and record ``payment_intent.<event or to>``; the new row, or None."""
     if to not in TRANSITIONS[row["status"]]:
         return None
     table = tables.payment_intents
-    changes: dict[str, Any] = {"status": to, "updated_at": at}
+    changes = {**(changes or {}), "status": to, "updated_at": at}
     if to not in OPEN_STATUSES:
         changes["transfer_hold"] = None
     result = await conn.execute(
@@ -204,7 +214,7 @@ async def _transition(
     if result.rowcount != 1:
         return None
     moved = {**row, **changes}
-    await _record(conn, moved, to, at, base)
+    await record_intent_event(conn, moved, event or to, at, base)
     return moved
 
 
@@ -217,7 +227,7 @@ async def cancel_payment_intent(
         row = await find_payment_intent(conn, merchant_id, livemode, payment_id)
         if row is None:
             return None
-        moved = await _transition(conn, row, "canceled", now, checkout_url_base)
+        moved = await transition(conn, row, "canceled", now, checkout_url_base)
         if moved is None:
             current = await find_payment_intent(conn, merchant_id, livemode, payment_id)
             status = current["status"] if current else row["status"]
@@ -249,6 +259,6 @@ async def expire_due_payment_intents(
     expired = 0
     for row in due:
         async with engine.begin() as conn:
-            if await _transition(conn, row, "expired", now, checkout_url_base) is not None:
+            if await transition(conn, row, "expired", now, checkout_url_base) is not None:
                 expired += 1
     return expired

@@ -13,8 +13,13 @@ EVENT_TYPES: tuple[str, ...] = (
     "payment_intent.processing",
     "payment_intent.succeeded",
     "payment_intent.refunded",
+    "payment_intent.reverted",
+    "refund.processing",
+    "refund.completed",
+    "refund.failed",
     "subscription.created",
     "subscription.renewed",
+    "subscription.past_due",
     "subscription.canceled",
     "subscription.expired",
 )

@@ -30,6 +30,8 @@ from x402mw.client.webhooks import sign_payload
 from x402mw.platform.api.bodies import iso
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.sealing import SecretBox
+from x402mw.platform.webhooks.destinations import resolved_blocked_reason
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
@@ -86,12 +88,12 @@ def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # SQLite answers naive UTC
 
 
-def signing_secrets(endpoint: Mapping[Any, Any], now: datetime) -> list[str]:
-    """The current secret, then every rotated-out one still inside its overlap."""
-    valid = [endpoint["secret"]]
+def signing_secrets(endpoint: Mapping[Any, Any], now: datetime, box: SecretBox) -> list[str]:
+    """The current secret, then every rotated-out one still inside its overlap (stored sealed)."""
+    valid = [box.open(endpoint["secret"])]
     for old in endpoint["previous_secrets"] or ():
         if datetime.fromisoformat(old["expiresAt"]) > now:
-            valid.append(old["secret"])
+            valid.append(box.open(old["secret"]))
     return valid
 
 
@@ -233,7 +235,8 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
         event = (await conn.execute(select(events).where(events.c.id == delivery["event_id"]))).mappings().one()
     body = json.dumps(envelope(event), ensure_ascii=False, separators=(",", ":")).encode()
     stamp = int(platform.clock.time())
-    signature = " ".join(sign_payload(s, event["id"], stamp, body) for s in signing_secrets(endpoint, now))
+    secrets = signing_secrets(endpoint, now, platform.secrets)
+    signature = " ".join(sign_payload(secret, event["id"], stamp, body) for secret in secrets)
     headers = {
         "webhook-id": event["id"],
         "webhook-timestamp": str(stamp),
@@ -244,13 +247,17 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
     status_code: int | None = None
     error: str | None = None
     started = time.perf_counter()
-    try:
-        async with platform.webhook_client.stream(
-            "POST", endpoint["url"], content=body, headers=headers, timeout=TIMEOUT_SECONDS
-        ) as response:
-            status_code = response.status_code
-    except httpx.HTTPError as exc:
-        error = type(exc).__name__
+    blocked = await resolved_blocked_reason(endpoint["url"], livemode=bool(endpoint["livemode"]))
+    if blocked is not None:
+        error = f"BlockedDestination: {blocked}"
+    else:
+        try:
+            async with platform.webhook_client.stream(
+                "POST", endpoint["url"], content=body, headers=headers, timeout=TIMEOUT_SECONDS
+            ) as response:
+                status_code = response.status_code
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__
     log = {
         "at": iso(now),
         "statusCode": status_code,

@@ -1,0 +1,40 @@
+"""The merchant quickstart example, run for real against the platform (on SQLite and on PostgreSQL):
+an order created through the typed client, paid in the sandbox, reported by verified webhooks and
+refunded, with the balance back where it was."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from tests.harness import PlatformHarness
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "merchant_quickstart.py"
+
+
+def _example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("merchant_quickstart", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_quickstart_story(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("Quickstart shop")
+    said: list[str] = []
+    story = _example().run(dev_platform.url, key, say=said.append)
+    paid, refund = story["paid"], story["refund"]
+    assert paid.status == "succeeded" and paid.tx_hash and paid.paid_at is not None
+    assert refund.status == "completed" and refund.tx_hash and refund.destination == paid.payer
+    assert story["events"] == {"payment_intent.succeeded", "refund.completed"}
+    before, after = story["balances"]
+    assert before == after
+    assert dev_platform.balance(paid.payer) == 12_500_000  # the refund reached the payer
+    assert said[0].startswith("1. order ") and f"/checkout/pi_{paid.id}" in said[0]
+    assert said[0].split(" the buyer pays at ")[1] == paid.checkout_url
+    assert paid.checkout_url.startswith(dev_platform.platform.settings.checkout_url_base)
+    assert dev_platform.url.removesuffix("/v1") in paid.checkout_url

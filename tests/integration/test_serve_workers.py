@@ -1,0 +1,95 @@
+"""``x402mw platform serve --workers 2`` on PostgreSQL: two processes on one port, on keys and a schema made once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from click.testing import CliRunner
+
+from tests.harness import postgres_database
+from x402mw.cli import main
+from x402mw.evm.keys import address_of
+from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
+from x402mw.platform.chain.rpc import HttpJsonRpc
+from x402mw.platform.db.engine import create_engine_for
+from x402mw.platform.server import free_port
+from x402mw.platform.services.merchants import create_api_key, create_merchant
+
+
+def _tokens(url: str) -> dict[str, str]:
+    async def deploy() -> dict[str, str]:
+        rpc = HttpJsonRpc(url)
+        try:
+            return await deploy_test_tokens(rpc, ANVIL_DEV_KEYS[0])
+        finally:
+            await rpc.aclose()
+
+    return asyncio.run(deploy())
+
+
+def _api_key(database_url: str) -> str:
+    async def make() -> str:
+        engine = create_engine_for(database_url)
+        try:
+            merchant = await create_merchant(engine, "Two workers")
+            return (await create_api_key(engine, merchant.id))[1]
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(make())
+
+
+def _wait_until_up(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    for _ in range(1200):
+        assert server.poll() is None, log.read_text()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never answered:\n{log.read_text()}")
+
+
+def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Path) -> None:
+    with AnvilProcess() as anvil, postgres_database() as database_url:
+        usdc = _tokens(anvil.url)["USDC"]
+        env = dict(os.environ, X402MW_DATA_DIR=str(tmp_path), X402MW_DATABASE_URL=database_url)
+        port = free_port()
+        log = tmp_path / "serve.log"
+        command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(port), "--workers", "2"]
+        command += ["--rpc-url", anvil.url, "--token", f"USDC={usdc}", "--log-level", "warning"]
+        with log.open("wb") as handle:
+            server = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            _wait_until_up(f"http://127.0.0.1:{port}/healthz", server, log)
+            workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
+            key = _api_key(database_url)  # the schema is there: serve migrated before starting the workers
+            signers, created = set(), []
+            for n in range(16):  # a new connection each time, so that both workers answer some
+                with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                    signers.add(client.get("/healthz").json()["receiptSigner"])
+                    reply = client.post(
+                        "/v1/payment-intents",
+                        json={"orderId": f"order-{n}", "amount": "1.00", "currency": "USDC"},
+                        headers={"Authorization": f"Bearer {key}", "Idempotency-Key": f"key-{n}"},
+                    )
+                    created.append(reply.status_code)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    receipt_key = bytes.fromhex((tmp_path / "receipt.key").read_text().strip())
+    assert len(workers) >= 2, workers  # uvicorn's worker processes (and its resource tracker)
+    assert signers == {address_of(receipt_key)}
+    assert created == [201] * 16
+
+
+def test_more_workers_than_one_need_a_shared_chain(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["platform", "serve", "--workers", "2", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--rpc-url" in result.output

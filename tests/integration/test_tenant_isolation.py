@@ -1,0 +1,103 @@
+"""Tenant isolation across the whole API: every operation of the OpenAPI document that takes an id
+answers another merchant's id exactly as it answers an unknown one, 404 ``resource_missing``, and
+changes nothing. New routes are covered as soon as they are documented."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness import PlatformHarness
+from tests.sellers import asgi_transport, starlette_app
+from x402mw.client import X402Auth
+from x402mw.platform.api.openapi import build_document
+
+pytestmark = pytest.mark.anyio
+
+# bodies that would be accepted for the caller's own objects, so that only ownership can fail
+_BODIES = {
+    ("patch", "/v1/agent/endpoints/{endpoint_id}"): {"name": "Taken over"},
+    ("patch", "/v1/webhook-endpoints/{webhook_endpoint_id}"): {"description": "taken over"},
+    ("post", "/v1/payment-intents/{payment_id}/refunds"): {"reason": "taken over"},
+    ("post", "/v1/sandbox/payment-intents/{payment_id}/simulate-payment"): {"scenario": "exact"},
+}
+
+
+async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
+    """A merchant with one object of every kind; its key and the ids by path parameter."""
+    deployment = await asyncio.to_thread(harness.deploy)
+    app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent)
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", auth=auth) as seller:
+        assert (await seller.get("/weather")).status_code == 200
+    headers = {"Authorization": f"Bearer {deployment.api_key}"}
+    async with httpx.AsyncClient(base_url=harness.url, headers=headers, timeout=60) as api:
+        agent_payment = (await api.get("/agent/payments")).json()["data"][0]
+        order = (
+            await api.post("/payment-intents", json={"orderId": "isolated", "amount": "2", "currency": "USDC"})
+        ).json()["paymentIntent"]
+        paid = await api.post(f"/sandbox/payment-intents/{order['id']}/simulate-payment", json={})
+        assert paid.status_code == 200, paid.text
+        refund = (await api.post(f"/payment-intents/{order['id']}/refunds", json={})).json()["refund"]
+        hook = (
+            await api.post("/webhook-endpoints", json={"url": "https://example.com/hook", "enabledEvents": ["*"]})
+        ).json()
+        event = (await api.get("/events")).json()["data"][0]
+    ids = {
+        "endpoint_id": deployment.endpoint_id,
+        "challenge_id": agent_payment["challengeId"],
+        "agent_payment_id": agent_payment["id"],
+        "payment_id": order["id"],
+        "refund_id": refund["id"],
+        "webhook_endpoint_id": hook["webhookEndpoint"]["id"],
+        "event_id": event["id"],
+    }
+    return deployment.api_key, ids
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _url(harness: PlatformHarness, path: str, ids: dict[str, str]) -> str:
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name == "payment_id" and path.startswith("/v1/agent/payments/"):
+            name = "agent_payment_id"
+        return ids[name]
+
+    origin = harness.url.removesuffix("/v1")
+    return origin + re.sub(r"\{(\w+)\}", fill, path)
+
+
+async def test_every_operation_answers_another_merchants_ids_with_404(dev_platform: PlatformHarness) -> None:
+    owner_key, ids = await _owner_ids(dev_platform)
+    _, intruder_key, _ = await asyncio.to_thread(dev_platform.merchant, "Intruder")
+    operations = [  # the public checkout API takes no key: there, knowing an order's id is what lets a buyer in
+        (method, path)
+        for path, methods in build_document()["paths"].items()
+        if "{" in path
+        for method, operation in methods.items()
+        if operation["security"]
+    ]
+    assert len(operations) >= 16
+    checked = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        for method, path in operations:
+            url = _url(dev_platform, path, ids)
+            body: Any = _BODIES.get((method, path), {} if method in ("post", "patch") else None)
+            taken = await client.request(method.upper(), url, json=body, headers=_auth(intruder_key))
+            assert taken.status_code == 404, f"{method.upper()} {path}: {taken.text}"
+            assert taken.json()["error"]["code"] == "resource_missing", taken.text
+            checked.append(path)
+            if method != "delete":  # the ids are real: their owner is not told 404
+                own = await client.request(method.upper(), url, json=body, headers=_auth(owner_key))
+                assert own.status_code != 404, f"the owner's {method.upper()} {path}: {own.text}"
+    assert len(checked) == len(operations)
+    async with httpx.AsyncClient(timeout=60) as client:  # leave no endpoint with deliveries due
+        url = _url(dev_platform, "/v1/webhook-endpoints/{webhook_endpoint_id}", ids)
+        assert (await client.delete(url, headers=_auth(owner_key))).status_code == 200

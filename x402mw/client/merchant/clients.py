@@ -1,0 +1,135 @@
+"""`MerchantClient` and `AsyncMerchantClient`: the merchant API's resources over one HTTP client."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import httpx
+
+from x402mw.client.merchant.agent_endpoints import AgentEndpoints
+from x402mw.client.merchant.balances import Balances
+from x402mw.client.merchant.calls import DEFAULT_BASE_URL, DEFAULT_TIMEOUT, ClientConfig
+from x402mw.client.merchant.drivers import AsyncRunner, SyncRunner
+from x402mw.client.merchant.events import Events
+from x402mw.client.merchant.payment_intents import PaymentIntents
+from x402mw.client.merchant.refunds import Refunds
+from x402mw.client.merchant.resource import Async, Sync
+from x402mw.client.merchant.sandbox import Sandbox
+from x402mw.client.merchant.webhook_endpoints import WebhookEndpoints
+
+__all__ = ["AsyncMerchantClient", "MerchantClient"]
+
+
+def _masked(api_key: str) -> str:
+    """The key's mode prefix only (``sk_test_…``): a key never appears in a repr."""
+    for prefix in ("sk_test_", "sk_live_"):
+        if api_key.startswith(prefix):
+            return prefix + "…"
+    return "…"
+
+
+class MerchantClient:
+    """The merchant API, synchronously (``httpx.Client``).
+
+    >>> with MerchantClient("sk_test_...") as client:
+    ...     intent = client.payment_intents.create(order_id="A-1001", amount="12.50", currency="USDC")
+    ...     intent.checkout_url
+
+    ``timeout`` (seconds, or an ``httpx.Timeout``) bounds each attempt. Failed attempts that may be
+    retried (no answer, 409 ``idempotency_key_in_use``, 429, 5xx) are retried up to ``max_retries``
+    times with exponential backoff and jitter, honouring ``Retry-After``; every POST carries an
+    ``Idempotency-Key`` (a fresh UUID unless given), the same on each attempt. Errors are
+    `APIError` subclasses. Pass ``http_client`` to use your own ``httpx.Client`` (proxies,
+    transports); it is then yours to close.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = 2,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        config = ClientConfig.create(api_key, base_url, timeout, max_retries)
+        self.base_url = config.base_url
+        self.max_retries = config.max_retries
+        self._api_key_hint = _masked(config.api_key)
+        self._owns_http_client = http_client is None
+        self._http_client = http_client if http_client is not None else httpx.Client()
+        runner = SyncRunner(self._http_client, config)
+        self.payment_intents = PaymentIntents[Sync](runner)
+        self.refunds = Refunds[Sync](runner)
+        self.balances = Balances[Sync](runner)
+        self.webhook_endpoints = WebhookEndpoints[Sync](runner)
+        self.events = Events[Sync](runner)
+        self.agent_endpoints = AgentEndpoints[Sync](runner)
+        self.sandbox = Sandbox[Sync](runner)
+
+    def __repr__(self) -> str:
+        return f"MerchantClient(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"
+
+    def close(self) -> None:
+        """Close the HTTP client, unless it was passed in as ``http_client``."""
+        if self._owns_http_client:
+            self._http_client.close()
+
+    def __enter__(self) -> MerchantClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncMerchantClient:
+    """The merchant API, asynchronously (``httpx.AsyncClient``): as `MerchantClient`, each operation
+    answers an awaitable, and list operations an `AsyncPager`.
+
+    >>> async with AsyncMerchantClient("sk_test_...") as client:
+    ...     intent = await client.payment_intents.create(order_id="A-1001", amount="12.50", currency="USDC")
+    ...     async for event in client.events.list(limit=100).auto_paging_iter():
+    ...         print(event.type)
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = 2,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        config = ClientConfig.create(api_key, base_url, timeout, max_retries)
+        self.base_url = config.base_url
+        self.max_retries = config.max_retries
+        self._api_key_hint = _masked(config.api_key)
+        self._owns_http_client = http_client is None
+        self._http_client = http_client if http_client is not None else httpx.AsyncClient()
+        runner = AsyncRunner(self._http_client, config)
+        self.payment_intents = PaymentIntents[Async](runner)
+        self.refunds = Refunds[Async](runner)
+        self.balances = Balances[Async](runner)
+        self.webhook_endpoints = WebhookEndpoints[Async](runner)
+        self.events = Events[Async](runner)
+        self.agent_endpoints = AgentEndpoints[Async](runner)
+        self.sandbox = Sandbox[Async](runner)
+
+    def __repr__(self) -> str:
+        return f"AsyncMerchantClient(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client, unless it was passed in as ``http_client``."""
+        if self._owns_http_client:
+            await self._http_client.aclose()
+
+    async def __aenter__(self) -> AsyncMerchantClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

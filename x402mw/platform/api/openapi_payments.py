@@ -1,0 +1,294 @@
+"""The OpenAPI document's money resources: payment intents, refunds, balances and the sandbox's
+simulated payments (request models, response schemas and operations; see `x402mw.platform.api.openapi`)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from x402mw.platform.api.openapi_operations import LIST_PARAMS, operation, wrapped
+from x402mw.platform.api.openapi_schemas import (
+    ADDRESS,
+    BOOLEAN,
+    DECIMAL,
+    INTEGER,
+    STRING,
+    TIMESTAMP,
+    Schema,
+    const,
+    enum,
+    list_of,
+    nullable,
+    object_schema,
+    ref,
+)
+from x402mw.platform.api.payment_intents import PaymentIntentCreate
+from x402mw.platform.api.refunds import RefundCreate
+from x402mw.platform.api.sandbox import SimulatePaymentBody
+
+__all__ = ["BODY_MODELS", "FIELD_NOTES", "PROPERTY_OVERRIDES", "operations", "schemas"]
+
+BODY_MODELS: list[type[BaseModel]] = [PaymentIntentCreate, RefundCreate, SimulatePaymentBody]
+FIELD_NOTES: dict[str, dict[str, str]] = {
+    "PaymentIntentCreate": {
+        "orderId": "the order's id in the merchant's system, 1–200 characters, unique per merchant and mode",
+        "amount": 'decimal amount, greater than 0, at most 6 decimals and 1,000,000,000; a string such as `"12.50"` '
+        "is recommended, JSON numbers are read exactly (never as floats)",
+        "currency": "the primary coin",
+        "acceptedCurrencies": "coins offered at checkout; must include `currency`; default `[currency]`",
+        "customer": "the buyer",
+        "customerEmail": "legacy form of `customer.email`; must agree with it when both are sent",
+        "customerName": "legacy form of `customer.name`; must agree with it when both are sent",
+        "successUrl": "absolute http(s) URL the buyer returns to after paying, at most 2048 characters",
+        "cancelUrl": "absolute http(s) URL the buyer returns to after cancelling, at most 2048 characters",
+        "metadata": "at most 50 string values, keys at most 40 and values at most 500 characters. "
+        "`fixed_transfer_customer_id` reuses one deposit address for that customer's orders "
+        "(`409 fixed_transfer_active_payment` while another open order holds it)",
+        "paymentMethods": "what checkout offers; default wallet and transfer, transfer panel closed",
+        "expiresAt": "ISO 8601 timestamp with a timezone, in the future; the order expires then",
+    },
+    "CustomerIn": {"email": "email address, at most 320 characters", "name": "at most 200 characters"},
+    "PaymentMethodsIn": {
+        "wallet": "offer payment from a browser wallet (default true)",
+        "transfer": "offer a transfer to a dedicated deposit address (default true)",
+        "transferDefaultOpen": "open the transfer panel first (default false; needs `transfer`)",
+    },
+    "RefundCreate": {"reason": "why the order is refunded, at most 500 characters; shown in the refund"},
+    "SimulatePaymentBody": {
+        "scenario": "`exact` (default), `underpaid` (half), `overpaid` (10 % more), `late` (the order is "
+        "expired first) or `wrong_asset` (a coin the order does not accept)",
+        "network": "a test network of this platform; default: the first one",
+    },
+}
+PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
+    "PaymentIntentCreate": {
+        "amount": {"anyOf": [DECIMAL, {"type": "number", "exclusiveMinimum": 0}]},
+    },
+}
+
+
+def schemas() -> dict[str, Schema]:
+    return {
+        "PaymentIntent": _payment_intent_schema(),
+        "PaymentIntentList": list_of("PaymentIntent"),
+        "Refund": _refund_schema(),
+        "RefundList": list_of("Refund"),
+        "Balance": object_schema(
+            {
+                "object": const("balance"),
+                "network": STRING,
+                "chainId": INTEGER,
+                "currency": enum("USDC", "USDT", "EURC"),
+                "available": DECIMAL | {"description": "credited payments, less refunds; what a refund can use"},
+                "reserved": DECIMAL | {"description": "held by refunds being sent"},
+                "livemode": BOOLEAN,
+            },
+            description="The merchant's money on one chain in one coin.",
+        ),
+        "BalanceList": list_of("Balance"),
+        "SandboxPayment": object_schema(
+            {
+                "object": const("sandbox_payment"),
+                "scenario": enum("exact", "underpaid", "overpaid", "late", "wrong_asset"),
+                "network": STRING,
+                "currency": STRING,
+                "amount": DECIMAL,
+                "payer": ADDRESS | {"description": "a fresh wallet the sandbox funded"},
+                "depositAddress": ADDRESS,
+                "txHash": STRING,
+                "paymentIntent": ref("PaymentIntent"),
+            },
+            description="A payment the sandbox made, and the order once the platform has seen it.",
+        ),
+    }
+
+
+def _payment_intent_schema() -> Schema:
+    currency = enum("USDC", "USDT", "EURC")
+    url = nullable(STRING | {"format": "uri"})
+    return object_schema(
+        {
+            "paymentId": STRING | {"format": "uuid", "description": "bare UUID; use it in API calls"},
+            "id": STRING | {"format": "uuid", "description": "same as `paymentId`"},
+            "object": const("payment_intent"),
+            "status": enum("requires_payment", "processing", "succeeded", "canceled", "expired", "refunded"),
+            "orderId": STRING,
+            "amount": DECIMAL,
+            "amountReceived": DECIMAL | {"description": "received so far (an underpaid order shows it)"},
+            "currency": currency,
+            "acceptedCurrencies": {"type": "array", "items": currency},
+            "paymentMethods": object_schema({"wallet": BOOLEAN, "transfer": BOOLEAN, "transferDefaultOpen": BOOLEAN}),
+            "checkoutUrl": STRING
+            | {
+                "format": "uri",
+                "description": "`{checkout_url_base}/pi_<uuid>`: hand it to the buyer exactly as returned",
+            },
+            "successUrl": url,
+            "cancelUrl": url,
+            "customer": object_schema({"email": nullable(STRING), "name": nullable(STRING)}),
+            "metadata": {"type": "object", "additionalProperties": STRING},
+            "exceptions": {
+                "type": "array",
+                "items": enum("underpaid", "overpaid", "paid_late", "wrong_asset"),
+                "description": "irregularities of the payment; never statuses",
+            },
+            "network": nullable(STRING | {"description": "`eip155:<chainId>` of the payment; null until paid"}),
+            "paidCurrency": nullable(currency | {"description": "the coin the buyer paid with; null until paid"}),
+            "payer": nullable(ADDRESS | {"description": "the paying wallet, where a refund goes"}),
+            "txHash": nullable(STRING),
+            "paidAt": nullable(TIMESTAMP),
+            "expiresAt": nullable(TIMESTAMP),
+            "livemode": BOOLEAN,
+            "createdAt": TIMESTAMP,
+            "updatedAt": TIMESTAMP,
+        },
+        description="A payment order: an amount the merchant asks a buyer to pay at checkout.",
+    )
+
+
+def _refund_schema() -> Schema:
+    return object_schema(
+        {
+            "id": STRING | {"format": "uuid"},
+            "object": const("refund"),
+            "paymentId": STRING | {"format": "uuid", "description": "the refunded payment intent"},
+            "status": enum("processing", "completed", "failed"),
+            "amount": DECIMAL | {"description": "everything the order received"},
+            "currency": enum("USDC", "USDT", "EURC"),
+            "network": STRING,
+            "destination": ADDRESS | {"description": "the wallet that paid the order"},
+            "reason": nullable(STRING),
+            "txHash": nullable(STRING),
+            "failureReason": nullable(STRING),
+            "livemode": BOOLEAN,
+            "createdAt": TIMESTAMP,
+            "updatedAt": TIMESTAMP,
+            "completedAt": nullable(TIMESTAMP),
+        },
+        description="A full refund of a paid order, sent from the treasury to the payer.",
+    )
+
+
+def operations() -> list[tuple[str, str, Schema]]:
+    return [*_payment_intent_operations(), *_refund_operations()]
+
+
+def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
+    tag = "Payment intents"
+    return [
+        operation(
+            "POST",
+            "/v1/payment-intents",
+            "createPaymentIntent",
+            tag,
+            "Create a payment intent",
+            "Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
+            "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
+            "another open order holds `metadata.fixed_transfer_customer_id`.",
+            wrapped("paymentIntent", "PaymentIntent"),
+            status=201,
+            body="PaymentIntentCreate",
+        ),
+        operation(
+            "GET",
+            "/v1/payment-intents",
+            "listPaymentIntents",
+            tag,
+            "List payment intents",
+            "Newest first; with `orderId`, the merchant's order with that id (a list of at most one).",
+            ref("PaymentIntentList"),
+            query=[
+                *LIST_PARAMS,
+                {"name": "orderId", "in": "query", "description": "only the order with this id", "schema": STRING},
+            ],
+            errors=(400, 404),
+        ),
+        operation(
+            "GET",
+            "/v1/payment-intents/{payment_id}",
+            "retrievePaymentIntent",
+            tag,
+            "Retrieve a payment intent",
+            "",
+            wrapped("paymentIntent", "PaymentIntent"),
+            errors=(404,),
+        ),
+        operation(
+            "POST",
+            "/v1/payment-intents/{payment_id}/cancel",
+            "cancelPaymentIntent",
+            tag,
+            "Cancel a payment intent",
+            "Only from `requires_payment` (otherwise 409 `payment_intent_unexpected_state`); writes "
+            "`payment_intent.canceled` and releases a fixed transfer address.",
+            wrapped("paymentIntent", "PaymentIntent"),
+            errors=(404, 409),
+        ),
+    ]
+
+
+def _refund_operations() -> list[tuple[str, str, Schema]]:
+    refunds = "Refunds"
+    return [
+        operation(
+            "POST",
+            "/v1/payment-intents/{payment_id}/refunds",
+            "createRefund",
+            refunds,
+            "Refund a payment intent",
+            "Refunds everything the order received to the wallet that paid it, from the treasury through "
+            "the relayer. Reserves the amount from the available balance atomically (422 "
+            "`insufficient_balance`), then answers `processing` or, once the transfer has its "
+            "confirmations, `completed`. 409 `payment_intent_unexpected_state` unless the order "
+            "`succeeded`; 409 `payment_intent_already_refunded` while another refund is live.",
+            wrapped("refund", "Refund"),
+            status=201,
+            body="RefundCreate",
+            errors=(404, 409, 422),
+        ),
+        operation(
+            "GET",
+            "/v1/refunds",
+            "listRefunds",
+            refunds,
+            "List refunds",
+            "Newest first; with `paymentId`, the refunds of that payment intent.",
+            ref("RefundList"),
+            query=[
+                *LIST_PARAMS,
+                {"name": "paymentId", "in": "query", "description": "only this order's refunds", "schema": STRING},
+            ],
+            errors=(400, 404),
+        ),
+        operation(
+            "GET",
+            "/v1/refunds/{refund_id}",
+            "retrieveRefund",
+            refunds,
+            "Retrieve a refund",
+            "",
+            wrapped("refund", "Refund"),
+            errors=(404,),
+        ),
+        operation(
+            "GET",
+            "/v1/balances",
+            "listBalances",
+            "Balances",
+            "List balances",
+            "One per chain and coin the merchant has been paid in.",
+            ref("BalanceList"),
+        ),
+        operation(
+            "POST",
+            "/v1/sandbox/payment-intents/{payment_id}/simulate-payment",
+            "sandboxSimulatePayment",
+            "Sandbox",
+            "Simulate a payment",
+            "Test keys only. Sends a real transfer from a fresh wallet to the order's deposit address on a "
+            "test chain and answers once the platform has seen it. 409 `payment_intent_unexpected_state` "
+            "unless the order awaits payment.",
+            ref("SandboxPayment"),
+            body="SimulatePaymentBody",
+            errors=(404, 409),
+        ),
+    ]

@@ -1,0 +1,170 @@
+"""Payment attempts: once the buyer picks a network, a coin and a method, how to pay.
+
+Both methods pay the order's deposit address (`x402mw.platform.services.deposits`), where the
+deposit watcher sees the money arrive:
+
+- ``transfer``: the buyer sends the coin from any wallet or exchange. The answer carries the address,
+  the amount due, the token, and an EIP-681 URI (``ethereum:<token>@<chainId>/transfer?address=
+  <deposit>&uint256=<amount>``) for a QR code.
+- ``wallet``: a browser wallet (EIP-1193) pays. The answer adds ``transaction``, an ordinary token
+  transfer the wallet can send (then reported through ``sync``), and for EIP-3009 coins
+  ``authorization``, the EIP-712 typed data of a ``TransferWithAuthorization`` to the deposit address
+  that the wallet signs for a gasless payment (``from`` is the wallet's own account).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from x402mw.platform.api.bodies import iso
+from x402mw.platform.checkout.orders import (
+    PaymentOption,
+    amount_due,
+    awaiting_payment,
+    enabled_methods,
+    expires_at,
+    payment_options,
+)
+from x402mw.platform.services.chains import Chains
+from x402mw.platform.services.deposits import DepositKeys, assign_deposit_address
+from x402mw.platform.services.payment_intents import DECIMALS, PaymentIntentError
+from x402mw.protocol.prices import format_amount
+
+__all__ = ["AUTHORIZATION_LIFETIME", "choose_option", "payment_uri", "prepare_attempt"]
+
+AUTHORIZATION_LIFETIME = 3600  # seconds a wallet's signed authorization stays valid (at most until expiresAt)
+_TRANSFER_SELECTOR = "a9059cbb"  # transfer(address,uint256)
+_TYPES = {
+    "EIP712Domain": [
+        {"name": "name", "type": "string"},
+        {"name": "version", "type": "string"},
+        {"name": "chainId", "type": "uint256"},
+        {"name": "verifyingContract", "type": "address"},
+    ],
+    "TransferWithAuthorization": [
+        {"name": "from", "type": "address"},
+        {"name": "to", "type": "address"},
+        {"name": "value", "type": "uint256"},
+        {"name": "validAfter", "type": "uint256"},
+        {"name": "validBefore", "type": "uint256"},
+        {"name": "nonce", "type": "bytes32"},
+    ],
+}
+
+
+def payment_uri(token: str, chain_id: int, to: str, amount: int) -> str:
+    """The EIP-681 URI of a token transfer: what wallets read from a QR code."""
+    return f"ethereum:{token}@{chain_id}/transfer?address={to}&uint256={amount}"
+
+
+def choose_option(chains: Chains, order: Mapping[Any, Any], network: str, currency: str, method: str) -> PaymentOption:
+    """The option the buyer chose; `PaymentIntentError` 400 naming the ``param`` that is wrong."""
+    if method not in enabled_methods(order):
+        raise PaymentIntentError(
+            400, "payment_method_unavailable", f"This payment does not offer {method} payment", param="method"
+        )
+    if currency not in order["accepted_currencies"]:
+        accepted = ", ".join(order["accepted_currencies"])
+        raise PaymentIntentError(
+            400, "unsupported_currency", f"This payment accepts {accepted}, not {currency}", param="currency"
+        )
+    options = payment_options(chains, order)
+    if not any(option.network == network for option in options):
+        raise PaymentIntentError(
+            400, "unsupported_chain", f"This payment cannot be made on {network[:80]!r}", param="network"
+        )
+    for option in options:
+        if option.network == network and option.asset.symbol == currency:
+            return option
+    raise PaymentIntentError(
+        400, "unsupported_currency", f"{currency} cannot pay this payment on {network}", param="currency"
+    )
+
+
+def _transfer_calldata(to: str, amount: int) -> str:
+    return "0x" + _TRANSFER_SELECTOR + to[2:].lower().rjust(64, "0") + format(amount, "064x")
+
+
+def _authorization(option: PaymentOption, to: str, amount: int, order: Mapping[Any, Any], now: datetime) -> Any:
+    domain = option.chain.domain(option.asset.address)
+    if not option.asset.eip3009 or domain is None:
+        return None
+    valid_before = int(now.timestamp()) + AUTHORIZATION_LIFETIME
+    expires = expires_at(order)
+    if expires is not None:
+        valid_before = min(valid_before, int(expires.timestamp()))
+    return {
+        "primaryType": "TransferWithAuthorization",
+        "types": _TYPES,
+        "domain": {
+            "name": domain.name,
+            "version": domain.version,
+            "chainId": domain.chain_id,
+            "verifyingContract": domain.verifying_contract,
+        },
+        "message": {
+            "to": to,
+            "value": str(amount),
+            "validAfter": "0",
+            "validBefore": str(valid_before),
+            "nonce": "0x" + secrets.token_hex(32),
+        },
+    }
+
+
+async def prepare_attempt(
+    engine: AsyncEngine,
+    keys: DepositKeys,
+    chains: Chains,
+    order: Mapping[Any, Any],
+    *,
+    network: str,
+    currency: str,
+    method: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The payment configuration for the buyer's choice (giving the order its deposit address on first
+    need). Raises `PaymentIntentError`: 400 for a choice the order or the platform cannot take, 409
+    ``payment_intent_unexpected_state`` once the order no longer awaits payment."""
+    option = choose_option(chains, order, network, currency, method)
+    due = amount_due(order)
+    if not awaiting_payment(order, now) or due <= 0:
+        status = order["status"]
+        if status == "requires_payment":
+            status = "expired"
+        raise PaymentIntentError(
+            409, "payment_intent_unexpected_state", f"This payment is {status}; it can no longer be paid"
+        )
+    deposit = await assign_deposit_address(engine, keys, order)
+    asset, chain = option.asset, option.chain
+    wallet = method == "wallet"
+    return {
+        "object": "checkout_attempt",
+        "paymentId": order["id"],
+        "method": method,
+        "network": option.network,
+        "chainId": chain.chain_id,
+        "networkName": chain.network.name,
+        "currency": asset.symbol,
+        "tokenAddress": asset.address,
+        "decimals": asset.decimals,
+        "depositAddress": deposit,
+        "amountDue": format_amount(due, DECIMALS),
+        "amountDueMinor": str(due),
+        "paymentUri": payment_uri(asset.address, chain.chain_id, deposit, due),
+        "expiresAt": iso(order["expires_at"]),
+        "transaction": {
+            "to": asset.address,
+            "data": _transfer_calldata(deposit, due),
+            "value": "0x0",
+            "chainId": hex(chain.chain_id),
+        }
+        if wallet
+        else None,
+        "authorization": _authorization(option, deposit, due, order, now) if wallet else None,
+    }

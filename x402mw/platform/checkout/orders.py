@@ -1,0 +1,186 @@
+"""The public side of a payment order: finding it by the id in a checkout link, what a buyer may see
+of it, and the networks and coins the platform can take it on.
+
+Checkout is reached without an API key: the order's id (an unguessable UUID, as carried by its
+``checkoutUrl``) is what lets a buyer see it. So the public form leaves out everything the merchant
+keeps to itself: ``orderId``, ``metadata``, the customer, the payer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from x402mw.platform.api.bodies import iso
+from x402mw.platform.db import tables
+from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.payment_intents import DECIMALS
+from x402mw.protocol.networks import Asset
+from x402mw.protocol.prices import format_amount
+
+__all__ = [
+    "METHODS",
+    "PaymentOption",
+    "amount_due",
+    "awaiting_payment",
+    "enabled_methods",
+    "expires_at",
+    "find_order",
+    "parse_payment_id",
+    "payment_options",
+    "public_order_json",
+]
+
+METHODS = ("transfer", "wallet")
+
+
+def parse_payment_id(raw: str) -> str | None:
+    """The bare UUID in ``pi_<uuid>`` or ``<uuid>`` (canonical hyphenated form, any case), or None."""
+    text = raw[3:] if raw[:3].lower() == "pi_" else raw
+    if len(text) != 36:
+        return None
+    try:
+        canonical = str(uuid.UUID(text))
+    except ValueError:
+        return None
+    return canonical if canonical == text.lower() else None
+
+
+async def find_order(conn: AsyncConnection, payment_id: str) -> Mapping[Any, Any] | None:
+    """The order with this bare UUID, whoever's it is, with its merchant's name as ``merchant_name``."""
+    intents, merchants = tables.payment_intents, tables.merchants
+    query = (
+        select(intents, merchants.c.name.label("merchant_name"))
+        .join(merchants, merchants.c.id == intents.c.merchant_id)
+        .where(intents.c.id == payment_id)
+    )
+    return (await conn.execute(query)).mappings().first()
+
+
+def expires_at(order: Mapping[Any, Any]) -> datetime | None:
+    """The order's ``expiresAt`` as an aware UTC datetime (SQLite gives naive ones back)."""
+    value: datetime | None = order["expires_at"]
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def awaiting_payment(order: Mapping[Any, Any], now: datetime) -> bool:
+    """Whether the order can still be paid: ``requires_payment`` and not past ``expiresAt`` (the worker
+    marks it ``expired`` a moment later)."""
+    expires = expires_at(order)
+    return order["status"] == "requires_payment" and (expires is None or expires > now)
+
+
+def amount_due(order: Mapping[Any, Any]) -> int:
+    """What is still to pay, in minor units."""
+    return max(0, int(order["amount_minor"]) - int(order["amount_received_minor"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentOption:
+    """One coin on one chain that can pay an order, and the methods it can be paid with there."""
+
+    chain: ChainHandle
+    asset: Asset
+    methods: tuple[str, ...]
+
+    @property
+    def network(self) -> str:
+        return self.chain.network.caip2
+
+    @property
+    def key(self) -> str:
+        """``<network>/<currency>``: how the page's picker names the option."""
+        return f"{self.network}/{self.asset.symbol}"
+
+
+def enabled_methods(order: Mapping[Any, Any]) -> tuple[str, ...]:
+    """The methods the merchant lets checkout offer for ``order`` (``paymentMethods``)."""
+    chosen = order["payment_methods"] or {}
+    return tuple(m for m in METHODS if chosen.get(m, True))
+
+
+def payment_options(chains: Chains, order: Mapping[Any, Any]) -> list[PaymentOption]:
+    """The (chain, coin) pairs the platform can take ``order`` on, its primary currency first:
+    chains of the order's mode (test orders on test chains), coins it accepts that the chain has.
+    Once part of it is paid, only that chain and coin remain (anything else would not count).
+    Wallet payment needs an EIP-3009 coin (USDT has none) for the gasless authorization; a wallet
+    can still send an ordinary transfer of any coin, so ``wallet`` is offered for every coin."""
+    enabled = enabled_methods(order)
+    options = []
+    currencies = sorted(order["accepted_currencies"], key=lambda c: c != order["currency"])
+    for currency in currencies:
+        if order["paid_currency"] not in (None, currency):
+            continue
+        for chain in chains:
+            if chain.livemode != bool(order["livemode"]) or order["chain_id"] not in (None, chain.chain_id):
+                continue
+            asset = chain.asset(currency)
+            if asset is not None and asset.decimals == DECIMALS:
+                options.append(PaymentOption(chain, asset, enabled))
+    return options
+
+
+def _networks_json(options: list[PaymentOption]) -> list[dict[str, Any]]:
+    networks: dict[str, dict[str, Any]] = {}
+    for option in options:
+        network = option.chain.network
+        entry = networks.setdefault(
+            option.network,
+            {
+                "network": option.network,
+                "chainId": network.chain_id,
+                "name": network.name,
+                "testnet": network.testnet or network.local,
+                "currencies": [],
+            },
+        )
+        entry["currencies"].append(
+            {
+                "currency": option.asset.symbol,
+                "tokenAddress": option.asset.address,
+                "decimals": option.asset.decimals,
+                "methods": list(option.methods),
+                "gasless": option.asset.eip3009,
+            }
+        )
+    return list(networks.values())
+
+
+def public_order_json(order: Mapping[Any, Any], chains: Chains) -> dict[str, Any]:
+    """What checkout shows of an order (``GET /checkout/v1/payment-intents/:paymentId``)."""
+    methods = order["payment_methods"] or {}
+    return {
+        "id": order["id"],
+        "paymentId": order["id"],
+        "object": "checkout_payment_intent",
+        "status": order["status"],
+        "amount": format_amount(int(order["amount_minor"]), DECIMALS),
+        "amountReceived": format_amount(int(order["amount_received_minor"]), DECIMALS),
+        "amountDue": format_amount(amount_due(order), DECIMALS),
+        "currency": order["currency"],
+        "acceptedCurrencies": list(order["accepted_currencies"]),
+        "paymentMethods": {
+            "wallet": bool(methods.get("wallet", True)),
+            "transfer": bool(methods.get("transfer", True)),
+            "transferDefaultOpen": bool(methods.get("transferDefaultOpen", False)),
+        },
+        "merchant": {"name": order["merchant_name"]},
+        "successUrl": order["success_url"],
+        "cancelUrl": order["cancel_url"],
+        "exceptions": list(order["exceptions"]),
+        "network": None if order["chain_id"] is None else f"eip155:{order['chain_id']}",
+        "paidCurrency": order["paid_currency"],
+        "txHash": order["tx_hash"],
+        "paidAt": iso(order["paid_at"]),
+        "expiresAt": iso(order["expires_at"]),
+        "livemode": bool(order["livemode"]),
+        "networks": _networks_json(payment_options(chains, order)),
+    }

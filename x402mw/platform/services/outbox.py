@@ -1,0 +1,31 @@
+"""The transactional outbox: an event is written in the transaction that makes the change it reports,
+and the webhook worker (:mod:`x402mw.platform.webhooks.delivery`) delivers it afterwards."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.webhooks import EVENT_TYPES
+
+__all__ = ["record_event"]
+
+
+async def record_event(
+    conn: AsyncConnection, *, merchant_id: str, livemode: bool, type: str, data: dict[str, Any], at: datetime
+) -> str:
+    """Write the event ``type`` (one of `EVENT_TYPES`, which merchants subscribe to) with ``data``
+    for the merchant; its id."""
+    if type not in EVENT_TYPES:
+        raise ValueError(f"{type!r} is not in x402mw.platform.webhooks.EVENT_TYPES")
+    event_id = new_id()
+    await conn.execute(
+        tables.events.insert().values(
+            id=event_id, merchant_id=merchant_id, livemode=livemode, type=type, data=data, created_at=at
+        )
+    )
+    return event_id
