@@ -172,7 +172,7 @@ async def create(request: Request) -> JSONResponse:
         updated_at=now,
     )
     async with request.app.state.platform.engine.begin() as conn:
-        await conn.execute(tables.agent_endpoints.insert().values(**row.model_dump()))
+        await conn.execute(tables.agent_endpoints.insert(), row.model_dump())
     return JSONResponse({"endpoint": endpoint_json(row, chain)}, status_code=201)
 
 

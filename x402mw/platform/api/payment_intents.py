@@ -15,7 +15,7 @@ from x402mw.platform.api.bodies import http_url, parse_body, path_uuid, read_jso
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
-from x402mw.platform.db.models import PaymentIntent
+from x402mw.platform.db.models import new_id
 from x402mw.platform.services.payment_intents import (
     cancel_payment_intent,
     create_payment_intent,
@@ -153,27 +153,28 @@ async def create(request: Request) -> JSONResponse:
         raise ApiError(400, "parameter_invalid", "expiresAt must be in the future", param="expiresAt")
     email, name = _customer(body)
     methods = body.paymentMethods or PaymentMethodsIn()
-    intent = PaymentIntent(
-        merchant_id=caller.merchant_id,
-        livemode=caller.livemode,
-        order_id=body.orderId,
-        status="requires_payment",
-        amount_minor=body.amount,
-        amount_received_minor=0,
-        currency=body.currency,
-        accepted_currencies=accepted,
-        payment_methods=methods.model_dump(),
-        customer_email=email,
-        customer_name=name,
-        success_url=body.successUrl,
-        cancel_url=body.cancelUrl,
-        order_metadata=body.metadata or {},
-        exceptions=[],
-        expires_at=body.expiresAt,
-        created_at=now,
-        updated_at=now,
-    )
-    answer = await create_payment_intent(platform.engine, intent, platform.settings.checkout_url_base)
+    row = {
+        "id": new_id(),
+        "merchant_id": caller.merchant_id,
+        "livemode": caller.livemode,
+        "order_id": body.orderId,
+        "status": "requires_payment",
+        "amount_minor": body.amount,
+        "amount_received_minor": 0,
+        "currency": body.currency,
+        "accepted_currencies": accepted,
+        "payment_methods": methods.model_dump(),
+        "customer_email": email,
+        "customer_name": name,
+        "success_url": body.successUrl,
+        "cancel_url": body.cancelUrl,
+        "order_metadata": body.metadata or {},
+        "exceptions": [],
+        "expires_at": body.expiresAt,
+        "created_at": now,
+        "updated_at": now,
+    }
+    answer = await create_payment_intent(platform.engine, row, platform.settings.checkout_url_base)
     return JSONResponse({"paymentIntent": answer}, status_code=201)
 
 

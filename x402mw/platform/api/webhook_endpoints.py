@@ -122,7 +122,7 @@ async def create(request: Request) -> JSONResponse:
         "updated_at": now,
     }
     async with request.app.state.platform.engine.begin() as conn:
-        await conn.execute(table.insert().values(**values))
+        await conn.execute(table.insert(), values)
         row = await _load(conn, caller, endpoint_id)
     return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row, secret=secret)}, status_code=201)
 

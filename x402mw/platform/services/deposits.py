@@ -75,12 +75,13 @@ async def assign_deposit_address(engine: AsyncEngine, keys: DepositKeys, order: 
                     address = await conn.scalar(select(addresses.c.address).where(scope))
                 if address is None:
                     inserted = await conn.execute(
-                        addresses.insert().values(
+                        addresses.insert(),
+                        dict(
                             merchant_id=order["merchant_id"],
                             livemode=order["livemode"],
                             customer_key=customer,
                             created_at=order["updated_at"],
-                        )
+                        ),
                     )
                     index = int(inserted.inserted_primary_key[0])  # type: ignore[index]
                     address = keys.address(index)

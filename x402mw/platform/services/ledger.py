@@ -93,7 +93,8 @@ async def apply_entry(
     if moved.rowcount != 1:
         raise InsufficientBalance(f"the {currency} balance on chain {chain_id} cannot cover {kind}")
     await conn.execute(
-        tables.ledger_entries.insert().values(
+        tables.ledger_entries.insert(),
+        dict(
             id=new_id(),
             merchant_id=merchant_id,
             livemode=livemode,
@@ -104,7 +105,7 @@ async def apply_entry(
             available_delta=available_delta,
             reserved_delta=reserved_delta,
             created_at=at,
-        )
+        ),
     )
 
 

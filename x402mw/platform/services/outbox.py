@@ -24,8 +24,7 @@ async def record_event(
         raise ValueError(f"{type!r} is not in x402mw.platform.webhooks.EVENT_TYPES")
     event_id = new_id()
     await conn.execute(
-        tables.events.insert().values(
-            id=event_id, merchant_id=merchant_id, livemode=livemode, type=type, data=data, created_at=at
-        )
+        tables.events.insert(),
+        dict(id=event_id, merchant_id=merchant_id, livemode=livemode, type=type, data=data, created_at=at),
     )
     return event_id

@@ -26,7 +26,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.errors import PriceError
 from x402mw.platform.db import tables
-from x402mw.platform.db.models import PaymentIntent
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.outbox import record_event
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
@@ -150,36 +149,48 @@ async def find_payment_intent(
     return (await conn.execute(query)).mappings().first()
 
 
-async def create_payment_intent(engine: AsyncEngine, intent: PaymentIntent, checkout_url_base: str) -> dict[str, Any]:
-    """Store a new order and its ``payment_intent.created`` event; answers the order's public form.
+UNPAID = {
+    "tx_hash": None,
+    "paid_at": None,
+    "deposit_address": None,
+    "chain_id": None,
+    "paid_currency": None,
+    "payer": None,
+    "swept_at": None,
+}
+"""The columns of a new order that only its payment sets."""
+
+
+async def create_payment_intent(engine: AsyncEngine, row: Mapping[str, Any], checkout_url_base: str) -> dict[str, Any]:
+    """Store the new order ``row`` (every ``payment_intents`` column but those of `UNPAID`) and its
+    ``payment_intent.created`` event; answers the order's public form.
 
     Raises `PaymentIntentError` 409 ``order_id_conflict`` when the merchant already has the order id
     in this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
     customer's fixed transfer address."""
-    values = intent.model_dump()
-    values["transfer_hold"] = intent.order_metadata.get(FIXED_TRANSFER_KEY) or None
+    values = {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
     try:
         async with engine.begin() as conn:
-            await conn.execute(tables.payment_intents.insert().values(**values))
-            await record_intent_event(conn, values, "created", intent.created_at, checkout_url_base)
+            await conn.execute(tables.payment_intents.insert(), values)
+            await record_intent_event(conn, values, "created", values["created_at"], checkout_url_base)
     except IntegrityError:
-        raise await _conflict(engine, intent) from None
+        raise await _conflict(engine, values) from None
     return payment_intent_json(values, checkout_url_base)
 
 
-async def _conflict(engine: AsyncEngine, intent: PaymentIntent) -> PaymentIntentError:
+async def _conflict(engine: AsyncEngine, row: Mapping[str, Any]) -> PaymentIntentError:
     table = tables.payment_intents
     async with engine.connect() as conn:
         taken = await conn.scalar(
             select(table.c.id).where(
-                table.c.merchant_id == intent.merchant_id,
-                table.c.livemode == intent.livemode,
-                table.c.order_id == intent.order_id,
+                table.c.merchant_id == row["merchant_id"],
+                table.c.livemode == row["livemode"],
+                table.c.order_id == row["order_id"],
             )
         )
     if taken is not None:
         return PaymentIntentError(
-            409, "order_id_conflict", f"orderId {intent.order_id[:80]!r} already exists", param="orderId"
+            409, "order_id_conflict", f"orderId {row['order_id'][:80]!r} already exists", param="orderId"
         )
     return PaymentIntentError(
         409,

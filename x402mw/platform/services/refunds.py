@@ -169,7 +169,7 @@ class RefundService:
                     "updated_at": now,
                     "completed_at": None,
                 }
-                await conn.execute(refunds.insert().values(**row))
+                await conn.execute(refunds.insert(), row)
                 try:
                     await self._entry(conn, row, "refund_reserved", -row["amount_minor"], row["amount_minor"], now)
                 except InsufficientBalance:

@@ -29,6 +29,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.challenges import record_challenges
+from x402mw.platform.services.outbox import record_event
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 
@@ -242,7 +243,7 @@ class SettlementService:
             async with self.engine.begin() as conn:
                 if request.challenge is not None:
                     await record_challenges(conn, [request.challenge])
-                await conn.execute(tables.agent_payments.insert().values(**values))
+                await conn.execute(tables.agent_payments.insert(), values)
         except IntegrityError:
             return None
         return row
@@ -435,15 +436,13 @@ class SettlementService:
                     .values(payment_id=row.id)
                 )
             if row.merchant_id:
-                await conn.execute(
-                    tables.events.insert().values(
-                        id=new_id(),
-                        merchant_id=row.merchant_id,
-                        livemode=row.livemode,
-                        type="agent_payment.settled",
-                        data={"agentPayment": payment_json(row)},
-                        created_at=settled_at,
-                    )
+                await record_event(
+                    conn,
+                    merchant_id=row.merchant_id,
+                    livemode=row.livemode,
+                    type="agent_payment.settled",
+                    data={"agentPayment": payment_json(row)},
+                    at=settled_at,
                 )
         return self.outcome_for(row)
 

@@ -138,7 +138,7 @@ class DepositWatcher:
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(
-                    cursors.insert().values(chain_id=chain.chain_id, block_number=head, updated_at=self.clock.now())
+                    cursors.insert(), dict(chain_id=chain.chain_id, block_number=head, updated_at=self.clock.now())
                 )
         except IntegrityError:
             return await self._cursor(chain, head)
@@ -207,7 +207,8 @@ class DepositWatcher:
                 if order is not None:
                     status = await self._apply(conn, chain, order, transfer_id, currency, amount, sender, log, now)
                 await conn.execute(
-                    transfers.insert().values(
+                    transfers.insert(),
+                    dict(
                         id=transfer_id,
                         chain_id=chain.chain_id,
                         tx_hash=log["transactionHash"],
@@ -222,7 +223,7 @@ class DepositWatcher:
                         payment_intent_id=order["id"] if order is not None else None,
                         status=status,
                         created_at=now,
-                    )
+                    ),
                 )
         except IntegrityError:
             return 0  # another worker recorded this transfer first

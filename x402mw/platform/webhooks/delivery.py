@@ -140,7 +140,7 @@ async def redeliver(engine: AsyncEngine, event: Mapping[Any, Any], now: datetime
                     )
                 )
             else:
-                await conn.execute(deliveries.insert().values(**_new_delivery(event, endpoint_id, now, now)))
+                await conn.execute(deliveries.insert(), _new_delivery(event, endpoint_id, now, now))
     return len(targets)
 
 
@@ -197,9 +197,7 @@ async def _fan_out(engine: AsyncEngine, now: datetime) -> None:
             for endpoint_id in await _matching_endpoints(conn, event):
                 # an event older than the retry window (a late fan-out) still gets half a window
                 start = max(_aware(event["created_at"]), now - RETRY_WINDOW / 2)
-                await conn.execute(
-                    tables.webhook_deliveries.insert().values(**_new_delivery(event, endpoint_id, now, start))
-                )
+                await conn.execute(tables.webhook_deliveries.insert(), _new_delivery(event, endpoint_id, now, start))
 
 
 async def _claim(engine: AsyncEngine, now: datetime) -> list[str]:
