@@ -42,7 +42,26 @@ async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
         raise ApiError(400, "invalid_json", "Request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "Request body must be a JSON object")
+    if b"\\u0000" in body:  # JSON spells NUL only as this escape; no stored text can hold it
+        where = _nul_at(data)
+        if where is not None:
+            raise ApiError(400, "parameter_invalid", f"Invalid {where}: contains a NUL character", param=where)
     return data
+
+
+def _nul_at(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first key or string in ``value`` that holds a NUL character."""
+    if isinstance(value, str):
+        return (path or "body") if "\x00" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        here = f"{path}.{key}" if path else str(key)
+        if "\x00" in str(key):
+            return here
+        found = _nul_at(item, here)
+        if found is not None:
+            return found
+    return None
 
 
 def _no_float_loss(text: str) -> str:

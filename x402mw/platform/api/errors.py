@@ -11,6 +11,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -80,19 +81,6 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
     return error_response(ApiError(exc.status_code, code, message))
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    logger.error(
-        "unexpected error on %s %s (request id %s)",
-        request.method,
-        request.url.path,
-        current_request_id(),
-        exc_info=exc,
-    )
-    return error_response(
-        ApiError(500, "internal_error", "An unexpected error occurred; quote the requestId to support")
-    )
-
-
 async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Refused)
     return error_response(ApiError(exc.status, exc.code, exc.message, param=exc.param))
@@ -102,14 +90,15 @@ exception_handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]
     ApiError: _api_error,
     Refused: _refused,
     HTTPException: _http_error,
-    Exception: _unexpected,
 }
 
 Scope = MutableMapping[str, Any]
 
 
 class RequestIdMiddleware:
-    """Pure ASGI: gives every request an id (``Request-Id`` header, logs, error bodies)."""
+    """Pure ASGI, outermost: gives every request an id (``Request-Id`` header, logs, error bodies),
+    refuses URLs that no stored text can match, and answers any unexpected error as a logged 500
+    in the envelope, with that id, keeping the connection open."""
 
     def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
         self.app = app
@@ -121,13 +110,40 @@ class RequestIdMiddleware:
         request_id = "req_" + secrets.token_hex(12)
         token = _request_id.set(request_id)
         header = (b"request-id", request_id.encode())
+        started = False
 
         async def send_with_id(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [*message.get("headers", []), header]
             await send(message)
 
         try:
+            refused = _url_refusal(scope)
+            if refused is not None:
+                await error_response(refused)(scope, receive, send_with_id)
+                return
             await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            logger.error(
+                "unexpected error on %s %s (request id %s)", scope["method"], scope["path"], request_id, exc_info=exc
+            )
+            if started:  # part of the answer is out: only closing the connection can tell the client
+                raise
+            error = ApiError(500, "internal_error", "An unexpected error occurred; quote the requestId to support")
+            await error_response(error)(scope, receive, send_with_id)
         finally:
             _request_id.reset(token)
+
+
+def _url_refusal(scope: Scope) -> ApiError | None:
+    """A NUL character in the path or the query cannot name anything stored (PostgreSQL text refuses
+    it), so it is refused here, once, before any handler passes it to the database."""
+    if "\x00" in scope["path"]:
+        return ApiError(400, "url_invalid", "The URL path contains a NUL character")
+    query: bytes = scope.get("query_string", b"")
+    if b"\x00" in query or b"%00" in query:
+        name = next((k for k, v in parse_qsl(query.decode("latin-1")) if "\x00" in k + v), None)
+        return ApiError(400, "parameter_invalid", "A query parameter contains a NUL character", param=name)
+    return None
