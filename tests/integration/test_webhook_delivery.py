@@ -5,6 +5,7 @@ the outbox worker to a real receiver (uvicorn on loopback) and verified with the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -15,18 +16,22 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from sqlalchemy import func, select
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.harness import Deployment, PlatformHarness
+from tests.harness import Deployment, PlatformHarness, postgres_database
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
 from x402mw.client.webhooks import WebhookVerificationError, construct_event
-from x402mw.platform.server import free_port
-from x402mw.platform.webhooks.delivery import deliver_due
+from x402mw.platform.db import tables
+from x402mw.platform.server import PlatformServer, free_port
+from x402mw.platform.services.outbox import event_row
+from x402mw.platform.settings import PlatformSettings
+from x402mw.platform.webhooks.delivery import _fan_out, deliver_due
 
 
 @dataclass
@@ -414,3 +419,50 @@ def test_bad_updates_and_rotations(dev_platform: PlatformHarness) -> None:
         _error(api.post(rotate, json={"expiresInSeconds": 604801}), 400, "parameter_invalid", "expiresInSeconds")
         _error(api.post(rotate, json={"expiresInSeconds": "60"}), 400, "parameter_invalid", "expiresInSeconds")
         _error(api.get("/events/not-an-event"), 404, "resource_missing")
+
+
+def test_one_round_fans_out_thousands_of_events_exactly_once(database: str, tmp_path: Any) -> None:
+    """A round used to fan out 100 events (50/s at one round every 2 s); it takes them in batches of
+    a few statements each, so one round catches up with thousands, and nothing is owed twice."""
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(postgres_database()) if database == "postgresql" else None
+        settings = PlatformSettings(  # no background worker: this test runs the rounds
+            database_url=url or f"sqlite:///{tmp_path / 'platform.sqlite3'}", data_dir=tmp_path, run_worker=False
+        )
+        harness = PlatformHarness(stack.enter_context(PlatformServer(settings)))
+        busy_id, busy_key, _ = harness.merchant("Busy")
+        quiet_id, quiet_key, _ = harness.merchant("Quiet")
+        with _api(harness, busy_key) as api, _api(harness, quiet_key) as quiet:
+            every = _endpoint(api, "https://example.com/every")["id"]
+            _endpoint(api, "https://example.com/canceled", ["payment_intent.canceled"])
+            paused = _endpoint(api, "https://example.com/paused")["id"]
+            assert api.patch(f"/webhook-endpoints/{paused}", json={"status": "disabled"}).status_code == 200
+            theirs = _endpoint(quiet, "https://example.com/theirs")["id"]
+        now = datetime.now(UTC)
+
+        def created(merchant_id: str) -> dict[str, Any]:
+            return event_row(merchant_id=merchant_id, livemode=False, type="payment_intent.created", data={}, at=now)
+
+        async def add_events(platform: Any) -> None:
+            async with platform.engine.begin() as conn:
+                rows = [created(busy_id) for _ in range(1500)] + [created(quiet_id) for _ in range(10)]
+                await conn.execute(tables.events.insert(), rows)
+
+        async def owed(platform: Any) -> tuple[dict[str, int], int, int]:
+            deliveries = tables.webhook_deliveries
+            async with platform.engine.connect() as conn:
+                counted = await conn.execute(
+                    select(deliveries.c.endpoint_id, func.count().label("n")).group_by(deliveries.c.endpoint_id)
+                )
+                per_endpoint = {row.endpoint_id: int(row.n) for row in counted}
+                pairs = select(deliveries.c.event_id, deliveries.c.endpoint_id).distinct().subquery()
+                distinct = await conn.scalar(select(func.count()).select_from(pairs))
+                unmarked = await conn.scalar(select(func.count()).where(tables.events.c.fanned_out_at.is_(None)))
+            return per_endpoint, int(distinct or 0), int(unmarked or 0)
+
+        harness.server.call(add_events)
+        assert harness.server.call(lambda p: _fan_out(p.engine, now)) == 1510  # one round
+        assert harness.server.call(lambda p: _fan_out(p.engine, now)) == 0
+        per_endpoint, distinct, unmarked = harness.server.call(owed)
+        assert per_endpoint == {every: 1500, theirs: 10}  # not the filtered, the disabled or another's
+        assert distinct == 1510 and unmarked == 0

@@ -26,7 +26,7 @@ from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.merchants import KeyRing
-from x402mw.platform.services.payment_intents import expire_due_payment_intents
+from x402mw.platform.services.payment_intents import PaymentIntentWriter, expire_due_payment_intents
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.settlement import SettlementService
 from x402mw.platform.services.watcher import DepositWatcher
@@ -53,6 +53,7 @@ class Platform:
     deposit_keys: DepositKeys
     watcher: DepositWatcher
     refunds: RefundService
+    payment_intents: PaymentIntentWriter
     secrets: SecretBox  # seals webhook secrets at rest
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
@@ -92,6 +93,7 @@ class Platform:
             deposit_keys,
             watcher,
             RefundService(engine, chains, clock, deposit_keys, treasury_key, base),
+            PaymentIntentWriter(engine, base),
             secrets,
         )
         try:

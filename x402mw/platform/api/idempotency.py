@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, bindparam, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Row, bindparam, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +32,7 @@ from x402mw.platform.api.auth import caller_for
 from x402mw.platform.api.bodies import MAX_BODY_BYTES
 from x402mw.platform.api.errors import ApiError, error_response
 from x402mw.platform.db import tables
+from x402mw.platform.db.batching import Coalescer
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.merchants import Caller
 
@@ -47,7 +48,6 @@ REPLAYED = (b"idempotent-replayed", b"true")
 
 # Built once, with the values bound per call: building a statement per request costs more than running it.
 _KEYS = tables.idempotency_keys
-_CLAIM = insert(_KEYS)
 _STORE = update(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
 _RELEASE = delete(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
 
@@ -57,6 +57,12 @@ class IdempotencyMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._writes: _KeyWrites | None = None
+
+    def _writes_for(self, engine: AsyncEngine) -> _KeyWrites:
+        if self._writes is None or self._writes.engine is not engine:
+            self._writes = _KeyWrites(engine)
+        return self._writes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -84,17 +90,17 @@ class IdempotencyMiddleware:
             body = await _read_body(receive)
             if body is None:
                 return  # the client went away before sending its body
-            engine: AsyncEngine = platform.engine
-            claim = await _claim(engine, caller, key, _fingerprint(scope, body), platform.clock.now())
+            writes = self._writes_for(platform.engine)
+            claim = await _claim(writes, caller, key, _fingerprint(scope, body), platform.clock.now())
         except ApiError as error:
             await error_response(error)(scope, receive, send)
             return
         if isinstance(claim, str):
-            await self._run_once(scope, _replaying(body, receive), send, engine, claim)
+            await self._run_once(scope, _replaying(body, receive), send, writes, claim)
         else:
             await _replay(claim, send)
 
-    async def _run_once(self, scope: Scope, receive: Receive, send: Send, engine: AsyncEngine, row_id: str) -> None:
+    async def _run_once(self, scope: Scope, receive: Receive, send: Send, writes: _KeyWrites, row_id: str) -> None:
         status = 0
         headers: list[tuple[bytes, bytes]] = []
         body = bytearray()
@@ -110,7 +116,7 @@ class IdempotencyMiddleware:
                 if not message.get("more_body", False) and status < 500:
                     # Stored before the client sees the end of the response, so that a retry sent as
                     # soon as it arrives finds the key done rather than still in flight.
-                    await _store(engine, row_id, status, headers, bytes(body))
+                    await writes.store(row_id, status, headers, bytes(body))
                     stored = True
             await send(message)
 
@@ -118,7 +124,7 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, capture)
         finally:
             if not stored:
-                await _release(engine, row_id)
+                await _release(writes.engine, row_id)
 
 
 def _fingerprint(scope: Scope, body: bytes) -> str:
@@ -156,33 +162,27 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _claim(engine: AsyncEngine, caller: Caller, key: str, fingerprint: str, now: datetime) -> str | Row[Any]:
+async def _claim(writes: _KeyWrites, caller: Caller, key: str, fingerprint: str, now: datetime) -> str | Row[Any]:
     """The id of a new in-flight row this request owns, or the row of the key's first use."""
     table = tables.idempotency_keys
     for _ in range(3):
         row_id = new_id()
-        try:
-            async with _autocommit(engine) as conn:
-                await conn.execute(
-                    _CLAIM,
-                    {
-                        "id": row_id,
-                        "merchant_id": caller.merchant_id,
-                        "livemode": caller.livemode,
-                        "key": key,
-                        "fingerprint": fingerprint,
-                        "status": IN_FLIGHT,
-                        "created_at": now,
-                    },
-                )
+        row = {
+            "id": row_id,
+            "merchant_id": caller.merchant_id,
+            "livemode": caller.livemode,
+            "key": key,
+            "fingerprint": fingerprint,
+            "status": IN_FLIGHT,
+            "created_at": now,
+        }
+        if await writes.claims.submit(row):
             return row_id
-        except IntegrityError:
-            pass
-        async with engine.begin() as conn:
-            row = (await conn.execute(select(table).where(*caller.owns(table), table.c.key == key))).first()
-            if row is None:
+        async with writes.engine.begin() as conn:
+            first = (await conn.execute(select(table).where(*caller.owns(table), table.c.key == key))).first()
+            if first is None:
                 continue  # the first use failed and released the key meanwhile
-            if row.fingerprint != fingerprint:
+            if first.fingerprint != fingerprint:
                 raise ApiError(
                     400,
                     "idempotency_key_reused",
@@ -190,15 +190,15 @@ async def _claim(engine: AsyncEngine, caller: Caller, key: str, fingerprint: str
                     "use a new key for a different request",
                     type="idempotency_error",
                 )
-            if row.status == DONE:
-                return row
+            if first.status == DONE:
+                return first
             taken = await conn.execute(
                 update(table)
-                .where(table.c.id == row.id, table.c.status == IN_FLIGHT, table.c.created_at < now - STALE_AFTER)
+                .where(table.c.id == first.id, table.c.status == IN_FLIGHT, table.c.created_at < now - STALE_AFTER)
                 .values(created_at=now)
             )
             if taken.rowcount == 1:
-                return str(row.id)
+                return str(first.id)
             break
     raise ApiError(
         409,
@@ -208,21 +208,39 @@ async def _claim(engine: AsyncEngine, caller: Caller, key: str, fingerprint: str
     )
 
 
-async def _store(
-    engine: AsyncEngine, row_id: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-) -> None:
-    pairs = [[name.decode("latin-1"), value.decode("latin-1")] for name, value in headers]
-    async with _autocommit(engine) as conn:
-        await conn.execute(
-            _STORE,
+class _KeyWrites:
+    """The claims and stores of one engine, each written in batches (`Coalescer`): under load, one
+    round trip claims (or stores) the keys of every request that arrived meanwhile."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        insert_for = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        self._claim = insert_for(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.id)
+        self.claims: Coalescer[dict[str, Any], bool] = Coalescer(self._insert_claims)
+        self.stores: Coalescer[dict[str, Any], None] = Coalescer(self._write_stores)
+
+    async def _insert_claims(self, rows: list[dict[str, Any]]) -> list[bool]:
+        """Insert the in-flight rows whose key is free; whether each one was."""
+        async with _autocommit(self.engine) as conn:
+            won = set((await conn.execute(self._claim, rows)).scalars())
+        return [row["id"] in won for row in rows]
+
+    async def store(self, row_id: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        pairs = [[name.decode("latin-1"), value.decode("latin-1")] for name, value in headers]
+        await self.stores.submit(
             {
                 "row_id": row_id,
                 "status": DONE,
                 "response_status": status,
                 "response_headers": pairs,
                 "response_body": body,
-            },
+            }
         )
+
+    async def _write_stores(self, rows: list[dict[str, Any]]) -> list[None]:
+        async with _autocommit(self.engine) as conn:
+            await conn.execute(_STORE, rows)
+        return [None] * len(rows)
 
 
 async def _release(engine: AsyncEngine, row_id: str) -> None:

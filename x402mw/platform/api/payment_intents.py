@@ -18,7 +18,6 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.payment_intents import (
     cancel_payment_intent,
-    create_payment_intent,
     find_payment_intent,
     parse_amount,
     payment_intent_json,
@@ -174,7 +173,7 @@ async def create(request: Request) -> JSONResponse:
         "created_at": now,
         "updated_at": now,
     }
-    answer = await create_payment_intent(platform.engine, row, platform.settings.checkout_url_base)
+    answer = await platform.payment_intents.create(row)
     return JSONResponse({"paymentIntent": answer}, status_code=201)
 
 

@@ -21,13 +21,14 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.errors import PriceError
 from x402mw.platform.db import tables
+from x402mw.platform.db.batching import Coalescer
 from x402mw.platform.services.errors import Refused
-from x402mw.platform.services.outbox import record_event
+from x402mw.platform.services.outbox import event_row, record_event
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
 
 __all__ = [
@@ -37,8 +38,8 @@ __all__ = [
     "STATUSES",
     "TRANSITIONS",
     "PaymentIntentError",
+    "PaymentIntentWriter",
     "cancel_payment_intent",
-    "create_payment_intent",
     "expire_due_payment_intents",
     "find_payment_intent",
     "parse_amount",
@@ -161,21 +162,49 @@ UNPAID = {
 """The columns of a new order that only its payment sets."""
 
 
-async def create_payment_intent(engine: AsyncEngine, row: Mapping[str, Any], checkout_url_base: str) -> dict[str, Any]:
-    """Store the new order ``row`` (every ``payment_intents`` column but those of `UNPAID`) and its
-    ``payment_intent.created`` event; answers the order's public form.
+class PaymentIntentWriter:
+    """Creates orders. Concurrent creations in this process share one transaction (`Coalescer`):
+    each order is inserted unless it conflicts, with its ``payment_intent.created`` event."""
 
-    Raises `PaymentIntentError` 409 ``order_id_conflict`` when the merchant already has the order id
-    in this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
-    customer's fixed transfer address."""
-    values = {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(tables.payment_intents.insert(), values)
-            await record_intent_event(conn, values, "created", values["created_at"], checkout_url_base)
-    except IntegrityError:
-        raise await _conflict(engine, values) from None
-    return payment_intent_json(values, checkout_url_base)
+    def __init__(self, engine: AsyncEngine, checkout_url_base: str) -> None:
+        self.engine = engine
+        self.checkout_url_base = checkout_url_base
+        table = tables.payment_intents
+        insert_for = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        self._insert = insert_for(table).on_conflict_do_nothing().returning(table.c.id)
+        self._batch: Coalescer[dict[str, Any], bool] = Coalescer(self._write)
+
+    async def create(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """Store the new order ``row`` (every ``payment_intents`` column but those of `UNPAID`) and
+        its ``payment_intent.created`` event; answers the order's public form.
+
+        Raises `PaymentIntentError` 409 ``order_id_conflict`` when the merchant already has the order
+        id in this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
+        customer's fixed transfer address."""
+        values = {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
+        if not await self._batch.submit(values):
+            raise await _conflict(self.engine, values)
+        return payment_intent_json(values, self.checkout_url_base)
+
+    async def _write(self, rows: list[dict[str, Any]]) -> list[bool]:
+        """Insert the orders that conflict with none (stored or earlier in ``rows``) and their events;
+        whether each one was."""
+        async with self.engine.begin() as conn:
+            inserted = set((await conn.execute(self._insert, rows)).scalars())
+            events = [
+                event_row(
+                    merchant_id=row["merchant_id"],
+                    livemode=row["livemode"],
+                    type="payment_intent.created",
+                    data={"paymentIntent": payment_intent_json(row, self.checkout_url_base)},
+                    at=row["created_at"],
+                )
+                for row in rows
+                if row["id"] in inserted
+            ]
+            if events:
+                await conn.execute(tables.events.insert(), events)
+        return [row["id"] in inserted for row in rows]
 
 
 async def _conflict(engine: AsyncEngine, row: Mapping[str, Any]) -> PaymentIntentError:

@@ -53,6 +53,7 @@ _BASE_SECONDS = 5.0
 _CAP_SECONDS = 6 * 3600.0
 _CLAIM = timedelta(seconds=60)
 _BATCH = 100
+_FAN_OUT_BATCH, _FAN_OUT_BATCHES = 500, 20  # up to 10,000 events a round
 _CONCURRENCY = 10
 _ATTEMPT_LOG = 50
 _USER_AGENT = f"x402mw-webhooks/{__version__}"
@@ -173,31 +174,65 @@ def _new_delivery(event: Mapping[Any, Any], endpoint_id: str, now: datetime, sta
     }
 
 
-async def _fan_out(engine: AsyncEngine, now: datetime) -> None:
-    events = tables.events
-    async with engine.begin() as conn:
-        pending = list(
-            (
-                await conn.execute(
-                    select(events)
-                    .where(events.c.fanned_out_at.is_(None))
-                    .order_by(events.c.created_at, events.c.id)
-                    .limit(_BATCH)
-                )
-            ).mappings()
-        )
-        for event in pending:
-            marked = await conn.execute(
-                update(events)
-                .where(events.c.id == event["id"], events.c.fanned_out_at.is_(None))
-                .values(fanned_out_at=now)
+async def _fan_out(engine: AsyncEngine, now: datetime) -> int:
+    """Owe each new event to the matching endpoints; how many events were fanned out. A batch costs
+    four statements however many events and endpoints it holds; a round takes batches until it has
+    caught up or has taken `_FAN_OUT_BATCHES` of them (the rest waits for the next round)."""
+    events, endpoints = tables.events, tables.webhook_endpoints
+    done = 0
+    for _ in range(_FAN_OUT_BATCHES):
+        async with engine.begin() as conn:
+            ids = list(
+                (
+                    await conn.execute(
+                        select(events.c.id)
+                        .where(events.c.fanned_out_at.is_(None))
+                        .order_by(events.c.created_at, events.c.id)
+                        .limit(_FAN_OUT_BATCH)
+                        .with_for_update(skip_locked=True)  # PostgreSQL; SQLite renders nothing
+                    )
+                ).scalars()
             )
-            if marked.rowcount != 1:
-                continue  # another worker fanned it out
-            for endpoint_id in await _matching_endpoints(conn, event):
+            if not ids:
+                break
+            marked = (
+                (
+                    await conn.execute(
+                        update(events)
+                        .where(events.c.id.in_(ids), events.c.fanned_out_at.is_(None))  # unless another worker did
+                        .values(fanned_out_at=now)
+                        .returning(
+                            events.c.id, events.c.merchant_id, events.c.livemode, events.c.type, events.c.created_at
+                        )
+                    )
+                )
+                .mappings()
+                .all()
+            )
+            listening: dict[tuple[str, bool], list[tuple[str, list[str]]]] = {}
+            merchants = {event["merchant_id"] for event in marked}
+            if merchants:
+                found = await conn.execute(
+                    select(endpoints.c.id, endpoints.c.merchant_id, endpoints.c.livemode, endpoints.c.enabled_events)
+                    .where(endpoints.c.merchant_id.in_(merchants), endpoints.c.status == "enabled")
+                    .order_by(endpoints.c.created_at)
+                )
+                for endpoint in found:
+                    owner = (endpoint.merchant_id, bool(endpoint.livemode))
+                    listening.setdefault(owner, []).append((endpoint.id, endpoint.enabled_events))
+            owed = [
                 # an event older than the retry window (a late fan-out) still gets half a window
-                start = max(_aware(event["created_at"]), now - RETRY_WINDOW / 2)
-                await conn.execute(tables.webhook_deliveries.insert(), _new_delivery(event, endpoint_id, now, start))
+                _new_delivery(event, endpoint_id, now, max(_aware(event["created_at"]), now - RETRY_WINDOW / 2))
+                for event in marked
+                for endpoint_id, enabled_events in listening.get((event["merchant_id"], bool(event["livemode"])), [])
+                if matches(enabled_events, event["type"])
+            ]
+            if owed:
+                await conn.execute(tables.webhook_deliveries.insert(), owed)
+        done += len(marked)
+        if len(ids) < _FAN_OUT_BATCH:
+            break
+    return done
 
 
 async def _claim(engine: AsyncEngine, now: datetime) -> list[str]:

@@ -1,0 +1,100 @@
+"""`Coalescer`: concurrent writes share flushes, each caller gets its own result, a bad item fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from x402mw.platform.db.batching import Coalescer
+
+
+class Ledger:
+    """A flush target that keeps what it wrote and refuses negative numbers, all or nothing."""
+
+    def __init__(self) -> None:
+        self.flushes: list[list[int]] = []
+        self.written: list[int] = []
+
+    async def flush(self, items: list[int]) -> list[int]:
+        await asyncio.sleep(0.001)  # a round trip
+        self.flushes.append(items)
+        if any(item < 0 for item in items):
+            raise ValueError(f"negative in {items}")
+        self.written.extend(items)
+        return [item * 10 for item in items]
+
+
+def test_a_lone_call_is_flushed_at_once_alone() -> None:
+    ledger = Ledger()
+
+    async def main() -> int:
+        return await Coalescer(ledger.flush).submit(7)
+
+    assert asyncio.run(main()) == 70
+    assert ledger.flushes == [[7]]
+
+
+def test_concurrent_calls_share_flushes_and_each_gets_its_own_result() -> None:
+    ledger = Ledger()
+
+    async def main() -> list[int]:
+        coalescer = Coalescer(ledger.flush)
+        return await asyncio.gather(*(coalescer.submit(n) for n in range(100)))
+
+    assert asyncio.run(main()) == [n * 10 for n in range(100)]
+    assert sorted(ledger.written) == list(range(100))
+    assert len(ledger.flushes) <= 2  # the first caller alone, then everyone who queued meanwhile
+
+
+def test_batches_are_capped() -> None:
+    ledger = Ledger()
+
+    async def main() -> None:
+        coalescer = Coalescer(ledger.flush, max_batch=16)
+        await asyncio.gather(*(coalescer.submit(n) for n in range(100)))
+
+    asyncio.run(main())
+    assert max(len(batch) for batch in ledger.flushes) == 16
+    assert sorted(ledger.written) == list(range(100))
+
+
+def test_a_bad_item_fails_its_own_caller_only() -> None:
+    ledger = Ledger()
+
+    async def main() -> list[int | BaseException]:
+        coalescer = Coalescer(ledger.flush)
+        return await asyncio.gather(*(coalescer.submit(n) for n in (1, 2, -3, 4, 5)), return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert results[:2] == [10, 20] and results[3:] == [40, 50]
+    assert isinstance(results[2], ValueError)
+    assert sorted(ledger.written) == [1, 2, 4, 5]  # each written once, the bad one never
+
+
+def test_a_flush_answering_the_wrong_count_is_an_error_not_a_wrong_answer() -> None:
+    async def short(items: list[int]) -> list[int]:
+        return items[:-1]
+
+    async def main() -> None:
+        await Coalescer(short).submit(1)
+
+    with pytest.raises(RuntimeError, match="0 results for 1 items"):
+        asyncio.run(main())
+
+
+def test_callers_are_released_when_the_flushing_task_is_cancelled() -> None:
+    async def never(items: list[int]) -> list[int]:
+        await asyncio.sleep(3600)
+        return items
+
+    async def main() -> list[int | BaseException]:
+        coalescer = Coalescer(never)
+        calls = [asyncio.ensure_future(coalescer.submit(n)) for n in range(3)]
+        await asyncio.sleep(0.01)
+        assert coalescer._drain is not None
+        coalescer._drain.cancel()
+        return await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
+
+    results = asyncio.run(main())
+    assert all(isinstance(result, asyncio.CancelledError) for result in results)

@@ -1,0 +1,78 @@
+"""Group commit for hot write paths: concurrent writes in one process share one round trip.
+
+A `Coalescer` takes items from concurrent callers and hands them to its ``flush`` in lists, one
+flush at a time. A lone caller is written at once; callers that arrive while a flush runs are
+written together by the next one. Under load each flush thus carries everything that queued during
+the previous one, and what a write costs apart from its rows (a pooled connection, the round trips,
+the transaction) is paid once per batch instead of once per request.
+
+``flush`` must be all or nothing (one statement, or one transaction) and answer one result per
+item, in order. When it raises for a batch of several items, they are flushed again one by one, so
+a bad item fails its own caller only.
+
+::
+
+    claims = Coalescer(insert_claims)     # async def insert_claims(rows: list[dict]) -> list[bool]
+    won = await claims.submit(row)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+__all__ = ["Coalescer"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Coalescer(Generic[T, R]):
+    def __init__(self, flush: Callable[[list[T]], Awaitable[list[R]]], *, max_batch: int = 256) -> None:
+        self._flush = flush
+        self._max_batch = max_batch
+        self._queue: list[tuple[T, asyncio.Future[R]]] = []
+        self._drain: asyncio.Task[None] | None = None
+
+    async def submit(self, item: T) -> R:
+        """Write ``item`` with whatever else is waiting; its result, or the exception of its flush."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if self._drain is None:
+            self._drain = asyncio.get_running_loop().create_task(self._drain_queue())
+        return await future
+
+    async def _drain_queue(self) -> None:
+        batch: list[tuple[T, asyncio.Future[R]]] = []
+        try:
+            while self._queue:
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+                await self._write(batch)
+        finally:
+            self._drain = None
+            for _item, future in batch + self._queue:  # left unsettled only if this task was cancelled
+                future.cancel()
+            self._queue.clear()
+
+    async def _write(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        try:
+            results = await self._flush([item for item, _future in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"flush answered {len(results)} results for {len(batch)} items")
+        except Exception as exc:
+            if len(batch) > 1:
+                for one in batch:  # nothing of the batch was written: find the item that fails
+                    await self._write([one])
+                return
+            _settle(batch[0][1], exc)
+            return
+        for (_item, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
+def _settle(future: asyncio.Future[R], exc: Exception) -> None:
+    if not future.done():
+        future.set_exception(exc)
