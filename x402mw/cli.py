@@ -140,7 +140,7 @@ def serve(
     settings = _settings(database_url, data_dir, rpc_urls, tokens)
     settings.serve_at(f"http://{host}:{port}/v1")
     if workers == 1:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+        uvicorn.run(create_app(settings, serving_process=True), host=host, port=port, log_level=log_level)
         return
     if not rpc_urls:
         raise click.UsageError("--workers above 1 needs --rpc-url: the in-process dev chain cannot be shared")
@@ -177,7 +177,7 @@ def worker_app() -> Any:
     settings = _settings(env["X402MW_DATABASE_URL"], Path(env["X402MW_DATA_DIR"]), rpc_urls, tokens)
     settings.serve_at(env["X402MW_BASE_URL"])
     settings.migrate = False  # serve migrated once before starting the workers
-    return create_app(settings)
+    return create_app(settings, serving_process=True)
 
 
 @platform.command()

@@ -36,7 +36,7 @@ from x402mw.platform.api import (
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.clock import Clock
-from x402mw.platform.runtime import Platform
+from x402mw.platform.runtime import Platform, settle_heap
 from x402mw.platform.settings import PlatformSettings
 
 __all__ = ["create_app"]
@@ -55,10 +55,17 @@ async def health(request: Request) -> JSONResponse:
 
 
 def create_app(
-    settings: PlatformSettings | None = None, *, platform: Platform | None = None, clock: Clock | None = None
+    settings: PlatformSettings | None = None,
+    *,
+    platform: Platform | None = None,
+    clock: Clock | None = None,
+    serving_process: bool = False,
 ) -> Starlette:
     """Build the app. With ``platform`` given, the caller owns its lifetime; otherwise the app starts
-    one from ``settings`` (default: `PlatformSettings.from_env`) and stops it on shutdown."""
+    one from ``settings`` (default: `PlatformSettings.from_env`) and stops it on shutdown.
+
+    ``serving_process``: the app is what this process is for (``x402mw platform serve``), so once
+    started it may tune the process's garbage collector (`settle_heap`)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -68,6 +75,8 @@ def create_app(
             return
         started = await Platform.start(settings or PlatformSettings.from_env(), clock=clock)
         app.state.platform = started
+        if serving_process:
+            settle_heap()
         try:
             yield
         finally:
