@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
@@ -28,8 +27,8 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
-from x402mw.platform.services.challenges import record_challenges
-from x402mw.platform.services.outbox import record_event
+from x402mw.platform.services.outbox import event_row
+from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 
@@ -131,6 +130,7 @@ class SettlementService:
         self.simulate = simulate
         self._inflight: dict[str, asyncio.Task[SettleOutcome]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self.writes = SettlementWrites(engine)
 
     # -- verification (no side effects) -------------------------------------------------------
 
@@ -238,14 +238,8 @@ class SettlementService:
             status="claimed",
             created_at=self.clock.now(),
         )
-        values = row.model_dump()
-        try:
-            async with self.engine.begin() as conn:
-                if request.challenge is not None:
-                    await record_challenges(conn, [request.challenge])
-                await conn.execute(tables.agent_payments.insert(), values)
-        except IntegrityError:
-            return None
+        if not await self.writes.claim(row.model_dump(), request.challenge):
+            return None  # this authorization is claimed already
         return row
 
     async def _join_existing(self, key: str, request: SettleRequest, verified: Verified) -> SettleOutcome:
@@ -354,7 +348,7 @@ class SettlementService:
                 await self.check_on_chain(verified, request.accepted.asset)
             sent_at = time.perf_counter()
             tx = await chain.relayer.send(request.accepted.asset, self._calldata(verified))
-            await self._update(row.id, status="submitted", transaction=tx)
+            await self.writes.submitted(row.id, tx)
             row.transaction = tx
             confirmations = chain.confirmations if request.release_policy == "confirmed" else 0
             receipt = await chain.wait_for(tx, confirmations=confirmations)
@@ -416,34 +410,25 @@ class SettlementService:
         row.status, row.receipt, row.settled_at, row.block_number = "settled", receipt, settled_at, block
         chain_micros = int((included_at - sent_at) * 1e6)
         platform_micros = int((time.perf_counter() - started) * 1e6) - chain_micros
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                update(tables.agent_payments)
-                .where(tables.agent_payments.c.id == row.id)
-                .values(
-                    status="settled",
-                    receipt=receipt,
-                    settled_at=settled_at,
-                    block_number=block,
-                    chain_micros=chain_micros,
-                    platform_micros=platform_micros,
-                )
+        event = None
+        if row.merchant_id:
+            event = event_row(
+                merchant_id=row.merchant_id,
+                livemode=row.livemode,
+                type="agent_payment.settled",
+                data={"agentPayment": payment_json(row)},
+                at=settled_at,
             )
-            if row.challenge_id:
-                await conn.execute(
-                    update(tables.agent_challenges)
-                    .where(tables.agent_challenges.c.id == row.challenge_id)
-                    .values(payment_id=row.id)
-                )
-            if row.merchant_id:
-                await record_event(
-                    conn,
-                    merchant_id=row.merchant_id,
-                    livemode=row.livemode,
-                    type="agent_payment.settled",
-                    data={"agentPayment": payment_json(row)},
-                    at=settled_at,
-                )
+        await self.writes.settled(
+            row.id,
+            receipt=receipt,
+            settled_at=settled_at,
+            block=block,
+            chain_micros=chain_micros,
+            platform_micros=platform_micros,
+            challenge_id=row.challenge_id,
+            event=event,
+        )
         return self.outcome_for(row)
 
     async def _update(self, payment_id: str, **values: Any) -> None:
