@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from x402mw.platform.db.batching import Coalescer
+from x402mw.platform.db.batching import Coalescer, unreachable
 
 
 class Ledger:
@@ -98,3 +98,30 @@ def test_callers_are_released_when_the_flushing_task_is_cancelled() -> None:
 
     results = asyncio.run(main())
     assert all(isinstance(result, asyncio.CancelledError) for result in results)
+
+
+def test_an_unreachable_database_fails_the_batch_at_once_without_retrying_each_item() -> None:
+    flushes: list[list[int]] = []
+
+    async def down(items: list[int]) -> list[int]:
+        flushes.append(items)
+        await asyncio.sleep(0.01)  # a connect attempt that fails
+        raise ConnectionRefusedError("no database")
+
+    async def main() -> list[int | BaseException]:
+        coalescer = Coalescer(down)
+        return await asyncio.gather(*(coalescer.submit(n) for n in range(50)), return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert all(isinstance(result, ConnectionRefusedError) for result in results)
+    assert len(flushes) <= 2  # the lone first call and the batch behind it, not one try per item
+
+
+def test_what_counts_as_unreachable() -> None:
+    from sqlalchemy import exc
+
+    assert unreachable(ConnectionRefusedError()) and unreachable(TimeoutError())
+    assert unreachable(exc.TimeoutError("QueuePool limit reached"))
+    assert unreachable(exc.OperationalError("SELECT 1", {}, OSError("connection reset")))
+    assert not unreachable(exc.IntegrityError("INSERT", {}, ValueError("duplicate key")))
+    assert not unreachable(ValueError("a bad value"))

@@ -8,7 +8,8 @@ the transaction) is paid once per batch instead of once per request.
 
 ``flush`` must be all or nothing (one statement, or one transaction) and answer one result per
 item, in order. When it raises for a batch of several items, they are flushed again one by one, so
-a bad item fails its own caller only.
+a bad item fails its own caller only; unless the database could not be reached (`unreachable`),
+when every caller gets the error at once rather than each waiting out its own timeout.
 
 ::
 
@@ -22,7 +23,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-__all__ = ["Coalescer"]
+from sqlalchemy import exc as sa_exc
+
+__all__ = ["Coalescer", "unreachable"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,11 +65,12 @@ class Coalescer(Generic[T, R]):
             if len(results) != len(batch):
                 raise RuntimeError(f"flush answered {len(results)} results for {len(batch)} items")
         except Exception as exc:
-            if len(batch) > 1:
+            if len(batch) > 1 and not unreachable(exc):
                 for one in batch:  # nothing of the batch was written: find the item that fails
                     await self._write([one])
                 return
-            _settle(batch[0][1], exc)
+            for _item, future in batch:
+                _settle(future, exc)
             return
         for (_item, future), result in zip(batch, results, strict=True):
             if not future.done():
@@ -76,3 +80,11 @@ class Coalescer(Generic[T, R]):
 def _settle(future: asyncio.Future[R], exc: Exception) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database, or the way to it, failed (no connection, a pool or network
+    timeout, a dropped connection) rather than something one item caused."""
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError, OSError, TimeoutError))
