@@ -3,6 +3,7 @@ on the in-process dev chain and on anvil."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import anyio
@@ -159,6 +160,21 @@ async def test_wrong_signer_high_s_and_overdraft_are_refused(chain: ChainUnderTe
     data = encode_transfer_with_authorization(from_=payer_address, value=6, signature=greedy, **args)
     with pytest.raises(RevertError, match=r"^insufficient balance$"):
         await chain.relayer.simulate(chain.usdc, data)
+
+
+async def test_concurrent_simulations_each_get_their_own_answer(chain: ChainUnderTest) -> None:
+    # they go to the node as one JSON-RPC batch; the reverting ones must not fail their neighbours
+    payer = await _funded_payer(chain, amount=100)
+    to = chain.relayer.address
+    calls = [_authorize(chain, payer, to, 1) for _ in range(12)]
+    calls[3] = _authorize(chain, payer, to, 1_000)  # more than the payer holds
+    calls[8] = _authorize(chain, payer, to, 1, valid_before=int(time.time()) - 1)  # expired
+    results = await asyncio.gather(
+        *(chain.relayer.simulate(chain.usdc, data) for data in calls), return_exceptions=True
+    )
+    assert [i for i, result in enumerate(results) if result is not None] == [3, 8]
+    assert isinstance(results[3], RevertError) and results[3].reason == "insufficient balance"
+    assert isinstance(results[8], RevertError) and "expired" in results[8].reason
 
 
 async def test_bytes_signature_overload(chain: ChainUnderTest) -> None:

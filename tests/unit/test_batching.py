@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from x402mw.platform.db.batching import Coalescer, unreachable
+from x402mw.platform.batching import Coalescer, unreachable
 
 
 class Ledger:

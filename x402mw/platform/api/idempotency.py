@@ -31,8 +31,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from x402mw.platform.api.auth import caller_for
 from x402mw.platform.api.bodies import MAX_BODY_BYTES
 from x402mw.platform.api.errors import ApiError, error_response
+from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
-from x402mw.platform.db.batching import Coalescer
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.merchants import Caller
 

@@ -28,6 +28,7 @@ from eth_abi.exceptions import DecodingError
 from eth_account import Account
 
 from x402mw.evm.keccak import keccak256
+from x402mw.platform.batching import Coalescer
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
 
 __all__ = ["Relayer", "RevertError", "TxReceipt"]
@@ -95,6 +96,9 @@ class Relayer:
 
     def __init__(self, rpc: JsonRpc, private_key: bytes, *, chain_id: int) -> None:
         self._rpc = rpc
+        # Simulations of concurrent settlements go to the node as one JSON-RPC batch; a batch in which
+        # one call reverts is split by the Coalescer, so each caller gets its own revert.
+        self._calls: Coalescer[tuple[str, list[Any]], Any] = Coalescer(rpc.batch, max_batch=64)
         self._account = Account.from_key(private_key)
         self.address: str = self._account.address
         self.chain_id = chain_id
@@ -128,7 +132,7 @@ class Relayer:
         with the decoded reason if it would revert."""
         call = {"from": self.address, "to": to, "data": "0x" + data.hex()}
         try:
-            await self._rpc.request("eth_call", [call, "latest"])
+            await self._calls.submit(("eth_call", [call, "latest"]))
         except RpcError as exc:
             reason = revert_reason(exc)
             if reason is None:

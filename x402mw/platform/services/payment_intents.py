@@ -25,8 +25,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.errors import PriceError
+from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
-from x402mw.platform.db.batching import Coalescer
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.outbox import event_row, record_event
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic

@@ -17,8 +17,8 @@ from sqlalchemy import bindparam, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
-from x402mw.platform.db.batching import Coalescer
 
 __all__ = ["SettlementWrites"]
 

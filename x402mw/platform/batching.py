@@ -1,4 +1,4 @@
-"""Group commit for hot write paths: concurrent writes in one process share one round trip.
+"""Group commit for hot paths: concurrent writes (or calls) in one process share one round trip.
 
 A `Coalescer` takes items from concurrent callers and hands them to its ``flush`` in lists, one
 flush at a time. A lone caller is written at once; callers that arrive while a flush runs are
@@ -83,8 +83,8 @@ def _settle(future: asyncio.Future[R], exc: Exception) -> None:
 
 
 def unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database, or the way to it, failed (no connection, a pool or network
-    timeout, a dropped connection) rather than something one item caused."""
+    """Whether ``exc`` says the database or the node, or the way to it, failed (no connection, a
+    pool or network timeout, a dropped connection) rather than something one item caused."""
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return True
     return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError, OSError, TimeoutError))
