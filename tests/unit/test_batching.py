@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from x402mw.platform.batching import Coalescer, unreachable
@@ -123,5 +124,33 @@ def test_what_counts_as_unreachable() -> None:
     assert unreachable(ConnectionRefusedError()) and unreachable(TimeoutError())
     assert unreachable(exc.TimeoutError("QueuePool limit reached"))
     assert unreachable(exc.OperationalError("SELECT 1", {}, OSError("connection reset")))
+    assert unreachable(httpx.ConnectError("refused")) and unreachable(httpx.ReadTimeout("slow node"))
     assert not unreachable(exc.IntegrityError("INSERT", {}, ValueError("duplicate key")))
     assert not unreachable(ValueError("a bad value"))
+
+
+def test_a_database_lost_while_a_batch_is_split_fails_the_rest_at_once() -> None:
+    flushes: list[list[int]] = []
+    down = False
+
+    async def flaky(items: list[int]) -> list[int]:
+        nonlocal down
+        flushes.append(items)
+        await asyncio.sleep(0.001)
+        if down:
+            raise ConnectionRefusedError("gone")
+        if len(items) > 1 and -1 in items:
+            raise ValueError("a bad item")
+        if items == [-1]:
+            down = True  # the database goes away right after refusing the bad item
+            raise ValueError("a bad item")
+        return items
+
+    async def main() -> list[int | BaseException]:
+        coalescer = Coalescer(flaky)
+        return await asyncio.gather(*(coalescer.submit(n) for n in (0, -1, 2, 3, 4, 5)), return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert results[0] == 0 and isinstance(results[1], ValueError)
+    assert all(isinstance(r, ConnectionRefusedError) for r in results[2:])
+    assert flushes == [[0, -1, 2, 3, 4, 5], [0], [-1], [2]]  # then no try per remaining item

@@ -23,6 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+import httpx
 from sqlalchemy import exc as sa_exc
 
 __all__ = ["Coalescer", "unreachable"]
@@ -59,22 +60,28 @@ class Coalescer(Generic[T, R]):
                 future.cancel()
             self._queue.clear()
 
-    async def _write(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+    async def _write(self, batch: list[tuple[T, asyncio.Future[R]]]) -> Exception | None:
+        """Flush ``batch`` and settle its callers; the error that failed it, if any."""
         try:
             results = await self._flush([item for item, _future in batch])
             if len(results) != len(batch):
                 raise RuntimeError(f"flush answered {len(results)} results for {len(batch)} items")
         except Exception as exc:
             if len(batch) > 1 and not unreachable(exc):
-                for one in batch:  # nothing of the batch was written: find the item that fails
-                    await self._write([one])
-                return
+                for index, one in enumerate(batch):  # nothing of the batch was written: find the bad item
+                    failed = await self._write([one])
+                    if failed is not None and unreachable(failed):  # the database went away meanwhile
+                        for _item, future in batch[index + 1 :]:
+                            _settle(future, failed)
+                        break
+                return exc
             for _item, future in batch:
                 _settle(future, exc)
-            return
+            return exc
         for (_item, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)
+        return None
 
 
 def _settle(future: asyncio.Future[R], exc: Exception) -> None:
@@ -87,4 +94,14 @@ def unreachable(exc: BaseException) -> bool:
     pool or network timeout, a dropped connection) rather than something one item caused."""
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return True
-    return isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError, OSError, TimeoutError))
+    return isinstance(
+        exc,
+        (
+            sa_exc.OperationalError,
+            sa_exc.InterfaceError,
+            sa_exc.TimeoutError,
+            httpx.TransportError,  # a JSON-RPC node
+            OSError,
+            TimeoutError,
+        ),
+    )
