@@ -11,11 +11,11 @@ from types import ModuleType
 
 from tests.harness import PlatformHarness
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "merchant_quickstart.py"
+EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-def _example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("merchant_quickstart", EXAMPLE)
+def _example(name: str = "merchant_quickstart") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -38,3 +38,15 @@ def test_the_quickstart_story(dev_platform: PlatformHarness) -> None:
     assert said[0].split(" the buyer pays at ")[1] == paid.checkout_url
     assert paid.checkout_url.startswith(dev_platform.platform.settings.checkout_url_base)
     assert dev_platform.url.removesuffix("/v1") in paid.checkout_url
+
+
+def test_the_same_story_over_plain_http(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("HTTP shop")
+    said: list[str] = []
+    story = _example("merchant_http").run(dev_platform.url, key, say=said.append)
+    paid, refund = story["paid"], story["refund"]
+    assert paid["status"] == "succeeded" and paid["txHash"] and paid["paidAt"]
+    assert refund["status"] == "completed" and refund["destination"] == paid["payer"]
+    assert story["events"] == {"payment_intent.succeeded", "refund.completed"}  # verified by construct_event
+    assert dev_platform.balance(paid["payer"]) == 8_000_000
+    assert said[0].split(" the buyer pays at ")[1] == paid["checkoutUrl"]

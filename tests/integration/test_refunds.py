@@ -5,6 +5,7 @@ treasury by the relayer, and every step reported by signed webhooks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from datetime import UTC, datetime
@@ -15,9 +16,10 @@ import pytest
 from sqlalchemy import func, select, update
 from standardwebhooks import Webhook
 
-from tests.harness import PlatformHarness
+from tests.harness import PlatformHarness, postgres_database, start_dev_platform
 from tests.integration.test_webhook_delivery import Receiver
 from x402mw.client.webhooks import construct_event
+from x402mw.platform.chain.token import balance_of
 from x402mw.platform.db import tables
 from x402mw.platform.services.deposits import authorization_call, sweep_order
 from x402mw.platform.services.ledger import apply_entry
@@ -361,3 +363,41 @@ def test_a_refund_still_unconfirmed_is_finished_by_the_worker(anvil_platform: Pl
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def test_a_refund_the_treasury_cannot_cover_fails_and_releases_its_reservation(database: str, tmp_path: Any) -> None:
+    # its own platform: this test empties the treasury, which the shared one's other tests rely on
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(postgres_database()) if database == "postgresql" else None
+        harness = stack.enter_context(start_dev_platform(tmp_path, url))
+        _, key, payment = _paid_order(harness, "4")
+        order_id, payer = payment["paymentIntent"]["id"], payment["payer"]
+        sink = "0x" + "5e" * 20
+
+        async def sweep_then_drain_the_treasury(platform: Any) -> None:
+            """The order's funds reach the treasury, then leave it (an operator's withdrawal)."""
+            chain, treasury = harness.chain, platform.refunds.treasury
+            async with platform.engine.connect() as conn:
+                query = select(tables.payment_intents).where(tables.payment_intents.c.id == order_id)
+                row = (await conn.execute(query)).mappings().one()
+            assert await sweep_order(platform.engine, chain, platform.deposit_keys, treasury, row, now())
+            held = await balance_of(chain.rpc, harness.usdc, treasury)
+            data, _ = authorization_call(chain, harness.usdc, platform.refunds.treasury_key, sink, held, b"drain")
+            assert (await chain.wait_for(await chain.relayer.send(harness.usdc, data))).status == 1
+
+        harness.server.call(sweep_then_drain_the_treasury)
+        with _api(harness, key) as api:
+            reply = api.post(f"/payment-intents/{order_id}/refunds", json={"reason": "requested_by_customer"})
+            assert reply.status_code == 201, reply.text
+            refund = reply.json()["refund"]
+            assert refund["status"] == "failed" and refund["txHash"] is None
+            assert "revert" in refund["failureReason"] and "balance" in refund["failureReason"]
+            assert _balances(api) == {"USDC": ("4", "0")}  # the reservation went back
+            assert api.get(f"/payment-intents/{order_id}").json()["paymentIntent"]["status"] == "succeeded"
+            kinds = [e["type"] for e in api.get("/events", params={"limit": 100}).json()["data"]]
+            assert kinds[:2] == ["refund.failed", "refund.processing"]
+            harness.fund(key, harness.platform.refunds.treasury, "4")  # the operator tops it up
+            again = api.post(f"/payment-intents/{order_id}/refunds", json={})
+            assert again.status_code == 201 and again.json()["refund"]["status"] == "completed", again.text
+            assert _balances(api) == {"USDC": ("0", "0")}
+        assert harness.balance(payer) == 4_000_000 and harness.balance(sink) == 4_000_000

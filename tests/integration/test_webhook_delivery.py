@@ -233,8 +233,9 @@ def test_a_receiver_that_is_down_then_recovers_gets_every_event(dev_platform: Pl
                 assert delivery["endpointId"] == endpoint["id"] and delivery["nextAttemptAt"] is None
                 retries = [r for r in down.at("hook") if r.webhook_id == event["id"]]
                 assert [r.answered for r in retries][-1] == 200 and len(retries) >= 2
-                for retry in retries:
-                    construct_event(retry.body, retry.headers, endpoint["secret"])
+                for retry in retries:  # every attempt is signed afresh, for both verifiers
+                    assert construct_event(retry.body, retry.headers, endpoint["secret"]).id == event["id"]
+                    assert Webhook(endpoint["secret"]).verify(retry.body, retry.headers)["id"] == event["id"]
             received = len(down.received)
             _round(dev_platform, at + timedelta(hours=1))  # (other tests' endpoints may have deliveries due)
             assert len(down.received) == received  # nothing is sent twice after a 2xx
