@@ -21,6 +21,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from x402mw.evm.eip712 import (
+    TYPED_DATA_TYPES,
     TokenDomain,
     TransferAuthorization,
     random_nonce,
@@ -31,28 +32,11 @@ from x402mw.evm.keys import address_of, new_private_key
 
 TARGET_SPEEDUP = 5
 
-_TYPES = {
-    "EIP712Domain": [
-        {"name": "name", "type": "string"},
-        {"name": "version", "type": "string"},
-        {"name": "chainId", "type": "uint256"},
-        {"name": "verifyingContract", "type": "address"},
-    ],
-    "TransferWithAuthorization": [
-        {"name": "from", "type": "address"},
-        {"name": "to", "type": "address"},
-        {"name": "value", "type": "uint256"},
-        {"name": "validAfter", "type": "uint256"},
-        {"name": "validBefore", "type": "uint256"},
-        {"name": "nonce", "type": "bytes32"},
-    ],
-}
-
 
 def typed_data(domain: TokenDomain, auth: TransferAuthorization) -> dict[str, Any]:
     """The eth-account ``full_message`` for ``auth`` under ``domain``."""
     return {
-        "types": _TYPES,
+        "types": TYPED_DATA_TYPES,
         "primaryType": "TransferWithAuthorization",
         "domain": {
             "name": domain.name,

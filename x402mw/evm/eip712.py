@@ -32,6 +32,7 @@ from x402mw.evm.keys import _checksum_hex, _hex_body, _private_key
 __all__ = [
     "DOMAIN_TYPEHASH",
     "TRANSFER_WITH_AUTHORIZATION_TYPEHASH",
+    "TYPED_DATA_TYPES",
     "InvalidSignatureError",
     "TokenDomain",
     "TransferAuthorization",
@@ -43,11 +44,33 @@ __all__ = [
     "transfer_digest",
 ]
 
-DOMAIN_TYPEHASH = keccak256(b"EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)")
-TRANSFER_WITH_AUTHORIZATION_TYPEHASH = keccak256(
-    b"TransferWithAuthorization(address from,address to,uint256 value,uint256 validAfter,"
-    b"uint256 validBefore,bytes32 nonce)"
-)
+TYPED_DATA_TYPES: dict[str, list[dict[str, str]]] = {
+    "EIP712Domain": [
+        {"name": "name", "type": "string"},
+        {"name": "version", "type": "string"},
+        {"name": "chainId", "type": "uint256"},
+        {"name": "verifyingContract", "type": "address"},
+    ],
+    "TransferWithAuthorization": [
+        {"name": "from", "type": "address"},
+        {"name": "to", "type": "address"},
+        {"name": "value", "type": "uint256"},
+        {"name": "validAfter", "type": "uint256"},
+        {"name": "validBefore", "type": "uint256"},
+        {"name": "nonce", "type": "bytes32"},
+    ],
+}
+"""The ``types`` of an EIP-3009 authorization as EIP-712 typed data (what a wallet's
+``eth_signTypedData_v4`` and eth-account take); the type hashes below are derived from it."""
+
+
+def _typehash(name: str) -> bytes:
+    fields = ",".join(f"{field['type']} {field['name']}" for field in TYPED_DATA_TYPES[name])
+    return keccak256(f"{name}({fields})".encode())
+
+
+DOMAIN_TYPEHASH = _typehash("EIP712Domain")
+TRANSFER_WITH_AUTHORIZATION_TYPEHASH = _typehash("TransferWithAuthorization")
 
 _UINT256_LIMIT = 2**256
 _ADDRESS_PADDING = bytes(12)

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from x402mw.evm.eip712 import TYPED_DATA_TYPES
 from x402mw.platform.api.bodies import iso
 from x402mw.platform.checkout.orders import (
     PaymentOption,
@@ -39,22 +40,6 @@ __all__ = ["AUTHORIZATION_LIFETIME", "choose_option", "payment_uri", "prepare_at
 
 AUTHORIZATION_LIFETIME = 3600  # seconds a wallet's signed authorization stays valid (at most until expiresAt)
 _TRANSFER_SELECTOR = "a9059cbb"  # transfer(address,uint256)
-_TYPES = {
-    "EIP712Domain": [
-        {"name": "name", "type": "string"},
-        {"name": "version", "type": "string"},
-        {"name": "chainId", "type": "uint256"},
-        {"name": "verifyingContract", "type": "address"},
-    ],
-    "TransferWithAuthorization": [
-        {"name": "from", "type": "address"},
-        {"name": "to", "type": "address"},
-        {"name": "value", "type": "uint256"},
-        {"name": "validAfter", "type": "uint256"},
-        {"name": "validBefore", "type": "uint256"},
-        {"name": "nonce", "type": "bytes32"},
-    ],
-}
 
 
 def payment_uri(token: str, chain_id: int, to: str, amount: int) -> str:
@@ -100,7 +85,7 @@ def _authorization(option: PaymentOption, to: str, amount: int, order: Mapping[A
         valid_before = min(valid_before, int(expires.timestamp()))
     return {
         "primaryType": "TransferWithAuthorization",
-        "types": _TYPES,
+        "types": TYPED_DATA_TYPES,
         "domain": {
             "name": domain.name,
             "version": domain.version,
