@@ -17,6 +17,7 @@ from x402mw import __version__
 from x402mw.errors import ConfigurationError, PlatformError
 from x402mw.seller.decisions import ComputeAmount, PlatformCall, PlatformReply
 from x402mw.seller.gate import PaymentGate
+from x402mw.transport import KeepAliveTransport
 
 __all__ = ["AsyncSeller", "SyncSeller", "run_async", "run_sync"]
 
@@ -135,15 +136,15 @@ class SyncSeller:
 
 
 class AsyncSeller:
-    """A gate with a kept-alive async HTTP client and a background task (ASGI, Starlette, Django async)."""
+    """A gate with a kept-alive async HTTP client and a background task (ASGI, Starlette, Django async).
+
+    The client reaches the platform through :class:`~x402mw.transport.KeepAliveTransport` unless
+    ``transport`` says otherwise."""
 
     def __init__(self, gate: PaymentGate, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.gate = gate
         self.client = httpx.AsyncClient(
-            base_url=gate.platform_url,
-            headers=_headers(gate),
-            transport=transport,
-            limits=httpx.Limits(max_keepalive_connections=64, max_connections=256),
+            base_url=gate.platform_url, headers=_headers(gate), transport=transport or KeepAliveTransport()
         )
         self._task: asyncio.Task[None] | None = None
 

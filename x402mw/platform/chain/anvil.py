@@ -73,6 +73,11 @@ class AnvilProcess:
     def __repr__(self) -> str:
         return f"AnvilProcess(url={self.url!r})"
 
+    @property
+    def pid(self) -> int | None:
+        """The node's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
     def start(self) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from x402mw.transport import KeepAliveTransport
+
 __all__ = ["HttpJsonRpc", "JsonRpc", "RpcError"]
 
 
@@ -49,7 +51,8 @@ class JsonRpc(Protocol):
 
 
 class HttpJsonRpc:
-    """A lean JSON-RPC client over HTTP: one kept-alive :class:`httpx.AsyncClient`, no middleware.
+    """A lean JSON-RPC client over HTTP: one :class:`httpx.AsyncClient` on a
+    :class:`~x402mw.transport.KeepAliveTransport`, no middleware.
 
     >>> rpc = HttpJsonRpc("http://127.0.0.1:8545")
     >>> chain_id = int(await rpc.request("eth_chainId"), 16)  # doctest: +SKIP
@@ -61,7 +64,7 @@ class HttpJsonRpc:
         self._client = httpx.AsyncClient(
             timeout=timeout,
             headers={"content-type": "application/json"},
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+            transport=KeepAliveTransport(max_connections=64),
         )
 
     def __repr__(self) -> str:

@@ -119,6 +119,13 @@ def payment_json(row: AgentPayment) -> dict[str, Any]:
     }
 
 
+def _drop(task: asyncio.Task[None] | None) -> None:
+    """Cancel a simulation nobody will await, and take its outcome so that none is reported lost."""
+    if task is not None:
+        task.cancel()
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
 class SettlementService:
     def __init__(
         self, engine: AsyncEngine, chains: Chains, receipt_key: bytes, clock: Clock, *, simulate: bool = True
@@ -208,10 +215,18 @@ class SettlementService:
             f"{verified.chain.chain_id}:{request.accepted.asset.lower()}:{verified.payer.lower()}:"
             f"{verified.auth.nonce.hex()}"
         )
-        row = await self._claim(request, verified)
+        loop = asyncio.get_running_loop()
+        # The simulation has no side effects: it runs while the claim is written.
+        simulation = loop.create_task(self.check_on_chain(verified, request.accepted.asset)) if self.simulate else None
+        try:
+            row = await self._claim(request, verified)
+        except BaseException:
+            _drop(simulation)
+            raise
         if row is None:
+            _drop(simulation)
             return await self._join_existing(key, request, verified)
-        task = asyncio.get_running_loop().create_task(self._execute(row, request, verified, started))
+        task = loop.create_task(self._execute(row, request, verified, started, simulation))
         self._inflight[key] = task
         task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         return await self._wait(task, row.id, network, request.wait_seconds)
@@ -340,18 +355,30 @@ class SettlementService:
         return SettleOutcome("failed", response, message, payment_id)
 
     async def _execute(
-        self, row: AgentPayment, request: SettleRequest, verified: Verified, started: float
+        self,
+        row: AgentPayment,
+        request: SettleRequest,
+        verified: Verified,
+        started: float,
+        simulation: asyncio.Task[None] | None = None,
     ) -> SettleOutcome:
         chain = verified.chain
         try:
-            if self.simulate:
+            if simulation is not None:
+                await simulation
+            elif self.simulate:
                 await self.check_on_chain(verified, request.accepted.asset)
             sent_at = time.perf_counter()
             tx = await chain.relayer.send(request.accepted.asset, self._calldata(verified))
-            await self.writes.submitted(row.id, tx)
             row.transaction = tx
             confirmations = chain.confirmations if request.release_policy == "confirmed" else 0
-            receipt = await chain.wait_for(tx, confirmations=confirmations)
+            # Watch for inclusion while the transaction is recorded (for recovery, should we stop).
+            inclusion = asyncio.ensure_future(chain.wait_for(tx, confirmations=confirmations))
+            try:
+                await self.writes.submitted(row.id, tx)
+            except Exception:
+                logger.warning("settlement %s: could not record transaction %s", row.id, tx, exc_info=True)
+            receipt = await inclusion
             included_at = time.perf_counter()
         except Refusal as refusal:
             await self._update(row.id, status="failed", error_reason=refusal.reason)
@@ -372,7 +399,8 @@ class SettlementService:
                     "the transfer could not be sent",
                     payment_id=row.id,
                 )
-            raise
+            # The transfer is out: whatever failed after, the payment is pending, never failed.
+            return self.outcome_for(row)
         if receipt.status != 1:
             await self._update(
                 row.id,
@@ -421,6 +449,7 @@ class SettlementService:
             )
         await self.writes.settled(
             row.id,
+            transaction=tx,
             receipt=receipt,
             settled_at=settled_at,
             block=block,
