@@ -39,8 +39,15 @@ class _Connection:
         self.writer = writer
 
     def usable(self, loop: asyncio.AbstractEventLoop) -> bool:
-        # An idle connection the server closed has seen EOF by now (the loop delivered it).
-        return self.loop is loop and not self.reader.at_eof() and not self.writer.is_closing()
+        # An idle connection the server closed has seen EOF by now (the loop delivered it); one the
+        # server wrote to while idle (a 408 before closing, say) must not have that read as the answer
+        # to the next request.
+        return (
+            self.loop is loop
+            and not self.reader.at_eof()
+            and not self.writer.is_closing()
+            and not _buffered(self.reader)
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # the loop may be closed already
@@ -59,13 +66,24 @@ class _Stale(Exception):
     """A reused connection failed before any byte of a response arrived: the server had closed it."""
 
 
+class _NoAnswer(Exception):
+    """The connection ended before the first byte of a response."""
+
+
+def _buffered(reader: asyncio.StreamReader) -> int:
+    # StreamReader has no public way to ask whether bytes are waiting; CPython's keeps them here.
+    return len(getattr(reader, "_buffer", b""))
+
+
 class KeepAliveTransport(httpx.AsyncBaseTransport):
     """HTTP/1.1 over kept-alive asyncio connections (``http`` and ``https``).
 
     ``max_connections`` bounds the connections open at once per transport (a request past it waits
     up to the pool timeout); ``max_idle`` bounds those kept per origin between requests.
     ``verify`` is ``True`` (the system's trust store, or certifi's when installed), ``False``, or an
-    :class:`ssl.SSLContext`.
+    :class:`ssl.SSLContext`. The read timeout covers the whole response, not each read. A request on a
+    kept-alive connection that the server had closed is sent again on a new one, but only when no
+    byte of an answer arrived, so a request is never sent twice to a server that began answering it.
     """
 
     def __init__(self, *, max_connections: int = 256, max_idle: int = 64, verify: bool | ssl.SSLContext = True) -> None:
@@ -75,7 +93,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         self._ssl: ssl.SSLContext | None = None
         self._idle: dict[_Origin, list[_Connection]] = {}
         self._open = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: collections.deque[tuple[_Origin, asyncio.Future[_Connection | None]]] = collections.deque()
 
     def __repr__(self) -> str:
         idle = sum(len(stack) for stack in self._idle.values())
@@ -88,15 +106,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         head, body = _encode(request, await request.aread())
         loop = asyncio.get_running_loop()
         while True:
-            conn = self._take_idle(origin, loop)
-            reused = conn is not None
-            if conn is None:
-                await self._acquire(request, timeouts.get("pool"))
-                try:
-                    conn = await self._connect(request, origin, timeouts.get("connect"))
-                except BaseException:
-                    self._release()
-                    raise
+            conn, reused = await self._checkout(request, origin, loop, timeouts)
             try:
                 status, headers, content, keep = await self._exchange(request, conn, head, body, reused, timeouts)
             except _Stale:
@@ -106,7 +116,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                 self._discard(conn)
                 raise
             if keep:
-                self._put_idle(origin, conn)
+                self._checkin(origin, conn)
             else:
                 self._discard(conn)
             return httpx.Response(
@@ -122,6 +132,31 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
 
     # -- the pool ------------------------------------------------------------------------------
 
+    async def _checkout(
+        self,
+        request: httpx.Request,
+        origin: _Origin,
+        loop: asyncio.AbstractEventLoop,
+        timeouts: dict[str, float | None],
+    ) -> tuple[_Connection, bool]:
+        """A connection to ``origin`` and whether it was used before; waits at the connection limit."""
+        conn = self._take_idle(origin, loop)
+        if conn is not None:
+            return conn, True
+        if self._open >= self.max_connections:
+            self._evict_one()
+        if self._open < self.max_connections:
+            self._open += 1
+        else:
+            handed = await self._wait(request, origin, timeouts.get("pool"))
+            if handed is not None:
+                return handed, True
+        try:
+            return await self._connect(request, origin, timeouts.get("connect")), False
+        except BaseException:
+            self._release()
+            raise
+
     def _take_idle(self, origin: _Origin, loop: asyncio.AbstractEventLoop) -> _Connection | None:
         stack = self._idle.get(origin)
         while stack:
@@ -131,7 +166,27 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             self._discard(conn)
         return None
 
-    def _put_idle(self, origin: _Origin, conn: _Connection) -> None:
+    def _evict_one(self) -> None:
+        # At the limit with no idle connection to our origin: close the longest-idle connection to
+        # another origin, so that idle connections never starve a request.
+        for stack in self._idle.values():
+            if stack:
+                stack.pop(0).close()
+                self._open -= 1
+                return
+
+    def _checkin(self, origin: _Origin, conn: _Connection) -> None:
+        """Put back a connection that finished a request: to a waiter for its origin, else to idle."""
+        while self._waiters:
+            waiter_origin, waiter = self._waiters.popleft()
+            if waiter.done():
+                continue
+            if waiter_origin == origin:
+                waiter.set_result(conn)
+            else:  # the waiter needs another origin: it gets this connection's slot
+                conn.close()
+                waiter.set_result(None)
+            return
         stack = self._idle.setdefault(origin, [])
         if len(stack) >= self.max_idle:
             self._discard(conn)
@@ -142,29 +197,31 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         conn.close()
         self._release()
 
-    async def _acquire(self, request: httpx.Request, timeout: float | None) -> None:
-        if self._open < self.max_connections:
-            self._open += 1
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
+    async def _wait(self, request: httpx.Request, origin: _Origin, timeout: float | None) -> _Connection | None:
+        """Wait for a connection to ``origin`` or a free slot (None), whichever a finishing request hands over."""
+        future: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((origin, future))
         try:
             async with asyncio.timeout(timeout):
-                await future  # a releasing request hands its slot over: _open stays the same
+                return await future  # a handed-over slot keeps _open the same
         except BaseException as exc:
             if future.done() and not future.cancelled():
-                self._release()  # the slot was handed to us as we gave up: pass it on
+                handed = future.result()  # handed to us as we gave up: pass it on
+                if handed is None:
+                    self._release()
+                else:
+                    self._checkin(origin, handed)
             else:
                 future.cancel()
                 with contextlib.suppress(ValueError):
-                    self._waiters.remove(future)
+                    self._waiters.remove((origin, future))
             if isinstance(exc, TimeoutError):
                 raise httpx.PoolTimeout("no connection became free in time", request=request) from None
             raise
 
     def _release(self) -> None:
         while self._waiters:
-            waiter = self._waiters.popleft()
+            _, waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 return
@@ -229,9 +286,13 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                 return await _read_response(conn.reader, request.method)
         except TimeoutError:
             raise httpx.ReadTimeout("the response did not arrive in time", request=request) from None
-        except asyncio.IncompleteReadError as exc:
-            if reused and not exc.partial:
+        except _NoAnswer:
+            if reused:  # only now is sending the request again safe: the server saw none of it answered
                 raise _Stale from None
+            raise httpx.RemoteProtocolError(
+                "the server closed the connection without answering", request=request
+            ) from None
+        except asyncio.IncompleteReadError:
             raise httpx.RemoteProtocolError(
                 "the server closed the connection before its response was complete", request=request
             ) from None
@@ -240,8 +301,6 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         except (ValueError, IndexError) as exc:
             raise httpx.RemoteProtocolError(f"malformed HTTP response: {exc}", request=request) from None
         except OSError as exc:
-            if reused:
-                raise _Stale from None
             raise httpx.ReadError(f"reading the response failed: {exc}", request=request) from None
 
 
@@ -261,8 +320,19 @@ def _encode(request: httpx.Request, body: bytes) -> tuple[bytes, bytes]:
 async def _read_response(
     reader: asyncio.StreamReader, method: str
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+    first = True
     while True:
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            if first and not exc.partial:
+                raise _NoAnswer from None
+            raise
+        except OSError:
+            if first and not _buffered(reader):
+                raise _NoAnswer from None
+            raise
+        first = False
         lines = head[:-4].split(b"\r\n")
         version, _, rest = lines[0].partition(b" ")
         status = int(rest[:3])
@@ -288,7 +358,9 @@ async def _read_response(
         elif lowered == b"connection":
             tokens = value.lower()
             keep = b"close" not in tokens and (keep or b"keep-alive" in tokens)
-    if method == "HEAD" or status in _NO_BODY or status < 200:
+    if status == 101:
+        return status, headers, b"", False  # the connection now speaks another protocol: never reuse it
+    if method == "HEAD" or status in _NO_BODY:
         return status, headers, b"", keep
     if chunked:
         parts = []

@@ -335,7 +335,10 @@ async def test_a_transfer_the_chain_reverts_is_reported_failed(dev_platform: Pla
         unsimulated = SettlementService(
             platform.engine, platform.chains, new_private_key(), platform.clock, simulate=False
         )
-        return await unsimulated.settle(SettleRequest(accepted=offer, payload=payload))
+        try:
+            return await unsimulated.settle(SettleRequest(accepted=offer, payload=payload))
+        finally:
+            await unsimulated.aclose()
 
     outcome = await asyncio.to_thread(dev_platform.server.call, settle_without_simulation)
     assert outcome.status == "failed"

@@ -130,6 +130,7 @@ class Platform:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.settlement.aclose()
         await self.webhook_client.aclose()
         await self.chains.aclose()
         await self.engine.dispose()

@@ -231,6 +231,10 @@ def _error(reply: Reply | None, send: Send) -> APIError:
     return APIConnectionError(f"could not reach the merchant API for {send.method} {urlsplit(send.url).path}: {what}")
 
 
+# Jitter from a generator of our own: the process-wide `random` state belongs to the application.
+_JITTER = random.Random()
+
+
 def _retry_delay(error: APIError, reply: Reply | None, attempt: int, config: ClientConfig) -> float | None:
     """Seconds to wait before retrying, or None when the error is final."""
     if attempt >= config.max_retries:
@@ -245,7 +249,7 @@ def _retry_delay(error: APIError, reply: Reply | None, attempt: int, config: Cli
     elif not isinstance(reply, _RETRYABLE_TRANSPORT_ERRORS):
         return None
     backoff = min(config.max_delay, config.initial_delay * 2.0**attempt)
-    return backoff * (0.5 + random.random() / 2)
+    return backoff * (0.5 + _JITTER.random() / 2)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -13,7 +13,9 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from sqlalchemy import select, update
@@ -38,6 +40,8 @@ logger = logging.getLogger("x402mw.platform.settlement")
 
 MIN_VALIDITY_SECONDS = 6
 POLL_SECONDS = 0.05
+# A settlement still `submitted` this long after its claim was left by a process that stopped.
+RECOVER_AFTER = timedelta(minutes=2)
 
 
 class Refusal(Exception):
@@ -58,7 +62,7 @@ class SettleRequest:
     livemode: bool = False
     release_policy: str = "included"
     wait_seconds: float = 20.0
-    challenge: dict[str, Any] | None = None  # recorded with the claim, in one transaction
+    challenge: dict[str, Any] | None = None  # the challenge's row, recorded with the outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,7 @@ class SettlementService:
         self.simulate = simulate
         self._inflight: dict[str, asyncio.Task[SettleOutcome]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._recording: dict[str, SettleOutcome] = {}  # answered, and being recorded
         self.writes = SettlementWrites(engine)
 
     # -- verification (no side effects) -------------------------------------------------------
@@ -253,7 +258,7 @@ class SettlementService:
             status="claimed",
             created_at=self.clock.now(),
         )
-        if not await self.writes.claim(row.model_dump(), request.challenge):
+        if not await self.writes.claim(row.model_dump()):
             return None  # this authorization is claimed already
         return row
 
@@ -305,6 +310,9 @@ class SettlementService:
             await asyncio.sleep(POLL_SECONDS)
 
     async def _outcome_of(self, payment_id: str, network: str) -> SettleOutcome:
+        answered = self._recording.get(payment_id)
+        if answered is not None:
+            return answered
         row = await self.load(payment_id)
         if row is None:
             return self.failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "settlement record missing")
@@ -381,18 +389,18 @@ class SettlementService:
             receipt = await inclusion
             included_at = time.perf_counter()
         except Refusal as refusal:
-            await self._update(row.id, status="failed", error_reason=refusal.reason)
+            await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
             return self.failed(request.accepted.network, refusal.reason, refusal.message, payment_id=row.id)
         except RevertError as exc:
             reason = _revert_reason(exc.reason)
-            await self._update(row.id, status="failed", error_reason=reason)
+            await self.writes.failed(row.id, reason, challenge=request.challenge)
             return self.failed(
                 request.accepted.network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id
             )
         except Exception:
             logger.exception("settlement %s failed unexpectedly (tx %s)", row.id, row.transaction)
             if row.transaction is None:
-                await self._update(row.id, status="failed", error_reason=reasons.UNEXPECTED_SETTLE_ERROR)
+                await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR, challenge=request.challenge)
                 return self.failed(
                     request.accepted.network,
                     reasons.UNEXPECTED_SETTLE_ERROR,
@@ -402,11 +410,8 @@ class SettlementService:
             # The transfer is out: whatever failed after, the payment is pending, never failed.
             return self.outcome_for(row)
         if receipt.status != 1:
-            await self._update(
-                row.id,
-                status="failed",
-                error_reason=reasons.TRANSACTION_REVERTED,
-                block_number=receipt.block_number,
+            await self.writes.failed(
+                row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number, challenge=request.challenge
             )
             return self.failed(
                 request.accepted.network,
@@ -415,11 +420,19 @@ class SettlementService:
                 transaction=tx,
                 payment_id=row.id,
             )
-        return await self._finish(row, receipt.block_number, tx, started, sent_at, included_at)
+        return self._finish(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
 
-    async def _finish(
-        self, row: AgentPayment, block: int, tx: str, started: float, sent_at: float, included_at: float
+    def _finish(
+        self,
+        row: AgentPayment,
+        block: int,
+        tx: str,
+        started: float,
+        sent_at: float,
+        included_at: float,
+        challenge: dict[str, Any] | None = None,
     ) -> SettleOutcome:
+        """Sign the receipt and answer with it; record the release meanwhile (`_record`)."""
         from x402mw.platform.api.bodies import iso
 
         settled_at = self.clock.now()
@@ -447,7 +460,8 @@ class SettlementService:
                 data={"agentPayment": payment_json(row)},
                 at=settled_at,
             )
-        await self.writes.settled(
+        outcome = self.outcome_for(row)
+        write = self.writes.settled(
             row.id,
             transaction=tx,
             receipt=receipt,
@@ -456,15 +470,42 @@ class SettlementService:
             chain_micros=chain_micros,
             platform_micros=platform_micros,
             challenge_id=row.challenge_id,
+            challenge=challenge,
             event=event,
         )
-        return self.outcome_for(row)
+        self._record(row.id, outcome, write)
+        return outcome
 
-    async def _update(self, payment_id: str, **values: Any) -> None:
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                update(tables.agent_payments).where(tables.agent_payments.c.id == payment_id).values(**values)
-            )
+    def _record(self, payment_id: str, outcome: SettleOutcome, write: Coroutine[Any, Any, None]) -> None:
+        # The transfer is final on the chain and the receipt is signed: the caller gets them now,
+        # not one transaction later. Until the write commits, this process answers for the payment
+        # from memory; should the process stop first, the payment stays `submitted` with its
+        # transaction, and recovery releases it (with a receipt signed then).
+        self._recording[payment_id] = outcome
+        task = asyncio.get_running_loop().create_task(write)
+        self._background.add(task)
+
+        def recorded(done: asyncio.Task[None]) -> None:
+            self._background.discard(done)
+            self._recording.pop(payment_id, None)
+            if not done.cancelled() and done.exception() is not None:
+                logger.error(
+                    "settlement %s: recording the release failed; recovery will finish it",
+                    payment_id,
+                    exc_info=done.exception(),
+                )
+
+        task.add_done_callback(recorded)
+
+    async def drain(self) -> None:
+        """Wait until every answered settlement is recorded."""
+        while self._background:
+            await asyncio.wait(list(self._background))
+
+    async def aclose(self) -> None:
+        """Record what was answered and release the writers' connections (before the engine closes)."""
+        await self.drain()
+        await self.writes.aclose()
 
     async def load(self, payment_id: str) -> AgentPayment | None:
         async with self.engine.connect() as conn:
@@ -495,25 +536,31 @@ class SettlementService:
         return AgentPayment.model_validate(dict(found)) if found else None
 
     async def recover_submitted(self) -> int:
-        """Finish settlements a stopped process left submitted (worker duty). Returns how many finished."""
+        """Release settlements that a stopped process left ``submitted`` (a worker duty): those older
+        than `RECOVER_AFTER` (a live process finishes its own long before) that this process is not
+        finishing itself. Returns how many it released or failed."""
         table = tables.agent_payments
+        cutoff = self.clock.now() - RECOVER_AFTER
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(select(table).where(table.c.status == "submitted"))).mappings().all()
+            found = await conn.execute(select(table).where(table.c.status == "submitted", table.c.created_at <= cutoff))
+            rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
         finished = 0
-        for found in rows:
-            row = AgentPayment.model_validate(dict(found))
-            key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
+        for row in rows:
             chain = self.chains.get(row.chain_id)
-            if key in self._inflight or chain is None or not row.transaction:
+            if chain is None or not row.transaction:
                 continue
             try:
                 receipt = await chain.relayer.wait_for_receipt(row.transaction, timeout=1.0)
             except TimeoutError:
                 continue
+            key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
+            if key in self._inflight or row.id in self._recording:
+                continue  # this process is finishing it
             if receipt.status == 1:
                 now = time.perf_counter()
-                await self._finish(row, receipt.block_number, row.transaction, now, now, now)
+                self._finish(row, receipt.block_number, row.transaction, now, now, now)
             else:
-                await self._update(row.id, status="failed", error_reason=reasons.TRANSACTION_REVERTED)
+                await self.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number)
             finished += 1
+        await self.drain()
         return finished

@@ -1,34 +1,43 @@
-"""The settlement's writes, grouped (`Coalescer`): whatever concurrent settlements in a process have
-to write (claims, ``submitted`` marks, releases) goes to the database in one transaction, so under
-load a settlement waits for at most one transaction in progress before its own.
+"""The settlement's writes, grouped (`Coalescer`) so that concurrent settlements in a process share
+their round trips to the database. There are two groups:
 
-- a claim inserts the payment unless its authorization (chain, token, payer, nonce) is claimed
-  already, with the challenge it answers; whether it was inserted;
-- ``submitted`` records the transaction sent, so that recovery can find it should the process stop;
-- ``settled`` records the transaction and the receipt (whether or not ``submitted`` got through),
-  links the challenge to the payment and writes ``agent_payment.settled`` to the outbox.
+- **claims**, the one write a settlement waits for before it relays: a single
+  ``INSERT … ON CONFLICT DO NOTHING RETURNING`` of the payments, committed on its own (one round
+  trip); a claim answers whether its row went in, that is whether its authorization (chain, token,
+  payer, nonce) was still unclaimed;
+- **records**, everything written after: ``submitted`` (the transaction sent, so that recovery can
+  find it should the process stop), ``settled`` (the transaction and the receipt, the challenge
+  linked to the payment, ``agent_payment.settled`` in the outbox) and ``failed`` (the reason). Each
+  carries the challenge the payment answers, recorded unless the seller's background registration
+  got there first. A batch of records is one transaction.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import bindparam, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
+from x402mw.platform.db.engine import HeldConnection
 
 __all__ = ["SettlementWrites"]
 
 _payments, _challenges = tables.agent_payments, tables.agent_challenges
 
 
-# (kind, the row or its bound values, what goes with it): a claim with the challenge it answers, a
-# release with its challenge id and event; see SettlementWrites._write.
-_Write = tuple[Literal["claim", "submitted", "settled"], dict[str, Any], dict[str, Any] | None]
+@dataclass(frozen=True, slots=True)
+class _Record:
+    kind: Literal["submitted", "settled", "failed"]
+    values: dict[str, Any]  # the payment's bound values
+    challenge: dict[str, Any] | None = None  # the challenge's row, to insert unless recorded already
+    link: str | None = None  # the challenge to link to the payment
+    event: dict[str, Any] | None = None  # the events row
 
 
 def _param(name: str, column: str) -> Any:
@@ -41,14 +50,13 @@ class SettlementWrites:
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
         self._insert_payments = dialect.insert(_payments).on_conflict_do_nothing().returning(_payments.c.id)
         self._insert_challenges = dialect.insert(_challenges).on_conflict_do_nothing()
-        self._mark_submitted = (
-            update(_payments)
-            .where(_payments.c.id == _param("id", "id"))
-            .values(status="submitted", transaction=_param("tx", "transaction"))
-        )
-        self._mark_settled = (
-            update(_payments)
-            .where(_payments.c.id == _param("id", "id"))
+        by_id = _payments.c.id == _param("id", "id")
+        self._mark = {
+            "submitted": update(_payments)
+            .where(by_id)
+            .values(status="submitted", transaction=_param("tx", "transaction")),
+            "settled": update(_payments)
+            .where(by_id)
             .values(
                 status="settled",
                 transaction=_param("tx", "transaction"),
@@ -57,22 +65,31 @@ class SettlementWrites:
                 block_number=_param("block", "block_number"),
                 chain_micros=_param("chain_micros", "chain_micros"),
                 platform_micros=_param("platform_micros", "platform_micros"),
-            )
-        )
+            ),
+            "failed": update(_payments)
+            .where(by_id)
+            .values(
+                status="failed",
+                error_reason=_param("reason", "error_reason"),
+                block_number=func.coalesce(_param("block", "block_number"), _payments.c.block_number),
+            ),
+        }
         self._link_challenges = (
             update(_challenges)
             .where(_challenges.c.id == bindparam("b_challenge"))
             .values(payment_id=bindparam("b_payment"))
         )
-        self._writes: Coalescer[_Write, bool] = Coalescer(self._write)
+        # Each group flushes one batch at a time, on a connection of its own (HeldConnection).
+        self._claim_conn, self._record_conn = HeldConnection(engine), HeldConnection(engine)
+        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims)
+        self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
 
-    async def claim(self, payment: dict[str, Any], challenge: dict[str, Any] | None) -> bool:
-        """Insert the ``agent_payments`` row ``payment`` (and the challenge it answers, if not recorded
-        yet); False when its authorization is claimed already."""
-        return await self._writes.submit(("claim", payment, challenge))
+    async def claim(self, payment: dict[str, Any]) -> bool:
+        """Insert the ``agent_payments`` row ``payment``; False when its authorization is claimed already."""
+        return await self._claims.submit(payment)
 
     async def submitted(self, payment_id: str, transaction: str) -> None:
-        await self._writes.submit(("submitted", {"b_id": payment_id, "b_tx": transaction}, None))
+        await self._records.submit(_Record("submitted", {"b_id": payment_id, "b_tx": transaction}))
 
     async def settled(
         self,
@@ -85,10 +102,12 @@ class SettlementWrites:
         chain_micros: int,
         platform_micros: int,
         challenge_id: str | None,
+        challenge: dict[str, Any] | None,
         event: dict[str, Any] | None,
     ) -> None:
-        """Record the settlement, link its challenge and write its event (an ``events`` row), at once."""
-        settled = {
+        """Record the settlement, its challenge (``challenge``, unless recorded already, and linked to
+        the payment) and its event, at once."""
+        values = {
             "b_id": payment_id,
             "b_tx": transaction,
             "b_receipt": receipt,
@@ -97,30 +116,39 @@ class SettlementWrites:
             "b_chain_micros": chain_micros,
             "b_platform_micros": platform_micros,
         }
-        await self._writes.submit(("settled", settled, {"challenge_id": challenge_id, "event": event}))
+        await self._records.submit(_Record("settled", values, challenge, challenge_id, event))
 
-    async def _write(self, items: list[_Write]) -> list[bool]:
-        claims = [payment for kind, payment, _extra in items if kind == "claim"]
-        challenges = list({c["id"]: c for kind, _p, c in items if kind == "claim" and c is not None}.values())
-        submitted = [values for kind, values, _extra in items if kind == "submitted"]
-        settled = [(values, extra) for kind, values, extra in items if kind == "settled"]
-        links = [
-            {"b_challenge": e["challenge_id"], "b_payment": v["b_id"]} for v, e in settled if e and e["challenge_id"]
-        ]
-        events = [e["event"] for _v, e in settled if e and e["event"] is not None]
-        inserted: set[str] = set()
-        async with self.engine.begin() as conn:
+    async def failed(
+        self, payment_id: str, reason: str, *, block: int | None = None, challenge: dict[str, Any] | None = None
+    ) -> None:
+        """Record that the payment failed, and why (and its challenge, if not recorded yet)."""
+        values = {"b_id": payment_id, "b_reason": reason, "b_block": block}
+        await self._records.submit(_Record("failed", values, challenge))
+
+    async def _write_claims(self, payments: list[dict[str, Any]]) -> list[bool]:
+        # One statement is atomic by itself: commit it without BEGIN and COMMIT round trips.
+        async with self._claim_conn.autocommit() as conn:
+            inserted = set((await conn.execute(self._insert_payments, payments)).scalars())
+        return [payment["id"] in inserted for payment in payments]
+
+    async def _write_records(self, records: list[_Record]) -> list[None]:
+        challenges = list({r.challenge["id"]: r.challenge for r in records if r.challenge is not None}.values())
+        links = [{"b_challenge": r.link, "b_payment": r.values["b_id"]} for r in records if r.link]
+        events = [r.event for r in records if r.event is not None]
+        async with self._record_conn.begin() as conn:
             if challenges:
                 await conn.execute(self._insert_challenges, challenges)
-            if claims:
-                inserted = set((await conn.execute(self._insert_payments, claims)).scalars())
-            if submitted:
-                await conn.execute(self._mark_submitted, submitted)
-            if settled:
-                await conn.execute(self._mark_settled, [values for values, _extra in settled])
+            for kind, statement in self._mark.items():
+                rows = [r.values for r in records if r.kind == kind]
+                if rows:
+                    await conn.execute(statement, rows)
             if links:
                 await conn.execute(self._link_challenges, links)
             if events:
                 await conn.execute(tables.events.insert(), events)
-        # A claim answers whether its row went in; the other writes answer True.
-        return [payment["id"] in inserted if kind == "claim" else True for kind, payment, _extra in items]
+        return [None] * len(records)
+
+    async def aclose(self) -> None:
+        """Give the held connections back (once nothing is being written)."""
+        await self._claim_conn.aclose()
+        await self._record_conn.aclose()

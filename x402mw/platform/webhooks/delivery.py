@@ -68,10 +68,14 @@ def matches(enabled_events: Sequence[str], event_type: str) -> bool:
     return "*" in enabled_events or event_type in enabled_events
 
 
+# Jitter from a generator of our own: the process-wide `random` state belongs to the application.
+_JITTER = random.Random()
+
+
 def backoff_seconds(attempt: int, rng: random.Random | None = None) -> float:
     """Delay after the ``attempt``-th failure (1-based): 5 s, 10 s, 20 s … capped at 6 h, ±20 %."""
     base = min(_BASE_SECONDS * 2 ** min(attempt - 1, 32), _CAP_SECONDS)
-    return float(base * (rng or random).uniform(0.8, 1.2))
+    return float(base * (rng or _JITTER).uniform(0.8, 1.2))
 
 
 def envelope(event: Mapping[Any, Any]) -> dict[str, Any]:

@@ -1,0 +1,124 @@
+"""A settlement left `submitted` by a process that stopped is released by recovery, once."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, func, insert, select
+
+from tests.harness import PlatformHarness
+from x402mw.evm.eip712 import TransferAuthorization, random_nonce, sign_transfer
+from x402mw.evm.keys import address_of, new_private_key
+from x402mw.evm.receipts import verify_receipt
+from x402mw.platform.chain.token import encode_transfer_with_authorization
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.runtime import Platform
+from x402mw.platform.services.settlement import RECOVER_AFTER
+
+pytestmark = pytest.mark.anyio
+
+
+def _payment_row(harness: PlatformHarness, merchant_id: str, payer: str, pay_to: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": new_id(),
+        "merchant_id": merchant_id,
+        "endpoint_id": None,
+        "challenge_id": None,
+        "livemode": False,
+        "chain_id": harness.chain.chain_id,
+        "asset": harness.usdc,
+        "currency": "USDC",
+        "payer": payer,
+        "nonce": "0x" + random_nonce().hex(),
+        "pay_to": pay_to,
+        "amount_minor": 1000,
+        "payload_hash": random_nonce().hex(),
+        "resource": "https://seller.example/weather",
+        "release_policy": "included",
+        "status": "submitted",
+        "created_at": harness.platform.clock.now(),
+    } | fields
+
+
+async def _send_transfer(platform: Platform, harness: PlatformHarness, key: bytes, pay_to: str, nonce: bytes) -> str:
+    """What the stopped process did before it stopped: relay the agent's authorization."""
+    domain = harness.chain.domain(harness.usdc)
+    assert domain is not None
+    now = int(time.time())
+    auth = TransferAuthorization(address_of(key), pay_to, 1000, now - 60, now + 600, nonce)
+    signature = sign_transfer(key, domain, auth)
+    calldata = encode_transfer_with_authorization(
+        from_=auth.from_address,
+        to=pay_to,
+        value=1000,
+        valid_after=auth.valid_after,
+        valid_before=auth.valid_before,
+        nonce=nonce,
+        signature=signature,
+    )
+    return await harness.chain.relayer.send(harness.usdc, calldata)
+
+
+async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    merchant_id, api_key, _ = harness.merchant("Recovery merchant")
+    agent, pay_to = new_private_key(), address_of(new_private_key())
+    harness.fund(api_key, address_of(agent), "1")
+    nonce = random_nonce()
+    orphan = _payment_row(
+        harness,
+        merchant_id,
+        address_of(agent),
+        pay_to,
+        nonce="0x" + nonce.hex(),
+        created_at=harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5),
+    )
+    # A settlement claimed a moment ago may belong to a live process: recovery leaves it alone.
+    young_nonce = random_nonce()
+    young = _payment_row(harness, merchant_id, address_of(agent), pay_to, nonce="0x" + young_nonce.hex())
+
+    async def stop_after_sending(platform: Platform) -> None:
+        orphan["transaction"] = await _send_transfer(platform, harness, agent, pay_to, nonce)
+        young["transaction"] = await _send_transfer(platform, harness, agent, pay_to, young_nonce)
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(tables.agent_payments), [orphan, young])
+
+    harness.server.call(stop_after_sending)
+
+    async def recover_twice(platform: Platform) -> tuple[dict[str, Any], dict[str, Any], int]:
+        await platform.settlement.recover_submitted()
+        await platform.settlement.recover_submitted()
+        payments, events = tables.agent_payments, tables.events
+        async with platform.engine.connect() as conn:
+            rows = {
+                r["id"]: dict(r)
+                for r in (await conn.execute(select(payments).where(payments.c.id.in_([orphan["id"], young["id"]]))))
+                .mappings()
+                .all()
+            }
+            settled_events = (
+                await conn.execute(
+                    select(func.count())
+                    .select_from(events)
+                    .where(events.c.type == "agent_payment.settled", events.c.merchant_id == merchant_id)
+                )
+            ).scalar_one()
+            await conn.execute(delete(payments).where(payments.c.id == young["id"]))
+            await conn.commit()
+        return rows[orphan["id"]], rows[young["id"]], settled_events
+
+    released, untouched, settled_events = harness.server.call(recover_twice)
+    assert released["status"] == "settled"
+    assert released["transaction"] == orphan["transaction"]
+    assert released["block_number"] is not None
+    receipt = released["receipt"]
+    assert receipt["transaction"] == orphan["transaction"]
+    assert receipt["payer"] == address_of(agent)
+    assert verify_receipt(receipt, harness.platform.receipt_address)
+    assert settled_events == 1  # released once, however often recovery runs
+    assert untouched["status"] == "submitted"
+    assert harness.balance(pay_to) == 2000  # both transfers went out; only the orphan's is released
