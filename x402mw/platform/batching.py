@@ -33,32 +33,50 @@ R = TypeVar("R")
 
 
 class Coalescer(Generic[T, R]):
-    def __init__(self, flush: Callable[[list[T]], Awaitable[list[R]]], *, max_batch: int = 256) -> None:
+    """``flushes`` bounds the flushes running at once (1: one at a time). Above 1, items that arrive
+    while every flush runs wait for the first to finish; use it where the other end serves requests
+    in parallel (a node's JSON-RPC server) and a batch's items are answered only when all are done."""
+
+    def __init__(
+        self, flush: Callable[[list[T]], Awaitable[list[R]]], *, max_batch: int = 256, flushes: int = 1
+    ) -> None:
         self._flush = flush
         self._max_batch = max_batch
+        self._flushes = flushes
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
-        self._drain: asyncio.Task[None] | None = None
+        self._drains: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: T) -> R:
         """Write ``item`` with whatever else is waiting; its result, or the exception of its flush."""
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
         self._queue.append((item, future))
-        if self._drain is None:
-            self._drain = asyncio.get_running_loop().create_task(self._drain_queue())
+        if len(self._drains) < self._flushes:
+            self._drains.add(loop.create_task(self._drain_queue()))
         return await future
 
     async def _drain_queue(self) -> None:
+        # Started by a submit, it first runs on the loop's next turn: what else was submitted in this
+        # turn joins the first batch.
         batch: list[tuple[T, asyncio.Future[R]]] = []
         try:
             while self._queue:
                 batch = self._queue[: self._max_batch]
                 del self._queue[: self._max_batch]
                 await self._write(batch)
+                batch = []
         finally:
-            self._drain = None
-            for _item, future in batch + self._queue:  # left unsettled only if this task was cancelled
+            # Leave the set at once (not in a done callback): a submit in between would count this
+            # task as still flushing and leave its item waiting for nobody.
+            current = asyncio.current_task()
+            if current is not None:
+                self._drains.discard(current)
+            for _item, future in batch:  # left unsettled only if this task was cancelled
                 future.cancel()
-            self._queue.clear()
+            if not self._drains:  # no other flush will take what queued meanwhile
+                for _item, future in self._queue:
+                    future.cancel()
+                self._queue.clear()
 
     async def _write(self, batch: list[tuple[T, asyncio.Future[R]]]) -> Exception | None:
         """Flush ``batch`` and settle its callers; the error that failed it, if any."""

@@ -139,7 +139,7 @@ class SettlementService:
         self.receipt_key = receipt_key
         self.clock = clock
         self.simulate = simulate
-        self._inflight: dict[str, asyncio.Task[SettleOutcome]] = {}
+        self._inflight: dict[str, asyncio.Task[SettleOutcome | None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._recording: dict[str, SettleOutcome] = {}  # answered, and being recorded
         self.writes = SettlementWrites(engine)
@@ -223,18 +223,46 @@ class SettlementService:
         loop = asyncio.get_running_loop()
         # The simulation has no side effects: it runs while the claim is written.
         simulation = loop.create_task(self.check_on_chain(verified, request.accepted.asset)) if self.simulate else None
+        # One task claims the authorization and goes on to the chain without waiting for this
+        # coroutine to resume (a turn of the event loop less before the transfer is sent); it is
+        # also what keeps the settlement going should this caller be cancelled.
+        claimed: asyncio.Future[AgentPayment | None] = loop.create_future()
+        task = loop.create_task(self._claim_and_execute(key, request, verified, started, simulation, claimed))
+        row = await claimed  # the claim's exception, if it failed
+        if row is None:
+            return await self._join_existing(key, request, verified)
+        return await self._wait(task, row.id, network, request.wait_seconds)
+
+    async def _claim_and_execute(
+        self,
+        key: str,
+        request: SettleRequest,
+        verified: Verified,
+        started: float,
+        simulation: asyncio.Task[None] | None,
+        claimed: asyncio.Future[AgentPayment | None],
+    ) -> SettleOutcome | None:
         try:
             row = await self._claim(request, verified)
-        except BaseException:
+        except asyncio.CancelledError:
             _drop(simulation)
+            claimed.cancel()
             raise
+        except Exception as exc:
+            _drop(simulation)
+            if not claimed.done():
+                claimed.set_exception(exc)
+            return None  # the caller has the exception
+        if not claimed.done():  # done only if the caller was cancelled meanwhile
+            claimed.set_result(row)
         if row is None:
             _drop(simulation)
-            return await self._join_existing(key, request, verified)
-        task = loop.create_task(self._execute(row, request, verified, started, simulation))
-        self._inflight[key] = task
-        task.add_done_callback(lambda _t: self._inflight.pop(key, None))
-        return await self._wait(task, row.id, network, request.wait_seconds)
+            return None
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight[key] = task
+            task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return await self._execute(row, request, verified, started, simulation)
 
     async def _claim(self, request: SettleRequest, verified: Verified) -> AgentPayment | None:
         auth = verified.auth
@@ -294,12 +322,13 @@ class SettlementService:
         return await self._poll(existing.id, network, request.wait_seconds)
 
     async def _wait(
-        self, task: asyncio.Task[SettleOutcome], payment_id: str, network: str, wait_seconds: float
+        self, task: asyncio.Task[SettleOutcome | None], payment_id: str, network: str, wait_seconds: float
     ) -> SettleOutcome:
         try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout=max(0.1, wait_seconds))
+            outcome = await asyncio.wait_for(asyncio.shield(task), timeout=max(0.1, wait_seconds))
         except TimeoutError:
-            return await self._outcome_of(payment_id, network)
+            outcome = None
+        return outcome or await self._outcome_of(payment_id, network)
 
     async def _poll(self, payment_id: str, network: str, wait_seconds: float) -> SettleOutcome:
         deadline = time.monotonic() + wait_seconds

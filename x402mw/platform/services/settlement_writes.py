@@ -29,6 +29,7 @@ from x402mw.platform.db.engine import HeldConnection
 __all__ = ["SettlementWrites"]
 
 _payments, _challenges = tables.agent_payments, tables.agent_challenges
+CLAIM_FLUSHES = 2  # claim batches written at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +80,12 @@ class SettlementWrites:
             .where(_challenges.c.id == bindparam("b_challenge"))
             .values(payment_id=bindparam("b_payment"))
         )
-        # Each group flushes one batch at a time, on a connection of its own (HeldConnection).
-        self._claim_conn, self._record_conn = HeldConnection(engine), HeldConnection(engine)
-        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims)
+        # Claims are on the way to the chain: two batches may be written at once, each on a connection
+        # of its own (HeldConnection), so that a burst of claims does not wait for the batch before
+        # it. Records are written after the answer, one batch at a time.
+        self._claim_conns = [HeldConnection(engine) for _ in range(CLAIM_FLUSHES)]
+        self._record_conn = HeldConnection(engine)
+        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=CLAIM_FLUSHES)
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
 
     async def claim(self, payment: dict[str, Any]) -> bool:
@@ -127,8 +131,12 @@ class SettlementWrites:
 
     async def _write_claims(self, payments: list[dict[str, Any]]) -> list[bool]:
         # One statement is atomic by itself: commit it without BEGIN and COMMIT round trips.
-        async with self._claim_conn.autocommit() as conn:
-            inserted = set((await conn.execute(self._insert_payments, payments)).scalars())
+        held = self._claim_conns.pop()  # one per flush: never empty
+        try:
+            async with held.autocommit() as conn:
+                inserted = set((await conn.execute(self._insert_payments, payments)).scalars())
+        finally:
+            self._claim_conns.append(held)
         return [payment["id"] in inserted for payment in payments]
 
     async def _write_records(self, records: list[_Record]) -> list[None]:
@@ -150,5 +158,6 @@ class SettlementWrites:
 
     async def aclose(self) -> None:
         """Give the held connections back (once nothing is being written)."""
-        await self._claim_conn.aclose()
+        for held in self._claim_conns:
+            await held.aclose()
         await self._record_conn.aclose()
