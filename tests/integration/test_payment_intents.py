@@ -395,6 +395,36 @@ def test_fixed_transfer_address_is_held_by_one_open_order(dev_platform: Platform
         _error(api.post("/payment-intents", json=_body(metadata=customer)), 409, "fixed_transfer_active_payment")
 
 
+def test_concurrent_creations_with_one_key_make_one_order(dev_platform: PlatformHarness) -> None:
+    merchant_id, api = _merchant_api(dev_platform)
+    body, headers = _body(), {"Idempotency-Key": f"create-{uuid.uuid4()}"}
+    with api, ThreadPoolExecutor(20) as pool:
+        replies = list(pool.map(lambda _: api.post("/payment-intents", json=body, headers=headers), range(20)))
+        created = [reply for reply in replies if reply.status_code == 201]
+        for reply in replies:
+            if reply.status_code != 201:
+                _error(reply, 409, "idempotency_key_in_use")
+        assert created and {reply.content for reply in created} == {created[0].content}
+        again = api.post("/payment-intents", json=body, headers=headers)
+        assert (again.status_code, again.content) == (201, created[0].content)
+        assert len(api.get("/payment-intents").json()["data"]) == 1
+    assert [kind for kind, _ in _events(dev_platform, merchant_id)] == ["payment_intent.created"]
+
+
+def test_a_conflicting_order_id_is_replayed_as_the_conflict(dev_platform: PlatformHarness) -> None:
+    _, api = _merchant_api(dev_platform)
+    body = _body()
+    with api:
+        assert api.post("/payment-intents", json=body).status_code == 201
+        headers = {"Idempotency-Key": f"create-{uuid.uuid4()}"}
+        first = api.post("/payment-intents", json=body, headers=headers)
+        _error(first, 409, "order_id_conflict", "orderId")
+        again = api.post("/payment-intents", json=body, headers=headers)
+        assert (again.status_code, again.headers["idempotent-replayed"]) == (409, "true")
+        assert again.json()["error"]["code"] == "order_id_conflict"
+        assert len(api.get("/payment-intents").json()["data"]) == 1
+
+
 def test_idempotency_key_replays_the_creation(dev_platform: PlatformHarness) -> None:
     merchant_id, api = _merchant_api(dev_platform)
     body = _body()
@@ -404,7 +434,9 @@ def test_idempotency_key_replays_the_creation(dev_platform: PlatformHarness) -> 
         again = api.post("/payment-intents", json=body, headers=headers)
         assert first.status_code == again.status_code == 201
         assert again.headers["idempotent-replayed"] == "true"
-        assert again.json() == first.json()
+        assert again.content == first.content  # the answer stored with the order, byte for byte
+        assert again.headers["content-type"] == first.headers["content-type"]
+        assert again.headers["content-length"] == first.headers["content-length"]
         other = api.post("/payment-intents", json=_body(), headers=headers)
         _error(other, 400, "idempotency_key_reused")
         assert len(api.get("/payment-intents").json()["data"]) == 1

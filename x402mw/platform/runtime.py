@@ -26,6 +26,7 @@ from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.endpoints import EndpointDirectory
+from x402mw.platform.services.idempotency import IdempotencyKeys
 from x402mw.platform.services.merchants import KeyRing
 from x402mw.platform.services.payment_intents import PaymentIntentWriter, expire_due_payment_intents
 from x402mw.platform.services.refunds import RefundService
@@ -56,6 +57,7 @@ class Platform:
     refunds: RefundService
     payment_intents: PaymentIntentWriter
     secrets: SecretBox  # seals webhook secrets at rest
+    idempotency: IdempotencyKeys  # the Idempotency-Key store of the merchant API
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -96,6 +98,7 @@ class Platform:
             RefundService(engine, chains, clock, deposit_keys, treasury_key, base),
             PaymentIntentWriter(engine, base),
             secrets,
+            IdempotencyKeys(engine),
         )
         try:
             await watcher.start()
@@ -131,6 +134,8 @@ class Platform:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.settlement.aclose()
+        await self.payment_intents.aclose()
+        await self.idempotency.aclose()
         await self.webhook_client.aclose()
         await self.chains.aclose()
         await self.engine.dispose()

@@ -8,6 +8,10 @@ with the same request (method, path, query, body) answers that response again wi
 (both of type ``idempotency_error``). A 5xx or an exception releases the key so that the client may
 retry. Keys are kept ``KEEP_FOR`` (24 h); `purge_idempotency_keys` deletes older ones.
 
+While the request runs, ``scope["x402mw.idempotency"]`` holds its `KeySlot` (`key_slot`): an
+endpoint that writes in a transaction may store its response there (`KeySlot.answer`), and the
+middleware then leaves it as stored.
+
 ::
 
     Mount("/v1", routes=routes, middleware=[Middleware(IdempotencyMiddleware)])
@@ -23,7 +27,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, bindparam, delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,25 +34,30 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from x402mw.platform.api.auth import caller_for
 from x402mw.platform.api.bodies import MAX_BODY_BYTES
 from x402mw.platform.api.errors import ApiError, error_response
-from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.services.idempotency import DONE, IN_FLIGHT, IdempotencyKeys, KeySlot
 from x402mw.platform.services.merchants import Caller
 
-__all__ = ["KEEP_FOR", "IdempotencyMiddleware", "purge_idempotency_keys"]
+__all__ = ["KEEP_FOR", "IdempotencyMiddleware", "key_slot", "purge_idempotency_keys"]
 
 logger = logging.getLogger("x402mw.platform")
 
 KEEP_FOR = timedelta(hours=24)
 # A key still in flight after this long was left by a process that died mid-request: it may be taken over.
 STALE_AFTER = timedelta(minutes=5)
-IN_FLIGHT, DONE = "in_flight", "done"
 REPLAYED = (b"idempotent-replayed", b"true")
+SLOT = "x402mw.idempotency"
 
 # Built once, with the values bound per call: building a statement per request costs more than running it.
 _KEYS = tables.idempotency_keys
-_STORE = update(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
 _RELEASE = delete(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
+
+
+def key_slot(scope: Scope) -> KeySlot | None:
+    """The idempotency key the request of ``scope`` holds, if it carries one."""
+    slot = scope.get(SLOT)
+    return slot if isinstance(slot, KeySlot) else None
 
 
 class IdempotencyMiddleware:
@@ -57,12 +65,6 @@ class IdempotencyMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._writes: _KeyWrites | None = None
-
-    def _writes_for(self, engine: AsyncEngine) -> _KeyWrites:
-        if self._writes is None or self._writes.engine is not engine:
-            self._writes = _KeyWrites(engine)
-        return self._writes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -90,41 +92,40 @@ class IdempotencyMiddleware:
             body = await _read_body(receive)
             if body is None:
                 return  # the client went away before sending its body
-            writes = self._writes_for(platform.engine)
-            claim = await _claim(writes, caller, key, _fingerprint(scope, body), platform.clock.now())
+            keys: IdempotencyKeys = platform.idempotency
+            claim = await _claim(keys, caller, key, _fingerprint(scope, body), platform.clock.now())
         except ApiError as error:
             await error_response(error)(scope, receive, send)
             return
         if isinstance(claim, str):
-            await self._run_once(scope, _replaying(body, receive), send, writes, claim)
+            await self._run_once(scope, _replaying(body, receive), send, keys, KeySlot(claim))
         else:
             await _replay(claim, send)
 
-    async def _run_once(self, scope: Scope, receive: Receive, send: Send, writes: _KeyWrites, row_id: str) -> None:
+    async def _run_once(self, scope: Scope, receive: Receive, send: Send, keys: IdempotencyKeys, slot: KeySlot) -> None:
         status = 0
         headers: list[tuple[bytes, bytes]] = []
         body = bytearray()
-        stored = False
 
         async def capture(message: Message) -> None:
-            nonlocal status, headers, stored
+            nonlocal status, headers
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = [(name, value) for name, value in message.get("headers", []) if name.lower() != b"request-id"]
             elif message["type"] == "http.response.body":
                 body.extend(message.get("body", b""))
-                if not message.get("more_body", False) and status < 500:
+                if not message.get("more_body", False) and status < 500 and not slot.stored:
                     # Stored before the client sees the end of the response, so that a retry sent as
                     # soon as it arrives finds the key done rather than still in flight.
-                    await writes.store(row_id, status, headers, bytes(body))
-                    stored = True
+                    await keys.store(slot, status, headers, bytes(body))
             await send(message)
 
+        scope[SLOT] = slot
         try:
             await self.app(scope, receive, capture)
         finally:
-            if not stored:
-                await _release(writes.engine, row_id)
+            if not slot.stored:
+                await _release(keys.engine, slot.row_id)
 
 
 def _fingerprint(scope: Scope, body: bytes) -> str:
@@ -162,7 +163,7 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _claim(writes: _KeyWrites, caller: Caller, key: str, fingerprint: str, now: datetime) -> str | Row[Any]:
+async def _claim(keys: IdempotencyKeys, caller: Caller, key: str, fingerprint: str, now: datetime) -> str | Row[Any]:
     """The id of a new in-flight row this request owns, or the row of the key's first use."""
     table = tables.idempotency_keys
     for _ in range(3):
@@ -176,9 +177,9 @@ async def _claim(writes: _KeyWrites, caller: Caller, key: str, fingerprint: str,
             "status": IN_FLIGHT,
             "created_at": now,
         }
-        if await writes.claims.submit(row):
+        if await keys.claim(row):
             return row_id
-        async with writes.engine.begin() as conn:
+        async with keys.engine.begin() as conn:
             first = (await conn.execute(select(table).where(*caller.owns(table), table.c.key == key))).first()
             if first is None:
                 continue  # the first use failed and released the key meanwhile
@@ -206,41 +207,6 @@ async def _claim(writes: _KeyWrites, caller: Caller, key: str, fingerprint: str,
         "A request with this Idempotency-Key is still being processed; retry once it has finished",
         type="idempotency_error",
     )
-
-
-class _KeyWrites:
-    """The claims and stores of one engine, each written in batches (`Coalescer`): under load, one
-    round trip claims (or stores) the keys of every request that arrived meanwhile."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        insert_for = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-        self._claim = insert_for(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.id)
-        self.claims: Coalescer[dict[str, Any], bool] = Coalescer(self._insert_claims)
-        self.stores: Coalescer[dict[str, Any], None] = Coalescer(self._write_stores)
-
-    async def _insert_claims(self, rows: list[dict[str, Any]]) -> list[bool]:
-        """Insert the in-flight rows whose key is free; whether each one was."""
-        async with _autocommit(self.engine) as conn:
-            won = set((await conn.execute(self._claim, rows)).scalars())
-        return [row["id"] in won for row in rows]
-
-    async def store(self, row_id: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        pairs = [[name.decode("latin-1"), value.decode("latin-1")] for name, value in headers]
-        await self.stores.submit(
-            {
-                "row_id": row_id,
-                "status": DONE,
-                "response_status": status,
-                "response_headers": pairs,
-                "response_body": body,
-            }
-        )
-
-    async def _write_stores(self, rows: list[dict[str, Any]]) -> list[None]:
-        async with _autocommit(self.engine) as conn:
-            await conn.execute(_STORE, rows)
-        return [None] * len(rows)
 
 
 async def _release(engine: AsyncEngine, row_id: str) -> None:

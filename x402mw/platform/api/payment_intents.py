@@ -13,6 +13,7 @@ from starlette.routing import Route
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import http_url, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.idempotency import key_slot
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
@@ -173,8 +174,15 @@ async def create(request: Request) -> JSONResponse:
         "created_at": now,
         "updated_at": now,
     }
-    answer = await platform.payment_intents.create(row)
-    return JSONResponse({"paymentIntent": answer}, status_code=201)
+    writer = platform.payment_intents
+    order = writer.new_order(row)
+    response = JSONResponse({"paymentIntent": payment_intent_json(order, writer.checkout_url_base)}, status_code=201)
+    slot = key_slot(request.scope)
+    # The answer to the Idempotency-Key is stored with the order, in its transaction.
+    await writer.create(order, answer=slot.answer(201, response.raw_headers, bytes(response.body)) if slot else None)
+    if slot is not None:
+        slot.stored = True
+    return response
 
 
 def _payment_id(request: Request) -> str:

@@ -27,7 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from x402mw.errors import PriceError
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
+from x402mw.platform.db.engine import HeldConnection
 from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.idempotency import STORE
 from x402mw.platform.services.outbox import event_row, record_event
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
 
@@ -163,8 +165,9 @@ UNPAID = {
 
 
 class PaymentIntentWriter:
-    """Creates orders. Concurrent creations in this process share one transaction (`Coalescer`):
-    each order is inserted unless it conflicts, with its ``payment_intent.created`` event."""
+    """Creates orders. Concurrent creations in this process share one transaction (`Coalescer`, on a
+    `HeldConnection`): each order is inserted unless it conflicts, with its ``payment_intent.created``
+    event and, when the request carries an ``Idempotency-Key``, the response that answers it."""
 
     def __init__(self, engine: AsyncEngine, checkout_url_base: str) -> None:
         self.engine = engine
@@ -172,24 +175,30 @@ class PaymentIntentWriter:
         table = tables.payment_intents
         insert_for = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
         self._insert = insert_for(table).on_conflict_do_nothing().returning(table.c.id)
-        self._batch: Coalescer[dict[str, Any], bool] = Coalescer(self._write)
+        self._conn = HeldConnection(engine)
+        self._batch: Coalescer[tuple[dict[str, Any], dict[str, Any] | None], bool] = Coalescer(self._write)
 
-    async def create(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """Store the new order ``row`` (every ``payment_intents`` column but those of `UNPAID`) and
-        its ``payment_intent.created`` event; answers the order's public form.
+    def new_order(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """The stored form of the new order ``row`` (every ``payment_intents`` column but those of
+        `UNPAID`); `payment_intent_json` of it is the order's public form."""
+        return {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
+
+    async def create(self, order: dict[str, Any], *, answer: dict[str, Any] | None = None) -> None:
+        """Store ``order`` (from `new_order`) and its ``payment_intent.created`` event; with
+        ``answer`` (`KeySlot.answer`), mark its idempotency key done with that response, in the
+        same transaction.
 
         Raises `PaymentIntentError` 409 ``order_id_conflict`` when the merchant already has the order
         id in this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
         customer's fixed transfer address."""
-        values = {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
-        if not await self._batch.submit(values):
-            raise await _conflict(self.engine, values)
-        return payment_intent_json(values, self.checkout_url_base)
+        if not await self._batch.submit((order, answer)):
+            raise await _conflict(self.engine, order)
 
-    async def _write(self, rows: list[dict[str, Any]]) -> list[bool]:
-        """Insert the orders that conflict with none (stored or earlier in ``rows``) and their events;
-        whether each one was."""
-        async with self.engine.begin() as conn:
+    async def _write(self, items: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[bool]:
+        """Insert the orders that conflict with none (stored or earlier in the batch), their events
+        and their answers; whether each one was."""
+        rows = [row for row, _answer in items]
+        async with self._conn.begin() as conn:
             inserted = set((await conn.execute(self._insert, rows)).scalars())
             events = [
                 event_row(
@@ -204,7 +213,14 @@ class PaymentIntentWriter:
             ]
             if events:
                 await conn.execute(tables.events.insert(), events)
+            answers = [answer for row, answer in items if answer is not None and row["id"] in inserted]
+            if answers:
+                await conn.execute(STORE, answers)
         return [row["id"] in inserted for row in rows]
+
+    async def aclose(self) -> None:
+        """Give the held connection back (before the engine is disposed)."""
+        await self._conn.aclose()
 
 
 async def _conflict(engine: AsyncEngine, row: Mapping[str, Any]) -> PaymentIntentError:

@@ -180,39 +180,30 @@ def _new_delivery(event: Mapping[Any, Any], endpoint_id: str, now: datetime, sta
 
 async def _fan_out(engine: AsyncEngine, now: datetime) -> int:
     """Owe each new event to the matching endpoints; how many events were fanned out. A batch costs
-    four statements however many events and endpoints it holds; a round takes batches until it has
+    three statements however many events and endpoints it holds; a round takes batches until it has
     caught up or has taken `_FAN_OUT_BATCHES` of them (the rest waits for the next round)."""
     events, endpoints = tables.events, tables.webhook_endpoints
+    # One statement takes a batch: the oldest events not yet fanned out (skipping those another
+    # worker holds), marked and returned at once.
+    oldest = (
+        select(events.c.id)
+        .where(events.c.fanned_out_at.is_(None))
+        .order_by(events.c.created_at, events.c.id)
+        .limit(_FAN_OUT_BATCH)
+        .with_for_update(skip_locked=True)  # PostgreSQL; SQLite renders nothing
+    )
+    take = (
+        update(events)
+        .where(events.c.id.in_(oldest), events.c.fanned_out_at.is_(None))
+        .values(fanned_out_at=now)
+        .returning(events.c.id, events.c.merchant_id, events.c.livemode, events.c.type, events.c.created_at)
+    )
     done = 0
     for _ in range(_FAN_OUT_BATCHES):
         async with engine.begin() as conn:
-            ids = list(
-                (
-                    await conn.execute(
-                        select(events.c.id)
-                        .where(events.c.fanned_out_at.is_(None))
-                        .order_by(events.c.created_at, events.c.id)
-                        .limit(_FAN_OUT_BATCH)
-                        .with_for_update(skip_locked=True)  # PostgreSQL; SQLite renders nothing
-                    )
-                ).scalars()
-            )
-            if not ids:
+            marked = (await conn.execute(take)).mappings().all()
+            if not marked:
                 break
-            marked = (
-                (
-                    await conn.execute(
-                        update(events)
-                        .where(events.c.id.in_(ids), events.c.fanned_out_at.is_(None))  # unless another worker did
-                        .values(fanned_out_at=now)
-                        .returning(
-                            events.c.id, events.c.merchant_id, events.c.livemode, events.c.type, events.c.created_at
-                        )
-                    )
-                )
-                .mappings()
-                .all()
-            )
             listening: dict[tuple[str, bool], list[tuple[str, list[str]]]] = {}
             merchants = {event["merchant_id"] for event in marked}
             if merchants:
@@ -234,7 +225,7 @@ async def _fan_out(engine: AsyncEngine, now: datetime) -> int:
             if owed:
                 await conn.execute(tables.webhook_deliveries.insert(), owed)
         done += len(marked)
-        if len(ids) < _FAN_OUT_BATCH:
+        if len(marked) < _FAN_OUT_BATCH:
             break
     return done
 
