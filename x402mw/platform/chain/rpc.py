@@ -8,9 +8,11 @@ values (quantities as ``0x`` hex strings).
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 import httpx
 
@@ -50,9 +52,13 @@ class JsonRpc(Protocol):
     async def aclose(self) -> None: ...
 
 
+_HEADERS = {"content-type": "application/json", "accept": "application/json"}
+
+
 class HttpJsonRpc:
-    """A lean JSON-RPC client over HTTP: one :class:`httpx.AsyncClient` on a
-    :class:`~x402mw.transport.KeepAliveTransport`, no middleware.
+    """A lean JSON-RPC client over HTTP: requests go straight to a
+    :class:`~x402mw.transport.KeepAliveTransport`, without an :class:`httpx.AsyncClient` around it
+    (no cookies, auth or redirects to consider: that machinery cost as much CPU as the call itself).
 
     >>> rpc = HttpJsonRpc("http://127.0.0.1:8545")
     >>> chain_id = int(await rpc.request("eth_chainId"), 16)  # doctest: +SKIP
@@ -61,11 +67,17 @@ class HttpJsonRpc:
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         self.url = url
         self._ids = itertools.count(1)
-        self._client = httpx.AsyncClient(
-            timeout=timeout,
-            headers={"content-type": "application/json"},
-            transport=KeepAliveTransport(max_connections=64),
-        )
+        self._url = httpx.URL(url)
+        if self._url.scheme not in ("http", "https") or not self._url.host:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        self._timeout = httpx.Timeout(timeout).as_dict()
+        self._headers = dict(_HEADERS)
+        if self._url.userinfo:  # https://user:secret@node.example/ -> HTTP basic auth, as httpx would
+            user, _, secret = self._url.userinfo.decode().partition(":")
+            token = base64.b64encode(f"{unquote(user)}:{unquote(secret)}".encode()).decode()
+            self._headers["authorization"] = f"Basic {token}"
+            self._url = self._url.copy_with(userinfo=b"")
+        self._transport = KeepAliveTransport(max_connections=64)
 
     def __repr__(self) -> str:
         return f"HttpJsonRpc({self.url!r})"
@@ -104,10 +116,15 @@ class HttpJsonRpc:
         return results
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
 
     async def _post(self, content: str) -> Any:
-        response = await self._client.post(self.url, content=content)
+        request = httpx.Request(
+            "POST", self._url, content=content.encode(), headers=self._headers, extensions={"timeout": self._timeout}
+        )
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        await response.aread()
         if response.status_code != 200 and not response.content:
             response.raise_for_status()
         try:
