@@ -48,12 +48,17 @@ class Coalescer(Generic[T, R]):
 
     async def submit(self, item: T) -> R:
         """Write ``item`` with whatever else is waiting; its result, or the exception of its flush."""
+        return await self.enqueue(item)
+
+    def enqueue(self, item: T) -> asyncio.Future[R]:
+        """Queue ``item`` now, without waiting for a turn of the event loop; the future of its result.
+        A caller that gives up on it cancels the future (the item may be written all the same)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._queue.append((item, future))
         if len(self._drains) < self._flushes:
             self._drains.add(loop.create_task(self._drain_queue()))
-        return await future
+        return future
 
     async def _drain_queue(self) -> None:
         # Started by a submit, it first runs on the loop's next turn: what else was submitted in this

@@ -18,6 +18,7 @@ import heapq
 import logging
 import time
 import weakref
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from x402mw.evm.keccak import keccak256
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
 
-__all__ = ["Relayer", "RevertError", "TxReceipt"]
+__all__ = ["Relayer", "RevertError", "TxReceipt", "simulated"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,18 @@ class _Waiter:
     future: asyncio.Future[TxReceipt]
 
 
+async def simulated(simulation: Awaitable[Any]) -> None:
+    """Wait for a simulation (:meth:`Relayer.simulate_soon`); :class:`RevertError` with the decoded
+    reason if the call would revert."""
+    try:
+        await simulation
+    except RpcError as exc:
+        reason = revert_reason(exc)
+        if reason is None:
+            raise
+        raise RevertError(reason) from None
+
+
 class Relayer:
     """Sends transactions from one account over one :class:`JsonRpc`.
 
@@ -97,8 +110,9 @@ class Relayer:
     def __init__(self, rpc: JsonRpc, private_key: bytes, *, chain_id: int) -> None:
         self._rpc = rpc
         # Simulations of concurrent settlements go to the node as one JSON-RPC batch; a batch in which
-        # one call reverts is split by the Coalescer, so each caller gets its own revert.
-        self._calls: Coalescer[tuple[str, list[Any]], Any] = Coalescer(rpc.batch, max_batch=64)
+        # one call reverts is split by the Coalescer, so each caller gets its own revert. Two batches
+        # may be out at once (a node serves them in parallel): a burst need not wait for the one before.
+        self._calls: Coalescer[tuple[str, list[Any]], Any] = Coalescer(rpc.batch, max_batch=64, flushes=2)
         self._account = Account.from_key(private_key)
         self.address: str = self._account.address
         self.chain_id = chain_id
@@ -130,14 +144,13 @@ class Relayer:
     async def simulate(self, to: str, data: bytes) -> None:
         """Run the call from the relayer's address against the latest block; raise :class:`RevertError`
         with the decoded reason if it would revert."""
+        await simulated(self.simulate_soon(to, data))
+
+    def simulate_soon(self, to: str, data: bytes) -> asyncio.Future[Any]:
+        """Queue the simulation now (it joins the next JSON-RPC batch) and return at once; pass the
+        future to :func:`simulated` for the outcome. Cancel it if the outcome is no longer wanted."""
         call = {"from": self.address, "to": to, "data": "0x" + data.hex()}
-        try:
-            await self._calls.submit(("eth_call", [call, "latest"]))
-        except RpcError as exc:
-            reason = revert_reason(exc)
-            if reason is None:
-                raise
-            raise RevertError(reason) from None
+        return self._calls.enqueue(("eth_call", [call, "latest"]))
 
     async def send(self, to: str | None, data: bytes, *, gas: int = 120_000, value: int = 0) -> str:
         """Sign and submit an EIP-1559 transaction (``to=None`` creates a contract); return its hash.

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
 from x402mw.evm.receipts import sign_receipt
-from x402mw.platform.chain.relayer import RevertError
+from x402mw.platform.chain.relayer import RevertError, simulated
 from x402mw.platform.chain.token import encode_transfer_with_authorization
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
@@ -123,11 +123,18 @@ def payment_json(row: AgentPayment) -> dict[str, Any]:
     }
 
 
-def _drop(task: asyncio.Task[None] | None) -> None:
-    """Cancel a simulation nobody will await, and take its outcome so that none is reported lost."""
-    if task is not None:
-        task.cancel()
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+def _drop(simulation: asyncio.Future[Any] | None) -> None:
+    """Give up a simulation nobody will await: cancel it, or take its outcome so that none is reported lost."""
+    if simulation is not None and not simulation.cancel() and not simulation.cancelled():
+        simulation.exception()
+
+
+async def _checked(simulation: asyncio.Future[Any]) -> None:
+    """The outcome of a simulation (`Relayer.simulate_soon`): `Refusal` with the revert's reason code."""
+    try:
+        await simulated(simulation)
+    except RevertError as exc:
+        raise Refusal(_revert_reason(exc.reason), f"the transfer would revert: {exc.reason}") from None
 
 
 class SettlementService:
@@ -188,11 +195,10 @@ class SettlementService:
 
     async def check_on_chain(self, verified: Verified, token: str) -> None:
         """Simulate the transfer from the relayer; `Refusal` with the revert's reason code."""
-        data = self._calldata(verified)
-        try:
-            await verified.chain.relayer.simulate(token, data)
-        except RevertError as exc:
-            raise Refusal(_revert_reason(exc.reason), f"the transfer would revert: {exc.reason}") from None
+        await _checked(self._simulate_soon(verified, token))
+
+    def _simulate_soon(self, verified: Verified, token: str) -> asyncio.Future[Any]:
+        return verified.chain.relayer.simulate_soon(token, self._calldata(verified))
 
     @staticmethod
     def _calldata(verified: Verified) -> bytes:
@@ -221,29 +227,35 @@ class SettlementService:
             f"{verified.auth.nonce.hex()}"
         )
         loop = asyncio.get_running_loop()
-        # The simulation has no side effects: it runs while the claim is written.
-        simulation = loop.create_task(self.check_on_chain(verified, request.accepted.asset)) if self.simulate else None
-        # One task claims the authorization and goes on to the chain without waiting for this
+        # The simulation (it has no side effects) and the claim are queued at once, without waiting
+        # for a turn of the event loop, each to go out in the next batch of its kind.
+        simulation = self._simulate_soon(verified, request.accepted.asset) if self.simulate else None
+        row = self._new_payment(request, verified)
+        claim = self.writes.claim(row.model_dump())
+        # One task takes the claim's answer and goes on to the chain without waiting for this
         # coroutine to resume (a turn of the event loop less before the transfer is sent); it is
         # also what keeps the settlement going should this caller be cancelled.
-        claimed: asyncio.Future[AgentPayment | None] = loop.create_future()
-        task = loop.create_task(self._claim_and_execute(key, request, verified, started, simulation, claimed))
-        row = await claimed  # the claim's exception, if it failed
-        if row is None:
+        claimed: asyncio.Future[bool] = loop.create_future()
+        task = loop.create_task(
+            self._claim_and_execute(key, row, claim, request, verified, started, simulation, claimed)
+        )
+        if not await claimed:  # or the claim's exception
             return await self._join_existing(key, request, verified)
         return await self._wait(task, row.id, network, request.wait_seconds)
 
     async def _claim_and_execute(
         self,
         key: str,
+        row: AgentPayment,
+        claim: asyncio.Future[bool],
         request: SettleRequest,
         verified: Verified,
         started: float,
-        simulation: asyncio.Task[None] | None,
-        claimed: asyncio.Future[AgentPayment | None],
+        simulation: asyncio.Future[Any] | None,
+        claimed: asyncio.Future[bool],
     ) -> SettleOutcome | None:
         try:
-            row = await self._claim(request, verified)
+            won = await claim
         except asyncio.CancelledError:
             _drop(simulation)
             claimed.cancel()
@@ -254,8 +266,8 @@ class SettlementService:
                 claimed.set_exception(exc)
             return None  # the caller has the exception
         if not claimed.done():  # done only if the caller was cancelled meanwhile
-            claimed.set_result(row)
-        if row is None:
+            claimed.set_result(won)
+        if not won:  # this authorization is claimed already
             _drop(simulation)
             return None
         task = asyncio.current_task()
@@ -264,10 +276,10 @@ class SettlementService:
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         return await self._execute(row, request, verified, started, simulation)
 
-    async def _claim(self, request: SettleRequest, verified: Verified) -> AgentPayment | None:
+    def _new_payment(self, request: SettleRequest, verified: Verified) -> AgentPayment:
         auth = verified.auth
         asset = verified.chain.network.asset_by_address(request.accepted.asset)
-        row = AgentPayment(
+        return AgentPayment(
             id=new_id(),
             merchant_id=request.merchant_id,
             endpoint_id=request.endpoint_id,
@@ -286,9 +298,6 @@ class SettlementService:
             status="claimed",
             created_at=self.clock.now(),
         )
-        if not await self.writes.claim(row.model_dump()):
-            return None  # this authorization is claimed already
-        return row
 
     async def _join_existing(self, key: str, request: SettleRequest, verified: Verified) -> SettleOutcome:
         network = request.accepted.network
@@ -397,12 +406,12 @@ class SettlementService:
         request: SettleRequest,
         verified: Verified,
         started: float,
-        simulation: asyncio.Task[None] | None = None,
+        simulation: asyncio.Future[Any] | None = None,
     ) -> SettleOutcome:
         chain = verified.chain
         try:
             if simulation is not None:
-                await simulation
+                await _checked(simulation)
             elif self.simulate:
                 await self.check_on_chain(verified, request.accepted.asset)
             sent_at = time.perf_counter()

@@ -14,6 +14,7 @@ their round trips to the database. There are two groups:
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -88,9 +89,10 @@ class SettlementWrites:
         self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=CLAIM_FLUSHES)
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
 
-    async def claim(self, payment: dict[str, Any]) -> bool:
-        """Insert the ``agent_payments`` row ``payment``; False when its authorization is claimed already."""
-        return await self._claims.submit(payment)
+    def claim(self, payment: dict[str, Any]) -> asyncio.Future[bool]:
+        """Queue the ``agent_payments`` row ``payment`` for the next batch of claims, at once; the
+        future answers False when its authorization is claimed already."""
+        return self._claims.enqueue(payment)
 
     async def submitted(self, payment_id: str, transaction: str) -> None:
         await self._records.submit(_Record("submitted", {"b_id": payment_id, "b_tx": transaction}))
