@@ -400,13 +400,12 @@ def test_concurrent_creations_with_one_key_make_one_order(dev_platform: Platform
     body, headers = _body(), {"Idempotency-Key": f"create-{uuid.uuid4()}"}
     with api, ThreadPoolExecutor(20) as pool:
         replies = list(pool.map(lambda _: api.post("/payment-intents", json=body, headers=headers), range(20)))
-        created = [reply for reply in replies if reply.status_code == 201]
-        for reply in replies:
-            if reply.status_code != 201:
-                _error(reply, 409, "idempotency_key_in_use")
-        assert created and {reply.content for reply in created} == {created[0].content}
+        # The key is written with the order: the duplicates wait for it and replay its answer.
+        assert [reply.status_code for reply in replies] == [201] * 20
+        assert {reply.content for reply in replies} == {replies[0].content}
+        assert sum("idempotent-replayed" in reply.headers for reply in replies) == 19
         again = api.post("/payment-intents", json=body, headers=headers)
-        assert (again.status_code, again.content) == (201, created[0].content)
+        assert (again.status_code, again.content) == (201, replies[0].content)
         assert len(api.get("/payment-intents").json()["data"]) == 1
     assert [kind for kind, _ in _events(dev_platform, merchant_id)] == ["payment_intent.created"]
 
@@ -425,6 +424,34 @@ def test_a_conflicting_order_id_is_replayed_as_the_conflict(dev_platform: Platfo
         assert len(api.get("/payment-intents").json()["data"]) == 1
 
 
+def test_a_refused_creation_is_replayed_and_a_key_from_another_request_is_refused(
+    dev_platform: PlatformHarness,
+) -> None:
+    merchant_id, api = _merchant_api(dev_platform)
+    bad, key = _body(amount="-1"), f"create-{uuid.uuid4()}"
+    with api:
+        first = api.post("/payment-intents", json=bad, headers={"Idempotency-Key": key})
+        _error(first, 400, "parameter_invalid", "amount")
+        again = api.post("/payment-intents", json=bad, headers={"Idempotency-Key": key})
+        assert (again.status_code, again.headers["idempotent-replayed"]) == (400, "true")
+        assert again.json()["error"]["code"] == "parameter_invalid"
+        # a key first used on another endpoint is another request's key
+        other = f"endpoint-{uuid.uuid4()}"
+        endpoint = {
+            "name": "Weather",
+            "resourceUrl": "http://testserver/weather",
+            "chainId": dev_platform.chain.chain_id,
+            "currency": "USDC",
+            "payoutAddress": "0x" + "11" * 20,
+            "amountMinor": "10000",
+        }
+        assert api.post("/agent/endpoints", json=endpoint, headers={"Idempotency-Key": other}).status_code == 201
+        reused = api.post("/payment-intents", json=_body(), headers={"Idempotency-Key": other})
+        _error(reused, 400, "idempotency_key_reused")
+        assert api.get("/payment-intents").json()["data"] == []
+    assert _events(dev_platform, merchant_id) == []
+
+
 def test_idempotency_key_replays_the_creation(dev_platform: PlatformHarness) -> None:
     merchant_id, api = _merchant_api(dev_platform)
     body = _body()
@@ -434,7 +461,7 @@ def test_idempotency_key_replays_the_creation(dev_platform: PlatformHarness) -> 
         again = api.post("/payment-intents", json=body, headers=headers)
         assert first.status_code == again.status_code == 201
         assert again.headers["idempotent-replayed"] == "true"
-        assert again.content == first.content  # the answer stored with the order, byte for byte
+        assert again.content == first.content  # the answer written with the order, byte for byte
         assert again.headers["content-type"] == first.headers["content-type"]
         assert again.headers["content-length"] == first.headers["content-length"]
         other = api.post("/payment-intents", json=_body(), headers=headers)

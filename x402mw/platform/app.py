@@ -98,7 +98,7 @@ def create_app(
     ]
     app = Starlette(
         routes=[
-            Mount("/v1", routes=v1, middleware=[Middleware(IdempotencyMiddleware)]),
+            Mount("/v1", routes=v1, middleware=[Middleware(IdempotencyMiddleware, takes_over={"/payment-intents"})]),
             Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
             Mount("/checkout", routes=checkout.routes),
             Route("/healthz", health),

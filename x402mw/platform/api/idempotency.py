@@ -8,9 +8,11 @@ with the same request (method, path, query, body) answers that response again wi
 (both of type ``idempotency_error``). A 5xx or an exception releases the key so that the client may
 retry. Keys are kept ``KEEP_FOR`` (24 h); `purge_idempotency_keys` deletes older ones.
 
-While the request runs, ``scope["x402mw.idempotency"]`` holds its `KeySlot` (`key_slot`): an
-endpoint that writes in a transaction may store its response there (`KeySlot.answer`), and the
-middleware then leaves it as stored.
+While the request runs, ``scope["x402mw.idempotency"]`` holds its `KeySlot` (`key_slot`). The
+endpoints named in ``takes_over`` (POST paths under the mount) take the key over: it is not claimed
+before they run; they write it, done with their response, in their own transaction, and raise
+`KeyTaken` if it turns out used (`x402mw.platform.services.idempotency`). Any other endpoint runs
+with the key claimed in flight, and the middleware stores its response.
 
 ::
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,7 +38,7 @@ from x402mw.platform.api.bodies import MAX_BODY_BYTES
 from x402mw.platform.api.errors import ApiError, error_response
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
-from x402mw.platform.services.idempotency import DONE, IN_FLIGHT, IdempotencyKeys, KeySlot
+from x402mw.platform.services.idempotency import DONE, IN_FLIGHT, IdempotencyKeys, KeySlot, KeyTaken
 from x402mw.platform.services.merchants import Caller
 
 __all__ = ["KEEP_FOR", "IdempotencyMiddleware", "key_slot", "purge_idempotency_keys"]
@@ -63,8 +65,9 @@ def key_slot(scope: Scope) -> KeySlot | None:
 class IdempotencyMiddleware:
     """Pure ASGI. Needs the platform in ``app.state.platform``; place it inside `RequestIdMiddleware`."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, takes_over: Collection[str] = ()) -> None:
         self.app = app
+        self.takes_over = frozenset(takes_over)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -93,12 +96,21 @@ class IdempotencyMiddleware:
             if body is None:
                 return  # the client went away before sending its body
             keys: IdempotencyKeys = platform.idempotency
-            claim = await _claim(keys, caller, key, _fingerprint(scope, body), platform.clock.now())
+            fingerprint, now = _fingerprint(scope, body), platform.clock.now()
+            if scope["path"][len(scope.get("root_path", "")) :] in self.takes_over:
+                slot = KeySlot(new_id(), caller.merchant_id, caller.livemode, key, fingerprint, now, claimed=False)
+                try:
+                    await self._run_once(scope, _replaying(body, receive), send, keys, slot)
+                    return
+                except KeyTaken:
+                    pass  # used already: answer as its first use decides, below
+            claim = await _claim(keys, caller, key, fingerprint, now)
         except ApiError as error:
             await error_response(error)(scope, receive, send)
             return
         if isinstance(claim, str):
-            await self._run_once(scope, _replaying(body, receive), send, keys, KeySlot(claim))
+            slot = KeySlot(claim, caller.merchant_id, caller.livemode, key, fingerprint, now)
+            await self._run_once(scope, _replaying(body, receive), send, keys, slot)
         else:
             await _replay(claim, send)
 
@@ -106,6 +118,7 @@ class IdempotencyMiddleware:
         status = 0
         headers: list[tuple[bytes, bytes]] = []
         body = bytearray()
+        held: list[Message] = []  # a key not claimed: the answer waits until the key is stored
 
         async def capture(message: Message) -> None:
             nonlocal status, headers
@@ -114,17 +127,29 @@ class IdempotencyMiddleware:
                 headers = [(name, value) for name, value in message.get("headers", []) if name.lower() != b"request-id"]
             elif message["type"] == "http.response.body":
                 body.extend(message.get("body", b""))
-                if not message.get("more_body", False) and status < 500 and not slot.stored:
-                    # Stored before the client sees the end of the response, so that a retry sent as
-                    # soon as it arrives finds the key done rather than still in flight.
-                    await keys.store(slot, status, headers, bytes(body))
-            await send(message)
+                # Stored before the client sees the end of the response, so that a retry sent as soon
+                # as it arrives finds the key done rather than still in flight.
+                last = not message.get("more_body", False)
+                if (
+                    last
+                    and status < 500
+                    and not slot.stored
+                    and not await keys.store(slot, status, headers, bytes(body))
+                ):
+                    raise KeyTaken  # nothing was sent: the key's first use answers instead
+            if slot.claimed or slot.stored or status >= 500:
+                for earlier in held:
+                    await send(earlier)
+                held.clear()
+                await send(message)
+            else:
+                held.append(message)
 
         scope[SLOT] = slot
         try:
             await self.app(scope, receive, capture)
         finally:
-            if not slot.stored:
+            if slot.claimed and not slot.stored:
                 await _release(keys.engine, slot.row_id)
 
 

@@ -177,11 +177,8 @@ async def create(request: Request) -> JSONResponse:
     writer = platform.payment_intents
     order = writer.new_order(row)
     response = JSONResponse({"paymentIntent": payment_intent_json(order, writer.checkout_url_base)}, status_code=201)
-    slot = key_slot(request.scope)
-    # The answer to the Idempotency-Key is stored with the order, in its transaction.
-    await writer.create(order, answer=slot.answer(201, response.raw_headers, bytes(response.body)) if slot else None)
-    if slot is not None:
-        slot.stored = True
+    # The Idempotency-Key, if any, is written with the order, in its transaction, done with this answer.
+    await writer.create(order, key=key_slot(request.scope), answer=(201, response.raw_headers, bytes(response.body)))
     return response
 
 

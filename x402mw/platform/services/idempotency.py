@@ -4,17 +4,20 @@ A key's row is claimed ``in_flight`` when its first request starts and becomes `
 response (status, headers, body) that request answered. Claims and stores of concurrent requests
 are written in batches (`Coalescer`), each on a connection kept for it (`HeldConnection`).
 
-An endpoint that writes in a transaction of its own may store its response in that transaction
-(`KeySlot.answer` gives the row to write with `STORE`): the key is then done exactly when the
-write is, and the request costs one round trip to the database less.
+An endpoint whose work is one write may take the key over (``claimed=False`` on its `KeySlot`):
+the key is then not claimed before the endpoint runs; the endpoint inserts it, done with its
+response (`KeySlot.done_row`), in the transaction of its own write, and raises `KeyTaken` when
+that insert finds the key used already. The request then costs one round trip to the database
+instead of three (claim, write, store), and the key is done exactly when the write is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import Insert, bindparam, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,13 +25,32 @@ from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
 
-__all__ = ["DONE", "IN_FLIGHT", "STORE", "IdempotencyKeys", "KeySlot"]
+__all__ = ["DONE", "IN_FLIGHT", "STORE", "IdempotencyKeys", "KeySlot", "KeyTaken", "insert_keys", "key_rows"]
 
 IN_FLIGHT, DONE = "in_flight", "done"
 
 _KEYS = tables.idempotency_keys
 STORE = update(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
-"""Marks a key done with its response; executed with `KeySlot.answer` rows."""
+"""Marks a claimed key done with its response; executed with `KeySlot.answer` rows."""
+
+
+_NO_RESPONSE = {"response_status": None, "response_headers": None, "response_body": None}
+
+
+def key_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (claims and done rows alike) with the same columns, as one ``INSERT`` needs."""
+    return [{**_NO_RESPONSE, **row} for row in rows]
+
+
+def insert_keys(engine: AsyncEngine) -> Insert:
+    """``INSERT`` of key rows (`key_rows`) that skips keys already used and returns the ids it inserted."""
+    insert_for = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+    return insert_for(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.id)
+
+
+class KeyTaken(Exception):
+    """An endpoint that took its request's key over found the key used already (by a concurrent or
+    earlier request): nothing was written, and the middleware answers as that first use decides."""
 
 
 @dataclass
@@ -36,18 +58,34 @@ class KeySlot:
     """The key a request holds while it runs (``scope["x402mw.idempotency"]``)."""
 
     row_id: str
+    merchant_id: str
+    livemode: bool
+    key: str
+    fingerprint: str
+    created_at: datetime
+    claimed: bool = True  # False: not claimed yet; the endpoint writes it with its own write
     stored: bool = False  # set once the response is stored (by the endpoint or the middleware)
 
     def answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
-        """The `STORE` parameters that record this response as the key's answer."""
-        pairs = [[name.decode("latin-1"), value.decode("latin-1")] for name, value in headers]
+        """The `STORE` parameters that record this response as the claimed key's answer."""
+        return {"row_id": self.row_id, **self._response(status, headers, body)}
+
+    def done_row(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
+        """The key's whole row, done with this response (for `insert_keys`, when not claimed)."""
         return {
-            "row_id": self.row_id,
-            "status": DONE,
-            "response_status": status,
-            "response_headers": pairs,
-            "response_body": body,
+            "id": self.row_id,
+            "merchant_id": self.merchant_id,
+            "livemode": self.livemode,
+            "key": self.key,
+            "fingerprint": self.fingerprint,
+            "created_at": self.created_at,
+            **self._response(status, headers, body),
         }
+
+    @staticmethod
+    def _response(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
+        pairs = [[name.decode("latin-1"), value.decode("latin-1")] for name, value in headers]
+        return {"status": DONE, "response_status": status, "response_headers": pairs, "response_body": body}
 
 
 class IdempotencyKeys:
@@ -56,24 +94,28 @@ class IdempotencyKeys:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        insert_for = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
-        self._claim = insert_for(_KEYS).on_conflict_do_nothing().returning(_KEYS.c.id)
+        self._insert = insert_keys(engine)
         self._claim_conn, self._store_conn = HeldConnection(engine), HeldConnection(engine)
-        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._insert_claims)
+        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._insert_rows)
         self._stores: Coalescer[dict[str, Any], None] = Coalescer(self._write_stores)
 
     async def claim(self, row: dict[str, Any]) -> bool:
-        """Insert the in-flight ``idempotency_keys`` row unless its key is taken; whether it was free."""
+        """Insert the ``idempotency_keys`` row unless its key is used already; whether it was free."""
         return await self._claims.submit(row)
 
-    async def store(self, slot: KeySlot, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        """Record the response as the key's answer."""
-        await self._stores.submit(slot.answer(status, headers, body))
+    async def store(self, slot: KeySlot, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Record the response as the key's answer; False (nothing stored) when the key was not
+        claimed and turns out used by another request, whose answer stands."""
+        if slot.claimed:
+            await self._stores.submit(slot.answer(status, headers, body))
+        elif not await self._claims.submit(slot.done_row(status, headers, body)):
+            return False
         slot.stored = True
+        return True
 
-    async def _insert_claims(self, rows: list[dict[str, Any]]) -> list[bool]:
+    async def _insert_rows(self, rows: list[dict[str, Any]]) -> list[bool]:
         async with self._claim_conn.autocommit() as conn:  # one statement: atomic by itself
-            won = set((await conn.execute(self._claim, rows)).scalars())
+            won = set((await conn.execute(self._insert, key_rows(rows))).scalars())
         return [row["id"] in won for row in rows]
 
     async def _write_stores(self, rows: list[dict[str, Any]]) -> list[None]:

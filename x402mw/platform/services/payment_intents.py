@@ -20,7 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -29,7 +29,7 @@ from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
 from x402mw.platform.services.errors import Refused
-from x402mw.platform.services.idempotency import STORE
+from x402mw.platform.services.idempotency import KeySlot, KeyTaken, insert_keys, key_rows
 from x402mw.platform.services.outbox import event_row, record_event
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
 
@@ -167,7 +167,8 @@ UNPAID = {
 class PaymentIntentWriter:
     """Creates orders. Concurrent creations in this process share one transaction (`Coalescer`, on a
     `HeldConnection`): each order is inserted unless it conflicts, with its ``payment_intent.created``
-    event and, when the request carries an ``Idempotency-Key``, the response that answers it."""
+    event and, when the request carries an ``Idempotency-Key``, the key done with the response that
+    answers it (`x402mw.platform.services.idempotency`)."""
 
     def __init__(self, engine: AsyncEngine, checkout_url_base: str) -> None:
         self.engine = engine
@@ -175,31 +176,51 @@ class PaymentIntentWriter:
         table = tables.payment_intents
         insert_for = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
         self._insert = insert_for(table).on_conflict_do_nothing().returning(table.c.id)
+        self._insert_keys = insert_keys(engine)
         self._conn = HeldConnection(engine)
-        self._batch: Coalescer[tuple[dict[str, Any], dict[str, Any] | None], bool] = Coalescer(self._write)
+        self._batch: Coalescer[tuple[dict[str, Any], dict[str, Any] | None], str] = Coalescer(self._write)
 
     def new_order(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The stored form of the new order ``row`` (every ``payment_intents`` column but those of
         `UNPAID`); `payment_intent_json` of it is the order's public form."""
         return {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
 
-    async def create(self, order: dict[str, Any], *, answer: dict[str, Any] | None = None) -> None:
-        """Store ``order`` (from `new_order`) and its ``payment_intent.created`` event; with
-        ``answer`` (`KeySlot.answer`), mark its idempotency key done with that response, in the
-        same transaction.
+    async def create(
+        self,
+        order: dict[str, Any],
+        *,
+        key: KeySlot | None = None,
+        answer: tuple[int, list[tuple[bytes, bytes]], bytes] | None = None,
+    ) -> None:
+        """Store ``order`` (from `new_order`) and its ``payment_intent.created`` event. With a ``key``
+        not claimed yet (one `IdempotencyMiddleware` lets this endpoint take over), insert the key
+        in the same transaction, done with ``answer`` (status, headers, body); a claimed key is left
+        to the middleware.
 
-        Raises `PaymentIntentError` 409 ``order_id_conflict`` when the merchant already has the order
-        id in this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
+        Raises `KeyTaken` when the key turns out used already (nothing is written),
+        `PaymentIntentError` 409 ``order_id_conflict`` when the merchant already has the order id in
+        this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
         customer's fixed transfer address."""
-        if not await self._batch.submit((order, answer)):
+        done = key.done_row(*answer) if key is not None and not key.claimed and answer is not None else None
+        outcome = await self._batch.submit((order, done))
+        if outcome == _TAKEN:
+            raise KeyTaken()
+        if outcome == _CONFLICT:
             raise await _conflict(self.engine, order)
+        if key is not None and done is not None:
+            key.stored = True
 
-    async def _write(self, items: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[bool]:
-        """Insert the orders that conflict with none (stored or earlier in the batch), their events
-        and their answers; whether each one was."""
-        rows = [row for row, _answer in items]
+    async def _write(self, items: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[str]:
+        """Write what the batch can in one transaction: first the new keys (an order whose key is
+        used already is left out), then the orders that conflict with none (stored or earlier in the
+        batch) with their events. A key whose order conflicted is taken back, so that the conflict
+        can be stored as its answer."""
+        new_keys = [key for _order, key in items if key is not None]
         async with self._conn.begin() as conn:
-            inserted = set((await conn.execute(self._insert, rows)).scalars())
+            won = set((await conn.execute(self._insert_keys, key_rows(new_keys))).scalars()) if new_keys else set()
+            taken = {order["id"] for order, key in items if key is not None and key["id"] not in won}
+            rows = [order for order, _key in items if order["id"] not in taken]
+            inserted = set((await conn.execute(self._insert, rows)).scalars()) if rows else set()
             events = [
                 event_row(
                     merchant_id=row["merchant_id"],
@@ -213,14 +234,22 @@ class PaymentIntentWriter:
             ]
             if events:
                 await conn.execute(tables.events.insert(), events)
-            answers = [answer for row, answer in items if answer is not None and row["id"] in inserted]
-            if answers:
-                await conn.execute(STORE, answers)
-        return [row["id"] in inserted for row in rows]
+            unused = [
+                {"row_id": key["id"]}
+                for order, key in items
+                if key is not None and key["id"] in won and order["id"] not in inserted
+            ]
+            if unused:
+                await conn.execute(_FORGET_KEY, unused)
+        return [_TAKEN if o["id"] in taken else _CREATED if o["id"] in inserted else _CONFLICT for o, _k in items]
 
     async def aclose(self) -> None:
         """Give the held connection back (before the engine is disposed)."""
         await self._conn.aclose()
+
+
+_CREATED, _CONFLICT, _TAKEN = "created", "conflict", "taken"
+_FORGET_KEY = delete(tables.idempotency_keys).where(tables.idempotency_keys.c.id == bindparam("row_id"))
 
 
 async def _conflict(engine: AsyncEngine, row: Mapping[str, Any]) -> PaymentIntentError:
