@@ -4,5 +4,6 @@ from bench import bench_challenge, bench_e2e, bench_orders, bench_verify
 
 bench_challenge.run()
 bench_verify.run()
-bench_e2e.run()
+bench_e2e.run(database="postgresql")  # the database a deployment runs on
+bench_e2e.run(database="sqlite")  # the development default
 bench_orders.run()
