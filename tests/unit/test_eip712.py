@@ -25,6 +25,7 @@ from x402mw.evm.eip712 import (
     random_nonce,
     recover_digest_signer,
     recover_transfer_signer,
+    sign_digest,
     sign_transfer,
     transfer_digest,
 )
@@ -392,3 +393,18 @@ def test_new_private_keys_are_valid_and_distinct() -> None:
     for key in keys:
         assert len(key) == 32
         assert address_of(key) == Account.from_key(key).address
+
+
+def test_recovered_addresses_stay_right_as_the_address_memo_fills_and_clears(monkeypatch: pytest.MonkeyPatch) -> None:
+    from x402mw.evm import eip712
+
+    monkeypatch.setattr(eip712, "_ADDRESSES", {})
+    monkeypatch.setattr(eip712, "_ADDRESSES_KEPT", 3)
+    keys = [new_private_key() for _ in range(5)]
+    for round_ in range(3):  # the memo holds at most 3 of the 5 keys: it fills, clears and refills
+        for index, key in enumerate(keys):
+            digest = keccak256(b"round %d key %d" % (round_, index))
+            signature = sign_digest(key, digest)
+            assert recover_digest_signer(digest, signature) == address_of(key)
+            assert recover_digest_signer(digest, signature) == Account._recover_hash(digest, signature=signature)
+            assert len(eip712._ADDRESSES) <= 3

@@ -79,6 +79,10 @@ _SECP256K1_N_WORD = _SECP256K1_N.to_bytes(32, "big")
 _HALF_N_WORD = (_SECP256K1_N // 2).to_bytes(32, "big")
 _ZERO_WORD = bytes(32)
 _RECOVERY_IDS = {0: 0, 1: 1, 27: 0, 28: 1}
+# The checksum address of each public key recovered lately: agents pay again and again, and an
+# address costs two keccaks and the checksum's arithmetic (a twelfth of a verification).
+_ADDRESSES: dict[bytes, str] = {}
+_ADDRESSES_KEPT = 65_536
 
 
 class InvalidSignatureError(ValueError):
@@ -113,6 +117,7 @@ class TokenDomain:
     chain_id: int
     verifying_contract: str
     separator: bytes = field(init=False, repr=False, compare=False)
+    digest_prefix: bytes = field(init=False, repr=False, compare=False)  # b"\x19\x01" + separator
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not isinstance(self.version, str):
@@ -125,6 +130,7 @@ class TokenDomain:
             + _address_word("verifying_contract", self.verifying_contract)
         )
         object.__setattr__(self, "separator", separator)
+        object.__setattr__(self, "digest_prefix", b"\x19\x01" + separator)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +179,7 @@ class TransferAuthorization:
 
 def transfer_digest(domain: TokenDomain, auth: TransferAuthorization) -> bytes:
     """The 32-byte EIP-712 digest ``keccak256(0x1901 || domainSeparator || hashStruct(auth))``."""
-    return keccak256(b"\x19\x01" + domain.separator + auth.struct_hash())
+    return keccak256(domain.digest_prefix + auth.struct_hash())
 
 
 def sign_digest(private_key: bytes, digest: bytes) -> bytes:
@@ -210,12 +216,15 @@ def recover_digest_signer(digest: bytes, signature: bytes) -> str:
         raise InvalidSignatureError("signature r is out of range")
     if not _ZERO_WORD < s <= _HALF_N_WORD:
         raise InvalidSignatureError("signature s is zero or in the upper half of the curve order (EIP-2)")
-    public = _recover_public_key(r + s, recovery_id, digest)
+    return _recover_address(r + s, recovery_id, digest)
+
+
+def _address_of_public(public: bytes) -> str:
     return _checksum_hex(keccak256(public[1:])[-20:].hex())
 
 
-def _recover_public_key(compact: bytes, recovery_id: int, digest: bytes) -> bytes:
-    """Return the 65-byte uncompressed public key, or raise InvalidSignatureError."""
+def _recover_address(compact: bytes, recovery_id: int, digest: bytes) -> str:
+    """The checksum address of the key that made the signature, or InvalidSignatureError."""
     if _lib is None:  # pragma: no cover - see the import
         try:
             public: bytes = PublicKey.from_signature_and_message(
@@ -223,7 +232,7 @@ def _recover_public_key(compact: bytes, recovery_id: int, digest: bytes) -> byte
             ).format(compressed=False)
         except Exception as exc:  # coincurve raises ValueError, or Exception on older versions
             raise InvalidSignatureError("no public key recovers from this signature") from exc
-        return public
+        return _address_of_public(public)
     context = GLOBAL_CONTEXT.ctx
     parsed = _ffi.new("secp256k1_ecdsa_recoverable_signature *")
     if not _lib.secp256k1_ecdsa_recoverable_signature_parse_compact(context, parsed, compact, recovery_id):
@@ -231,10 +240,18 @@ def _recover_public_key(compact: bytes, recovery_id: int, digest: bytes) -> byte
     point = _ffi.new("secp256k1_pubkey *")
     if not _lib.secp256k1_ecdsa_recover(context, point, parsed, digest):
         raise InvalidSignatureError("no public key recovers from this signature")
-    output = _ffi.new("unsigned char[65]")
-    length = _ffi.new("size_t *", 65)
-    _lib.secp256k1_ec_pubkey_serialize(context, output, length, point, _lib.SECP256K1_EC_UNCOMPRESSED)
-    return bytes(_ffi.buffer(output, 65))
+    # The point's 64 bytes (libsecp256k1's own form) name the key: serialized and hashed into an
+    # address the first time only.
+    key = bytes(_ffi.buffer(point))
+    address = _ADDRESSES.get(key)
+    if address is None:
+        output = _ffi.new("unsigned char[65]")
+        length = _ffi.new("size_t *", 65)
+        _lib.secp256k1_ec_pubkey_serialize(context, output, length, point, _lib.SECP256K1_EC_UNCOMPRESSED)
+        if len(_ADDRESSES) >= _ADDRESSES_KEPT:
+            _ADDRESSES.clear()
+        address = _ADDRESSES[key] = _address_of_public(bytes(_ffi.buffer(output, 65)))
+    return address
 
 
 def recover_transfer_signer(domain: TokenDomain, auth: TransferAuthorization, signature: bytes) -> str:
@@ -243,7 +260,7 @@ def recover_transfer_signer(domain: TokenDomain, auth: TransferAuthorization, si
     The caller compares it (case-insensitively) with ``auth.from_address``. Raises
     :class:`InvalidSignatureError` as :func:`recover_digest_signer` does.
     """
-    return recover_digest_signer(keccak256(b"\x19\x01" + domain.separator + auth.struct_hash()), signature)
+    return recover_digest_signer(keccak256(domain.digest_prefix + auth.struct_hash()), signature)
 
 
 def random_nonce() -> bytes:
