@@ -2,6 +2,9 @@
 
 Ours is :func:`x402mw.evm.eip712.recover_transfer_signer` with a precomputed :class:`TokenDomain`;
 the baseline is eth-account's ``Account.recover_message(encode_typed_data(full_message=...))``.
+The authorizations come from 64 payers, as agents pay again and again (ours remembers the address
+of each public key it recovered). Both sides spend most of their time in the same C library
+(libsecp256k1's ``ecdsa_recover``, about 29 µs on this project's machine), which bounds the ratio.
 Run with ``ETH_HASH_BACKEND=pysha3 python -m bench.bench_verify [n]``.
 """
 
@@ -106,8 +109,8 @@ def run(n: int = 2000) -> dict[str, float]:
     baseline_us = baseline_seconds / n * 1e6
     speedup = baseline_us / ours_us
     print(
-        f"verify: ours {ours_us:.1f} µs/op, eth-account {baseline_us:.1f} µs/op, "
-        f"speedup {speedup:.1f}x (target >= {TARGET_SPEEDUP}x)"
+        f"verify ({n} authorizations from {len(keys)} payers): ours {ours_us:.1f} µs/op, "
+        f"eth-account {baseline_us:.1f} µs/op, speedup {speedup:.1f}x (target >= {TARGET_SPEEDUP}x)"
     )
     return {"n": float(n), "ours_us": ours_us, "eth_account_us": baseline_us, "speedup": speedup}
 
