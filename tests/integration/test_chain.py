@@ -332,6 +332,29 @@ async def test_wait_for_receipt_counts_confirmations_and_times_out(chain: ChainU
         await chain.relayer.wait_for_receipt("0x" + "ab" * 32, timeout=0.2)
 
 
+async def test_a_receipt_in_a_block_seen_before_it_was_awaited_is_found_without_a_new_block(
+    chain: ChainUnderTest,
+) -> None:
+    # The receipt poller fetches receipts when the head moves, and for transactions awaited since
+    # its last look: one mined in a block it had already seen must not wait for the next block
+    # (on an automining chain that block may never come).
+    payer = await _funded_payer(chain)
+    pending = asyncio.ensure_future(chain.relayer.wait_for_receipt("0x" + "cd" * 32, timeout=30))  # keeps it polling
+    try:
+        tx_hash = await chain.relayer.send(chain.usdc, _authorize(chain, payer, chain.relayer.address, 1))
+        head = int(await chain.rpc.request("eth_blockNumber", []), 16)
+        deadline = time.monotonic() + 10
+        while chain.relayer._head < head:  # the poller has seen the block that holds tx_hash
+            assert time.monotonic() < deadline, "the poller never saw the new head"
+            await asyncio.sleep(0.01)
+        receipt = await chain.relayer.wait_for_receipt(tx_hash, timeout=3)
+        assert (receipt.status, receipt.block_number) == (1, head)
+    finally:
+        pending.cancel()
+        with pytest.raises((asyncio.CancelledError, TimeoutError)):
+            await pending
+
+
 async def test_rpc_errors_and_batches(chain: ChainUnderTest) -> None:
     with pytest.raises(RpcError) as caught:
         await chain.rpc.request("eth_noSuchMethod", [])

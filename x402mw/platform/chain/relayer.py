@@ -126,6 +126,8 @@ class Relayer:
         self._fees_at = 0.0
         self._fee_lock = asyncio.Lock()
         self._waiting: dict[str, list[_Waiter]] = {}
+        self._fresh: set[str] = set()  # awaited since the last look at receipts
+        self._head = -1  # the newest block number seen
         self._wake = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
         self._signer = PrivateKey(private_key)
@@ -254,6 +256,7 @@ class Relayer:
         waiter = _Waiter(confirmations, loop.create_future())
         key = tx_hash.lower()
         self._waiting.setdefault(key, []).append(waiter)
+        self._fresh.add(key)
         self._wake.set()
         if self._poller is None or self._poller.done():
             self._poller = loop.create_task(self._poll(), name=f"x402mw-receipts-{self.address}")
@@ -358,13 +361,16 @@ class Relayer:
                 interval = _POLL_MIN
 
     async def _poll_once(self) -> None:
-        hashes = list(self._waiting)
-        need_head = any(w.confirmations > 0 for waiters in self._waiting.values() for w in waiters)
+        # Receipts only change with a new block: a poll asks for the head, and for the receipts of
+        # every awaited transaction when it moved, else only of those awaited since the last look.
+        head = int(await self._rpc.request("eth_blockNumber", []), 16)
+        moved, self._head = head != self._head, head
+        hashes = list(self._waiting) if moved else [h for h in self._fresh if h in self._waiting]
+        self._fresh.clear()  # those still awaited are in hashes
         results: list[Any] = []
         for start in range(0, len(hashes), _BATCH_LIMIT):
             chunk = hashes[start : start + _BATCH_LIMIT]
             results += await self._rpc.batch([("eth_getTransactionReceipt", [h]) for h in chunk])
-        head = int(await self._rpc.request("eth_blockNumber", []), 16) if need_head else None
         for tx_hash, found in zip(hashes, results, strict=True):
             if not found or found.get("blockNumber") is None:
                 continue
@@ -372,9 +378,7 @@ class Relayer:
             for waiter in self._waiting.get(tx_hash, ()):
                 if waiter.future.done():
                     continue
-                if waiter.confirmations <= 0 or (
-                    head is not None and head >= receipt.block_number + waiter.confirmations
-                ):
+                if waiter.confirmations <= 0 or head >= receipt.block_number + waiter.confirmations:
                     waiter.future.set_result(receipt)
 
 
