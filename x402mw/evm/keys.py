@@ -6,6 +6,7 @@ Addresses are ``0x`` followed by 40 hex digits. Compare them case-insensitively
 
 from __future__ import annotations
 
+import functools
 import secrets
 
 from coincurve import PrivateKey
@@ -96,4 +97,11 @@ def _private_key(private_key: bytes) -> PrivateKey:
         raise ValueError("a private key must be 32 bytes")
     if not 0 < int.from_bytes(private_key, "big") < _SECP256K1_N:
         raise ValueError("a private key must be between 1 and the secp256k1 order")
-    return PrivateKey(bytes(private_key))
+    return _loaded_key(bytes(private_key))
+
+
+@functools.lru_cache(maxsize=32)
+def _loaded_key(private_key: bytes) -> PrivateKey:
+    # coincurve derives both public keys when it loads a private key (two curve multiplications,
+    # more than a signature costs): a service signs with the same few keys again and again.
+    return PrivateKey(private_key)
