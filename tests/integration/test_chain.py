@@ -342,13 +342,16 @@ async def test_a_receipt_in_a_block_seen_before_it_was_awaited_is_found_without_
     pending = asyncio.ensure_future(chain.relayer.wait_for_receipt("0x" + "cd" * 32, timeout=30))  # keeps it polling
     try:
         tx_hash = await chain.relayer.send(chain.usdc, _authorize(chain, payer, chain.relayer.address, 1))
-        head = int(await chain.rpc.request("eth_blockNumber", []), 16)
         deadline = time.monotonic() + 10
-        while chain.relayer._head < head:  # the poller has seen the block that holds tx_hash
+        while (mined := await chain.rpc.request("eth_getTransactionReceipt", [tx_hash])) is None:
+            assert time.monotonic() < deadline, "the transaction was never mined"
+            await asyncio.sleep(0.01)
+        block = int(mined["blockNumber"], 16)
+        while chain.relayer._head < block:  # the poller has seen the block that holds tx_hash
             assert time.monotonic() < deadline, "the poller never saw the new head"
             await asyncio.sleep(0.01)
         receipt = await chain.relayer.wait_for_receipt(tx_hash, timeout=3)
-        assert (receipt.status, receipt.block_number) == (1, head)
+        assert (receipt.status, receipt.block_number) == (1, block)
     finally:
         pending.cancel()
         with pytest.raises((asyncio.CancelledError, TimeoutError)):
