@@ -1,4 +1,5 @@
-"""The app's PostgreSQL engine: a pooled connection the server dropped is replaced before use, not failed."""
+"""The app's PostgreSQL engine: a pooled connection the server dropped is replaced before use, not
+failed; a held one (HeldConnection) likewise after an idle spell, and after one failed write otherwise."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import asyncio
 import psycopg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from tests.harness import postgres_database
 from x402mw.platform.db import engine as engine_module
-from x402mw.platform.db.engine import create_engine_for
+from x402mw.platform.db.engine import HeldConnection, create_engine_for
 
 pytestmark = pytest.mark.anyio
 
@@ -38,3 +40,51 @@ async def test_connections_the_server_dropped_while_idle_are_replaced(monkeypatc
             await engine.dispose()
     assert len(before) == 3
     assert after and not after & before
+
+
+def _terminate(url: str, pid: int) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            pass  # until the server has closed it
+
+
+async def test_a_held_connection_the_server_dropped_while_idle_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "PING_IDLE_AFTER", 0.0)  # every write comes after an idle spell
+    with postgres_database() as url:
+        engine = create_engine_for(url, pool_size=2)
+        held = HeldConnection(engine)
+        try:
+            async with held.autocommit() as conn:
+                first = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+            _terminate(url, first)
+            async with held.autocommit() as conn:  # handed back to the pool, which pings it first
+                second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+            async with held.begin() as conn:
+                assert int(await conn.scalar(text("SELECT 1"))) == 1
+        finally:
+            await held.aclose()
+            await engine.dispose()
+    assert second != first
+
+
+async def test_a_held_connection_lost_in_steady_use_fails_one_write_and_the_next_reconnects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(engine_module, "PING_IDLE_AFTER", 3600.0)  # never idle long enough for a ping
+    with postgres_database() as url:
+        engine = create_engine_for(url, pool_size=2)
+        held = HeldConnection(engine)
+        try:
+            async with held.autocommit() as conn:
+                first = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+            _terminate(url, first)
+            with pytest.raises(DBAPIError):
+                async with held.autocommit() as conn:  # used again at once: no ping, the write fails
+                    await conn.scalar(text("SELECT pg_backend_pid()"))
+            async with held.autocommit() as conn:
+                second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+        finally:
+            await held.aclose()
+            await engine.dispose()
+    assert second != first
