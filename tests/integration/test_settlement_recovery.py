@@ -122,3 +122,59 @@ async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: Platf
     assert settled_events == 1  # released once, however often recovery runs
     assert untouched["status"] == "submitted"
     assert harness.balance(pay_to) == 2000  # both transfers went out; only the orphan's is released
+
+
+def test_recovery_settles_a_claim_whose_transfer_went_out_and_releases_one_that_did_not(
+    dev_platform: PlatformHarness,
+) -> None:
+    # A process that stopped between claiming and recording its transfer leaves the payment
+    # `claimed`: whether the transfer went out is read from the chain.
+    harness = dev_platform
+    merchant_id, api_key, _ = harness.merchant("Claimed recovery merchant")
+    agent, pay_to = new_private_key(), address_of(new_private_key())
+    harness.fund(api_key, address_of(agent), "1")
+    old = harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5)
+    sent_nonce, unsent_nonce, young_nonce = random_nonce(), random_nonce(), random_nonce()
+    rows = {
+        name: _payment_row(
+            harness, merchant_id, address_of(agent), pay_to, nonce="0x" + nonce.hex(), status="claimed", created_at=at
+        )
+        for name, nonce, at in (
+            ("sent", sent_nonce, old),
+            ("unsent", unsent_nonce, old),
+            ("young", young_nonce, harness.platform.clock.now()),
+        )
+    }
+    transaction: dict[str, str] = {}
+
+    async def stop_after_sending(platform: Platform) -> None:
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(tables.agent_payments), list(rows.values()))
+        tx_hash = await _send_transfer(platform, harness, agent, pay_to, sent_nonce)  # never recorded
+        transaction["sent"] = tx_hash
+        await harness.chain.relayer.wait_for_receipt(tx_hash, timeout=30)
+
+    harness.server.call(stop_after_sending)
+
+    async def recover_twice(platform: Platform) -> tuple[int, int, dict[str, dict[str, Any]]]:
+        first = await platform.settlement.recover_claimed()
+        second = await platform.settlement.recover_claimed()
+        payments = tables.agent_payments
+        ids = [row["id"] for row in rows.values()]
+        async with platform.engine.connect() as conn:
+            found = (await conn.execute(select(payments).where(payments.c.id.in_(ids)))).mappings().all()
+        return first, second, {row["id"]: dict(row) for row in found}
+
+    first, second, after = harness.server.call(recover_twice)
+    assert (first, second) == (2, 0)  # the two old ones, once
+    sent, unsent, young = (after[rows[name]["id"]] for name in ("sent", "unsent", "young"))
+    assert (sent["status"], sent["transaction"]) == ("settled", transaction["sent"])
+    assert verify_receipt(sent["receipt"], harness.platform.receipt_address)
+    assert sent["receipt"]["transaction"] == transaction["sent"]
+    assert (unsent["status"], unsent["transaction"], unsent["error_reason"]) == (
+        "failed",
+        None,
+        "unexpected_settle_error",
+    )
+    assert young["status"] == "claimed"
+    assert harness.balance(pay_to) == 1000

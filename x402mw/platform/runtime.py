@@ -112,6 +112,7 @@ class Platform:
     async def _worker(self) -> None:
         duties: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("finishing submitted settlements", self.settlement.recover_submitted),
+            ("finishing claimed settlements", self.settlement.recover_claimed),
             ("purging idempotency keys", lambda: purge_idempotency_keys(self.engine, self.clock.now())),
             (
                 "expiring payment orders",

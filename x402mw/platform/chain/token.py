@@ -21,11 +21,13 @@ from x402mw.platform.chain.relayer import RevertError, transact
 from x402mw.platform.chain.rpc import JsonRpc
 
 __all__ = [
+    "AUTHORIZATION_USED",
     "authorization_state",
     "balance_of",
     "deploy_token",
     "encode_receive_with_authorization",
     "encode_transfer_with_authorization",
+    "find_authorization_use",
     "load_token_artifact",
     "mint",
     "mint_calldata",
@@ -113,6 +115,29 @@ async def authorization_state(rpc: JsonRpc, token: str, authorizer: str, nonce: 
     """Whether ``authorizer``'s authorization ``nonce`` was used or canceled."""
     result = await _call(rpc, token, _AUTHORIZATION_STATE + abi_encode(["address", "bytes32"], [authorizer, nonce]))
     return bool(abi_decode(["bool"], result)[0])
+
+
+AUTHORIZATION_USED = "0x" + keccak256(b"AuthorizationUsed(address,bytes32)").hex()
+"""The topic of EIP-3009's ``AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce)``."""
+
+
+async def find_authorization_use(
+    rpc: JsonRpc, token: str, authorizer: str, nonce: bytes, *, blocks: int = 10_000
+) -> str | None:
+    """The hash of the transaction that used ``authorizer``'s authorization ``nonce`` on ``token``,
+    looked for in the last ``blocks`` blocks (what most providers serve in one ``eth_getLogs``);
+    None when it is not there."""
+    head = int(await rpc.request("eth_blockNumber", []), 16)
+    query = {
+        "address": token,
+        "fromBlock": hex(max(0, head - blocks)),
+        "toBlock": hex(head),
+        "topics": [AUTHORIZATION_USED, "0x" + "00" * 12 + authorizer[2:].lower(), "0x" + nonce.hex()],
+    }
+    for log in await rpc.request("eth_getLogs", [query]) or []:
+        if not log.get("removed"):
+            return str(log["transactionHash"])
+    return None
 
 
 def _encode_authorization(

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
 from x402mw.evm.receipts import sign_receipt
 from x402mw.platform.chain.relayer import RevertError, simulated
-from x402mw.platform.chain.token import encode_transfer_with_authorization
+from x402mw.platform.chain.token import authorization_state, encode_transfer_with_authorization, find_authorization_use
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
@@ -572,6 +572,43 @@ class SettlementService:
                 .first()
             )
         return AgentPayment.model_validate(dict(found)) if found else None
+
+    async def recover_claimed(self) -> int:
+        """Settle or release payments that a stopped process left ``claimed`` (a worker duty): it may
+        have sent the transfer without recording it. Those older than `RECOVER_AFTER` that this
+        process is not finishing are looked up on the chain: an authorization used there is settled
+        with the transaction that used it (found by its ``AuthorizationUsed`` log); one still unused
+        is recorded failed, so that the same signature may be tried again. Returns how many."""
+        table = tables.agent_payments
+        cutoff = self.clock.now() - RECOVER_AFTER
+        async with self.engine.connect() as conn:
+            found = await conn.execute(select(table).where(table.c.status == "claimed", table.c.created_at <= cutoff))
+            rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
+        finished = 0
+        for row in rows:
+            chain = self.chains.get(row.chain_id)
+            key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
+            if chain is None or key in self._inflight or row.id in self._recording:
+                continue
+            nonce = bytes.fromhex(row.nonce[2:])
+            if not await authorization_state(chain.rpc, row.asset, row.payer, nonce):
+                await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
+                finished += 1
+                continue
+            tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
+            if tx is None:  # used beyond the window searched, or canceled by the payer
+                await self.writes.failed(row.id, reasons.NONCE_USED)
+                finished += 1
+                continue
+            try:
+                receipt = await chain.relayer.wait_for_receipt(tx, timeout=1.0)
+            except TimeoutError:
+                continue
+            now = time.perf_counter()
+            self._finish(row, receipt.block_number, tx, now, now, now)
+            finished += 1
+        await self.drain()
+        return finished
 
     async def recover_submitted(self) -> int:
         """Release settlements that a stopped process left ``submitted`` (a worker duty): those older
