@@ -573,22 +573,29 @@ class SettlementService:
             )
         return AgentPayment.model_validate(dict(found)) if found else None
 
+    async def _left(self, status: str) -> list[AgentPayment]:
+        """Payments in ``status`` older than `RECOVER_AFTER` that this process is not finishing."""
+        table = tables.agent_payments
+        cutoff = self.clock.now() - RECOVER_AFTER
+        async with self.engine.connect() as conn:
+            found = await conn.execute(select(table).where(table.c.status == status, table.c.created_at <= cutoff))
+            rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
+        return [row for row in rows if not self._finishing(row)]
+
+    def _finishing(self, row: AgentPayment) -> bool:
+        key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
+        return key in self._inflight or row.id in self._recording
+
     async def recover_claimed(self) -> int:
         """Settle or release payments that a stopped process left ``claimed`` (a worker duty): it may
         have sent the transfer without recording it. Those older than `RECOVER_AFTER` that this
         process is not finishing are looked up on the chain: an authorization used there is settled
         with the transaction that used it (found by its ``AuthorizationUsed`` log); one still unused
         is recorded failed, so that the same signature may be tried again. Returns how many."""
-        table = tables.agent_payments
-        cutoff = self.clock.now() - RECOVER_AFTER
-        async with self.engine.connect() as conn:
-            found = await conn.execute(select(table).where(table.c.status == "claimed", table.c.created_at <= cutoff))
-            rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
         finished = 0
-        for row in rows:
+        for row in await self._left("claimed"):
             chain = self.chains.get(row.chain_id)
-            key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
-            if chain is None or key in self._inflight or row.id in self._recording:
+            if chain is None:
                 continue
             nonce = bytes.fromhex(row.nonce[2:])
             if not await authorization_state(chain.rpc, row.asset, row.payer, nonce):
@@ -614,13 +621,8 @@ class SettlementService:
         """Release settlements that a stopped process left ``submitted`` (a worker duty): those older
         than `RECOVER_AFTER` (a live process finishes its own long before) that this process is not
         finishing itself. Returns how many it released or failed."""
-        table = tables.agent_payments
-        cutoff = self.clock.now() - RECOVER_AFTER
-        async with self.engine.connect() as conn:
-            found = await conn.execute(select(table).where(table.c.status == "submitted", table.c.created_at <= cutoff))
-            rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
         finished = 0
-        for row in rows:
+        for row in await self._left("submitted"):
             chain = self.chains.get(row.chain_id)
             if chain is None or not row.transaction:
                 continue
@@ -628,9 +630,8 @@ class SettlementService:
                 receipt = await chain.relayer.wait_for_receipt(row.transaction, timeout=1.0)
             except TimeoutError:
                 continue
-            key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
-            if key in self._inflight or row.id in self._recording:
-                continue  # this process is finishing it
+            if self._finishing(row):
+                continue  # this process finished it meanwhile
             if receipt.status == 1:
                 now = time.perf_counter()
                 self._finish(row, receipt.block_number, row.transaction, now, now, now)
