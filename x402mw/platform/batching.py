@@ -1,8 +1,9 @@
 """Group commit for hot paths: concurrent writes (or calls) in one process share one round trip.
 
 A `Coalescer` takes items from concurrent callers and hands them to its ``flush`` in lists, one
-flush at a time. A lone caller is written at once; callers that arrive while a flush runs are
-written together by the next one. Under load each flush thus carries everything that queued during
+flush at a time (or ``flushes`` at a time). A lone caller is written on the event loop's next turn,
+with whatever else arrived in this one; callers that arrive while a flush runs are written together
+by the next one. Under load each flush thus carries everything that queued during
 the previous one, and what a write costs apart from its rows (a pooled connection, the round trips,
 the transaction) is paid once per batch instead of once per request.
 
@@ -15,6 +16,7 @@ when every caller gets the error at once rather than each waiting out its own ti
 
     claims = Coalescer(insert_claims)     # async def insert_claims(rows: list[dict]) -> list[bool]
     won = await claims.submit(row)
+    pending = claims.enqueue(row)         # queued at once; await the future later
 """
 
 from __future__ import annotations
