@@ -154,3 +154,50 @@ def test_a_database_lost_while_a_batch_is_split_fails_the_rest_at_once() -> None
     assert results[0] == 0 and isinstance(results[1], ValueError)
     assert all(isinstance(r, ConnectionRefusedError) for r in results[2:])
     assert flushes == [[0, -1, 2, 3, 4, 5], [0], [-1], [2]]  # then no try per remaining item
+
+
+def test_enqueue_queues_at_once_and_items_of_one_turn_share_a_flush() -> None:
+    ledger = Ledger()
+
+    async def main() -> list[int]:
+        coalescer: Coalescer[int, int] = Coalescer(ledger.flush)
+        futures = [coalescer.enqueue(n) for n in range(5)]  # no await between them
+        dropped = coalescer.enqueue(99)
+        dropped.cancel()  # a caller that gave up: the others still get their results
+        return list(await asyncio.gather(*futures))
+
+    assert asyncio.run(main()) == [0, 10, 20, 30, 40]
+    assert ledger.flushes == [[0, 1, 2, 3, 4, 99]]
+
+
+@pytest.mark.parametrize("flushes", [1, 2, 3])
+def test_at_most_flushes_batches_are_written_at_once(flushes: int) -> None:
+    running = peak = 0
+    release = asyncio.Event()
+    batches: list[list[int]] = []
+
+    async def slow(items: list[int]) -> list[int]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        batches.append(items)
+        await release.wait()
+        running -= 1
+        return items
+
+    async def main() -> list[int]:
+        coalescer: Coalescer[int, int] = Coalescer(slow, flushes=flushes)
+        calls = []
+        for n in range(6):  # one per turn of the loop: each may start a flush while slots are free
+            calls.append(asyncio.ensure_future(coalescer.submit(n)))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        assert running == flushes  # the free slots filled; the rest wait in the queue
+        release.set()
+        return list(await asyncio.gather(*calls))
+
+    assert asyncio.run(main()) == list(range(6))
+    assert peak == flushes
+    assert sorted(n for batch in batches for n in batch) == list(range(6))
+    assert len(batches) == flushes + 1  # what queued behind the running flushes went together
