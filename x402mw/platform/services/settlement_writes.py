@@ -84,9 +84,11 @@ class SettlementWrites:
         # Claims are on the way to the chain: two batches may be written at once, each on a connection
         # of its own (HeldConnection), so that a burst of claims does not wait for the batch before
         # it. Records are written after the answer, one batch at a time.
-        self._claim_conns = [HeldConnection(engine) for _ in range(CLAIM_FLUSHES)]
+        # (SQLite: one, as the process has one connection to write on.)
+        flushes = 1 if engine.dialect.name == "sqlite" else CLAIM_FLUSHES
+        self._claim_conns = [HeldConnection(engine) for _ in range(flushes)]
         self._record_conn = HeldConnection(engine)
-        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=CLAIM_FLUSHES)
+        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=flushes)
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
 
     def claim(self, payment: dict[str, Any]) -> asyncio.Future[bool]:
