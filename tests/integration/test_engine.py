@@ -4,6 +4,8 @@ failed; a held one (HeldConnection) likewise after an idle spell, and after one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -49,8 +51,9 @@ def _terminate(url: str, pid: int) -> None:
             pass  # until the server has closed it
 
 
-async def test_a_held_connection_the_server_dropped_while_idle_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "PING_IDLE_AFTER", 0.0)  # every write comes after an idle spell
+@contextlib.asynccontextmanager
+async def _held_after_a_drop() -> AsyncIterator[tuple[HeldConnection, int]]:
+    """A HeldConnection whose connection the server has just terminated, and that connection's pid."""
     with postgres_database() as url:
         engine = create_engine_for(url, pool_size=2)
         held = HeldConnection(engine)
@@ -58,13 +61,19 @@ async def test_a_held_connection_the_server_dropped_while_idle_is_replaced(monke
             async with held.autocommit() as conn:
                 first = int(await conn.scalar(text("SELECT pg_backend_pid()")))
             _terminate(url, first)
-            async with held.autocommit() as conn:  # handed back to the pool, which pings it first
-                second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
-            async with held.begin() as conn:
-                assert int(await conn.scalar(text("SELECT 1"))) == 1
+            yield held, first
         finally:
             await held.aclose()
             await engine.dispose()
+
+
+async def test_a_held_connection_the_server_dropped_while_idle_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "PING_IDLE_AFTER", 0.0)  # every write comes after an idle spell
+    async with _held_after_a_drop() as (held, first):
+        async with held.autocommit() as conn:  # handed back to the pool, which pings it first
+            second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+        async with held.begin() as conn:
+            assert int(await conn.scalar(text("SELECT 1"))) == 1
     assert second != first
 
 
@@ -72,19 +81,10 @@ async def test_a_held_connection_lost_in_steady_use_fails_one_write_and_the_next
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(engine_module, "PING_IDLE_AFTER", 3600.0)  # never idle long enough for a ping
-    with postgres_database() as url:
-        engine = create_engine_for(url, pool_size=2)
-        held = HeldConnection(engine)
-        try:
-            async with held.autocommit() as conn:
-                first = int(await conn.scalar(text("SELECT pg_backend_pid()")))
-            _terminate(url, first)
-            with pytest.raises(DBAPIError):
-                async with held.autocommit() as conn:  # used again at once: no ping, the write fails
-                    await conn.scalar(text("SELECT pg_backend_pid()"))
-            async with held.autocommit() as conn:
-                second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
-        finally:
-            await held.aclose()
-            await engine.dispose()
+    async with _held_after_a_drop() as (held, first):
+        with pytest.raises(DBAPIError):
+            async with held.autocommit() as conn:  # used again at once: no ping, the write fails
+                await conn.scalar(text("SELECT pg_backend_pid()"))
+        async with held.autocommit() as conn:
+            second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
     assert second != first

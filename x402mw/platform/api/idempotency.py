@@ -108,9 +108,8 @@ class IdempotencyMiddleware:
         except ApiError as error:
             await error_response(error)(scope, receive, send)
             return
-        if isinstance(claim, str):
-            slot = KeySlot(claim, caller.merchant_id, caller.livemode, key, fingerprint, now)
-            await self._run_once(scope, _replaying(body, receive), send, keys, slot)
+        if isinstance(claim, KeySlot):
+            await self._run_once(scope, _replaying(body, receive), send, keys, claim)
         else:
             await _replay(claim, send)
 
@@ -188,22 +187,15 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _claim(keys: IdempotencyKeys, caller: Caller, key: str, fingerprint: str, now: datetime) -> str | Row[Any]:
-    """The id of a new in-flight row this request owns, or the row of the key's first use."""
+async def _claim(
+    keys: IdempotencyKeys, caller: Caller, key: str, fingerprint: str, now: datetime
+) -> KeySlot | Row[Any]:
+    """The key claimed in flight for this request, or the row of the key's first use."""
     table = tables.idempotency_keys
     for _ in range(3):
-        row_id = new_id()
-        row = {
-            "id": row_id,
-            "merchant_id": caller.merchant_id,
-            "livemode": caller.livemode,
-            "key": key,
-            "fingerprint": fingerprint,
-            "status": IN_FLIGHT,
-            "created_at": now,
-        }
-        if await keys.claim(row):
-            return row_id
+        slot = KeySlot(new_id(), caller.merchant_id, caller.livemode, key, fingerprint, now)
+        if await keys.claim(slot.in_flight_row()):
+            return slot
         async with keys.engine.begin() as conn:
             first = (await conn.execute(select(table).where(*caller.owns(table), table.c.key == key))).first()
             if first is None:
@@ -223,8 +215,8 @@ async def _claim(keys: IdempotencyKeys, caller: Caller, key: str, fingerprint: s
                 .where(table.c.id == first.id, table.c.status == IN_FLIGHT, table.c.created_at < now - STALE_AFTER)
                 .values(created_at=now)
             )
-            if taken.rowcount == 1:
-                return str(first.id)
+            if taken.rowcount == 1:  # a stale first use: this request takes its row over
+                return KeySlot(str(first.id), caller.merchant_id, caller.livemode, key, fingerprint, now)
             break
     raise ApiError(
         409,

@@ -81,8 +81,9 @@ class HeldConnection:
     statements already prepared on the connection: under load that was a write's largest cost
     after the statement itself (three round trips instead of one). A write that fails on a broken
     connection drops it, and the next write opens a new one; a connection idle longer than the
-    pool's ping interval goes back to the pool, which checks it before handing it out. On SQLite, where one pooled
-    connection serves the whole process, nothing is held: each write checks that one out.
+    pool's ping interval goes back to the pool, which checks it before handing it out. On SQLite,
+    where one pooled connection serves the whole process, nothing is held: each write checks that
+    one out.
 
     >>> claims = HeldConnection(engine)  # doctest: +SKIP
     >>> async with claims.autocommit() as conn:  # one statement, committed by itself  # doctest: +SKIP

@@ -70,8 +70,15 @@ class KeySlot:
         """The `STORE` parameters that record this response as the claimed key's answer."""
         return {"row_id": self.row_id, **self._response(status, headers, body)}
 
+    def in_flight_row(self) -> dict[str, Any]:
+        """The key's row as its claim inserts it."""
+        return {**self._columns(), "status": IN_FLIGHT}
+
     def done_row(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
         """The key's whole row, done with this response (for `insert_keys`, when not claimed)."""
+        return {**self._columns(), **self._response(status, headers, body)}
+
+    def _columns(self) -> dict[str, Any]:
         return {
             "id": self.row_id,
             "merchant_id": self.merchant_id,
@@ -79,7 +86,6 @@ class KeySlot:
             "key": self.key,
             "fingerprint": self.fingerprint,
             "created_at": self.created_at,
-            **self._response(status, headers, body),
         }
 
     @staticmethod

@@ -40,7 +40,7 @@ logger = logging.getLogger("x402mw.platform.settlement")
 
 MIN_VALIDITY_SECONDS = 6
 POLL_SECONDS = 0.05
-# A settlement still `submitted` this long after its claim was left by a process that stopped.
+# A settlement still `claimed` or `submitted` this long after its claim was left by a process that stopped.
 RECOVER_AFTER = timedelta(minutes=2)
 
 
@@ -121,6 +121,11 @@ def payment_json(row: AgentPayment) -> dict[str, Any]:
         "createdAt": iso(row.created_at),
         "settledAt": iso(row.settled_at),
     }
+
+
+def _authorization_key(chain_id: int, token: str, payer: str, nonce: bytes) -> str:
+    """What names an authorization in this process's bookkeeping (the claim's unique columns)."""
+    return f"{chain_id}:{token.lower()}:{payer.lower()}:{nonce.hex()}"
 
 
 def _drop(simulation: asyncio.Future[Any] | None) -> None:
@@ -222,10 +227,7 @@ class SettlementService:
             verified = self.verify(request.accepted, request.payload)
         except Refusal as refusal:
             return self.failed(network, refusal.reason, refusal.message)
-        key = (
-            f"{verified.chain.chain_id}:{request.accepted.asset.lower()}:{verified.payer.lower()}:"
-            f"{verified.auth.nonce.hex()}"
-        )
+        key = _authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)
         loop = asyncio.get_running_loop()
         # The simulation (it has no side effects) and the claim are queued at once, without waiting
         # for a turn of the event loop, each to go out in the next batch of its kind.
@@ -583,7 +585,7 @@ class SettlementService:
         return [row for row in rows if not self._finishing(row)]
 
     def _finishing(self, row: AgentPayment) -> bool:
-        key = f"{row.chain_id}:{row.asset.lower()}:{row.payer.lower()}:{row.nonce[2:]}"
+        key = _authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
         return key in self._inflight or row.id in self._recording
 
     async def recover_claimed(self) -> int:
