@@ -1,20 +1,26 @@
-"""The app's PostgreSQL engine: a pooled connection the server dropped is replaced before use, not
-failed; a held one (HeldConnection) likewise after an idle spell, and after one failed write otherwise."""
+"""The app's engines. On PostgreSQL, a pooled connection the server dropped is replaced before use,
+not failed; a held one (HeldConnection) likewise after an idle spell, and after one failed write
+otherwise. On a SQLite file, batched writes run on the writer's thread (SQLiteWriter), wait for a
+write lock the engine's own connection holds, and stop with the engine."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tests.harness import postgres_database
 from x402mw.platform.db import engine as engine_module
-from x402mw.platform.db.engine import HeldConnection, create_engine_for
+from x402mw.platform.db.engine import HeldConnection, SQLiteWriter, create_engine_for
 
 pytestmark = pytest.mark.anyio
 
@@ -51,6 +57,10 @@ def _terminate(url: str, pid: int) -> None:
             pass  # until the server has closed it
 
 
+def _backend_pid(conn: Connection) -> int:
+    return int(conn.scalar(text("SELECT pg_backend_pid()")))
+
+
 @contextlib.asynccontextmanager
 async def _held_after_a_drop() -> AsyncIterator[tuple[HeldConnection, int]]:
     """A HeldConnection whose connection the server has just terminated, and that connection's pid."""
@@ -58,8 +68,7 @@ async def _held_after_a_drop() -> AsyncIterator[tuple[HeldConnection, int]]:
         engine = create_engine_for(url, pool_size=2)
         held = HeldConnection(engine)
         try:
-            async with held.autocommit() as conn:
-                first = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+            first = await held.run(_backend_pid, atomic=False)
             _terminate(url, first)
             yield held, first
         finally:
@@ -70,10 +79,8 @@ async def _held_after_a_drop() -> AsyncIterator[tuple[HeldConnection, int]]:
 async def test_a_held_connection_the_server_dropped_while_idle_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine_module, "PING_IDLE_AFTER", 0.0)  # every write comes after an idle spell
     async with _held_after_a_drop() as (held, first):
-        async with held.autocommit() as conn:  # handed back to the pool, which pings it first
-            second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
-        async with held.begin() as conn:
-            assert int(await conn.scalar(text("SELECT 1"))) == 1
+        second = await held.run(_backend_pid, atomic=False)  # handed back to the pool, which pings it first
+        assert await held.run(_backend_pid) == second  # and in a transaction, on the same connection
     assert second != first
 
 
@@ -83,8 +90,103 @@ async def test_a_held_connection_lost_in_steady_use_fails_one_write_and_the_next
     monkeypatch.setattr(engine_module, "PING_IDLE_AFTER", 3600.0)  # never idle long enough for a ping
     async with _held_after_a_drop() as (held, first):
         with pytest.raises(DBAPIError):
-            async with held.autocommit() as conn:  # used again at once: no ping, the write fails
-                await conn.scalar(text("SELECT pg_backend_pid()"))
-        async with held.autocommit() as conn:
-            second = int(await conn.scalar(text("SELECT pg_backend_pid()")))
+            await held.run(_backend_pid, atomic=False)  # used again at once: no ping, the write fails
+        second = await held.run(_backend_pid, atomic=False)
     assert second != first
+
+
+@contextlib.asynccontextmanager
+async def _sqlite_file(path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine_for(f"sqlite:///{path / 'db.sqlite3'}")
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def _insert_note(body: str) -> Callable[[Connection], str]:
+    def insert(conn: Connection) -> str:
+        conn.execute(text("INSERT INTO notes (body) VALUES (:body)"), {"body": body})
+        return threading.current_thread().name
+
+    return insert
+
+
+async def _notes(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(text("SELECT body FROM notes ORDER BY id"))).scalars())
+
+
+async def test_sqlite_writes_run_on_the_writer_thread_and_the_engine_sees_them(tmp_path: Path) -> None:
+    async with _sqlite_file(tmp_path) as engine:
+        claims, records = HeldConnection(engine), HeldConnection(engine)
+        first = await claims.run(_insert_note("one"), atomic=False)
+        second = await records.run(_insert_note("two"))
+        assert first == second and first.startswith("x402mw-sqlite-writer")  # one thread for the process
+        assert await _notes(engine) == ["one", "two"]
+
+
+async def test_a_sqlite_write_that_raises_writes_nothing(tmp_path: Path) -> None:
+    def half(conn: Connection) -> None:
+        _insert_note("half")(conn)
+        raise ValueError("stop")
+
+    async with _sqlite_file(tmp_path) as engine:
+        with pytest.raises(ValueError, match="stop"):
+            await HeldConnection(engine).run(half)
+        assert await _notes(engine) == []
+
+
+async def test_a_sqlite_write_waits_for_the_lock_the_engine_holds(tmp_path: Path) -> None:
+    async with _sqlite_file(tmp_path) as engine:
+        held = HeldConnection(engine)
+        async with engine.connect() as conn:
+            await conn.execute(text("INSERT INTO notes (body) VALUES ('engine')"))  # the write lock, kept
+            waiting = asyncio.ensure_future(held.run(_insert_note("writer")))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # polling for the lock
+            await conn.commit()
+        await waiting
+        assert await _notes(engine) == ["engine", "writer"]
+
+
+async def test_a_sqlite_write_gives_up_on_a_lock_held_too_long(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "LOCK_WAIT", 0.1)
+    async with _sqlite_file(tmp_path) as engine:
+        async with engine.connect() as conn:
+            await conn.execute(text("INSERT INTO notes (body) VALUES ('engine')"))
+            with pytest.raises(OperationalError, match="locked"):
+                await HeldConnection(engine).run(_insert_note("writer"))
+            await conn.commit()
+        assert await _notes(engine) == ["engine"]
+
+
+async def test_the_sqlite_writer_stops_with_its_engine_and_starts_again_on_use(tmp_path: Path) -> None:
+    async with _sqlite_file(tmp_path) as engine:
+        held = HeldConnection(engine)
+        await held.run(_insert_note("before"))
+        writer = SQLiteWriter.of(engine)
+        await engine.dispose()
+        assert not any(t.name.startswith("x402mw-sqlite-writer") and t.is_alive() for t in _writer_threads(writer))
+        await HeldConnection(engine).run(_insert_note("after"))  # a new writer
+        assert SQLiteWriter.of(engine) is not writer
+        assert await _notes(engine) == ["before", "after"]
+
+
+def _writer_threads(writer: SQLiteWriter | None) -> list[threading.Thread]:
+    assert writer is not None
+    return list(writer._thread._threads)
+
+
+async def test_an_in_memory_sqlite_database_is_written_on_the_engine_itself() -> None:
+    engine = create_async_engine("sqlite+aiosqlite://")  # one connection, kept (StaticPool)
+    try:
+        assert SQLiteWriter.of(engine) is None
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)"))
+        await HeldConnection(engine).run(_insert_note("kept"))
+        assert await _notes(engine) == ["kept"]
+    finally:
+        await engine.dispose()

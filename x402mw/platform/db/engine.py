@@ -9,24 +9,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 
-__all__ = ["HeldConnection", "async_url", "create_engine_for", "migrate", "sync_url"]
+__all__ = ["HeldConnection", "SQLiteWriter", "async_url", "create_engine_for", "migrate", "sync_url"]
+
+T = TypeVar("T")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # A pooled connection left unused this long is pinged before it is handed out (the server may have
 # restarted or dropped it meanwhile); one in steady use is not. Pinging on every checkout cost three
 # round trips per transaction (asyncpg's ping is BEGIN, a query and ROLLBACK).
 PING_IDLE_AFTER = 1.0
+# How SQLiteWriter waits for a write lock another connection holds: polls this often, for this long.
+LOCK_POLL = 0.0005
+LOCK_WAIT = 30.0
 
 
 def _with_driver(url: str, drivers: dict[str, str]) -> str:
@@ -75,51 +83,50 @@ def create_engine_for(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
 
 class HeldConnection:
-    """A connection kept checked out for one sequential writer (a `Coalescer`'s flushes).
+    """A connection for one sequential writer (a `Coalescer`'s flushes), which hands it each batch
+    as a function of a sync `Connection` (`run`).
 
-    Each write skips the pool's checkout, reset and return, and on PostgreSQL it finds its
-    statements already prepared on the connection: under load that was a write's largest cost
-    after the statement itself (three round trips instead of one). A write that fails on a broken
-    connection drops it, and the next write opens a new one; a connection idle longer than the
-    pool's ping interval goes back to the pool, which checks it before handing it out. On SQLite,
-    where one pooled connection serves the whole process, nothing is held: each write checks that
-    one out.
+    On PostgreSQL the connection is kept checked out: each write skips the pool's checkout, reset
+    and return, and finds its statements already prepared on the connection (under load that was a
+    write's largest cost after the statement itself: three round trips instead of one). A write that
+    fails on a broken connection drops it, and the next write opens a new one; a connection idle
+    longer than the pool's ping interval goes back to the pool, which checks it before handing it out.
+
+    On SQLite (a database file) every writer of the process shares one thread with a connection of
+    its own (`SQLiteWriter`), where a whole batch runs as one call: the driver's thread is not
+    crossed once per statement (aiosqlite costs several event-loop turns each), and the write lock is
+    held for the time the statements take, not for the turns in between.
 
     >>> claims = HeldConnection(engine)  # doctest: +SKIP
-    >>> async with claims.autocommit() as conn:  # one statement, committed by itself  # doctest: +SKIP
-    ...     await conn.execute(insert_claims, rows)
+    >>> won = await claims.run(lambda conn: conn.execute(insert_claims, rows).scalars().all())  # doctest: +SKIP
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._hold = engine.dialect.name != "sqlite"
+        self._writer = SQLiteWriter.of(engine)
         self._conn: AsyncConnection | None = None
         self._level = ""  # the held connection's isolation level
         self._default = ""  # the level it came with
         self._lock = asyncio.Lock()
         self._used = 0.0  # time.monotonic() of the last write
 
-    @contextlib.asynccontextmanager
-    async def begin(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction, committed when the block ends and rolled back if it raises."""
-        if not self._hold:
-            async with self.engine.begin() as conn:
-                yield conn
-            return
-        async with self._held(autocommit=False) as conn, conn.begin():
-            yield conn
+    async def run(self, work: Callable[[Connection], T], *, atomic: bool = True) -> T:
+        """Run ``work`` and return what it returns: in one transaction, committed when it returns
+        and rolled back if it raises, or (``atomic=False``, for a single statement, which is atomic
+        by itself) with each statement committed as it runs, saving the BEGIN and COMMIT round trips.
 
-    @contextlib.asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
-        """Statements committed one by one, as they run (for a write of one statement). On SQLite,
-        a transaction around the one statement: switching the connection to autocommit and back
-        costs aiosqlite's thread more calls than the BEGIN and COMMIT do."""
-        if not self._hold:
+        ``work`` runs in another thread on SQLite, and runs again should it find the database
+        locked by another connection: it must do nothing but its statements."""
+        if self._writer is not None:
+            return await self._writer.run(work)
+        if self.engine.dialect.name == "sqlite":  # an in-memory database: the pool's one connection
             async with self.engine.begin() as conn:
-                yield conn
-            return
-        async with self._held(autocommit=True) as conn:
-            yield conn
+                return await conn.run_sync(work)
+        async with self._held(autocommit=not atomic) as conn:
+            if not atomic:
+                return await conn.run_sync(work)
+            async with conn.begin():
+                return await conn.run_sync(work)
 
     @contextlib.asynccontextmanager
     async def _held(self, *, autocommit: bool) -> AsyncIterator[AsyncConnection]:
@@ -153,6 +160,73 @@ class HeldConnection:
         """Return the connection to the pool (before the engine is disposed)."""
         async with self._lock:
             await self._drop()
+
+
+class SQLiteWriter:
+    """The thread, with a connection of its own, where a process's batched writes to a SQLite file
+    run (`HeldConnection`): one per engine, made on first use and stopped when the engine is
+    disposed.
+
+    Each call runs in ``BEGIN IMMEDIATE`` (the write lock taken before the first statement). When
+    another connection holds the lock (the engine's own, for the writes not batched), the call waits
+    for it in short polls of `LOCK_POLL` rather than SQLite's busy handler, whose sleeps grow to
+    100 ms, and gives up after `LOCK_WAIT` with the "database is locked" error."""
+
+    _writers: weakref.WeakKeyDictionary[Engine, SQLiteWriter] = weakref.WeakKeyDictionary()
+
+    def __init__(self, url: str) -> None:
+        self._engine = create_engine(
+            url, connect_args={"check_same_thread": False}, pool_size=1, max_overflow=0, poolclass=QueuePool
+        )
+        event.listen(self._engine, "connect", _writer_connection)
+        event.listen(self._engine, "begin", _begin_immediate)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="x402mw-sqlite-writer")
+
+    @classmethod
+    def of(cls, engine: AsyncEngine) -> SQLiteWriter | None:
+        """The writer of ``engine`` if it is on a SQLite file, else None."""
+        url = engine.url
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return None
+        if url.query.get("mode") == "memory":  # a shared in-memory database (file:…?mode=memory&uri=true)
+            return None
+        writer = cls._writers.get(engine.sync_engine)
+        if writer is None:
+            writer = cls._writers[engine.sync_engine] = cls(sync_url(url.render_as_string(hide_password=False)))
+            event.listen(engine.sync_engine, "engine_disposed", lambda _engine: cls._stop(engine.sync_engine))
+        return writer
+
+    @classmethod
+    def _stop(cls, engine: Engine) -> None:
+        writer = cls._writers.pop(engine, None)
+        if writer is not None:
+            writer._thread.submit(writer._engine.dispose)
+            writer._thread.shutdown(wait=True)
+
+    async def run(self, work: Callable[[Connection], T]) -> T:
+        """``work`` in one transaction on the writer's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._transact, work)
+
+    def _transact(self, work: Callable[[Connection], T]) -> T:
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                with self._engine.begin() as conn:
+                    return work(conn)
+            except OperationalError as exc:
+                if "locked" not in str(exc.orig) or time.monotonic() > deadline:
+                    raise
+            time.sleep(LOCK_POLL)
+
+
+def _writer_connection(dbapi_connection: Any, record: Any) -> None:
+    _sqlite_pragmas(dbapi_connection, record)
+    dbapi_connection.execute("PRAGMA busy_timeout=0")  # the writer polls for the lock itself
+    dbapi_connection.isolation_level = None  # the driver begins nothing: _begin_immediate does
+
+
+def _begin_immediate(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _ping_when_idle(engine: AsyncEngine, idle: float) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Insert, bindparam, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.batching import Coalescer
@@ -120,13 +121,14 @@ class IdempotencyKeys:
         return True
 
     async def _insert_rows(self, rows: list[dict[str, Any]]) -> list[bool]:
-        async with self._claim_conn.autocommit() as conn:  # one statement: atomic by itself
-            won = set((await conn.execute(self._insert, key_rows(rows))).scalars())
+        def insert(conn: Connection) -> set[str]:
+            return set(conn.execute(self._insert, key_rows(rows)).scalars())
+
+        won = await self._claim_conn.run(insert, atomic=False)  # one statement: atomic by itself
         return [row["id"] in won for row in rows]
 
     async def _write_stores(self, rows: list[dict[str, Any]]) -> list[None]:
-        async with self._store_conn.autocommit() as conn:
-            await conn.execute(STORE, rows)
+        await self._store_conn.run(lambda conn: conn.execute(STORE, rows), atomic=False)
         return [None] * len(rows)
 
     async def aclose(self) -> None:

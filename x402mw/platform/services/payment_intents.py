@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.errors import PriceError
@@ -216,11 +217,12 @@ class PaymentIntentWriter:
         batch) with their events. A key whose order conflicted is taken back, so that the conflict
         can be stored as its answer."""
         new_keys = [key for _order, key in items if key is not None]
-        async with self._conn.begin() as conn:
-            won = set((await conn.execute(self._insert_keys, key_rows(new_keys))).scalars()) if new_keys else set()
+
+        def write(conn: Connection) -> tuple[set[str], set[str]]:
+            won = set(conn.execute(self._insert_keys, key_rows(new_keys)).scalars()) if new_keys else set()
             taken = {order["id"] for order, key in items if key is not None and key["id"] not in won}
             rows = [order for order, _key in items if order["id"] not in taken]
-            inserted = set((await conn.execute(self._insert, rows)).scalars()) if rows else set()
+            inserted = set(conn.execute(self._insert, rows).scalars()) if rows else set()
             events = [
                 event_row(
                     merchant_id=row["merchant_id"],
@@ -233,14 +235,17 @@ class PaymentIntentWriter:
                 if row["id"] in inserted
             ]
             if events:
-                await conn.execute(tables.events.insert(), events)
+                conn.execute(tables.events.insert(), events)
             unused = [
                 {"row_id": key["id"]}
                 for order, key in items
                 if key is not None and key["id"] in won and order["id"] not in inserted
             ]
             if unused:
-                await conn.execute(_FORGET_KEY, unused)
+                conn.execute(_FORGET_KEY, unused)
+            return taken, inserted
+
+        taken, inserted = await self._conn.run(write)
         return [_TAKEN if o["id"] in taken else _CREATED if o["id"] in inserted else _CONFLICT for o, _k in items]
 
     async def aclose(self) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from sqlalchemy import bindparam, func, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.batching import Coalescer
@@ -84,7 +85,7 @@ class SettlementWrites:
         # Claims are on the way to the chain: two batches may be written at once, each on a connection
         # of its own (HeldConnection), so that a burst of claims does not wait for the batch before
         # it. Records are written after the answer, one batch at a time.
-        # (SQLite: one, as the process has one connection to write on.)
+        # (SQLite: one, as the process has one thread to write with.)
         flushes = 1 if engine.dialect.name == "sqlite" else CLAIM_FLUSHES
         self._claim_conns = [HeldConnection(engine) for _ in range(flushes)]
         self._record_conn = HeldConnection(engine)
@@ -134,11 +135,12 @@ class SettlementWrites:
         await self._records.submit(_Record("failed", values, challenge))
 
     async def _write_claims(self, payments: list[dict[str, Any]]) -> list[bool]:
-        # One statement is atomic by itself: commit it without BEGIN and COMMIT round trips.
+        def insert(conn: Connection) -> set[str]:
+            return set(conn.execute(self._insert_payments, payments).scalars())
+
         held = self._claim_conns.pop()  # one per flush: never empty
         try:
-            async with held.autocommit() as conn:
-                inserted = set((await conn.execute(self._insert_payments, payments)).scalars())
+            inserted = await held.run(insert, atomic=False)  # one statement: atomic by itself
         finally:
             self._claim_conns.append(held)
         return [payment["id"] in inserted for payment in payments]
@@ -147,17 +149,20 @@ class SettlementWrites:
         challenges = list({r.challenge["id"]: r.challenge for r in records if r.challenge is not None}.values())
         links = [{"b_challenge": r.link, "b_payment": r.values["b_id"]} for r in records if r.link]
         events = [r.event for r in records if r.event is not None]
-        async with self._record_conn.begin() as conn:
+
+        def write(conn: Connection) -> None:
             if challenges:
-                await conn.execute(self._insert_challenges, challenges)
+                conn.execute(self._insert_challenges, challenges)
             for kind, statement in self._mark.items():
                 rows = [r.values for r in records if r.kind == kind]
                 if rows:
-                    await conn.execute(statement, rows)
+                    conn.execute(statement, rows)
             if links:
-                await conn.execute(self._link_challenges, links)
+                conn.execute(self._link_challenges, links)
             if events:
-                await conn.execute(tables.events.insert(), events)
+                conn.execute(tables.events.insert(), events)
+
+        await self._record_conn.run(write)
         return [None] * len(records)
 
     async def aclose(self) -> None:
