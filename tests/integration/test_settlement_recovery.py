@@ -178,3 +178,70 @@ def test_recovery_settles_a_claim_whose_transfer_went_out_and_releases_one_that_
     )
     assert young["status"] == "claimed"
     assert harness.balance(pay_to) == 1000
+
+
+def test_recovery_waits_for_a_transfer_still_waiting_in_the_pool(anvil_platform: PlatformHarness) -> None:
+    # A process stopped after sending a transfer that the node has not mined yet: its authorization
+    # is still unused on the chain, yet the payment must not be failed (the same signature could
+    # then be relayed again). Recovery waits until every transaction the relayer had sent is mined.
+    harness = anvil_platform
+    merchant_id, api_key, _ = harness.merchant("Pending recovery merchant")
+    agent, pay_to = new_private_key(), address_of(new_private_key())
+    harness.fund(api_key, address_of(agent), "1")
+    old = harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5)
+    waiting_nonce, unsent_nonce = random_nonce(), random_nonce()
+    rows = {
+        name: _payment_row(
+            harness, merchant_id, address_of(agent), pay_to, nonce="0x" + nonce.hex(), status="claimed", created_at=old
+        )
+        for name, nonce in (("waiting", waiting_nonce), ("unsent", unsent_nonce))
+    }
+    rpc = harness.chain.rpc
+    transaction: dict[str, str] = {}
+
+    async def stop_with_a_transfer_in_the_pool(platform: Platform) -> int:
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(tables.agent_payments), list(rows.values()))
+        await rpc.request("evm_setAutomine", [False])
+        try:
+            transaction["waiting"] = await _send_transfer(platform, harness, agent, pay_to, waiting_nonce)
+            return await platform.settlement.recover_claimed()  # while the transfer waits in the pool
+        finally:
+            await rpc.request("evm_setAutomine", [True])
+
+    async def recover_after_mining(platform: Platform) -> tuple[int, dict[str, dict[str, Any]]]:
+        await rpc.request("evm_mine", [])
+        finished = await platform.settlement.recover_claimed()
+        payments = tables.agent_payments
+        ids = [row["id"] for row in rows.values()]
+        async with platform.engine.connect() as conn:
+            found = (await conn.execute(select(payments).where(payments.c.id.in_(ids)))).mappings().all()
+        return finished, {row["id"]: dict(row) for row in found}
+
+    assert harness.server.call(stop_with_a_transfer_in_the_pool) == 0
+    assert _statuses(harness, rows) == {"waiting": "claimed", "unsent": "claimed"}  # neither failed
+    finished, after = harness.server.call(recover_after_mining)
+    assert finished == 2
+    waiting, unsent = after[rows["waiting"]["id"]], after[rows["unsent"]["id"]]
+    assert (waiting["status"], waiting["transaction"]) == ("settled", transaction["waiting"])
+    assert verify_receipt(waiting["receipt"], harness.platform.receipt_address)
+    assert (unsent["status"], unsent["transaction"]) == ("failed", None)
+    assert harness.balance(pay_to) == 1000
+
+
+def _statuses(harness: PlatformHarness, rows: dict[str, dict[str, Any]]) -> dict[str, str]:
+    async def read(platform: Platform) -> dict[str, str]:
+        payments = tables.agent_payments
+        async with platform.engine.connect() as conn:
+            found = dict(
+                (
+                    await conn.execute(
+                        select(payments.c.id, payments.c.status).where(
+                            payments.c.id.in_([row["id"] for row in rows.values()])
+                        )
+                    )
+                ).all()
+            )
+        return {name: found[row["id"]] for name, row in rows.items()}
+
+    return harness.server.call(read)

@@ -322,6 +322,17 @@ class Relayer:
             finally:
                 self._inflight.discard(nonce)
 
+    async def nonces(self) -> tuple[int, int]:
+        """The account's nonces on the node: ``(mined, pending)``. Transactions of the relayer are
+        waiting to be mined while the two differ."""
+        mined, pending = await self._rpc.batch(
+            [
+                ("eth_getTransactionCount", [self.address, "latest"]),
+                ("eth_getTransactionCount", [self.address, "pending"]),
+            ]
+        )
+        return int(mined, 16), int(pending, 16)
+
     async def _resync(self) -> None:
         async with self._resync_lock:
             pending = await self._rpc.request("eth_getTransactionCount", [self.address, "pending"])

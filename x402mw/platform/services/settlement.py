@@ -154,6 +154,9 @@ class SettlementService:
         self._inflight: dict[str, asyncio.Task[SettleOutcome | None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._recording: dict[str, SettleOutcome] = {}  # answered, and being recorded
+        # A payment left `claimed` with its authorization unused, by id: the relayer's pending nonce
+        # when recovery first found it so (see recover_claimed).
+        self._unused_since: dict[str, int] = {}
         self.writes = SettlementWrites(engine)
 
     # -- verification (no side effects) -------------------------------------------------------
@@ -593,17 +596,24 @@ class SettlementService:
         have sent the transfer without recording it. Those older than `RECOVER_AFTER` that this
         process is not finishing are looked up on the chain: an authorization used there is settled
         with the transaction that used it (found by its ``AuthorizationUsed`` log); one still unused
-        is recorded failed, so that the same signature may be tried again. Returns how many."""
+        is recorded failed, so that the same signature may be tried again, once no transfer the
+        relayer had sent by then can still be waiting to be mined (`_nothing_pending_since`).
+        Returns how many."""
         finished = 0
+        relayer_nonces: dict[int, tuple[int, int]] = {}  # read once per chain and round
         for row in await self._left("claimed"):
             chain = self.chains.get(row.chain_id)
             if chain is None:
                 continue
             nonce = bytes.fromhex(row.nonce[2:])
             if not await authorization_state(chain.rpc, row.asset, row.payer, nonce):
-                await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
-                finished += 1
+                if chain.chain_id not in relayer_nonces:
+                    relayer_nonces[chain.chain_id] = await chain.relayer.nonces()
+                if self._nothing_pending_since(row.id, *relayer_nonces[chain.chain_id]):
+                    await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
+                    finished += 1
                 continue
+            self._unused_since.pop(row.id, None)
             tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
             if tx is None:  # used beyond the window searched, or canceled by the payer
                 await self.writes.failed(row.id, reasons.NONCE_USED)
@@ -618,6 +628,18 @@ class SettlementService:
             finished += 1
         await self.drain()
         return finished
+
+    def _nothing_pending_since(self, payment_id: str, mined: int, pending: int) -> bool:
+        """Whether every transaction the relayer had sent when payment ``payment_id`` was first
+        found unused is mined now (``mined`` and ``pending`` are the relayer's nonces). A transfer
+        the stopped process sent for it could otherwise still be waiting in the node's pool: failing
+        the payment then would let the same signature be relayed twice (the second reverts, and the
+        first would settle a payment recorded failed)."""
+        waited_for = self._unused_since.setdefault(payment_id, pending)
+        if mined < waited_for:
+            return False
+        del self._unused_since[payment_id]
+        return True
 
     async def recover_submitted(self) -> int:
         """Release settlements that a stopped process left ``submitted`` (a worker duty): those older
