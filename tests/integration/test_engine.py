@@ -170,7 +170,7 @@ async def test_the_sqlite_writer_stops_with_its_engine_and_starts_again_on_use(t
         writer = SQLiteWriter.of(engine)
         await engine.dispose()
         assert not any(t.name.startswith("x402mw-sqlite-writer") and t.is_alive() for t in _writer_threads(writer))
-        await HeldConnection(engine).run(_insert_note("after"))  # a new writer
+        await held.run(_insert_note("after"))  # on a new writer
         assert SQLiteWriter.of(engine) is not writer
         assert await _notes(engine) == ["before", "after"]
 

@@ -103,7 +103,7 @@ class HeldConnection:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._writer = SQLiteWriter.of(engine)
+        self._sqlite = engine.dialect.name == "sqlite"
         self._conn: AsyncConnection | None = None
         self._level = ""  # the held connection's isolation level
         self._default = ""  # the level it came with
@@ -117,10 +117,11 @@ class HeldConnection:
 
         ``work`` runs in another thread on SQLite, and runs again should it find the database
         locked by another connection: it must do nothing but its statements."""
-        if self._writer is not None:
-            return await self._writer.run(work)
-        if self.engine.dialect.name == "sqlite":  # an in-memory database: the pool's one connection
-            async with self.engine.begin() as conn:
+        if self._sqlite:
+            writer = SQLiteWriter.of(self.engine)  # looked up each time: a disposed engine gets a new one
+            if writer is not None:
+                return await writer.run(work)
+            async with self.engine.begin() as conn:  # an in-memory database: the pool's one connection
                 return await conn.run_sync(work)
         async with self._held(autocommit=not atomic) as conn:
             if not atomic:
