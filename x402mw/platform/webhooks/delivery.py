@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw import __version__
@@ -198,7 +198,31 @@ async def _fan_out(engine: AsyncEngine, now: datetime) -> int:
         .values(fanned_out_at=now)
         .returning(events.c.id, events.c.merchant_id, events.c.livemode, events.c.type, events.c.created_at)
     )
+    # Events of an account with no enabled endpoint are owed to nobody: marked in batches of their
+    # own, without a row coming back.
+    unheard = (
+        select(events.c.id)
+        .where(
+            events.c.fanned_out_at.is_(None),
+            ~exists().where(
+                endpoints.c.merchant_id == events.c.merchant_id,
+                endpoints.c.livemode == events.c.livemode,
+                endpoints.c.status == "enabled",
+            ),
+        )
+        .limit(_FAN_OUT_BATCH * 4)
+        .with_for_update(skip_locked=True)
+    )
+    mark_unheard = (
+        update(events).where(events.c.id.in_(unheard), events.c.fanned_out_at.is_(None)).values(fanned_out_at=now)
+    )
     done = 0
+    for _ in range(_FAN_OUT_BATCHES):
+        async with engine.begin() as conn:
+            skipped = (await conn.execute(mark_unheard)).rowcount
+        done += skipped
+        if skipped < _FAN_OUT_BATCH * 4:
+            break
     for _ in range(_FAN_OUT_BATCHES):
         async with engine.begin() as conn:
             marked = (await conn.execute(take)).mappings().all()
