@@ -190,3 +190,42 @@ async def test_an_in_memory_sqlite_database_is_written_on_the_engine_itself() ->
         assert await _notes(engine) == ["kept"]
     finally:
         await engine.dispose()
+
+
+async def test_an_inline_sqlite_write_runs_on_the_event_loop_when_the_writer_is_free(tmp_path: Path) -> None:
+    async with _sqlite_file(tmp_path) as engine:
+        claims = HeldConnection(engine, inline=True)
+        assert await claims.run(_insert_note("inline")) == threading.current_thread().name
+        assert await _notes(engine) == ["inline"]
+
+
+async def test_an_inline_sqlite_write_goes_to_the_writer_thread_when_the_database_is_locked(tmp_path: Path) -> None:
+    async with _sqlite_file(tmp_path) as engine:
+        claims = HeldConnection(engine, inline=True)
+        async with engine.connect() as conn:
+            await conn.execute(text("INSERT INTO notes (body) VALUES ('engine')"))  # the write lock, kept
+            waiting = asyncio.ensure_future(claims.run(_insert_note("claim")))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()  # never blocks the loop: the thread polls for the lock
+            await conn.commit()
+        assert (await waiting).startswith("x402mw-sqlite-writer")
+        assert await _notes(engine) == ["engine", "claim"]
+
+
+@pytest.mark.parametrize("every", [5, 10**9])
+async def test_the_sqlite_writer_checkpoints_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int
+) -> None:
+    # The writer's connection does not checkpoint as it commits (a write on the event loop must not
+    # wait for one): its thread does, every CHECKPOINT_EVERY transactions, so the WAL stays small.
+    monkeypatch.setattr(engine_module, "CHECKPOINT_EVERY", every)
+    async with _sqlite_file(tmp_path) as engine:
+        held = HeldConnection(engine)
+        for _ in range(200):
+            await held.run(_insert_note("x" * 4000))
+        wal = (tmp_path / "db.sqlite3-wal").stat().st_size
+        assert len(await _notes(engine)) == 200
+    if every == 5:
+        assert wal < 200_000  # restarted after each checkpoint
+    else:
+        assert wal > 800_000  # 200 pages and more, never checkpointed
