@@ -93,6 +93,34 @@ async def test_challenges_are_registered_and_report_their_payment(deployment: De
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "resource_missing"
 
 
+async def test_reads_after_a_receipt_find_the_payment_settled(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The settlement is recorded just after its receipt is answered; a read of the agent API made
+    # in between waits for that record instead of answering 404 or "processing".
+    writes = deployment.harness.platform.settlement.writes
+    record = writes.settled
+
+    async def slow_record(*args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0.5)
+        await record(*args, **kwargs)
+
+    monkeypatch.setattr(writes, "settled", slow_record)
+    app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
+    response = await _pay(app, X402Auth(deployment.agent))
+    assert response.status_code == 200
+    receipt = decode_settlement_response(response.headers["PAYMENT-RESPONSE"]).receipt
+    assert receipt is not None
+    with deployment.api() as api:
+        challenge = api.get(f"/agent/challenges/{receipt['challengeId']}")
+        payments = api.get("/agent/payments").json()["data"]
+        events = api.get("/events", params={"type": "agent_payment.settled"}).json()["data"]
+    assert challenge.status_code == 200, challenge.text
+    assert challenge.json()["challenge"]["status"] == "settled"
+    assert [p["status"] for p in payments if p["transaction"] == receipt["transaction"]] == ["settled"]
+    assert any(e["data"]["agentPayment"]["transaction"] == receipt["transaction"] for e in events)
+
+
 async def test_unpaid_challenges_reach_the_platform_in_the_background(deployment: Deployment) -> None:
     app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:

@@ -114,6 +114,7 @@ async def list_payments(request: Request) -> JSONResponse:
     endpoint = request.query_params.get("endpointId")
     if endpoint:
         filters.append(table.c.endpoint_id == endpoint)
+    await request.app.state.platform.settlement.recorded()
     async with request.app.state.platform.engine.connect() as conn:
         page = await list_page(
             conn, table, filters, request, lambda r: payment_json(AgentPayment.model_validate(dict(r)))
@@ -125,6 +126,7 @@ async def retrieve_payment(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     table = tables.agent_payments
     payment_id = request.path_params["payment_id"]
+    await request.app.state.platform.settlement.recorded()
     async with request.app.state.platform.engine.connect() as conn:
         found = (
             (
@@ -151,6 +153,7 @@ async def usage(request: Request) -> JSONResponse:
         start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
     except ValueError:
         raise ApiError(400, "parameter_invalid", "month must look like 2026-11", param="month") from None
+    await platform.settlement.recorded()
     return JSONResponse({"usage": await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)})
 
 

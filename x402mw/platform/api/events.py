@@ -52,6 +52,7 @@ async def list_events(request: Request) -> JSONResponse:
     kind = request.query_params.get("type")
     if kind is not None:
         filters.append(table.c.type == kind)
+    await request.app.state.platform.settlement.recorded()  # agent_payment.settled lands just after its receipt
     async with request.app.state.platform.engine.connect() as conn:
         page = await list_page(conn, table, filters, request, event_json)
     return JSONResponse(page)

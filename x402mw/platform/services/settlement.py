@@ -540,6 +540,13 @@ class SettlementService:
 
         task.add_done_callback(recorded)
 
+    async def recorded(self) -> None:
+        """Wait until the settlements this process has answered so far are recorded: a read of the
+        agent API made after a receipt then finds the payment settled (within this process; another
+        process's records may land a few milliseconds later). Later settlements are not waited for."""
+        if self._background:
+            await asyncio.wait(list(self._background))
+
     async def drain(self) -> None:
         """Wait until every answered settlement is recorded."""
         while self._background:
