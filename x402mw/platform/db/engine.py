@@ -200,19 +200,22 @@ class SQLiteWriter:
     @classmethod
     def of(cls, engine: AsyncEngine) -> SQLiteWriter | None:
         """The writer of ``engine`` if it is on a SQLite file, else None."""
+        writer = cls._writers.get(engine.sync_engine)  # every batched write asks: the known case first
+        if writer is not None:
+            return writer
         url = engine.url
         if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
             return None
         if url.query.get("mode") == "memory":  # a shared in-memory database (file:…?mode=memory&uri=true)
             return None
-        writer = cls._writers.get(engine.sync_engine)
-        if writer is None:
-            writer = cls._writers[engine.sync_engine] = cls(sync_url(url.render_as_string(hide_password=False)))
-            event.listen(engine.sync_engine, "engine_disposed", lambda _engine: cls._stop(engine.sync_engine))
+        writer = cls._writers[engine.sync_engine] = cls(sync_url(url.render_as_string(hide_password=False)))
+        if not event.contains(engine.sync_engine, "engine_disposed", cls._stop):
+            event.listen(engine.sync_engine, "engine_disposed", cls._stop)
         return writer
 
     @classmethod
     def _stop(cls, engine: Engine) -> None:
+        """Stop the writer of ``engine`` (it is being disposed); a later write makes a new one."""
         writer = cls._writers.pop(engine, None)
         if writer is not None:
             writer._thread.submit(writer._engine.dispose)

@@ -548,9 +548,9 @@ class SettlementService:
             await asyncio.wait(list(self._background))
 
     async def drain(self) -> None:
-        """Wait until every answered settlement is recorded."""
+        """Wait until every answered settlement is recorded, those answered meanwhile too."""
         while self._background:
-            await asyncio.wait(list(self._background))
+            await self.recorded()
 
     async def aclose(self) -> None:
         """Record what was answered and release the writers' connections (before the engine closes)."""
