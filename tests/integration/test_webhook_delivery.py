@@ -336,6 +336,41 @@ def test_redeliver_and_the_delivery_log(dev_platform: PlatformHarness, receiver:
         _error(api.post(f"/events/{event['id']}/redeliver", json={"force": True}), 400, "parameter_unknown", "force")
 
 
+def test_an_endpoint_is_owed_the_events_recorded_once_it_exists(
+    dev_platform: PlatformHarness, receiver: Receiver
+) -> None:
+    """An event goes to the endpoints enabled when it is recorded. One recorded while the account has
+    no enabled endpoint is written fanned out already (the worker never touches it again), and
+    redelivering it is how a new endpoint gets it."""
+    merchant_id, key, _ = dev_platform.merchant()
+    with _api(dev_platform, key) as api:
+        before = _order(api)
+        _endpoint(api, receiver.url("first"), ["payment_intent.created"])
+        during = _order(api)
+        _endpoint(api, receiver.url("second"), ["payment_intent.created"])
+        events = {event["data"]["paymentIntent"]["id"]: event["id"] for event in _events(api)}
+
+        async def fanned_out(platform: Any) -> dict[str, bool]:
+            rows = await _rows(platform, tables.events.c.merchant_id == merchant_id)
+            return {row.id: row.fanned_out_at is not None and row.fanned_out_at == row.created_at for row in rows}
+
+        assert dev_platform.server.call(fanned_out)[events[before["id"]]] is True  # before any worker round
+        _deliver_until(dev_platform, lambda: receiver.at("first"))
+        _round(dev_platform)
+        assert [r.webhook_id for r in receiver.at("first")] == [events[during["id"]]]
+        assert receiver.at("second") == []
+        assert _event(api, events[before["id"]])["deliveries"] == []
+        reply = api.post(f"/events/{events[before['id']]}/redeliver")
+        assert reply.status_code == 200 and reply.json()["redelivered"] == 2
+        _deliver_until(dev_platform, lambda: receiver.at("second") and len(receiver.at("first")) == 2)
+        assert [r.webhook_id for r in receiver.at("second")] == [events[before["id"]]]
+
+
+async def _rows(platform: Any, where: Any) -> list[Any]:
+    async with platform.engine.connect() as conn:
+        return list(await conn.execute(select(tables.events).where(where)))
+
+
 def test_secrets_never_appear_in_reads_and_crud(dev_platform: PlatformHarness, receiver: Receiver) -> None:
     _, key, _ = dev_platform.merchant()
     with _api(dev_platform, key) as api:

@@ -31,7 +31,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.idempotency import KeySlot, KeyTaken, insert_keys, key_rows
-from x402mw.platform.services.outbox import event_row, record_event
+from x402mw.platform.services.outbox import event_row, insert_events, record_event
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
 
 __all__ = [
@@ -235,7 +235,7 @@ class PaymentIntentWriter:
                 if row["id"] in inserted
             ]
             if events:
-                conn.execute(tables.events.insert(), events)
+                insert_events(conn, events)
             unused = [
                 {"row_id": key["id"]}
                 for order, key in items

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
+from x402mw.platform.services.outbox import insert_events
 
 __all__ = ["SettlementWrites"]
 
@@ -163,7 +164,7 @@ class SettlementWrites:
             if links:
                 conn.execute(self._link_challenges, links)
             if events:
-                conn.execute(tables.events.insert(), events)
+                insert_events(conn, events)
 
         await self._record_conn.run(write)
         return [None] * len(records)

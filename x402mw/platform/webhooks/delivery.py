@@ -1,12 +1,14 @@
 """The webhook outbox worker: from ``events`` rows to signed POSTs, at least once.
 
 Each round (`deliver_due`) first *fans out* new events: one ``webhook_deliveries`` row per enabled
-endpoint of the event's merchant and mode whose filter matches, in the transaction that marks the
-event ``fanned_out_at``. It then *claims* due deliveries (``SELECT ... FOR UPDATE SKIP LOCKED`` on
-PostgreSQL, and everywhere a conditional UPDATE of ``locked_until``, so two workers never send the
-same delivery at once) and POSTs them. A 2xx marks a delivery delivered; anything else schedules a
-retry after ``5 s × 2^attempt`` (capped at 6 h, ±20 % jitter) until ``expires_at``, three days after
-the event, when it is marked failed. A 410 disables the endpoint and fails its pending deliveries.
+endpoint of the event's merchant and mode whose filter matches and that existed when the event was
+recorded, in the transaction that marks the event ``fanned_out_at`` (an event of an account without
+an enabled endpoint is recorded fanned out already: see :mod:`x402mw.platform.services.outbox`).
+It then *claims* due deliveries (``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL, and everywhere
+a conditional UPDATE of ``locked_until``, so two workers never send the same delivery at once) and
+POSTs them. A 2xx marks a delivery delivered; anything else schedules a retry after
+``5 s × 2^attempt`` (capped at 6 h, ±20 % jitter) until ``expires_at``, three days after the event,
+when it is marked failed. A 410 disables the endpoint and fails its pending deliveries.
 """
 
 from __future__ import annotations
@@ -228,23 +230,34 @@ async def _fan_out(engine: AsyncEngine, now: datetime) -> int:
             marked = (await conn.execute(take)).mappings().all()
             if not marked:
                 break
-            listening: dict[tuple[str, bool], list[tuple[str, list[str]]]] = {}
-            merchants = {event["merchant_id"] for event in marked}
-            if merchants:
-                found = await conn.execute(
-                    select(endpoints.c.id, endpoints.c.merchant_id, endpoints.c.livemode, endpoints.c.enabled_events)
-                    .where(endpoints.c.merchant_id.in_(merchants), endpoints.c.status == "enabled")
-                    .order_by(endpoints.c.created_at)
+            listening: dict[tuple[str, bool], list[tuple[str, list[str], datetime]]] = {}
+            found = await conn.execute(
+                select(
+                    endpoints.c.id,
+                    endpoints.c.merchant_id,
+                    endpoints.c.livemode,
+                    endpoints.c.enabled_events,
+                    endpoints.c.created_at,
                 )
-                for endpoint in found:
-                    owner = (endpoint.merchant_id, bool(endpoint.livemode))
-                    listening.setdefault(owner, []).append((endpoint.id, endpoint.enabled_events))
+                .where(endpoints.c.merchant_id.in_({event["merchant_id"] for event in marked}))
+                .where(endpoints.c.status == "enabled")
+                .order_by(endpoints.c.created_at)
+            )
+            for endpoint in found:
+                owner = (endpoint.merchant_id, bool(endpoint.livemode))
+                listening.setdefault(owner, []).append(
+                    (endpoint.id, endpoint.enabled_events, _aware(endpoint.created_at))
+                )
             owed = [
                 # an event older than the retry window (a late fan-out) still gets half a window
-                _new_delivery(event, endpoint_id, now, max(_aware(event["created_at"]), now - RETRY_WINDOW / 2))
+                _new_delivery(event, endpoint_id, now, max(recorded, now - RETRY_WINDOW / 2))
                 for event in marked
-                for endpoint_id, enabled_events in listening.get((event["merchant_id"], bool(event["livemode"])), [])
-                if matches(enabled_events, event["type"])
+                for recorded in (_aware(event["created_at"]),)
+                for endpoint_id, enabled_events, created in listening.get(
+                    (event["merchant_id"], bool(event["livemode"])), []
+                )
+                # an endpoint is owed the events recorded once it exists (see x402mw.platform.services.outbox)
+                if created <= recorded and matches(enabled_events, event["type"])
             ]
             if owed:
                 await conn.execute(tables.webhook_deliveries.insert(), owed)
