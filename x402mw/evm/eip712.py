@@ -36,12 +36,14 @@ __all__ = [
     "InvalidSignatureError",
     "TokenDomain",
     "TransferAuthorization",
+    "address_word",
     "random_nonce",
     "recover_digest_signer",
     "recover_transfer_signer",
     "sign_digest",
     "sign_transfer",
     "transfer_digest",
+    "uint256_word",
 ]
 
 TYPED_DATA_TYPES: dict[str, list[dict[str, str]]] = {
@@ -90,14 +92,16 @@ class InvalidSignatureError(ValueError):
     (EIP-2), or no public key recovers from it."""
 
 
-def _address_word(name: str, value: object) -> bytes:
+def address_word(name: str, value: object) -> bytes:
+    """The ABI word of an address (12 zero bytes, then its 20); ``ValueError`` naming ``name`` otherwise."""
     body = _hex_body(value)
     if body is None:
         raise ValueError(f"{name} must be '0x' followed by 40 hex digits")
     return _ADDRESS_PADDING + bytes.fromhex(body)
 
 
-def _uint256_word(name: str, value: object) -> bytes:
+def uint256_word(name: str, value: object) -> bytes:
+    """The ABI word of a uint256; ``ValueError`` naming ``name`` for anything else (a bool too)."""
     if type(value) is not int or not 0 <= value < _UINT256_LIMIT:
         raise ValueError(f"{name} must be an int in [0, 2**256)")
     return value.to_bytes(32, "big")
@@ -126,8 +130,8 @@ class TokenDomain:
             DOMAIN_TYPEHASH
             + keccak256(self.name.encode("utf-8"))
             + keccak256(self.version.encode("utf-8"))
-            + _uint256_word("chain_id", self.chain_id)
-            + _address_word("verifying_contract", self.verifying_contract)
+            + uint256_word("chain_id", self.chain_id)
+            + address_word("verifying_contract", self.verifying_contract)
         )
         object.__setattr__(self, "separator", separator)
         object.__setattr__(self, "digest_prefix", b"\x19\x01" + separator)
@@ -149,11 +153,11 @@ class TransferAuthorization:
     nonce: bytes
 
     def __post_init__(self) -> None:
-        _address_word("from_address", self.from_address)
-        _address_word("to", self.to)
-        _uint256_word("value", self.value)
-        _uint256_word("valid_after", self.valid_after)
-        _uint256_word("valid_before", self.valid_before)
+        address_word("from_address", self.from_address)
+        address_word("to", self.to)
+        uint256_word("value", self.value)
+        uint256_word("valid_after", self.valid_after)
+        uint256_word("valid_before", self.valid_before)
         if not isinstance(self.nonce, bytes) or len(self.nonce) != 32:
             raise ValueError("nonce must be 32 bytes")
 

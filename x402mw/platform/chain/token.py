@@ -15,6 +15,7 @@ from typing import Any
 from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode as abi_encode
 
+from x402mw.evm.eip712 import address_word, uint256_word
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import to_checksum_address
 from x402mw.platform.chain.relayer import RevertError, transact
@@ -47,7 +48,6 @@ _BALANCE_OF = _selector("balanceOf(address)")
 _NAME = _selector("name()")
 _VERSION = _selector("version()")
 _AUTHORIZATION_STATE = _selector("authorizationState(address,bytes32)")
-_AUTH_TYPES = ["address", "address", "uint256", "uint256", "uint256", "bytes32", "uint8", "bytes32", "bytes32"]
 
 
 @functools.cache
@@ -143,15 +143,28 @@ async def find_authorization_use(
 def _encode_authorization(
     from_: str, to: str, value: int, valid_after: int, valid_before: int, nonce: bytes, signature: bytes
 ) -> bytes:
+    # Every argument is a static 32-byte word, so the ABI encoding is their concatenation: by hand,
+    # as this runs once per settlement (eth_abi's encoder took ~90 µs; a test holds the two equal).
     if len(signature) != 65:
         raise ValueError(f"a signature is 65 bytes (r || s || v), got {len(signature)}")
-    if len(nonce) != 32:
+    if not isinstance(nonce, bytes | bytearray) or len(nonce) != 32:
         raise ValueError(f"an authorization nonce is 32 bytes, got {len(nonce)}")
     v = signature[64]
     if v < 27:
         v += 27
-    args = [from_, to, value, valid_after, valid_before, nonce, v, signature[:32], signature[32:64]]
-    return abi_encode(_AUTH_TYPES, args)
+    return b"".join(
+        (
+            address_word("from", from_),
+            address_word("to", to),
+            uint256_word("value", value),
+            uint256_word("validAfter", valid_after),
+            uint256_word("validBefore", valid_before),
+            bytes(nonce),
+            v.to_bytes(32, "big"),
+            bytes(signature[:32]),
+            bytes(signature[32:64]),
+        )
+    )
 
 
 async def _call(rpc: JsonRpc, token: str, data: bytes) -> bytes:
