@@ -117,6 +117,14 @@ async def test_the_async_seller_sends_what_an_httpx_client_sends(echo_url: str) 
     assert direct[0].data["user-agent"] == f"x402mw-seller/{__version__}"
 
 
+async def _through_an_async_seller(gate: PaymentGate) -> list[Any]:
+    seller = AsyncSeller(gate)
+    try:
+        return await seller.run(_calls())
+    finally:
+        await seller.aclose()
+
+
 def _unused_port() -> int:
     import socket
 
@@ -135,14 +143,7 @@ def test_an_unreachable_platform_is_a_platform_error_with_status_0() -> None:
     assert [type(result) for result in results] == [PlatformError] * 3
     assert all(result.status == 0 and "unreachable" in str(result) for result in results)
 
-    async def from_async() -> list[Any]:
-        async_seller = AsyncSeller(gate)
-        try:
-            return await async_seller.run(_calls())
-        finally:
-            await async_seller.aclose()
-
-    assert [type(result) for result in asyncio.run(from_async())] == [PlatformError] * 3
+    assert [type(result) for result in asyncio.run(_through_an_async_seller(gate))] == [PlatformError] * 3
 
 
 def test_a_proxy_named_by_the_environment_is_honoured(echo_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,12 +161,5 @@ def test_a_proxy_named_by_the_environment_is_honoured(echo_url: str, monkeypatch
     assert settle.status == 200 and settle.data["host"] == "platform.invalid"
     assert settle.data["path"].endswith("/v1/agent/settlements")
 
-    async def from_async() -> list[Any]:
-        async_seller = AsyncSeller(gate)
-        try:
-            return await async_seller.run(_calls())
-        finally:
-            await async_seller.aclose()
-
-    settle, _terms, _missing = asyncio.run(from_async())
+    settle, _terms, _missing = asyncio.run(_through_an_async_seller(gate))
     assert settle.status == 200 and settle.data["host"] == "platform.invalid"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -42,30 +42,6 @@ MIN_VALIDITY_SECONDS = 6
 POLL_SECONDS = 0.05
 # A settlement still `claimed` or `submitted` this long after its claim was left by a process that stopped.
 RECOVER_AFTER = timedelta(minutes=2)
-
-
-class Payment(Protocol):
-    """An ``agent_payments`` row as settlement reads and updates it: an `AgentPayment` loaded from
-    the database, or the `Claimed` record of a payment this process has just claimed."""
-
-    id: str
-    merchant_id: str | None
-    endpoint_id: str | None
-    challenge_id: str | None
-    livemode: bool
-    chain_id: int
-    asset: str
-    currency: str
-    payer: str
-    pay_to: str
-    amount_minor: int
-    status: str
-    transaction: str | None
-    block_number: int | None
-    error_reason: str | None
-    receipt: dict[str, Any] | None
-    created_at: datetime
-    settled_at: datetime | None
 
 
 @dataclass(slots=True)
@@ -102,6 +78,11 @@ class Claimed:
     def row(self) -> dict[str, Any]:
         """The row to insert: every column by name."""
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+Payment = AgentPayment | Claimed
+"""An ``agent_payments`` row as settlement reads and updates it: loaded from the database, or just
+claimed by this process."""
 
 
 class Refusal(Exception):
