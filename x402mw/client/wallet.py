@@ -6,6 +6,7 @@ The wallet needs no gas money; the seller's facilitator submits the authorizatio
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -165,9 +166,15 @@ def token_domain(requirements: PaymentRequirements) -> TokenDomain:
             )
         name, version = known.eip712_name, known.eip712_version
     try:
-        return TokenDomain(name, version, chain_id, requirements.asset)
+        return _domain(name, version, chain_id, requirements.asset)
     except ValueError as exc:
         raise _unsupported(f"cannot sign for asset {requirements.asset!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _domain(name: str, version: str, chain_id: int, asset: str) -> TokenDomain:
+    # An agent pays the same few tokens again and again; a domain separator costs three keccaks.
+    return TokenDomain(name, version, chain_id, asset)
 
 
 def _unsupported(message: str) -> PaymentRefusedError:
