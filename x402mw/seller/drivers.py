@@ -62,19 +62,19 @@ class _Requests:
     def __init__(self, gate: PaymentGate) -> None:
         self._base = gate.platform_url.rstrip("/")
         self._headers = [(name.encode(), value.encode()) for name, value in _headers(gate).items()]
-        self._timeouts: dict[float, dict[str, float | None]] = {}
 
     def build(self, call: PlatformCall) -> httpx.Request:
-        timeouts = self._timeouts.get(call.timeout)
-        if timeouts is None:
-            timeouts = self._timeouts.setdefault(call.timeout, httpx.Timeout(call.timeout).as_dict())
         headers = self._headers
         content = None
         if call.json is not None:
             content = json.dumps(call.json, separators=(",", ":")).encode()
             headers = [*headers, (b"Content-Type", b"application/json")]
         return httpx.Request(
-            call.method, self._base + call.path, headers=headers, content=content, extensions={"timeout": timeouts}
+            call.method,
+            self._base + call.path,
+            headers=headers,
+            content=content,
+            extensions={"timeout": httpx.Timeout(call.timeout).as_dict()},
         )
 
 
