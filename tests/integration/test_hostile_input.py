@@ -165,3 +165,64 @@ def test_a_nul_character_is_refused_before_it_reaches_the_database(dev_platform:
         written = api.post("/payment-intents", json={"orderId": "a\\u0000b", "amount": "1", "currency": "USDC"})
         assert written.status_code == 201, written.text  # a backslash followed by u0000 is ordinary text
         assert written.json()["paymentIntent"]["orderId"] == "a\\u0000b"
+
+
+def test_a_method_the_url_does_not_take_is_a_405_naming_the_ones_it_does(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("405")
+    with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+        for method, path, allowed in (
+            ("TRACE", "/health", {"GET", "HEAD"}),
+            ("DELETE", "/payment-intents", {"GET", "HEAD", "POST"}),
+            ("PUT", "/webhook-endpoints/whk_x", {"GET", "HEAD", "PATCH", "DELETE"}),
+        ):
+            reply = api.request(method, path)
+            assert reply.status_code == 405, (method, path, reply.text)
+            assert reply.json()["error"]["code"] == "method_not_allowed"
+            assert {name.strip() for name in reply.headers["allow"].split(",")} == allowed
+
+
+def _nullable(document: dict[str, Any], schema_name: str) -> dict[str, bool]:
+    properties = document["components"]["schemas"][schema_name]["properties"]
+    return {name: {"type": "null"} in field.get("anyOf", ()) for name, field in properties.items()}
+
+
+def test_a_patch_takes_null_exactly_where_the_document_says(dev_platform: PlatformHarness) -> None:
+    # The document is generated from the models and the handler enforces them: sending `null` for
+    # each field must be refused as "cannot be null" exactly where the schema does not admit null.
+    _, key, _ = dev_platform.merchant("PATCH nulls")
+    document = build_document()
+    with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+        endpoint = api.post(
+            "/agent/endpoints",
+            json={
+                "name": "nulls",
+                "resourceUrl": "https://example.com/nulls",
+                "chainId": dev_platform.chain.chain_id,
+                "currency": "USDC",
+                "payoutAddress": "0x" + "12" * 20,
+                "pricingMode": "dynamic",
+            },
+        )
+        hook = api.post("/webhook-endpoints", json={"url": "https://example.com/hook", "enabledEvents": ["*"]})
+        assert endpoint.status_code == hook.status_code == 201, (endpoint.text, hook.text)
+        targets = {
+            f"/agent/endpoints/{endpoint.json()['endpoint']['id']}": "EndpointUpdate",
+            f"/webhook-endpoints/{hook.json()['webhookEndpoint']['id']}": "WebhookEndpointUpdate",
+        }
+        cleared = 0
+        for path, schema_name in targets.items():
+            for name, nullable in _nullable(document, schema_name).items():
+                reply = api.patch(path, json={name: None})
+                if nullable:
+                    assert reply.status_code == 200, (path, name, reply.text)
+                    cleared += 1
+                else:
+                    assert reply.status_code == 400, (path, name, reply.text)
+                    assert reply.json()["error"] | {"requestId": ""} == {
+                        "type": "invalid_request_error",
+                        "code": "parameter_invalid",
+                        "message": f"{name} cannot be null",
+                        "param": name,
+                        "requestId": "",
+                    }
+    assert cleared == 2  # a dynamic endpoint's amountMinor, a webhook endpoint's description

@@ -139,7 +139,7 @@ def test_request_bodies_come_from_the_pydantic_models() -> None:
     assert set(create["required"]) == {"name", "resourceUrl", "chainId", "currency", "payoutAddress"}
     assert create["properties"]["maxTimeoutSeconds"]["minimum"] == 30
     # amounts parsed from digit strings are documented as strings, never as numbers
-    assert create["properties"]["amountMinor"]["anyOf"][0] == {"type": "string", "pattern": "^[0-9]+$"}
+    assert create["properties"]["amountMinor"]["anyOf"][0] == {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"}
     assert schemas["PaymentRequirements"]["properties"]["amount"]["type"] == "string"
     assert schemas["SettleBody"]["properties"]["paymentPayload"]["$ref"] == "#/components/schemas/PaymentPayload"
     assert schemas["ChallengeBatch"]["properties"]["challenges"]["items"] == {

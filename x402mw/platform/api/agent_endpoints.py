@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from x402mw.evm.keys import is_address, to_checksum_address
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import http_url, iso, parse_body, read_json
+from x402mw.platform.api.bodies import PatchBody, http_url, iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -36,8 +36,10 @@ def _minor(value: object) -> int | None:
     if not text.isascii() or not text.isdigit() or len(text) > 19:
         raise ValueError('must be a string of integer minor units, e.g. "10000"')
     number = int(text)
-    if not 0 < number <= MAX_MINOR:
+    if number == 0:
         raise ValueError("must be greater than zero")
+    if number > MAX_MINOR:
+        raise ValueError(f"must be at most {MAX_MINOR}")
     return number
 
 
@@ -69,7 +71,9 @@ class EndpointCreate(_EndpointFields):
     maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600)
 
 
-class EndpointUpdate(_EndpointFields):
+class EndpointUpdate(_EndpointFields, PatchBody):
+    CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
+
     name: str | None = Field(default=None, min_length=1, max_length=200)
     resourceUrl: str | None = None
     payoutAddress: str | None = None
@@ -189,7 +193,7 @@ async def update(request: Request) -> JSONResponse:
     body = parse_body(EndpointUpdate, await read_json(request))
     platform = request.app.state.platform
     table = tables.agent_endpoints
-    changes = body.model_dump(exclude_unset=True)
+    changes = body.changes()
     async with platform.engine.begin() as conn:
         row = await load_endpoint(conn, caller, request.path_params["endpoint_id"])
         pricing = changes.get("pricingMode", row.pricing_mode)
@@ -207,8 +211,6 @@ async def update(request: Request) -> JSONResponse:
             "payoutAddress": "payout_address",
         }
         for key, value in changes.items():
-            if value is None and key != "amountMinor":
-                raise ApiError(400, "parameter_invalid", f"{key} cannot be null", param=key)
             values[names[key]] = value
         if "payoutAddress" in changes:
             history = list(row.payout_history or [])

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
 
-__all__ = ["MAX_BODY_BYTES", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "PatchBody", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
@@ -84,6 +86,36 @@ def parse_body(model: type[M], data: Any, *, prefix: str = "") -> M:
             raise ApiError(400, "parameter_unknown", f"Received unknown parameter: {param}", param=param) from None
         message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         raise ApiError(400, "parameter_invalid", f"Invalid {param}: {message}", param=param) from None
+
+
+class PatchBody(BaseModel):
+    """The body of a PATCH: a field left out keeps its value; ``null`` clears the fields named in
+    ``CLEARABLE`` and is refused for the others. Its JSON schema says the same (only those fields
+    take ``null``), so the OpenAPI document and the handler cannot disagree."""
+
+    CLEARABLE: ClassVar[frozenset[str]] = frozenset()
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the request sent, by name; a 400 naming the first one sent as an unclearable ``null``."""
+        changes = self.model_dump(exclude_unset=True)
+        for key, value in changes.items():
+            if value is None and key not in self.CLEARABLE:
+                raise ApiError(400, "parameter_invalid", f"{key} cannot be null", param=key)
+        return changes
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        answer = handler(schema)
+        for name, field in handler.resolve_ref_schema(answer)["properties"].items():
+            options = field.get("anyOf")
+            if name in cls.CLEARABLE or not options:
+                continue
+            kept = [option for option in options if option != {"type": "null"}]
+            del field["anyOf"]
+            field.update(kept[0] if len(kept) == 1 else {"anyOf": kept})
+            if field.get("default", 0) is None:
+                del field["default"]
+        return answer
 
 
 def http_url(value: str | None) -> str | None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextvars
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, Mount, Route
 
 from x402mw.platform.services.errors import Refused
 
@@ -74,11 +75,31 @@ async def _api_error(_request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
-async def _http_error(_request: Request, exc: Exception) -> Response:
+def _allowed_methods(routes: Iterable[BaseRoute], scope: Scope) -> set[str]:
+    """The methods of every route whose path matches ``scope`` (Starlette's own 405 names only the
+    first such route, and a path here often has one route per method)."""
+    allowed: set[str] = set()
+    for route in routes:
+        match, child = route.matches(scope)
+        if isinstance(route, Mount) and match is Match.FULL:
+            allowed |= _allowed_methods(route.routes, {**scope, **child})
+        elif isinstance(route, Route) and match is not Match.NONE:
+            allowed |= route.methods or set()
+    return allowed
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "resource_missing", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
     message = "Unrecognized request URL" if exc.status_code == 404 else str(exc.detail)
-    return error_response(ApiError(exc.status_code, code, message))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # RFC 9110, 15.5.6: a 405 names the methods the URL does take
+        # Matched from the app's own root: inside a Mount, the scope's root_path is the mount's.
+        scope = {**request.scope, "root_path": request.scope.get("app_root_path", request.scope.get("root_path", ""))}
+        allowed = _allowed_methods(request.app.routes, scope)
+        if allowed:
+            headers["Allow"] = ", ".join(sorted(allowed))
+    return error_response(ApiError(exc.status_code, code, message, headers=headers))
 
 
 async def _refused(request: Request, exc: Exception) -> Response:

@@ -67,7 +67,8 @@ def _components() -> Schema:
             "ending_before": {
                 "name": "ending_before",
                 "in": "query",
-                "description": "id of an object: answer the page of newer objects before it",
+                "description": "id of an object: answer the page of newer objects before it "
+                "(not with `starting_after`)",
                 "schema": STRING,
             },
         },

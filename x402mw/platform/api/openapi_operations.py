@@ -225,7 +225,7 @@ def operations() -> list[tuple[str, str, Schema]]:
                     "name": "month",
                     "in": "query",
                     "description": "`YYYY-MM`; default the current month",
-                    "schema": STRING | {"pattern": "^[0-9]{4}-[0-9]{2}$"},
+                    "schema": STRING | {"pattern": "^(?!0000)[0-9]{4}-(0[1-9]|1[0-2])$"},
                 }
             ],
             errors=(400,),

@@ -198,7 +198,12 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
             ref("PaymentIntentList"),
             query=[
                 *LIST_PARAMS,
-                {"name": "orderId", "in": "query", "description": "only the order with this id", "schema": STRING},
+                {
+                    "name": "orderId",
+                    "in": "query",
+                    "description": "only the order with this id",
+                    "schema": STRING | {"minLength": 1, "maxLength": 200},
+                },
             ],
             errors=(400, 404),
         ),

@@ -43,6 +43,8 @@ Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
 
 _DIGITS = {"type": "string", "pattern": "^[0-9]+$"}
+# What an amount in a request may be: a positive integer below 2**63, as a string.
+_POSITIVE_DIGITS = {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"}
 STRING: Schema = {"type": "string"}
 INTEGER: Schema = {"type": "integer"}
 BOOLEAN: Schema = {"type": "boolean"}
@@ -64,7 +66,7 @@ class _WireJsonSchema(GenerateJsonSchema):
         inner = schema["schema"]
         base = inner["schema"] if inner["type"] == "nullable" else inner
         if base["type"] == "int":
-            digits = dict(_DIGITS)
+            digits = dict(_POSITIVE_DIGITS)
             return {"anyOf": [digits, {"type": "null"}]} if base is not inner else digits
         return super().function_before_schema(schema)
 

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import http_url, iso, parse_body, read_json
+from x402mw.platform.api.bodies import PatchBody, http_url, iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -56,7 +56,9 @@ class WebhookEndpointCreate(_Fields):
     description: str | None = Field(default=None, max_length=500)
 
 
-class WebhookEndpointUpdate(_Fields):
+class WebhookEndpointUpdate(_Fields, PatchBody):
+    CLEARABLE = frozenset({"description"})
+
     url: str | None = None
     enabledEvents: list[str] | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
     description: str | None = Field(default=None, max_length=500)
@@ -137,12 +139,9 @@ async def retrieve(request: Request) -> JSONResponse:
 async def update(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointUpdate, await read_json(request))
-    changes = body.model_dump(exclude_unset=True)
     names = {"url": "url", "enabledEvents": "enabled_events", "description": "description", "status": "status"}
     values: dict[str, Any] = {"updated_at": utcnow()}
-    for key, value in changes.items():
-        if value is None and key != "description":
-            raise ApiError(400, "parameter_invalid", f"{key} cannot be null", param=key)
+    for key, value in body.changes().items():
         values[names[key]] = value
     if "url" in values:
         _allowed(values["url"], caller.livemode)
