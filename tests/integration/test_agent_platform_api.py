@@ -115,11 +115,17 @@ async def test_usage_is_metered_and_settlements_are_recorded_as_events(dev_platf
     with deployment.api() as api:
         usage = (await asyncio.to_thread(api.get, "/agent/usage")).json()["usage"]
         payments = (await asyncio.to_thread(api.get, "/agent/payments", params={"limit": 2})).json()
-        bad_month = await asyncio.to_thread(api.get, "/agent/usage", params={"month": "2026-13"})
+        bad_months = [
+            await asyncio.to_thread(api.get, "/agent/usage", params={"month": month})
+            for month in ("2026-13", "2026-1", "0000-01", "", "2026-11 ")
+        ]
+        early = (await asyncio.to_thread(api.get, "/agent/usage", params={"month": "0434-06"})).json()["usage"]
     assert usage["settlements"] == 3 and usage["volume"] == {"USDC": "0.03"} and usage["billed"] is False
     assert usage["plannedFee"] == {} and usage["freeSettlements"] == 3
     assert len(payments["data"]) == 2 and payments["hasMore"] is True
-    assert bad_month.status_code == 400 and bad_month.json()["error"]["param"] == "month"
+    for bad_month in bad_months:
+        assert bad_month.status_code == 400 and bad_month.json()["error"]["param"] == "month"
+    assert early["month"] == "0434-06" and early["settlements"] == 0  # the year keeps its leading zero
 
     async def events(platform: Any) -> list[Any]:
         async with platform.engine.connect() as conn:

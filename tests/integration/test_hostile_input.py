@@ -146,6 +146,7 @@ def test_a_nul_character_is_refused_before_it_reaches_the_database(dev_platform:
         for path in ("/webhook-endpoints/%00", "/agent/payments/%00", "/agent/challenges/a%00b", "/events/%00"):
             reply = api.get(path)
             assert reply.status_code == 400, (path, reply.text)
+            assert reply.json()["error"]["message"] == "The URL path contains a NUL character"
             error = reply.json()["error"]
             assert error["code"] == "url_invalid"
             assert error["requestId"] == reply.headers["request-id"] != ""
@@ -179,6 +180,19 @@ def test_a_method_the_url_does_not_take_is_a_405_naming_the_ones_it_does(dev_pla
             assert reply.status_code == 405, (method, path, reply.text)
             assert reply.json()["error"]["code"] == "method_not_allowed"
             assert {name.strip() for name in reply.headers["allow"].split(",")} == allowed
+
+
+def test_a_control_character_in_the_path_is_refused_everywhere(dev_platform: PlatformHarness) -> None:
+    # A trailing %0A slipped past the end of a mount's pattern: the checkout API answered its
+    # HTML 404 page instead of the JSON envelope.
+    origin = dev_platform.url.removesuffix("/v1")
+    with httpx.Client(base_url=origin, timeout=60) as client:
+        paths = ("/checkout/v1/payment-intents/abc%0A", "/v1/payment-intents/a%09b", "/checkout/x%7F", "/healthz%0D")
+        for path in paths:
+            reply = client.get(path)
+            assert reply.status_code == 400, (path, reply.text)
+            assert reply.json()["error"]["code"] == "url_invalid"
+            assert reply.json()["error"]["message"] == "The URL path contains a control character"
 
 
 def _nullable(document: dict[str, Any], schema_name: str) -> dict[str, bool]:

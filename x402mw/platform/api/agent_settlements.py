@@ -3,6 +3,7 @@ agent payments, and monthly usage with the planned fee (computed and shown, not 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +25,10 @@ from x402mw.platform.services.settlement import SettleOutcome, SettleRequest, pa
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
-__all__ = ["routes"]
+__all__ = ["MONTH", "routes"]
+
+MONTH = re.compile(r"(?!0000)[0-9]{4}-(0[1-9]|1[0-2])")
+"""A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
 
 
 class SettleBody(BaseModel):
@@ -148,11 +152,14 @@ async def retrieve_payment(request: Request) -> JSONResponse:
 async def usage(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     platform = request.app.state.platform
-    month = request.query_params.get("month") or platform.clock.now().strftime("%Y-%m")
-    try:
-        start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
-    except ValueError:
-        raise ApiError(400, "parameter_invalid", "month must look like 2026-11", param="month") from None
+    month = request.query_params.get("month")
+    if month is None:
+        now = platform.clock.now()
+        start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    elif MONTH.fullmatch(month):
+        start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
+    else:
+        raise ApiError(400, "parameter_invalid", "month must look like 2026-11", param="month")
     await platform.settlement.recorded()
     return JSONResponse({"usage": await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)})
 

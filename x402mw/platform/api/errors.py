@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
@@ -158,11 +159,17 @@ class RequestIdMiddleware:
             _request_id.reset(token)
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _url_refusal(scope: Scope) -> ApiError | None:
-    """A NUL character in the path or the query cannot name anything stored (PostgreSQL text refuses
-    it), so it is refused here, once, before any handler passes it to the database."""
-    if "\x00" in scope["path"]:
-        return ApiError(400, "url_invalid", "The URL path contains a NUL character")
+    """A path with a control character names nothing (no id, slug or route holds one; a trailing
+    ``%0A`` would even slip past a route's ``$``), and a NUL in the query cannot be stored
+    (PostgreSQL text refuses it): both are refused here, once, before any handler sees them."""
+    found = _CONTROL.search(scope["path"])
+    if found is not None:
+        what = "a NUL character" if found.group() == "\x00" else "a control character"
+        return ApiError(400, "url_invalid", f"The URL path contains {what}")
     query: bytes = scope.get("query_string", b"")
     if b"\x00" in query or b"%00" in query:
         name = next((k for k, v in parse_qsl(query.decode("latin-1")) if "\x00" in k + v), None)

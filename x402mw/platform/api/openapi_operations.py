@@ -3,6 +3,7 @@ and documented errors (see `x402mw.platform.api.openapi`)."""
 
 from __future__ import annotations
 
+from x402mw.platform.api.agent_settlements import MONTH
 from x402mw.platform.api.openapi_schemas import STRING, Schema, object_schema, ref
 
 __all__ = ["ERRORS", "LIST_PARAMS", "operation", "operations", "wrapped"]
@@ -225,7 +226,7 @@ def operations() -> list[tuple[str, str, Schema]]:
                     "name": "month",
                     "in": "query",
                     "description": "`YYYY-MM`; default the current month",
-                    "schema": STRING | {"pattern": "^(?!0000)[0-9]{4}-(0[1-9]|1[0-2])$"},
+                    "schema": STRING | {"pattern": f"^{MONTH.pattern}$"},
                 }
             ],
             errors=(400,),

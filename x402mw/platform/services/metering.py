@@ -54,7 +54,7 @@ async def monthly_usage(engine: AsyncEngine, merchant_id: str, livemode: bool, s
             fees[currency] += settlement_fee(amount)
     return {
         "object": "agent_usage",
-        "month": start.strftime("%Y-%m"),
+        "month": f"{start.year:04d}-{start.month:02d}",  # strftime's %Y drops a year's leading zeros
         "livemode": livemode,
         "settlements": len(rows),
         "freeSettlements": min(len(rows), FREE_SETTLEMENTS),
