@@ -1,0 +1,113 @@
+"""Interoperability with the x402 Foundation's own Python SDK (the ``x402`` package, v2).
+
+Both directions run on the real platform and the dev chain: the SDK's agent pays our seller
+middleware, and the SDK's FastAPI seller middleware (``examples/x402_sdk_seller.py``) verifies and
+settles through our facilitator API (``/v1/x402``) while our ``X402Auth`` and the SDK's agent pay
+it. What each side sends and reads is the other implementation's, so a difference in the wire
+format fails here."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import httpx
+import pytest
+from eth_account import Account
+from x402 import x402Client
+from x402.http.clients.httpx import PaymentError, x402AsyncTransport
+from x402.mechanisms.evm.exact import ExactEvmScheme
+from x402.mechanisms.evm.signers import EthAccountSigner
+
+from examples.x402_sdk_seller import create_app
+from tests.harness import Deployment, PlatformHarness
+from tests.sellers import asgi_transport, starlette_app
+from x402mw.client import X402Auth
+from x402mw.evm.keys import address_of, new_private_key
+from x402mw.evm.receipts import verify_receipt
+from x402mw.protocol import decode_settlement_response
+
+pytestmark = pytest.mark.anyio
+
+
+def _sdk_agent(harness: PlatformHarness, private_key: bytes, inner: httpx.AsyncBaseTransport) -> httpx.AsyncClient:
+    """An httpx client paying with the SDK: its exact EVM scheme, capped at 0.05 of our USDC."""
+    client = x402Client()
+    client.register("eip155:*", ExactEvmScheme(signer=EthAccountSigner(Account.from_key(private_key))))
+    client.set_spend_controls(
+        {"allowed_assets": [{"network": harness.network, "asset": harness.usdc, "max_amount_per_payment": "50000"}]}
+    )
+    return httpx.AsyncClient(transport=x402AsyncTransport(client, inner), base_url="http://testserver", timeout=60)
+
+
+def _settlement_header(response: httpx.Response) -> dict[str, Any]:
+    """The PAYMENT-RESPONSE header decoded as plain JSON (neither side's decoder)."""
+    decoded: dict[str, Any] = json.loads(base64.b64decode(response.headers["PAYMENT-RESPONSE"]))
+    return decoded
+
+
+async def test_the_sdk_agent_pays_our_seller(deployment: Deployment) -> None:
+    harness = deployment.harness
+    app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    payout_before = await asyncio.to_thread(harness.balance, deployment.payout)
+    async with _sdk_agent(harness, deployment.agent_key, asgi_transport(app)) as agent:
+        responses = [await agent.get("/weather") for _ in range(2)]
+    for response in responses:
+        assert response.status_code == 200, response.text
+        settled = _settlement_header(response)
+        assert settled["success"] is True and settled["network"] == harness.network
+        assert settled["transaction"] == response.json()["tx"]
+        assert settled["payer"].lower() == deployment.agent.address.lower()
+        # the header also carries our signed receipt (under extensions), which the SDK reads past
+        assert verify_receipt(
+            decode_settlement_response(response.headers["PAYMENT-RESPONSE"]).receipt or {},
+            harness.platform.receipt_address,
+        )
+    assert len({_settlement_header(r)["transaction"] for r in responses}) == 2
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == payout_before + 20_000
+
+
+async def test_the_sdk_agent_refuses_an_offer_above_its_cap(dev_platform: PlatformHarness) -> None:
+    deployment = await asyncio.to_thread(dev_platform.deploy, amount_minor="60000")
+    app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id)
+    balance_before = await asyncio.to_thread(dev_platform.balance, deployment.agent.address)
+    async with _sdk_agent(dev_platform, deployment.agent_key, asgi_transport(app)) as agent:
+        with pytest.raises(PaymentError, match="max_amount_per_payment"):
+            await agent.get("/weather")
+    assert await asyncio.to_thread(dev_platform.balance, deployment.agent.address) == balance_before
+
+
+async def test_the_sdk_seller_settles_through_our_facilitator(deployment: Deployment) -> None:
+    harness = deployment.harness
+    pay_to = address_of(new_private_key())
+    price = {"amount": "10000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
+    app = create_app(deployment.api_key, harness.url, harness.network, pay_to, price)
+    transport = httpx.ASGITransport(app=app)
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as anonymous:
+        unpaid = await anonymous.get("/weather")
+    assert unpaid.status_code == 402, unpaid.text
+    assert "PAYMENT-REQUIRED" in unpaid.headers
+
+    ours = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", auth=ours, timeout=60) as agent:
+        paid_by_ours = await agent.get("/weather")
+    async with _sdk_agent(harness, deployment.agent_key, transport) as agent:
+        paid_by_sdk = await agent.get("/weather")
+
+    transactions = []
+    for response in (paid_by_ours, paid_by_sdk):
+        assert response.status_code == 200, response.text
+        assert response.json() == {"forecast": "sunny"}
+        settled = _settlement_header(response)
+        assert settled["success"] is True and settled["payer"].lower() == deployment.agent.address.lower()
+        transactions.append(settled["transaction"])
+    # the SDK seller passes our facilitator's signed receipt on, so our agent verifies it there too
+    assert [(p.transaction, p.verified) for p in ours.payments] == [(transactions[0], True)]
+    assert len(set(transactions)) == 2
+    assert await asyncio.to_thread(harness.balance, pay_to) == 20_000
+    with deployment.api() as api:
+        usage = api.get("/agent/usage").json()["usage"]
+    assert usage["settlements"] == 2  # facilitator settlements are metered like the middleware's
