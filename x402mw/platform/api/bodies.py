@@ -113,7 +113,7 @@ class PatchBody(BaseModel):
             kept = [option for option in options if option != {"type": "null"}]
             del field["anyOf"]
             field.update(kept[0] if len(kept) == 1 else {"anyOf": kept})
-            if field.get("default", 0) is None:
+            if "default" in field and field["default"] is None:  # "leave it out", not a value to send
                 del field["default"]
         return answer
 
