@@ -15,8 +15,9 @@ Target: >= 1,000 requests/s with p99 <= 50 ms. PostgreSQL is the server at
 
     python -m bench.bench_orders [SECONDS] [CONCURRENCY] [WORKERS]    # defaults: 10 64 2
 
-``WORKERS`` server processes (uvicorn workers, ``platform serve --workers``) serve each app: on this
-2-core machine 2 beat 1 for both apps. Above 1, ours runs on anvil, as the in-process dev chain
+``WORKERS`` server processes serve each app: ours with ``platform serve --workers`` (a listening
+socket per process, which the kernel balances), the baseline with uvicorn's ``--workers`` (one
+shared socket). On this 2-core machine 2 beat 1 for both apps. Above 1, ours runs on anvil, as the in-process dev chain
 cannot be shared between processes. With ``X402MW_BENCH_PROFILE=DIR`` py-spy
 records each server process during the measured window into ``DIR`` (collapsed stacks).
 """
@@ -172,7 +173,7 @@ def _wait_http(url: str, server: subprocess.Popen[bytes], log: Path, timeout: fl
 
 
 def _server_pids(server: subprocess.Popen[bytes]) -> list[int]:
-    """The processes that serve requests: the server itself, or its uvicorn workers."""
+    """The processes that serve requests: the server itself, or its worker processes."""
     found = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
     workers = [int(pid) for pid in found]
     return [pid for pid in workers if _is_python(pid)] or [server.pid]

@@ -120,7 +120,8 @@ def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...
     default=1,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Server processes (uvicorn workers). Above 1 needs --rpc-url: the dev chain lives in one process.",
+    help="Server processes, each with its own socket on the port (SO_REUSEPORT). Above 1 needs --rpc-url: "
+    "the dev chain lives in one process.",
 )
 def serve(
     database_url: str | None,
@@ -154,7 +155,9 @@ def serve(
         X402MW_TOKENS=" ".join(tokens),
         X402MW_BASE_URL=settings.base_url,
     )
-    uvicorn.run("x402mw.cli:worker_app", factory=True, host=host, port=port, log_level=log_level, workers=workers)
+    from x402mw.platform.workers import serve_workers
+
+    serve_workers("x402mw.cli:worker_app", host=host, port=port, workers=workers, log_level=log_level)
 
 
 async def _start_and_stop(settings: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -56,6 +57,33 @@ def _wait_until_up(url: str, server: subprocess.Popen[bytes], log: Path) -> None
     raise AssertionError(f"{url} never answered:\n{log.read_text()}")
 
 
+def _pids_of_sockets(port: int, state: str) -> list[set[str]]:
+    """The processes holding each socket on ``port`` in ``state`` (``ss``; one set per socket)."""
+    lines = subprocess.run(
+        ["ss", "-tnpH", "state", state, f"( sport = :{port} )"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    return [set(re.findall(r"pid=(\d+)", line)) for line in lines]
+
+
+def _spread_of_connections(port: int, count: int) -> dict[str, int]:
+    """Open ``count`` keep-alive connections at once; how many each server process accepted."""
+
+    async def hold() -> dict[str, int]:
+        clients = [httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) for _ in range(count)]
+        try:
+            replies = await asyncio.gather(*(client.get("/healthz") for client in clients))
+            assert all(reply.status_code == 200 for reply in replies)
+            spread: dict[str, int] = {}
+            for pids in _pids_of_sockets(port, "established"):
+                for pid in pids:
+                    spread[pid] = spread.get(pid, 0) + 1
+            return spread
+        finally:
+            await asyncio.gather(*(client.aclose() for client in clients))
+
+    return asyncio.run(hold())
+
+
 def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Path) -> None:
     with AnvilProcess() as anvil, postgres_database() as database_url:
         usdc = _tokens(anvil.url)["USDC"]
@@ -69,6 +97,8 @@ def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Pat
         try:
             _wait_until_up(f"http://127.0.0.1:{port}/healthz", server, log)
             workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
+            listening = _pids_of_sockets(port, "listening")
+            spread = _spread_of_connections(port, 32)
             key = _api_key(database_url)  # the schema is there: serve migrated before starting the workers
             signers, created = set(), []
             for n in range(16):  # a new connection each time, so that both workers answer some
@@ -84,7 +114,11 @@ def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Pat
             server.terminate()
             server.wait(timeout=30)
     receipt_key = bytes.fromhex((tmp_path / "receipt.key").read_text().strip())
-    assert len(workers) >= 2, workers  # uvicorn's worker processes (and its resource tracker)
+    assert len(workers) >= 2, workers  # the worker processes (and multiprocessing's resource tracker)
+    # each worker listens on a socket of its own (SO_REUSEPORT), so the kernel balances connections
+    # between them; uvicorn's shared socket let one process accept most of a burst of connections
+    assert len(listening) == 2 and all(len(pids) == 1 for pids in listening), listening
+    assert len(spread) == 2 and min(spread.values()) >= 5, spread
     assert signers == {address_of(receipt_key)}
     assert created == [201] * 16
 

@@ -1,0 +1,90 @@
+"""The supervisor of ``platform serve --workers``: it replaces a worker that dies, stops when one
+cannot start, and stops every worker on SIGTERM. Real processes on a real port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from x402mw.platform.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _supervise(app: str, port: int, min_lifetime: float) -> subprocess.Popen[str]:
+    code = (
+        "import x402mw.platform.workers as w\n"
+        f"w._MIN_LIFETIME = {min_lifetime}\n"
+        f"w.serve_workers({app!r}, host='127.0.0.1', port={port}, workers=2, log_level='warning')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+
+def _children(pid: int) -> set[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return {int(child) for child in found}
+
+
+def _answering_pids(port: int, tries: int = 40) -> set[int]:
+    """The worker pids that answer ``tries`` requests, each on a new connection."""
+    pids = set()
+    for _ in range(tries):
+        pids.add(httpx.get(f"http://127.0.0.1:{port}/", timeout=10).json()["pid"])
+    return pids
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT balances connections on Linux only")
+def test_a_dead_worker_is_replaced_and_sigterm_stops_them_all() -> None:
+    port = free_port()
+    supervisor = _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5)
+    try:
+        _wait_for(lambda: len(_answering_pids(port)) == 2)
+        first = _answering_pids(port)
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+        _wait_for(lambda: len(_answering_pids(port) - first) == 1)
+        after = _answering_pids(port)
+        assert victim not in after and len(after) == 2
+        workers = _children(supervisor.pid)
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=60) == 0
+        assert not any(Path(f"/proc/{pid}").exists() for pid in after), "a worker outlived the supervisor"
+        assert after <= workers
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT balances connections on Linux only")
+def test_a_worker_that_cannot_start_stops_the_server_with_an_error() -> None:
+    supervisor = _supervise("tests.worker_apps:broken_app", free_port(), min_lifetime=30)
+    try:
+        assert supervisor.wait(timeout=120) == 1
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+    assert supervisor.stderr is not None
+    assert "this worker cannot start" in supervisor.stderr.read()
