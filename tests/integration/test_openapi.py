@@ -165,3 +165,21 @@ def test_the_reference_page_is_rendered_from_the_document() -> None:
         assert f"\n## {tag}\n" in page
     assert "`PATCH /v1/agent/endpoints/{endpoint_id}`" in page
     assert "| `payoutAddress` | string | yes |" in page
+
+
+def test_links_lead_from_an_answer_s_id_to_the_operations_that_take_it() -> None:
+    document = build_document()
+    operations = {op["operationId"]: (path, op) for (_, path), op in _operations(document).items()}
+    links = 0
+    for _, operation in operations.values():
+        for response in operation["responses"].values():
+            for link in _resolve(document, response).get("links", {}).values():
+                target_path, _ = operations[link["operationId"]]
+                for parameter, expression in link["parameters"].items():
+                    assert f"{{{parameter}}}" in target_path, (link, target_path)
+                    schema = _resolve(document, response)["content"]["application/json"]["schema"]
+                    for part in expression.removeprefix("$response.body#/").split("/"):
+                        schema = _resolve(document, schema)["properties"][part]
+                    assert _resolve(document, schema)["type"] == "string"
+                    links += 1
+    assert links >= 13

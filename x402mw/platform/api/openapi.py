@@ -108,11 +108,51 @@ and every response has a `Request-Id` header. Lists take `limit` (1–100, defau
 Paths are relative to `{api_host}`, the platform's origin."""
 
 
+# Where an operation's answer names an object that other operations take as a path parameter:
+# (operation, status, JSON pointer to the id, parameter, the operations that take it). Rendered as
+# OpenAPI links, which client generators and stateful API testers follow.
+_LINKS: list[tuple[str, str, str, str, list[str]]] = [
+    (
+        "createPaymentIntent",
+        "201",
+        "/paymentIntent/id",
+        "payment_id",
+        [
+            "retrievePaymentIntent",
+            "cancelPaymentIntent",
+            "createRefund",
+            "sandboxSimulatePayment",
+            "retrieveCheckoutPaymentIntent",
+            "createCheckoutAttempt",
+        ],
+    ),
+    ("createRefund", "201", "/refund/id", "refund_id", ["retrieveRefund"]),
+    (
+        "createWebhookEndpoint",
+        "201",
+        "/webhookEndpoint/id",
+        "webhook_endpoint_id",
+        ["retrieveWebhookEndpoint", "updateWebhookEndpoint", "rotateWebhookSecret", "deleteWebhookEndpoint"],
+    ),
+    ("createAgentEndpoint", "201", "/endpoint/id", "endpoint_id", ["retrieveAgentEndpoint", "updateAgentEndpoint"]),
+]
+
+
+def _add_links(paths: dict[str, Schema]) -> None:
+    by_id = {op["operationId"]: op for item in paths.values() for op in item.values() if isinstance(op, dict)}
+    for source, status, pointer, parameter, targets in _LINKS:
+        links = by_id[source]["responses"][status].setdefault("links", {})
+        for target in targets:
+            name = target[0].upper() + target[1:]
+            links[name] = {"operationId": target, "parameters": {parameter: f"$response.body#{pointer}"}}
+
+
 @functools.cache
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
     for method, path, operation in [*money.operations(), *operations(), *checkout.operations()]:
         paths.setdefault(path, {})[method] = operation
+    _add_links(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "x402mw platform API", "version": __version__, "description": _DESCRIPTION},

@@ -11,8 +11,9 @@ __all__ = ["ERRORS", "LIST_PARAMS", "operation", "operations", "wrapped"]
 ERRORS = {
     400: (
         "BadRequest",
-        "Invalid request: a parameter is missing, unknown or invalid (`param` names it), or an "
-        "`Idempotency-Key` was reused with another request (`idempotency_error`).",
+        "Invalid request: a parameter is missing, unknown or invalid (`param` names it), an "
+        "`Idempotency-Key` was reused with another request (`idempotency_error`), or the URL path holds "
+        "a control character (`url_invalid`).",
     ),
     401: ("Unauthorized", "The API key is missing, invalid or revoked."),
     404: ("NotFound", "No such object, or it belongs to another merchant (`resource_missing`)."),
@@ -32,6 +33,7 @@ _PATH_PARAMS = {
     "event_id": "id of an event",
     "refund_id": "id of a refund",
 }
+_PATH_SEGMENT = STRING | {"pattern": "^[^\\x00-\\x1f\\x7f]+$"}  # no control character (url_invalid)
 LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
 
 
@@ -55,7 +57,7 @@ def operation(
     if idempotent:
         parameters.append({"$ref": "#/components/parameters/Idempotency-Key"})
     parameters += [
-        {"name": name, "in": "path", "required": True, "description": text, "schema": STRING}
+        {"name": name, "in": "path", "required": True, "description": text, "schema": _PATH_SEGMENT}
         for name, text in _PATH_PARAMS.items()
         if "{" + name + "}" in path
     ]
@@ -66,7 +68,12 @@ def operation(
             "content": {"application/json": {"schema": answer}},
         }
     }
-    implied = (*(() if public else (401,)), *((400, 413) if body else ()), *((400, 409) if idempotent else ()))
+    implied = (
+        *(() if public else (401,)),
+        *((400, 413) if body else ()),
+        *((400, 409) if idempotent else ()),
+        *((400,) if "{" in path else ()),  # a path parameter holding a control character: url_invalid
+    )
     for code in sorted({*errors, *implied}):
         responses[str(code)] = {"$ref": "#/components/responses/" + ERRORS[code][0]}
     operation: Schema = {
