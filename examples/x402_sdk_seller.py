@@ -1,6 +1,7 @@
-"""A seller built on the x402 Foundation's Python SDK (``pip install "x402[fastapi,evm]"``) that
-verifies and settles through x402mw's facilitator API: the platform relays each transfer and pays
-its gas, so the seller needs no wallet and no node.
+"""Sellers built on the x402 Foundation's Python SDK (``pip install "x402[fastapi,flask,evm]"``)
+that verify and settle through x402mw's facilitator API: the platform relays each transfer and pays
+its gas, so the seller needs no wallet and no node. ``app`` is a FastAPI app (``create_app``);
+``create_flask_app`` makes the same seller with Flask and the SDK's synchronous server.
 
     X402MW_API_KEY=sk_test_... X402MW_PAY_TO=0x... X402MW_NETWORK=eip155:84532 \\
         uvicorn examples.x402_sdk_seller:app --port 8000
@@ -16,39 +17,55 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import flask
 from fastapi import FastAPI
-from x402 import x402ResourceServer
-from x402.http import HTTPFacilitatorClient
+from x402 import x402ResourceServer, x402ResourceServerSync
+from x402.http import HTTPFacilitatorClient, HTTPFacilitatorClientSync
 from x402.http.middleware.fastapi import PaymentMiddlewareASGI
+from x402.http.middleware.flask import PaymentMiddleware as FlaskPaymentMiddleware
 from x402.http.types import PaymentOption, RouteConfig
 from x402.mechanisms.evm.exact import ExactEvmServerScheme
 
 
+def _facilitator(api_key: str, platform_url: str) -> dict[str, Any]:
+    """The SDK's facilitator settings for x402mw: its URL, and the API key on every call."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    return {
+        "url": platform_url.rstrip("/") + "/x402",
+        "create_headers": lambda: {"verify": headers, "settle": headers, "supported": headers},
+    }
+
+
+def _routes(network: str, pay_to: str, price: Any) -> dict[str, RouteConfig]:
+    accepts = PaymentOption(scheme="exact", pay_to=pay_to, price=price, network=network)
+    return {"GET /weather": RouteConfig(accepts=accepts, description="Today's weather")}
+
+
 def create_app(api_key: str, platform_url: str, network: str, pay_to: str, price: Any = "$0.01") -> FastAPI:
     """FastAPI app selling ``GET /weather`` for ``price``, paid to ``pay_to`` on ``network``."""
-    headers = {"Authorization": f"Bearer {api_key}"}
-    facilitator = HTTPFacilitatorClient(
-        {
-            "url": platform_url.rstrip("/") + "/x402",
-            # the SDK asks for headers per facilitator call; every one takes the same API key
-            "create_headers": lambda: {"verify": headers, "settle": headers, "supported": headers},
-        }
-    )
-    server = x402ResourceServer(facilitator)
+    server = x402ResourceServer(HTTPFacilitatorClient(_facilitator(api_key, platform_url)))
     server.register("eip155:*", ExactEvmServerScheme())
-    routes = {
-        "GET /weather": RouteConfig(
-            accepts=PaymentOption(scheme="exact", pay_to=pay_to, price=price, network=network),
-            description="Today's weather",
-        )
-    }
     app = FastAPI(title="Weather, paid per request (x402 SDK seller)")
-    app.add_middleware(PaymentMiddlewareASGI, routes=routes, server=server)
+    app.add_middleware(PaymentMiddlewareASGI, routes=_routes(network, pay_to, price), server=server)
 
     @app.get("/weather")
     async def weather() -> dict[str, str]:
         return {"forecast": "sunny"}
 
+    return app
+
+
+def create_flask_app(api_key: str, platform_url: str, network: str, pay_to: str, price: Any = "$0.01") -> flask.Flask:
+    """The same seller on Flask, with the SDK's synchronous server and facilitator client."""
+    server = x402ResourceServerSync(HTTPFacilitatorClientSync(_facilitator(api_key, platform_url)))
+    server.register("eip155:*", ExactEvmServerScheme())
+    app = flask.Flask(__name__)
+
+    @app.get("/weather")
+    def weather() -> dict[str, str]:
+        return {"forecast": "sunny"}
+
+    FlaskPaymentMiddleware(app, _routes(network, pay_to, price), server)
     return app
 
 

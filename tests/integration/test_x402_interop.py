@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from typing import Any
 
 import httpx
 import pytest
 from eth_account import Account
+from werkzeug.serving import make_server
 from x402 import x402Client
 from x402.http.clients.httpx import PaymentError, x402AsyncTransport
 from x402.mechanisms.evm.exact import ExactEvmScheme
 from x402.mechanisms.evm.signers import EthAccountSigner
 
-from examples.x402_sdk_seller import create_app
+from examples.x402_sdk_seller import create_app, create_flask_app
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
@@ -111,3 +113,33 @@ async def test_the_sdk_seller_settles_through_our_facilitator(deployment: Deploy
     with deployment.api() as api:
         usage = api.get("/agent/usage").json()["usage"]
     assert usage["settlements"] == 2  # facilitator settlements are metered like the middleware's
+
+
+def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deployment) -> None:
+    # the SDK's synchronous side: Flask middleware, x402ResourceServerSync, HTTPFacilitatorClientSync.
+    # Served by a real WSGI server: the SDK's middleware sends the body through WSGI's write(), which
+    # httpx's in-process WSGITransport drops.
+    harness = deployment.harness
+    pay_to = address_of(new_private_key())
+    price = {"amount": "10000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
+    app = create_flask_app(deployment.api_key, harness.url, harness.network, pay_to, price)
+    ours = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with httpx.Client(base_url=url, timeout=60) as anonymous:
+            unpaid = anonymous.get("/weather")
+        with httpx.Client(base_url=url, auth=ours, timeout=60) as agent:
+            paid = [agent.get("/weather") for _ in range(2)]
+    finally:
+        server.shutdown()
+        thread.join()
+    assert unpaid.status_code == 402 and "PAYMENT-REQUIRED" in unpaid.headers
+    for response in paid:
+        assert response.status_code == 200, response.text
+        assert response.json() == {"forecast": "sunny"}
+        assert _settlement_header(response)["success"] is True
+    assert [p.verified for p in ours.payments] == [True, True]
+    assert harness.balance(pay_to) == 20_000
