@@ -45,11 +45,15 @@ class _Platforms:
         self._started: dict[tuple[str, str], PlatformHarness] = {}
 
     def get(self, chain: str, database: str) -> PlatformHarness:
+        """``chain`` is ``dev``, ``anvil`` or ``dev-without-worker`` (no background duties)."""
         if (chain, database) not in self._started:
             workdir = self._tmp.mktemp(f"{chain}-{database}-platform")
             url = self._stack.enter_context(postgres_database()) if database == "postgresql" else None
-            start = start_dev_platform if chain == "dev" else start_anvil_platform
-            self._started[chain, database] = self._stack.enter_context(start(workdir, database_url=url))
+            if chain == "anvil":
+                started = start_anvil_platform(workdir, database_url=url)
+            else:
+                started = start_dev_platform(workdir, database_url=url, run_worker=chain == "dev")
+            self._started[chain, database] = self._stack.enter_context(started)
         return self._started[chain, database]
 
 
@@ -70,6 +74,14 @@ def database(request: pytest.FixtureRequest) -> str:
 def dev_platform(database: str, _platforms: _Platforms) -> PlatformHarness:
     """The platform on the in-process dev chain, on ``database``."""
     return _platforms.get("dev", database)
+
+
+@pytest.fixture(scope="session")
+def quiet_dev_platform(database: str, _platforms: _Platforms) -> PlatformHarness:
+    """The platform on its own dev chain, without the background worker: for tests that run the
+    worker's duties by hand (the deposit watcher), with nothing racing them, and that may rewind
+    the chain (``evm_revert``) without disturbing other tests."""
+    return _platforms.get("dev-without-worker", database)
 
 
 @pytest.fixture(scope="session")

@@ -137,9 +137,13 @@ class PlatformHarness:
 
 
 @contextlib.contextmanager
-def start_dev_platform(workdir: Path, database_url: str | None = None) -> Iterator[PlatformHarness]:
+def start_dev_platform(
+    workdir: Path, database_url: str | None = None, *, run_worker: bool = True
+) -> Iterator[PlatformHarness]:
     settings = PlatformSettings(
-        database_url=database_url or f"sqlite:///{workdir / 'platform.sqlite3'}", data_dir=workdir
+        database_url=database_url or f"sqlite:///{workdir / 'platform.sqlite3'}",
+        data_dir=workdir,
+        run_worker=run_worker,
     )
     with PlatformServer(settings) as server:
         yield PlatformHarness(server)
