@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS := .tools
 ANVIL := $(TOOLS)/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
+X402_TS := $(TOOLS)/node_modules/@x402/fetch/package.json
 CHROMIUM := /usr/bin/chromium
 export ETH_HASH_BACKEND := pysha3
 export X402MW_ANVIL := $(abspath $(ANVIL))
@@ -22,6 +23,11 @@ $(ANVIL):
 	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @foundry-rs/anvil@1.7.1
 	@test -x $(ANVIL) || (echo "anvil did not install at $(ANVIL)" && exit 1)
 
+# The x402 Foundation's TypeScript SDK, for the interop test of an agent written with it.
+$(X402_TS): $(ANVIL)
+	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @x402/fetch@2.27.0 @x402/evm@2.27.0 viem@2.57.20
+	@test -f $(X402_TS) || (echo "@x402/fetch did not install at $(X402_TS)" && exit 1)
+
 # The browser tests drive Debian's Chromium (playwright cannot download its own browser here).
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
@@ -37,7 +43,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 # PostgreSQL at X402MW_TEST_POSTGRES_URL, or a throwaway cluster from the local binaries (tests/pg_cluster.py).
-test: $(STAMP) $(ANVIL) $(CHROMIUM) lint
+test: $(STAMP) $(ANVIL) $(X402_TS) $(CHROMIUM) lint
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -n 2 --timeout 300
 
 bench: $(STAMP) $(ANVIL)

@@ -1,6 +1,7 @@
-"""Interoperability with the x402 Foundation's own Python SDK (the ``x402`` package, v2).
+"""Interoperability with the x402 Foundation's own SDKs: Python (the ``x402`` package, v2) and
+TypeScript (``@x402/fetch`` with ``@x402/evm``, run by node from ``.tools``).
 
-Both directions run on the real platform and the dev chain: the SDK's agent pays our seller
+Both directions run on the real platform and the dev chain: the SDKs' agents pay our seller
 middleware, and the SDK's FastAPI seller middleware (``examples/x402_sdk_seller.py``) verifies and
 settles through our facilitator API (``/v1/x402``) while our ``X402Auth`` and the SDK's agent pay
 it. What each side sends and reads is the other implementation's, so a difference in the wire
@@ -10,12 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import os
+import subprocess
 import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from eth_account import Account
 from werkzeug.serving import make_server
 from x402 import x402Client
@@ -29,6 +37,7 @@ from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
+from x402mw.platform.server import free_port
 from x402mw.protocol import decode_settlement_response
 
 pytestmark = pytest.mark.anyio
@@ -143,3 +152,76 @@ def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deploy
         assert _settlement_header(response)["success"] is True
     assert [p.verified for p in ours.payments] == [True, True]
     assert harness.balance(pay_to) == 20_000
+
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".tools"
+PAY_SCRIPT = ROOT / "tests" / "interop" / "pay_with_x402_fetch.mjs"
+
+
+@contextlib.contextmanager
+def _served(app: Any) -> Iterator[str]:
+    """``app`` on a loopback port, served by uvicorn in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join()
+
+
+def _node_agent(url: str, key: bytes, harness: PlatformHarness, *, cap: str, times: int) -> list[dict[str, Any]]:
+    """Pay ``url`` ``times`` with the TypeScript SDK (node, from ``.tools``); one answer per request."""
+    assert (TOOLS / "node_modules" / "@x402" / "fetch").is_dir(), "run `make test`: it installs @x402/fetch"
+    env = dict(
+        os.environ,
+        PAY_URL=url,
+        PAY_KEY="0x" + key.hex(),
+        PAY_NETWORK=harness.network,
+        PAY_ASSET=harness.usdc,
+        PAY_MAX=cap,
+        PAY_TIMES=str(times),
+    )
+    done = subprocess.run(
+        ["node", "--input-type=module"],
+        input=PAY_SCRIPT.read_text(),
+        cwd=TOOLS,  # where node resolves the SDK's packages from
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_the_typescript_sdk_agent_pays_our_seller(deployment: Deployment) -> None:
+    harness = deployment.harness
+    app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    payout_before = harness.balance(deployment.payout)
+    with _served(app) as url:
+        answers = _node_agent(url + "/weather", deployment.agent_key, harness, cap="50000", times=2)
+    assert len(answers) == 2, answers
+    for answer in answers:
+        assert answer.get("status") == 200, answer
+        settled = answer["settlement"]
+        assert settled["success"] is True and settled["network"] == harness.network
+        assert settled["transaction"] == json.loads(answer["body"])["tx"]
+        assert settled["payer"].lower() == deployment.agent.address.lower()
+        assert verify_receipt(settled["extensions"]["receipt"], harness.platform.receipt_address)
+    assert harness.balance(deployment.payout) == payout_before + 20_000
+
+
+def test_the_typescript_sdk_agent_keeps_to_its_cap(dev_platform: PlatformHarness) -> None:
+    deployment = dev_platform.deploy(amount_minor="60000")
+    app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id)
+    balance_before = dev_platform.balance(deployment.agent.address)
+    with _served(app) as url:
+        [answer] = _node_agent(url + "/weather", deployment.agent_key, dev_platform, cap="50000", times=1)
+    assert "maxAmountPerPayment" in answer.get("error", ""), answer
+    assert dev_platform.balance(deployment.agent.address) == balance_before
