@@ -183,3 +183,40 @@ def test_links_lead_from_an_answer_s_id_to_the_operations_that_take_it() -> None
                     assert _resolve(document, schema)["type"] == "string"
                     links += 1
     assert links >= 13
+
+
+def test_url_fields_are_documented_as_the_validator_reads_them() -> None:
+    import re
+
+    from x402mw.platform.api.bodies import http_url
+
+    schemas = build_document()["components"]["schemas"]
+    fields = [
+        ("WebhookEndpointCreate", "url"),
+        ("WebhookEndpointUpdate", "url"),
+        ("EndpointCreate", "resourceUrl"),
+        ("EndpointUpdate", "resourceUrl"),
+        ("PaymentIntentCreate", "successUrl"),
+        ("PaymentIntentCreate", "cancelUrl"),
+    ]
+    samples = [
+        "https://shop.example/thanks?order=1#top",
+        "HTTP://shop.example:8080/",
+        "http://user@shop.example/x",
+        "ftp://shop.example/",
+        "https://",
+        "https:///path",
+        "https://shop.example/a b",
+        "shop.example/thanks",
+        "https://shop.example/" + "a" * 2040,
+    ]
+    for model, field in fields:
+        schema = schemas[model]["properties"][field]
+        schema = next((s for s in schema.get("anyOf", [schema]) if s.get("type") == "string"), schema)
+        for url in samples:
+            try:
+                accepted = http_url(url) == url
+            except ValueError:
+                accepted = False
+            documented = re.search(schema["pattern"], url) is not None and len(url) <= schema["maxLength"]
+            assert documented == accepted, (model, field, url)

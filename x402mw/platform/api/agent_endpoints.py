@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from x402mw.evm.keys import is_address, to_checksum_address
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PatchBody, http_url, iso, parse_body, read_json
+from x402mw.platform.api.bodies import HttpUrl, PatchBody, http_url, iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -61,7 +61,7 @@ class _EndpointFields(BaseModel):
 
 class EndpointCreate(_EndpointFields):
     name: str = Field(min_length=1, max_length=200)
-    resourceUrl: str
+    resourceUrl: HttpUrl
     chainId: StrictInt
     currency: str = Field(max_length=10)
     payoutAddress: str
@@ -75,7 +75,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
-    resourceUrl: str | None = None
+    resourceUrl: HttpUrl | None = None
     payoutAddress: str | None = None
     pricingMode: Literal["fixed", "dynamic"] | None = None
     amountMinor: int | None = None

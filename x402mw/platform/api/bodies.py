@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError
+from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError, WithJsonSchema
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
 
-__all__ = ["MAX_BODY_BYTES", "PatchBody", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "HttpUrl", "PatchBody", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
@@ -116,6 +116,21 @@ class PatchBody(BaseModel):
             if "default" in field and field["default"] is None:  # "leave it out", not a value to send
                 del field["default"]
         return answer
+
+
+HttpUrl = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "uri",
+            "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+[^\s]*$",
+            "maxLength": 2048,
+        }
+    ),
+]
+"""The type of a URL field: what :func:`http_url` accepts, as the OpenAPI document describes it
+(the field's validator is still :func:`http_url`)."""
 
 
 def http_url(value: str | None) -> str | None:

@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import http_url, parse_body, path_uuid, read_json
+from x402mw.platform.api.bodies import HttpUrl, http_url, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.idempotency import key_slot
 from x402mw.platform.api.pagination import list_page
@@ -108,8 +108,8 @@ class PaymentIntentCreate(BaseModel):
     customer: CustomerIn | None = None
     customerEmail: str | None = Field(default=None, max_length=320)
     customerName: str | None = Field(default=None, max_length=200)
-    successUrl: str | None = None
-    cancelUrl: str | None = None
+    successUrl: HttpUrl | None = None
+    cancelUrl: HttpUrl | None = None
     metadata: dict[str, str] | None = None
     paymentMethods: PaymentMethodsIn | None = None
     expiresAt: datetime | None = None

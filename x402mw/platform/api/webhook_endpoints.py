@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PatchBody, http_url, iso, parse_body, read_json
+from x402mw.platform.api.bodies import HttpUrl, PatchBody, http_url, iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -51,7 +51,7 @@ class _Fields(BaseModel):
 
 
 class WebhookEndpointCreate(_Fields):
-    url: str
+    url: HttpUrl
     enabledEvents: list[str] = Field(min_length=1, max_length=len(EVENT_TYPES))
     description: str | None = Field(default=None, max_length=500)
 
@@ -59,7 +59,7 @@ class WebhookEndpointCreate(_Fields):
 class WebhookEndpointUpdate(_Fields, PatchBody):
     CLEARABLE = frozenset({"description"})
 
-    url: str | None = None
+    url: HttpUrl | None = None
     enabledEvents: list[str] | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
     description: str | None = Field(default=None, max_length=500)
     status: Literal["enabled", "disabled"] | None = None
