@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TOOLS := .tools
 ANVIL := $(TOOLS)/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
-X402_TS := $(TOOLS)/node_modules/@x402/fetch/package.json
+X402_TS := $(TOOLS)/node_modules/@x402/express/package.json
 CHROMIUM := /usr/bin/chromium
 export ETH_HASH_BACKEND := pysha3
 export X402MW_ANVIL := $(abspath $(ANVIL))
@@ -23,10 +23,10 @@ $(ANVIL):
 	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @foundry-rs/anvil@1.7.1
 	@test -x $(ANVIL) || (echo "anvil did not install at $(ANVIL)" && exit 1)
 
-# The x402 Foundation's TypeScript SDK, for the interop test of an agent written with it.
+# The x402 Foundation's TypeScript SDK, for the interop tests of an agent and a seller written with it.
 $(X402_TS): $(ANVIL)
-	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @x402/fetch@2.27.0 @x402/evm@2.27.0 viem@2.57.20
-	@test -f $(X402_TS) || (echo "@x402/fetch did not install at $(X402_TS)" && exit 1)
+	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @x402/fetch@2.27.0 @x402/evm@2.27.0 @x402/express@2.27.0 express@5.3.0 viem@2.57.20
+	@test -f $(X402_TS) || (echo "the x402 TypeScript SDK did not install at $(X402_TS)" && exit 1)
 
 # The browser tests drive Debian's Chromium (playwright cannot download its own browser here).
 $(CHROMIUM):

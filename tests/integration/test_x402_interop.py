@@ -1,5 +1,5 @@
 """Interoperability with the x402 Foundation's own SDKs: Python (the ``x402`` package, v2) and
-TypeScript (``@x402/fetch`` with ``@x402/evm``, run by node from ``.tools``).
+TypeScript (``@x402/fetch``, ``@x402/express`` and ``@x402/evm``, run by node from ``.tools``).
 
 Both directions run on the real platform and the dev chain: the SDKs' agents pay our seller
 middleware, and the SDK's FastAPI seller middleware (``examples/x402_sdk_seller.py``) verifies and
@@ -157,6 +157,7 @@ def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deploy
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / ".tools"
 PAY_SCRIPT = ROOT / "tests" / "interop" / "pay_with_x402_fetch.mjs"
+EXPRESS_SELLER = ROOT / "tests" / "interop" / "express_seller.mjs"
 
 
 @contextlib.contextmanager
@@ -177,7 +178,7 @@ def _served(app: Any) -> Iterator[str]:
 
 def _node_agent(url: str, key: bytes, harness: PlatformHarness, *, cap: str, times: int) -> list[dict[str, Any]]:
     """Pay ``url`` ``times`` with the TypeScript SDK (node, from ``.tools``); one answer per request."""
-    assert (TOOLS / "node_modules" / "@x402" / "fetch").is_dir(), "run `make test`: it installs @x402/fetch"
+    assert (TOOLS / "node_modules" / "@x402" / "fetch").is_dir(), "run `make test`: it installs the TypeScript SDK"
     env = dict(
         os.environ,
         PAY_URL=url,
@@ -225,3 +226,48 @@ def test_the_typescript_sdk_agent_keeps_to_its_cap(dev_platform: PlatformHarness
         [answer] = _node_agent(url + "/weather", deployment.agent_key, dev_platform, cap="50000", times=1)
     assert "maxAmountPerPayment" in answer.get("error", ""), answer
     assert dev_platform.balance(deployment.agent.address) == balance_before
+
+
+def test_the_typescript_sdk_express_seller_settles_through_our_facilitator(deployment: Deployment) -> None:
+    harness = deployment.harness
+    assert (TOOLS / "node_modules" / "@x402" / "express").is_dir(), "run `make test`: it installs the TypeScript SDK"
+    pay_to = address_of(new_private_key())
+    env = dict(
+        os.environ,
+        FACILITATOR_URL=harness.url + "/x402",
+        API_KEY=deployment.api_key,
+        NETWORK=harness.network,
+        ASSET=harness.usdc,
+        PAY_TO=pay_to,
+    )
+    seller = subprocess.Popen(
+        ["node", "--input-type=module"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=TOOLS,
+        env=env,
+        text=True,
+    )
+    try:
+        assert seller.stdin is not None and seller.stdout is not None
+        seller.stdin.write(EXPRESS_SELLER.read_text())
+        seller.stdin.close()
+        started = seller.stdout.readline()
+        assert started, seller.stderr.read() if seller.stderr else ""
+        url = f"http://127.0.0.1:{json.loads(started)['port']}"
+        ours = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+        with httpx.Client(base_url=url, timeout=60) as anonymous:
+            unpaid = anonymous.get("/weather")
+        with httpx.Client(base_url=url, auth=ours, timeout=60) as agent:
+            paid = [agent.get("/weather") for _ in range(2)]
+    finally:
+        seller.terminate()
+        seller.wait(timeout=30)
+    assert unpaid.status_code == 402 and "PAYMENT-REQUIRED" in unpaid.headers
+    for response in paid:
+        assert response.status_code == 200, response.text
+        assert response.json() == {"forecast": "sunny"}
+        assert _settlement_header(response)["success"] is True
+    assert [p.verified for p in ours.payments] == [True, True]  # our receipt passes through Express
+    assert harness.balance(pay_to) == 20_000
