@@ -42,6 +42,11 @@ from x402mw.protocol import decode_settlement_response
 
 pytestmark = pytest.mark.anyio
 
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ROOT / ".tools"  # where `make test` installs the TypeScript SDK
+PAY_SCRIPT = ROOT / "tests" / "interop" / "pay_with_x402_fetch.mjs"
+EXPRESS_SELLER = ROOT / "tests" / "interop" / "express_seller.mjs"
+
 
 def _sdk_agent(harness: PlatformHarness, private_key: bytes, inner: httpx.AsyncBaseTransport) -> httpx.AsyncClient:
     """An httpx client paying with the SDK: its exact EVM scheme, capped at 0.05 of our USDC."""
@@ -124,27 +129,15 @@ async def test_the_sdk_seller_settles_through_our_facilitator(deployment: Deploy
     assert usage["settlements"] == 2  # facilitator settlements are metered like the middleware's
 
 
-def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deployment) -> None:
-    # the SDK's synchronous side: Flask middleware, x402ResourceServerSync, HTTPFacilitatorClientSync.
-    # Served by a real WSGI server: the SDK's middleware sends the body through WSGI's write(), which
-    # httpx's in-process WSGITransport drops.
+def _pay_sdk_seller(url: str, deployment: Deployment, pay_to: str) -> None:
+    """Our sync ``X402Auth`` pays the SDK seller at ``url`` twice, after an unpaid 402; each answer
+    carries a settlement, our receipt passes through the seller and verifies, the money arrives."""
     harness = deployment.harness
-    pay_to = address_of(new_private_key())
-    price = {"amount": "10000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
-    app = create_flask_app(deployment.api_key, harness.url, harness.network, pay_to, price)
     ours = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    try:
-        with httpx.Client(base_url=url, timeout=60) as anonymous:
-            unpaid = anonymous.get("/weather")
-        with httpx.Client(base_url=url, auth=ours, timeout=60) as agent:
-            paid = [agent.get("/weather") for _ in range(2)]
-    finally:
-        server.shutdown()
-        thread.join()
+    with httpx.Client(base_url=url, timeout=60) as anonymous:
+        unpaid = anonymous.get("/weather")
+    with httpx.Client(base_url=url, auth=ours, timeout=60) as agent:
+        paid = [agent.get("/weather") for _ in range(2)]
     assert unpaid.status_code == 402 and "PAYMENT-REQUIRED" in unpaid.headers
     for response in paid:
         assert response.status_code == 200, response.text
@@ -154,10 +147,22 @@ def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deploy
     assert harness.balance(pay_to) == 20_000
 
 
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / ".tools"
-PAY_SCRIPT = ROOT / "tests" / "interop" / "pay_with_x402_fetch.mjs"
-EXPRESS_SELLER = ROOT / "tests" / "interop" / "express_seller.mjs"
+def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deployment) -> None:
+    # the SDK's synchronous side: Flask middleware, x402ResourceServerSync, HTTPFacilitatorClientSync.
+    # Served by a real WSGI server: the SDK's middleware sends the body through WSGI's write(), which
+    # httpx's in-process WSGITransport drops.
+    harness = deployment.harness
+    pay_to = address_of(new_private_key())
+    price = {"amount": "10000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
+    app = create_flask_app(deployment.api_key, harness.url, harness.network, pay_to, price)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        _pay_sdk_seller(f"http://127.0.0.1:{server.server_port}", deployment, pay_to)
+    finally:
+        server.shutdown()
+        thread.join()
 
 
 @contextlib.contextmanager
@@ -255,19 +260,7 @@ def test_the_typescript_sdk_express_seller_settles_through_our_facilitator(deplo
         seller.stdin.close()
         started = seller.stdout.readline()
         assert started, seller.stderr.read() if seller.stderr else ""
-        url = f"http://127.0.0.1:{json.loads(started)['port']}"
-        ours = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
-        with httpx.Client(base_url=url, timeout=60) as anonymous:
-            unpaid = anonymous.get("/weather")
-        with httpx.Client(base_url=url, auth=ours, timeout=60) as agent:
-            paid = [agent.get("/weather") for _ in range(2)]
+        _pay_sdk_seller(f"http://127.0.0.1:{json.loads(started)['port']}", deployment, pay_to)
     finally:
         seller.terminate()
         seller.wait(timeout=30)
-    assert unpaid.status_code == 402 and "PAYMENT-REQUIRED" in unpaid.headers
-    for response in paid:
-        assert response.status_code == 200, response.text
-        assert response.json() == {"forecast": "sunny"}
-        assert _settlement_header(response)["success"] is True
-    assert [p.verified for p in ours.payments] == [True, True]  # our receipt passes through Express
-    assert harness.balance(pay_to) == 20_000
