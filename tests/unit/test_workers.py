@@ -88,3 +88,21 @@ def test_a_worker_that_cannot_start_stops_the_server_with_an_error() -> None:
             supervisor.wait()
     assert supervisor.stderr is not None
     assert "this worker cannot start" in supervisor.stderr.read()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT balances connections on Linux only")
+def test_the_workers_stop_when_the_supervisor_is_killed() -> None:
+    port = free_port()
+    supervisor = _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5)
+    try:
+        _wait_for(lambda: len(_answering_pids(port)) == 2)
+        workers = _answering_pids(port)
+        supervisor.kill()  # SIGKILL: no handler runs, nothing is terminated by the supervisor
+        supervisor.wait()
+        _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), seconds=30)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()

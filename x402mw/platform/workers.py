@@ -9,13 +9,16 @@ not balance connections (it does on Linux), uvicorn's workers are used instead.
 
 The supervisor restarts a worker that dies, unless it dies within ``_MIN_LIFETIME`` seconds of
 starting (a worker that cannot start would only fail again): then it stops the others and exits
-with an error. SIGINT and SIGTERM stop every worker gracefully.
+with an error. SIGINT and SIGTERM stop every worker gracefully; should the supervisor itself be
+killed, the kernel stops the workers.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -31,6 +34,7 @@ __all__ = ["serve_workers"]
 logger = logging.getLogger("x402mw.platform")
 
 _MIN_LIFETIME = 10.0  # seconds
+_PR_SET_PDEATHSIG = 1
 _BACKLOG = 2048
 _STOP_SECONDS = 30.0
 
@@ -53,7 +57,7 @@ def serve_workers(app: str, *, host: str, port: int, workers: int, log_level: st
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def start() -> tuple[BaseProcess, float]:
-        process = context.Process(target=_worker, args=(app, host, port, log_level), daemon=False)
+        process = context.Process(target=_worker, args=(app, host, port, log_level, os.getpid()), daemon=False)
         process.start()
         return process, time.monotonic()
 
@@ -88,6 +92,16 @@ def serve_workers(app: str, *, host: str, port: int, workers: int, log_level: st
         raise SystemExit(1)
 
 
+def _exit_with(supervisor: int) -> None:
+    """Have the kernel send this process SIGTERM when the supervisor dies, even by SIGKILL, so that
+    no worker goes on serving the port unsupervised (Linux's ``PR_SET_PDEATHSIG``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        logger.warning("worker %s: cannot ask to exit with the supervisor (errno %s)", os.getpid(), ctypes.get_errno())
+    if os.getppid() != supervisor:  # the supervisor died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _reuseport_socket(host: str, port: int) -> socket.socket:
     found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = found[0]
@@ -98,8 +112,9 @@ def _reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(app: str, host: str, port: int, log_level: str) -> None:
+def _worker(app: str, host: str, port: int, log_level: str, supervisor: int) -> None:
     """One worker process: its own listening socket, then uvicorn until SIGTERM or SIGINT."""
+    _exit_with(supervisor)
     sock = _reuseport_socket(host, port)
     sock.listen(_BACKLOG)
     config = uvicorn.Config(app, factory=True, host=host, port=port, log_level=log_level)
