@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,13 +14,14 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.chain.token import balance_of
-from x402mw.platform.server import PlatformServer
+from x402mw.platform.server import PlatformServer, free_port
 from x402mw.platform.services.merchants import create_api_key, create_merchant
 from x402mw.platform.settings import ChainSettings, PlatformSettings
 
@@ -27,6 +30,22 @@ DATABASES = ["sqlite", "postgresql"]
 
 sqlite_only = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 """For a test that takes a platform fixture but never reaches its database: run it on SQLite only."""
+
+
+@contextlib.contextmanager
+def serve_app(app: Any, log_level: str = "warning") -> Iterator[str]:
+    """The ASGI ``app`` served by uvicorn on a loopback port in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 @contextlib.contextmanager

@@ -13,12 +13,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from tests.harness import Deployment, PlatformHarness
+from tests.harness import Deployment, PlatformHarness, serve_app
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.db import tables
-from x402mw.platform.server import free_port
 from x402mw.platform.services.metering import settlement_fee
 from x402mw.protocol import decode_payment_required, encode_header
 
@@ -147,18 +146,8 @@ def test_planned_fee_is_the_larger_of_the_minimum_and_three_per_mille() -> None:
 
 
 def test_the_pay_command_pays_a_real_seller(deployment: Deployment, tmp_path: Any) -> None:
-    import uvicorn
-
     app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    import threading
-
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            threading.Event().wait(0.01)
+    with serve_app(app) as url:
         key_file = tmp_path / "agent.key"
         key_file.write_text(deployment.agent_key.hex())
         done = subprocess.run(
@@ -167,7 +156,7 @@ def test_the_pay_command_pays_a_real_seller(deployment: Deployment, tmp_path: An
                 "-m",
                 "x402mw",
                 "pay",
-                f"http://127.0.0.1:{port}/weather",
+                f"{url}/weather",
                 "--private-key-file",
                 str(key_file),
                 "--max-amount",
@@ -186,7 +175,7 @@ def test_the_pay_command_pays_a_real_seller(deployment: Deployment, tmp_path: An
                 "-m",
                 "x402mw",
                 "pay",
-                f"http://127.0.0.1:{port}/weather",
+                f"{url}/weather",
                 "--private-key-file",
                 str(key_file),
                 "--max-amount",
@@ -196,9 +185,6 @@ def test_the_pay_command_pays_a_real_seller(deployment: Deployment, tmp_path: An
             text=True,
             timeout=120,
         )
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == 200

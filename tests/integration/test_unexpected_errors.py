@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from tests.harness import serve_app
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
-from x402mw.platform.server import free_port
 
 
 async def broken(_request: Request) -> JSONResponse:
@@ -44,17 +42,8 @@ def _served() -> Iterator[str]:
         middleware=[Middleware(RequestIdMiddleware)],
         exception_handlers=exception_handlers,
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            threading.Event().wait(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serve_app(app, log_level="critical") as url:
+        yield url
 
 
 def test_an_unexpected_error_is_a_logged_500_with_the_request_id(caplog: pytest.LogCaptureFixture) -> None:

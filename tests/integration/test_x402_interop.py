@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import os
 import subprocess
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from eth_account import Account
 from werkzeug.serving import make_server
 from x402 import x402Client
@@ -32,12 +28,11 @@ from x402.mechanisms.evm.exact import ExactEvmScheme
 from x402.mechanisms.evm.signers import EthAccountSigner
 
 from examples.x402_sdk_seller import create_app, create_flask_app
-from tests.harness import Deployment, PlatformHarness
+from tests.harness import Deployment, PlatformHarness, serve_app
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
-from x402mw.platform.server import free_port
 from x402mw.protocol import decode_settlement_response
 
 pytestmark = pytest.mark.anyio
@@ -165,22 +160,6 @@ def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deploy
         thread.join()
 
 
-@contextlib.contextmanager
-def _served(app: Any) -> Iterator[str]:
-    """``app`` on a loopback port, served by uvicorn in a thread; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join()
-
-
 def _node_agent(url: str, key: bytes, harness: PlatformHarness, *, cap: str, times: int) -> list[dict[str, Any]]:
     """Pay ``url`` ``times`` with the TypeScript SDK (node, from ``.tools``); one answer per request."""
     assert (TOOLS / "node_modules" / "@x402" / "fetch").is_dir(), "run `make test`: it installs the TypeScript SDK"
@@ -210,7 +189,7 @@ def test_the_typescript_sdk_agent_pays_our_seller(deployment: Deployment) -> Non
     harness = deployment.harness
     app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
     payout_before = harness.balance(deployment.payout)
-    with _served(app) as url:
+    with serve_app(app) as url:
         answers = _node_agent(url + "/weather", deployment.agent_key, harness, cap="50000", times=2)
     assert len(answers) == 2, answers
     for answer in answers:
@@ -227,7 +206,7 @@ def test_the_typescript_sdk_agent_keeps_to_its_cap(dev_platform: PlatformHarness
     deployment = dev_platform.deploy(amount_minor="60000")
     app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id)
     balance_before = dev_platform.balance(deployment.agent.address)
-    with _served(app) as url:
+    with serve_app(app) as url:
         [answer] = _node_agent(url + "/weather", deployment.agent_key, dev_platform, cap="50000", times=1)
     assert "maxAmountPerPayment" in answer.get("error", ""), answer
     assert dev_platform.balance(deployment.agent.address) == balance_before

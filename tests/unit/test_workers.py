@@ -3,12 +3,13 @@ cannot start, and stops every worker on SIGTERM. Real processes on a real port."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -16,17 +17,28 @@ import pytest
 
 from x402mw.platform.server import free_port
 
+# Outside Linux, serve_workers hands over to uvicorn's own workers: no supervisor of ours to test.
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervisor runs on Linux only")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _supervise(app: str, port: int, min_lifetime: float) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def _supervise(app: str, port: int, min_lifetime: float) -> Iterator[subprocess.Popen[str]]:
+    """``serve_workers`` with two workers of ``app`` in a process of its own, killed if still up at the end."""
     code = (
         "import x402mw.platform.workers as w\n"
         f"w._MIN_LIFETIME = {min_lifetime}\n"
         f"w.serve_workers({app!r}, host='127.0.0.1', port={port}, workers=2, log_level='warning')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    supervisor = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        yield supervisor
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
 
 
 def _children(pid: int) -> set[int]:
@@ -54,11 +66,9 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
     raise AssertionError("timed out")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT balances connections on Linux only")
 def test_a_dead_worker_is_replaced_and_sigterm_stops_them_all() -> None:
     port = free_port()
-    supervisor = _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5)
-    try:
+    with _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5) as supervisor:
         _wait_for(lambda: len(_answering_pids(port)) == 2)
         first = _answering_pids(port)
         victim = min(first)
@@ -71,30 +81,18 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_them_all() -> None:
         assert supervisor.wait(timeout=60) == 0
         assert not any(Path(f"/proc/{pid}").exists() for pid in after), "a worker outlived the supervisor"
         assert after <= workers
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT balances connections on Linux only")
 def test_a_worker_that_cannot_start_stops_the_server_with_an_error() -> None:
-    supervisor = _supervise("tests.worker_apps:broken_app", free_port(), min_lifetime=30)
-    try:
+    with _supervise("tests.worker_apps:broken_app", free_port(), min_lifetime=30) as supervisor:
         assert supervisor.wait(timeout=120) == 1
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
-    assert supervisor.stderr is not None
-    assert "this worker cannot start" in supervisor.stderr.read()
+        assert supervisor.stderr is not None
+        assert "this worker cannot start" in supervisor.stderr.read()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT balances connections on Linux only")
 def test_the_workers_stop_when_the_supervisor_is_killed() -> None:
     port = free_port()
-    supervisor = _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5)
-    try:
+    with _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5) as supervisor:
         _wait_for(lambda: len(_answering_pids(port)) == 2)
         workers = _answering_pids(port)
         supervisor.kill()  # SIGKILL: no handler runs, nothing is terminated by the supervisor
@@ -102,7 +100,3 @@ def test_the_workers_stop_when_the_supervisor_is_killed() -> None:
         _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), seconds=30)
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
