@@ -203,24 +203,13 @@ def _nullable(document: dict[str, Any], schema_name: str) -> dict[str, bool]:
 def test_a_patch_takes_null_exactly_where_the_document_says(dev_platform: PlatformHarness) -> None:
     # The document is generated from the models and the handler enforces them: sending `null` for
     # each field must be refused as "cannot be null" exactly where the schema does not admit null.
-    _, key, _ = dev_platform.merchant("PATCH nulls")
+    deployment = dev_platform.deploy(amount_minor=None, pricing="dynamic", fund="")
     document = build_document()
-    with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
-        endpoint = api.post(
-            "/agent/endpoints",
-            json={
-                "name": "nulls",
-                "resourceUrl": "https://example.com/nulls",
-                "chainId": dev_platform.chain.chain_id,
-                "currency": "USDC",
-                "payoutAddress": "0x" + "12" * 20,
-                "pricingMode": "dynamic",
-            },
-        )
+    with deployment.api() as api:
         hook = api.post("/webhook-endpoints", json={"url": "https://example.com/hook", "enabledEvents": ["*"]})
-        assert endpoint.status_code == hook.status_code == 201, (endpoint.text, hook.text)
+        assert hook.status_code == 201, hook.text
         targets = {
-            f"/agent/endpoints/{endpoint.json()['endpoint']['id']}": "EndpointUpdate",
+            f"/agent/endpoints/{deployment.endpoint_id}": "EndpointUpdate",
             f"/webhook-endpoints/{hook.json()['webhookEndpoint']['id']}": "WebhookEndpointUpdate",
         }
         cleared = 0
