@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 
@@ -10,6 +11,7 @@ os.environ.setdefault("ETH_HASH_BACKEND", "pysha3")
 from typing import Any
 
 import pytest
+from eth_abi.abi import encode as abi_encode
 from eth_account import Account
 from eth_account.messages import _hash_eip191_message, encode_typed_data
 from eth_utils.address import is_address as eth_utils_is_address
@@ -19,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from x402mw.evm.eip712 import (
+    TRANSFER_WITH_AUTHORIZATION_TYPEHASH,
     InvalidSignatureError,
     TokenDomain,
     TransferAuthorization,
@@ -286,6 +289,8 @@ def test_the_domain_separator_is_precomputed_and_not_part_of_equality() -> None:
         {"to": "11" * 21},
         {"to": "0x" + "zz" * 20},
         {"to": "0x" + "1 " * 20},
+        {"to": "0x" + "11" * 18 + " 11 "},  # hex digits and white space, 40 characters in all
+        {"to": "0x" + "\u0661" * 40},  # digits, but not ASCII ones
     ],
 )
 def test_unencodable_authorizations_are_refused(changes: dict[str, Any]) -> None:
@@ -299,6 +304,15 @@ def test_unencodable_authorizations_are_refused(changes: dict[str, Any]) -> None
     }
     with pytest.raises(ValueError):
         TransferAuthorization(**(fields | changes))
+
+
+def test_an_authorization_encodes_its_fields_once_as_abi_words() -> None:
+    auth = TransferAuthorization("0X" + "AB" * 20, "0x" + "cd" * 20, 7, 1, 2, bytes(range(32)))
+    assert auth.words == abi_encode(
+        ["address", "address", "uint256", "uint256", "uint256", "bytes32"],
+        ["0x" + "ab" * 20, "0x" + "cd" * 20, 7, 1, 2, bytes(range(32))],
+    )
+    assert auth.struct_hash() == keccak256(TRANSFER_WITH_AUTHORIZATION_TYPEHASH + auth.words)
 
 
 @pytest.mark.parametrize(
@@ -408,3 +422,18 @@ def test_recovered_addresses_stay_right_as_the_address_memo_fills_and_clears(mon
             assert recover_digest_signer(digest, signature) == address_of(key)
             assert recover_digest_signer(digest, signature) == Account._recover_hash(digest, signature=signature)
             assert len(eip712._ADDRESSES) <= 3
+
+
+def test_threads_recovering_at_once_each_get_their_own_signer() -> None:
+    # libsecp256k1 runs without the GIL: each thread must have its own in and out structures
+    keys = [new_private_key() for _ in range(8)]
+    cases = [(keccak256(b"%d" % n), keys[n % 8]) for n in range(800)]
+    signed = [(digest, sign_digest(key, digest), address_of(key)) for digest, key in cases]
+
+    def recover_all(offset: int) -> list[bool]:
+        mine = signed[offset:] + signed[:offset]
+        return [recover_digest_signer(digest, signature) == signer for digest, signature, signer in mine]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(recover_all, range(0, 800, 100)))
+    assert all(all(found) for found in results)

@@ -34,11 +34,11 @@ def test_the_calldata_is_eth_abis(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"from_": "0x1234"}, "from must be"),
+        ({"from_": "0x1234"}, "from_address must be"),
         ({"to": "not an address"}, "to must be"),
         ({"value": -1}, "value must be"),
         ({"value": 2**256}, "value must be"),
-        ({"valid_before": True}, "validBefore must be"),
+        ({"valid_before": True}, "valid_before must be"),
         ({"nonce": b"\x00" * 31}, "nonce is 32 bytes"),
         ({"signature": b"\x00" * 64}, "signature is 65 bytes"),
     ],

@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 import secrets
+import threading
 from dataclasses import dataclass, field
 
 from coincurve import PublicKey
@@ -27,7 +28,7 @@ except ImportError:  # pragma: no cover - a coincurve build without the private 
     _ffi = _lib = None
 
 from x402mw.evm.keccak import keccak256
-from x402mw.evm.keys import _checksum_hex, _hex_body, _private_key
+from x402mw.evm.keys import _checksum_hex, _private_key
 
 __all__ = [
     "DOMAIN_TYPEHASH",
@@ -94,10 +95,15 @@ class InvalidSignatureError(ValueError):
 
 def address_word(name: str, value: object) -> bytes:
     """The ABI word of an address (12 zero bytes, then its 20); ``ValueError`` naming ``name`` otherwise."""
-    body = _hex_body(value)
-    if body is None:
-        raise ValueError(f"{name} must be '0x' followed by 40 hex digits")
-    return _ADDRESS_PADDING + bytes.fromhex(body)
+    if isinstance(value, str) and len(value) == 42 and value[:2] in ("0x", "0X"):
+        try:
+            raw = bytes.fromhex(value[2:])
+        except ValueError:
+            raw = b""
+        # fromhex skips white space, so 40 characters give 20 bytes only when all are hex digits.
+        if len(raw) == 20:
+            return _ADDRESS_PADDING + raw
+    raise ValueError(f"{name} must be '0x' followed by 40 hex digits")
 
 
 def uint256_word(name: str, value: object) -> bytes:
@@ -143,6 +149,9 @@ class TransferAuthorization:
 
     ``value``, ``valid_after`` and ``valid_before`` are uint256 ints (atomic units and Unix seconds);
     ``nonce`` is 32 bytes. Raises ``ValueError`` on a field that cannot be encoded.
+
+    ``words`` is the six fields ABI-encoded (each a static 32-byte word), made once at construction
+    while the fields are checked: the struct hash and the token call's arguments both start from it.
     """
 
     from_address: str
@@ -151,34 +160,26 @@ class TransferAuthorization:
     valid_after: int
     valid_before: int
     nonce: bytes
+    words: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        address_word("from_address", self.from_address)
-        address_word("to", self.to)
-        uint256_word("value", self.value)
-        uint256_word("valid_after", self.valid_after)
-        uint256_word("valid_before", self.valid_before)
         if not isinstance(self.nonce, bytes) or len(self.nonce) != 32:
             raise ValueError("nonce must be 32 bytes")
+        words = b"".join(
+            (
+                address_word("from_address", self.from_address),
+                address_word("to", self.to),
+                uint256_word("value", self.value),
+                uint256_word("valid_after", self.valid_after),
+                uint256_word("valid_before", self.valid_before),
+                self.nonce,
+            )
+        )
+        object.__setattr__(self, "words", words)
 
     def struct_hash(self) -> bytes:
         """The EIP-712 ``hashStruct`` of this message."""
-        # The fields were validated at construction; this is the settlement hot path.
-        return keccak256(
-            b"".join(
-                (
-                    TRANSFER_WITH_AUTHORIZATION_TYPEHASH,
-                    _ADDRESS_PADDING,
-                    bytes.fromhex(self.from_address[2:]),
-                    _ADDRESS_PADDING,
-                    bytes.fromhex(self.to[2:]),
-                    self.value.to_bytes(32, "big"),
-                    self.valid_after.to_bytes(32, "big"),
-                    self.valid_before.to_bytes(32, "big"),
-                    self.nonce,
-                )
-            )
-        )
+        return keccak256(TRANSFER_WITH_AUTHORIZATION_TYPEHASH + self.words)
 
 
 def transfer_digest(domain: TokenDomain, auth: TransferAuthorization) -> bytes:
@@ -227,9 +228,23 @@ def _address_of_public(public: bytes) -> str:
     return _checksum_hex(keccak256(public[1:])[-20:].hex())
 
 
+class _Scratch(threading.local):
+    """libsecp256k1's in and out structures, allocated once per thread (two allocations would cost
+    a tenth of what the code around the recovery does): cffi lets go of the GIL during a call, so
+    threads must not share them."""
+
+    def __init__(self) -> None:
+        self.parsed = _ffi.new("secp256k1_ecdsa_recoverable_signature *")
+        self.point = _ffi.new("secp256k1_pubkey *")
+        self.point_bytes = _ffi.buffer(self.point)
+
+
+_scratch = _Scratch() if _lib is not None else None
+
+
 def _recover_address(compact: bytes, recovery_id: int, digest: bytes) -> str:
     """The checksum address of the key that made the signature, or InvalidSignatureError."""
-    if _lib is None:  # pragma: no cover - see the import
+    if _scratch is None:  # pragma: no cover - see the import
         try:
             public: bytes = PublicKey.from_signature_and_message(
                 compact + bytes((recovery_id,)), digest, hasher=None
@@ -238,20 +253,19 @@ def _recover_address(compact: bytes, recovery_id: int, digest: bytes) -> str:
             raise InvalidSignatureError("no public key recovers from this signature") from exc
         return _address_of_public(public)
     context = GLOBAL_CONTEXT.ctx
-    parsed = _ffi.new("secp256k1_ecdsa_recoverable_signature *")
-    if not _lib.secp256k1_ecdsa_recoverable_signature_parse_compact(context, parsed, compact, recovery_id):
+    scratch = _scratch
+    if not _lib.secp256k1_ecdsa_recoverable_signature_parse_compact(context, scratch.parsed, compact, recovery_id):
         raise InvalidSignatureError("the signature does not parse")
-    point = _ffi.new("secp256k1_pubkey *")
-    if not _lib.secp256k1_ecdsa_recover(context, point, parsed, digest):
+    if not _lib.secp256k1_ecdsa_recover(context, scratch.point, scratch.parsed, digest):
         raise InvalidSignatureError("no public key recovers from this signature")
     # The point's 64 bytes (libsecp256k1's own form) name the key: serialized and hashed into an
     # address the first time only.
-    key = bytes(_ffi.buffer(point))
+    key = scratch.point_bytes[:]
     address = _ADDRESSES.get(key)
     if address is None:
         output = _ffi.new("unsigned char[65]")
         length = _ffi.new("size_t *", 65)
-        _lib.secp256k1_ec_pubkey_serialize(context, output, length, point, _lib.SECP256K1_EC_UNCOMPRESSED)
+        _lib.secp256k1_ec_pubkey_serialize(context, output, length, scratch.point, _lib.SECP256K1_EC_UNCOMPRESSED)
         if len(_ADDRESSES) >= _ADDRESSES_KEPT:
             _ADDRESSES.clear()
         address = _ADDRESSES[key] = _address_of_public(bytes(_ffi.buffer(output, 65)))

@@ -29,7 +29,7 @@ from x402mw.evm.hd import DEPOSIT_ACCOUNT_PATH, derive_private_key
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.relayer import RevertError
-from x402mw.platform.chain.token import balance_of, encode_transfer_with_authorization
+from x402mw.platform.chain.token import balance_of, transfer_calldata
 from x402mw.platform.db import tables
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.payment_intents import FIXED_TRANSFER_KEY
@@ -117,16 +117,7 @@ def authorization_call(
         nonce=nonce,
     )
     signature = sign_transfer(signer_key, domain, auth)
-    data = encode_transfer_with_authorization(
-        from_=auth.from_address,
-        to=to,
-        value=value,
-        valid_after=auth.valid_after,
-        valid_before=auth.valid_before,
-        nonce=nonce,
-        signature=signature,
-    )
-    return data, nonce
+    return transfer_calldata(auth, signature), nonce
 
 
 _sweeping: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
 from x402mw.evm.receipts import sign_receipt
 from x402mw.platform.chain.relayer import RevertError, simulated
-from x402mw.platform.chain.token import authorization_state, encode_transfer_with_authorization, find_authorization_use
+from x402mw.platform.chain.token import authorization_state, find_authorization_use, transfer_calldata
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
@@ -251,16 +251,7 @@ class SettlementService:
 
     @staticmethod
     def _calldata(verified: Verified) -> bytes:
-        auth = verified.auth
-        return encode_transfer_with_authorization(
-            from_=auth.from_address,
-            to=auth.to,
-            value=auth.value,
-            valid_after=auth.valid_after,
-            valid_before=auth.valid_before,
-            nonce=auth.nonce,
-            signature=verified.signature,
-        )
+        return transfer_calldata(verified.auth, verified.signature)
 
     # -- settlement ------------------------------------------------------------------------------
 
