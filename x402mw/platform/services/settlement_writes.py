@@ -89,9 +89,7 @@ class SettlementWrites:
         # (SQLite: one, as the process has one thread to write with; a claim batch runs on the event
         # loop itself when that thread and the database are free: see SQLiteWriter.run.)
         flushes = 1 if engine.dialect.name == "sqlite" else CLAIM_FLUSHES
-        self._claim_conns = [
-            HeldConnection(engine, inline=not __import__("os").environ.get("X_NOINLINE")) for _ in range(flushes)
-        ]
+        self._claim_conns = [HeldConnection(engine, inline=True) for _ in range(flushes)]
         self._record_conn = HeldConnection(engine)
         self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=flushes)
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
