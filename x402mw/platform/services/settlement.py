@@ -5,43 +5,49 @@ the first request to insert the claim settles; any other request with the same s
 waits for that settlement and gets the same receipt; a different payload with a used nonce is
 refused. A settlement that outlives the caller's wait is *pending* (with its transaction), never
 failed; it completes in the background and a retry gets the receipt.
+
+Beside this module: `settlement_checks` (what is checked before the chain), `settlement_writes`
+(the batched database writes) and `settlement_recovery` (what a stopped process left behind).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
 from x402mw.evm.receipts import sign_receipt
-from x402mw.platform.chain.relayer import RevertError, simulated
-from x402mw.platform.chain.token import authorization_state, find_authorization_use, transfer_calldata
+from x402mw.platform.chain.relayer import RevertError
+from x402mw.platform.chain.token import transfer_calldata
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
-from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.outbox import event_row
+from x402mw.platform.services.settlement_checks import (
+    Refusal,
+    Verified,
+    revert_reason,
+    simulation_outcome,
+    verify_payment,
+)
+from x402mw.platform.services.settlement_recovery import SettlementRecovery
 from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 
-__all__ = ["SettleOutcome", "SettleRequest", "SettlementService", "payment_json"]
+__all__ = ["Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_json"]
 
 logger = logging.getLogger("x402mw.platform.settlement")
 
-MIN_VALIDITY_SECONDS = 6
 POLL_SECONDS = 0.05
-# A settlement still `claimed` or `submitted` this long after its claim was left by a process that stopped.
-RECOVER_AFTER = timedelta(minutes=2)
 
 
 @dataclass(slots=True)
@@ -85,13 +91,6 @@ Payment = AgentPayment | Claimed
 claimed by this process."""
 
 
-class Refusal(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
 @dataclass(frozen=True, slots=True)
 class SettleRequest:
     accepted: PaymentRequirements
@@ -112,30 +111,6 @@ class SettleOutcome:
     response: SettlementResponse
     message: str | None = None
     payment_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Verified:
-    chain: ChainHandle
-    auth: TransferAuthorization
-    signature: bytes
-    payer: str
-    payload_hash: str
-
-
-def _revert_reason(text: str) -> str:
-    lowered = text.lower()
-    if "balance" in lowered:
-        return reasons.INSUFFICIENT_FUNDS
-    if "used" in lowered or "canceled" in lowered:
-        return reasons.NONCE_USED
-    if "expired" in lowered:
-        return reasons.INVALID_VALID_BEFORE
-    if "not yet valid" in lowered:
-        return reasons.INVALID_VALID_AFTER
-    if "signature" in lowered:
-        return reasons.INVALID_SIGNATURE
-    return reasons.TRANSACTION_REVERTED
 
 
 def payment_json(row: Payment) -> dict[str, Any]:
@@ -175,14 +150,6 @@ def _drop(simulation: asyncio.Future[Any] | None) -> None:
         simulation.exception()
 
 
-async def _checked(simulation: asyncio.Future[Any]) -> None:
-    """The outcome of a simulation (`Relayer.simulate_soon`): `Refusal` with the revert's reason code."""
-    try:
-        await simulated(simulation)
-    except RevertError as exc:
-        raise Refusal(_revert_reason(exc.reason), f"the transfer would revert: {exc.reason}") from None
-
-
 class SettlementService:
     def __init__(
         self, engine: AsyncEngine, chains: Chains, receipt_key: bytes, clock: Clock, *, simulate: bool = True
@@ -195,56 +162,18 @@ class SettlementService:
         self._inflight: dict[str, asyncio.Task[SettleOutcome | None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._recording: dict[str, SettleOutcome] = {}  # answered, and being recorded
-        # A payment left `claimed` with its authorization unused, by id: the relayer's pending nonce
-        # when recovery first found it so (see recover_claimed).
-        self._unused_since: dict[str, int] = {}
+        self.recovery = SettlementRecovery(self)
         self.writes = SettlementWrites(engine)
 
     # -- verification (no side effects) -------------------------------------------------------
 
     def verify(self, accepted: PaymentRequirements, payload: PaymentPayload) -> Verified:
-        """Check everything that can be checked off-chain; `Refusal` with a reason code otherwise."""
-        if accepted.scheme != "exact":
-            raise Refusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not supported")
-        chain = self.chains.by_network(accepted.network)
-        if chain is None:
-            raise Refusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
-        domain = chain.domain(accepted.asset)
-        if domain is None:
-            raise Refusal(reasons.INVALID_ASSET, f"asset {accepted.asset} cannot be paid by authorization here")
-        wire = payload.payload.authorization
-        if wire.to.lower() != accepted.pay_to.lower():
-            raise Refusal(reasons.INVALID_RECIPIENT, "the authorization pays someone other than payTo")
-        if wire.value != accepted.amount:
-            raise Refusal(reasons.INVALID_VALUE, "the authorized value differs from the amount asked")
-        now = self.clock.time()
-        if wire.valid_after > now:
-            raise Refusal(reasons.INVALID_VALID_AFTER, "the authorization is not yet valid")
-        if wire.valid_before < now + MIN_VALIDITY_SECONDS:
-            raise Refusal(reasons.INVALID_VALID_BEFORE, "the authorization has expired or expires too soon")
-        try:
-            signature = bytes.fromhex(payload.payload.signature.removeprefix("0x"))
-            auth = TransferAuthorization(
-                from_address=wire.from_address,
-                to=wire.to,
-                value=wire.value,
-                valid_after=wire.valid_after,
-                valid_before=wire.valid_before,
-                nonce=bytes.fromhex(wire.nonce[2:]),
-            )
-            signer = recover_transfer_signer(domain, auth, signature)
-        except (ValueError, InvalidSignatureError):
-            raise Refusal(reasons.INVALID_SIGNATURE, "the signature is malformed") from None
-        if signer.lower() != wire.from_address.lower():
-            raise Refusal(reasons.INVALID_SIGNATURE, "the signature is not by the authorization's 'from'")
-        digest = hashlib.sha256(
-            signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode()
-        ).hexdigest()
-        return Verified(chain, auth, signature, signer, digest)
+        """Check everything that can be checked off-chain (`verify_payment`); `Refusal` otherwise."""
+        return verify_payment(self.chains, self.clock, accepted, payload)
 
     async def check_on_chain(self, verified: Verified, token: str) -> None:
         """Simulate the transfer from the relayer; `Refusal` with the revert's reason code."""
-        await _checked(self._simulate_soon(verified, token))
+        await simulation_outcome(self._simulate_soon(verified, token))
 
     def _simulate_soon(self, verified: Verified, token: str) -> asyncio.Future[Any]:
         return verified.chain.relayer.simulate_soon(token, self._calldata(verified))
@@ -448,7 +377,7 @@ class SettlementService:
         chain = verified.chain
         try:
             if simulation is not None:
-                await _checked(simulation)
+                await simulation_outcome(simulation)
             elif self.simulate:
                 await self.check_on_chain(verified, request.accepted.asset)
             sent_at = time.perf_counter()
@@ -467,7 +396,7 @@ class SettlementService:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
             return self.failed(request.accepted.network, refusal.reason, refusal.message, payment_id=row.id)
         except RevertError as exc:
-            reason = _revert_reason(exc.reason)
+            reason = revert_reason(exc.reason)
             await self.writes.failed(row.id, reason, challenge=request.challenge)
             return self.failed(
                 request.accepted.network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id
@@ -495,9 +424,9 @@ class SettlementService:
                 transaction=tx,
                 payment_id=row.id,
             )
-        return self._finish(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
+        return self.release(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
 
-    def _finish(
+    def release(
         self,
         row: Payment,
         block: int,
@@ -617,89 +546,7 @@ class SettlementService:
             )
         return AgentPayment.model_validate(dict(found)) if found else None
 
-    async def _left(self, status: str) -> list[AgentPayment]:
-        """Payments in ``status`` older than `RECOVER_AFTER` that this process is not finishing."""
-        table = tables.agent_payments
-        cutoff = self.clock.now() - RECOVER_AFTER
-        async with self.engine.connect() as conn:
-            found = await conn.execute(select(table).where(table.c.status == status, table.c.created_at <= cutoff))
-            rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
-        return [row for row in rows if not self._finishing(row)]
-
-    def _finishing(self, row: AgentPayment) -> bool:
+    def finishing(self, row: AgentPayment) -> bool:
+        """Whether this process is settling ``row``'s payment, or has answered for it and is recording it."""
         key = _authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
         return key in self._inflight or row.id in self._recording
-
-    async def recover_claimed(self) -> int:
-        """Settle or release payments that a stopped process left ``claimed`` (a worker duty): it may
-        have sent the transfer without recording it. Those older than `RECOVER_AFTER` that this
-        process is not finishing are looked up on the chain: an authorization used there is settled
-        with the transaction that used it (found by its ``AuthorizationUsed`` log); one still unused
-        is recorded failed, so that the same signature may be tried again, once no transfer the
-        relayer had sent by then can still be waiting to be mined (`_nothing_pending_since`).
-        Returns how many."""
-        finished = 0
-        relayer_nonces: dict[int, tuple[int, int]] = {}  # read once per chain and round
-        for row in await self._left("claimed"):
-            chain = self.chains.get(row.chain_id)
-            if chain is None:
-                continue
-            nonce = bytes.fromhex(row.nonce[2:])
-            if not await authorization_state(chain.rpc, row.asset, row.payer, nonce):
-                if chain.chain_id not in relayer_nonces:
-                    relayer_nonces[chain.chain_id] = await chain.relayer.nonces()
-                if self._nothing_pending_since(row.id, *relayer_nonces[chain.chain_id]):
-                    await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
-                    finished += 1
-                continue
-            self._unused_since.pop(row.id, None)
-            tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
-            if tx is None:  # used beyond the window searched, or canceled by the payer
-                await self.writes.failed(row.id, reasons.NONCE_USED)
-                finished += 1
-                continue
-            try:
-                receipt = await chain.relayer.wait_for_receipt(tx, timeout=1.0)
-            except TimeoutError:
-                continue
-            now = time.perf_counter()
-            self._finish(row, receipt.block_number, tx, now, now, now)
-            finished += 1
-        await self.drain()
-        return finished
-
-    def _nothing_pending_since(self, payment_id: str, mined: int, pending: int) -> bool:
-        """Whether every transaction the relayer had sent when payment ``payment_id`` was first
-        found unused is mined now (``mined`` and ``pending`` are the relayer's nonces). A transfer
-        the stopped process sent for it could otherwise still be waiting in the node's pool: failing
-        the payment then would let the same signature be relayed twice (the second reverts, and the
-        first would settle a payment recorded failed)."""
-        waited_for = self._unused_since.setdefault(payment_id, pending)
-        if mined < waited_for:
-            return False
-        del self._unused_since[payment_id]
-        return True
-
-    async def recover_submitted(self) -> int:
-        """Release settlements that a stopped process left ``submitted`` (a worker duty): those older
-        than `RECOVER_AFTER` (a live process finishes its own long before) that this process is not
-        finishing itself. Returns how many it released or failed."""
-        finished = 0
-        for row in await self._left("submitted"):
-            chain = self.chains.get(row.chain_id)
-            if chain is None or not row.transaction:
-                continue
-            try:
-                receipt = await chain.relayer.wait_for_receipt(row.transaction, timeout=1.0)
-            except TimeoutError:
-                continue
-            if self._finishing(row):
-                continue  # this process finished it meanwhile
-            if receipt.status == 1:
-                now = time.perf_counter()
-                self._finish(row, receipt.block_number, row.transaction, now, now, now)
-            else:
-                await self.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number)
-            finished += 1
-        await self.drain()
-        return finished

@@ -1,0 +1,111 @@
+"""What settlement checks before a payment may reach the chain, with no side effects: the payment
+against its requirements and the EIP-3009 signature (`verify_payment`), then the transfer simulated
+from the relayer (`simulation_outcome`). Each failed check is a `Refusal` with an x402 reason code.
+
+The facilitator's ``POST /x402/verify`` is these checks alone; ``settle`` runs them on the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
+from x402mw.platform.chain.relayer import RevertError, simulated
+from x402mw.platform.clock import Clock
+from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.protocol import reasons
+from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+
+__all__ = ["MIN_VALIDITY_SECONDS", "Refusal", "Verified", "revert_reason", "simulation_outcome", "verify_payment"]
+
+MIN_VALIDITY_SECONDS = 6
+"""An authorization must stay valid at least this long after it arrives: time to relay and include it."""
+
+
+class Refusal(Exception):
+    """A payment that fails a check: ``reason`` is the x402 reason code, ``message`` says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """A payment that passed the off-chain checks: its chain, its authorization and signature, the
+    payer who signed it, and a hash of what was signed (two sends of one payload share it)."""
+
+    chain: ChainHandle
+    auth: TransferAuthorization
+    signature: bytes
+    payer: str
+    payload_hash: str
+
+
+def verify_payment(chains: Chains, clock: Clock, accepted: PaymentRequirements, payload: PaymentPayload) -> Verified:
+    """Check everything that can be checked off-chain; `Refusal` with a reason code otherwise."""
+    if accepted.scheme != "exact":
+        raise Refusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not supported")
+    chain = chains.by_network(accepted.network)
+    if chain is None:
+        raise Refusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
+    domain = chain.domain(accepted.asset)
+    if domain is None:
+        raise Refusal(reasons.INVALID_ASSET, f"asset {accepted.asset} cannot be paid by authorization here")
+    wire = payload.payload.authorization
+    if wire.to.lower() != accepted.pay_to.lower():
+        raise Refusal(reasons.INVALID_RECIPIENT, "the authorization pays someone other than payTo")
+    if wire.value != accepted.amount:
+        raise Refusal(reasons.INVALID_VALUE, "the authorized value differs from the amount asked")
+    now = clock.time()
+    if wire.valid_after > now:
+        raise Refusal(reasons.INVALID_VALID_AFTER, "the authorization is not yet valid")
+    if wire.valid_before < now + MIN_VALIDITY_SECONDS:
+        raise Refusal(reasons.INVALID_VALID_BEFORE, "the authorization has expired or expires too soon")
+    try:
+        signature = bytes.fromhex(payload.payload.signature.removeprefix("0x"))
+        auth = TransferAuthorization(
+            from_address=wire.from_address,
+            to=wire.to,
+            value=wire.value,
+            valid_after=wire.valid_after,
+            valid_before=wire.valid_before,
+            nonce=bytes.fromhex(wire.nonce[2:]),
+        )
+        signer = recover_transfer_signer(domain, auth, signature)
+    except (ValueError, InvalidSignatureError):
+        raise Refusal(reasons.INVALID_SIGNATURE, "the signature is malformed") from None
+    if signer.lower() != wire.from_address.lower():
+        raise Refusal(reasons.INVALID_SIGNATURE, "the signature is not by the authorization's 'from'")
+    digest = hashlib.sha256(
+        signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode()
+    ).hexdigest()
+    return Verified(chain, auth, signature, signer, digest)
+
+
+async def simulation_outcome(simulation: asyncio.Future[Any]) -> None:
+    """Wait for a simulation (`Relayer.simulate_soon`); `Refusal` with the revert's reason code."""
+    try:
+        await simulated(simulation)
+    except RevertError as exc:
+        raise Refusal(revert_reason(exc.reason), f"the transfer would revert: {exc.reason}") from None
+
+
+def revert_reason(text: str) -> str:
+    """The x402 reason code for a token's revert message."""
+    lowered = text.lower()
+    if "balance" in lowered:
+        return reasons.INSUFFICIENT_FUNDS
+    if "used" in lowered or "canceled" in lowered:
+        return reasons.NONCE_USED
+    if "expired" in lowered:
+        return reasons.INVALID_VALID_BEFORE
+    if "not yet valid" in lowered:
+        return reasons.INVALID_VALID_AFTER
+    if "signature" in lowered:
+        return reasons.INVALID_SIGNATURE
+    return reasons.TRANSACTION_REVERTED
