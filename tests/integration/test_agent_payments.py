@@ -172,7 +172,7 @@ async def test_streaming_and_repeated_headers_survive(deployment: Deployment) ->
     assert "PAYMENT-RESPONSE" in streamed.headers
 
 
-async def test_dynamic_pricing_runs_the_callback_once_per_challenge(dev_platform: PlatformHarness) -> None:
+async def test_dynamic_pricing_prices_the_challenge_and_the_paid_request(dev_platform: PlatformHarness) -> None:
     deployment = await asyncio.to_thread(dev_platform.deploy, amount_minor=None, pricing="dynamic")
     calls: list[str] = []
 
@@ -184,7 +184,7 @@ async def test_dynamic_pricing_runs_the_callback_once_per_challenge(dev_platform
     before = await asyncio.to_thread(dev_platform.balance, deployment.payout)
     response = await _pay(app, X402Auth(deployment.agent), "/weather?size=l")
     assert response.status_code == 200 and response.json()["amount"] == 30_000
-    assert calls == ["l"]
+    assert calls == ["l", "l"]  # the 402, then the paid retry (a challenge pays only for what it priced)
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before + 30_000
 
 

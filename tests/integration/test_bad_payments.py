@@ -27,18 +27,18 @@ pytestmark = pytest.mark.anyio
 
 
 class Seller:
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, **options: Any) -> None:
         self.deployment = deployment
-        self.app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id)
+        self.app = starlette_app(deployment.api_key, deployment.harness.url, deployment.endpoint_id, **options)
 
-    async def get(self, headers: dict[str, str] | None = None) -> httpx.Response:
+    async def get(self, headers: dict[str, str] | None = None, path: str = "/weather") -> httpx.Response:
         async with httpx.AsyncClient(
             transport=asgi_transport(self.app), base_url="http://testserver", timeout=60
         ) as client:
-            return await client.get("/weather", headers=headers or {})
+            return await client.get(path, headers=headers or {})
 
-    async def offer(self) -> PaymentRequirements:
-        return decode_payment_required((await self.get()).headers["PAYMENT-REQUIRED"]).accepts[0]
+    async def offer(self, path: str = "/weather") -> PaymentRequirements:
+        return decode_payment_required((await self.get(path=path)).headers["PAYMENT-REQUIRED"]).accepts[0]
 
 
 def forge(
@@ -82,8 +82,8 @@ def forge(
     return encode_header(payload)
 
 
-async def _refused(seller: Seller, header: str, reason: str) -> httpx.Response:
-    response = await seller.get({"PAYMENT-SIGNATURE": header})
+async def _refused(seller: Seller, header: str, reason: str, path: str = "/weather") -> httpx.Response:
+    response = await seller.get({"PAYMENT-SIGNATURE": header}, path)
     assert response.status_code == 402, response.text
     required = decode_payment_required(response.headers["PAYMENT-REQUIRED"])
     assert required.error == reason, (required.error, response.json().get("message"))
@@ -180,6 +180,29 @@ async def test_insufficient_balance_charges_nothing(dev_platform: PlatformHarnes
     paid = await seller.get({"PAYMENT-SIGNATURE": header})
     assert paid.status_code == 200
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == offer.amount
+
+
+async def test_the_challenge_of_a_cheap_request_cannot_pay_for_a_dear_one(dev_platform: PlatformHarness) -> None:
+    # a challenge's seal binds it to its route, not to the request it priced: the paid request is priced again
+    deployment = await asyncio.to_thread(dev_platform.deploy, amount_minor=None, pricing="dynamic")
+
+    def price(request: Any) -> str:
+        return "0.25" if request.query_params.get("size") == "l" else "0.01"
+
+    seller = Seller(deployment, amount=price)
+    cheap = await seller.offer("/weather?size=s")
+    assert cheap.amount == 10_000
+    refused = await _refused(
+        seller, forge(cheap, deployment.agent_key), reasons.INVALID_REQUIREMENTS, "/weather?size=l"
+    )
+    assert decode_payment_required(refused.headers["PAYMENT-REQUIRED"]).accepts[0].amount == 250_000
+    assert "250000" in refused.json()["message"]
+    assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == 0
+    # paying a dear challenge for a cheap request is the agent's choice: it pays what it accepted
+    dear = await seller.offer("/weather?size=l")
+    paid = await seller.get({"PAYMENT-SIGNATURE": forge(dear, deployment.agent_key)}, "/weather?size=s")
+    assert paid.status_code == 200, paid.text
+    assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == 250_000
 
 
 async def test_a_used_nonce_cannot_pay_again(deployment: Deployment) -> None:

@@ -460,8 +460,9 @@ def test_dynamic_price_callback_gets_the_framework_request(seller: Seller) -> No
     assert len(RECORD.priced_with) == 1
     assert isinstance(RECORD.priced_with[0], seller.request_type)
     assert_paid(seller.get("/priced?size=big", pay(challenge)), amount=50000)
-    assert len(RECORD.priced_with) == 1  # the paid retry is checked against the seal, not re-priced
-    assert_challenge(seller.get("/priced"), amount=10000)
+    assert len(RECORD.priced_with) == 2  # the paid retry is priced again: a challenge pays for what it priced
+    small = assert_challenge(seller.get("/priced"), amount=10000)
+    assert_challenge(seller.get("/priced?size=big", pay(small)), error="invalid_payment_requirements", amount=50000)
 
 
 def test_streaming_response_streams(seller: Seller) -> None:

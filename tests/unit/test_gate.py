@@ -201,6 +201,32 @@ def test_dynamic_price_is_computed_by_the_callback() -> None:
     assert decode_payment_required(dict(answer.headers)["PAYMENT-REQUIRED"]).accepts[0].amount == 250_000
 
 
+def test_a_paid_request_is_priced_again_and_an_underpaying_challenge_is_refused() -> None:
+    gate = _gate()
+    route = PaidRoute(endpoint="ep1", amount=lambda request: request)
+    terms = ENDPOINT | {"pricingMode": "dynamic", "amountMinor": None}
+    cheap, _ = _finish(
+        gate.process(route, RequestView("GET", URL + "?q=s", None), native="0.01"),
+        [PlatformReply(200, {"endpoint": terms}), "0.01"],
+    )
+    assert isinstance(cheap, Answer)
+    accepted = decode_payment_required(dict(cheap.headers)["PAYMENT-REQUIRED"]).accepts[0].to_wire()
+    # the same challenge, sent with a request that costs more: no settlement, a new challenge at its price
+    refused, commands = _finish(
+        gate.process(route, RequestView("GET", URL + "?q=l", _payment(accepted)), native="0.25"), ["0.25"]
+    )
+    assert [type(c) for c in commands] == [ComputeAmount]
+    assert isinstance(refused, Answer) and refused.status == 402
+    required = decode_payment_required(dict(refused.headers)["PAYMENT-REQUIRED"])
+    assert required.error == "invalid_payment_requirements" and required.accepts[0].amount == 250_000
+    # sent with a request that costs what it says, it goes on to settle
+    _, commands = _finish(
+        gate.process(route, RequestView("GET", URL + "?q=s", _payment(accepted)), native="0.01"),
+        ["0.01", PlatformReply(200, {"status": "failed", "settlement": {"success": False, "errorReason": "x"}})],
+    )
+    assert isinstance(commands[0], ComputeAmount) and commands[1].path == "/agent/settlements"
+
+
 def test_issued_challenges_are_registered_in_background_batches() -> None:
     gate = _gate()
     for _ in range(3):

@@ -21,8 +21,8 @@ class PaidRoute:
 
     ``endpoint`` is the id of the agent endpoint created with ``POST /agent/endpoints``. For an
     endpoint with ``pricingMode: dynamic``, ``amount`` is called with the framework's request (sync
-    or async) once per challenge and returns the price (``"$0.02"``, ``"0.02 USDC"``, a `Decimal` or
-    an ``int`` of atomic units).
+    or async) for each request, the paid retry too, and returns the price (``"$0.02"``, ``"0.02 USDC"``,
+    a `Decimal` or an ``int`` of atomic units); a payment whose terms are below it is refused.
     """
 
     endpoint: str

@@ -137,6 +137,20 @@ class PaymentGate:
             accepted, challenge_id, expires = self._check_accepted(payload, route, terms)
         except InvalidPaymentError as exc:
             return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
+        if terms.pricing_mode == "dynamic" or route.amount is not None:
+            # The seal shows the terms are a challenge of this route, not that they were quoted for
+            # this request: its price is computed again, so that the challenge of a cheap request
+            # cannot pay for a dear one.
+            price = yield from self._price(route, terms, native)
+            if isinstance(price, Answer):
+                return price
+            if accepted.amount < price:
+                message = f"this request costs {price} atomic units, more than the {accepted.amount} accepted"
+                return (
+                    yield from self._challenge(
+                        route, terms, request, native, reasons.INVALID_REQUIREMENTS, message, amount=price
+                    )
+                )
         body = {
             "endpointId": terms.id,
             "challengeId": challenge_id,
@@ -282,6 +296,23 @@ class PaymentGate:
             },
         }
 
+    def _price(
+        self, route: PaidRoute, terms: EndpointTerms, native: Any
+    ) -> Generator[PlatformCall | ComputeAmount, Any, int | Answer]:
+        """This request's amount in atomic units: what the route's amount callback says (dynamic
+        pricing), or the endpoint's fixed amount; a 500 answer when neither gives one."""
+        if terms.pricing_mode != "dynamic" and route.amount is None:
+            if terms.amount is None:
+                return self._misconfigured(f"endpoint {terms.id} has no fixed amount")
+            return terms.amount
+        if route.amount is None:
+            return self._misconfigured(f"endpoint {terms.id} uses dynamic pricing but its route has no amount callback")
+        try:
+            price = yield ComputeAmount(route.amount, native)
+            return to_atomic(price, decimals=terms.decimals, symbol=terms.currency)
+        except PriceError as exc:
+            return self._misconfigured(f"the amount callback of endpoint {terms.id} gave a bad price: {exc}")
+
     def _challenge(
         self,
         route: PaidRoute,
@@ -290,20 +321,14 @@ class PaymentGate:
         native: Any,
         reason: str | None,
         message: str | None,
+        *,
+        amount: int | None = None,
     ) -> AnswerStep:
-        amount = terms.amount
-        if terms.pricing_mode == "dynamic" or route.amount is not None:
-            if route.amount is None:
-                return self._misconfigured(
-                    f"endpoint {terms.id} uses dynamic pricing but its route has no amount callback"
-                )
-            try:
-                price = yield ComputeAmount(route.amount, native)
-                amount = to_atomic(price, decimals=terms.decimals, symbol=terms.currency)
-            except PriceError as exc:
-                return self._misconfigured(f"the amount callback of endpoint {terms.id} gave a bad price: {exc}")
         if amount is None:
-            return self._misconfigured(f"endpoint {terms.id} has no fixed amount")
+            price = yield from self._price(route, terms, native)
+            if isinstance(price, Answer):
+                return price
+            amount = price
         challenge_id = secrets.token_hex(16)
         expires = int(self._clock()) + terms.max_timeout_seconds
         offer = self._offer(terms, amount, challenge_id, expires, terms.pay_to)

@@ -89,7 +89,7 @@ _ENDPOINT_FIELDS = {
     "name": "1–200 characters",
     "resourceUrl": "absolute http(s) URL of the paid resource",
     "payoutAddress": "EVM address receiving the funds; snapshotted in each challenge",
-    "pricingMode": "`fixed`, or `dynamic` (the middleware's amount callback prices each challenge)",
+    "pricingMode": "`fixed`, or `dynamic` (the middleware's amount callback prices each request)",
     "amountMinor": 'integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
     "releasePolicy": "`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
     "maxTimeoutSeconds": "validity of challenges and authorizations in seconds, 30–3600",
