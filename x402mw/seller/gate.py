@@ -137,7 +137,7 @@ class PaymentGate:
             accepted, challenge_id, expires = self._check_accepted(payload, route, terms)
         except InvalidPaymentError as exc:
             return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
-        if terms.pricing_mode == "dynamic" or route.amount is not None:
+        if _priced_per_request(route, terms):
             # The seal shows the terms are a challenge of this route, not that they were quoted for
             # this request: its price is computed again, so that the challenge of a cheap request
             # cannot pay for a dear one.
@@ -301,7 +301,7 @@ class PaymentGate:
     ) -> Generator[PlatformCall | ComputeAmount, Any, int | Answer]:
         """This request's amount in atomic units: what the route's amount callback says (dynamic
         pricing), or the endpoint's fixed amount; a 500 answer when neither gives one."""
-        if terms.pricing_mode != "dynamic" and route.amount is None:
+        if not _priced_per_request(route, terms):
             if terms.amount is None:
                 return self._misconfigured(f"endpoint {terms.id} has no fixed amount")
             return terms.amount
@@ -412,6 +412,12 @@ class PaymentGate:
     def _misconfigured(self, message: str) -> Answer:
         logger.error("x402 payment configuration error: %s", message)
         return _error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
+
+
+def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:
+    """Whether the route's amount callback prices each request (dynamic pricing), rather than the
+    endpoint's fixed amount."""
+    return terms.pricing_mode == "dynamic" or route.amount is not None
 
 
 def _reply_error(reply: PlatformReply) -> PlatformError:

@@ -70,8 +70,7 @@ def encode_transfer_with_authorization(
     *, from_: str, to: str, value: int, valid_after: int, valid_before: int, nonce: bytes, signature: bytes
 ) -> bytes:
     """`transfer_calldata` from the authorization's fields; ``ValueError`` on one that cannot be encoded."""
-    auth = _authorization(from_, to, value, valid_after, valid_before, nonce)
-    return _TRANSFER_VRS + _arguments(auth, signature)
+    return transfer_calldata(_authorization(from_, to, value, valid_after, valid_before, nonce), signature)
 
 
 def encode_receive_with_authorization(
