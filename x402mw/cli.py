@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,41 @@ def _connection_options(func: Any) -> Any:
     return func
 
 
+def _metrics_options(func: Any) -> Any:
+    func = click.option(
+        "--metrics-port",
+        envvar="X402MW_METRICS_PORT",
+        default=None,
+        type=click.IntRange(min=0, max=65535),
+        help="Serve Prometheus metrics at http://<metrics host>:<port>/metrics [default: not served].",
+    )(func)
+    func = click.option(
+        "--metrics-host",
+        envvar="X402MW_METRICS_HOST",
+        default="127.0.0.1",
+        show_default=True,
+        help="Address of the metrics listener (keep it off the public network).",
+    )(func)
+    return func
+
+
+@contextlib.contextmanager
+def _metrics_served(host: str, port: int | None, registry: Any = None) -> Iterator[None]:
+    if port is None:
+        yield
+        return
+    from x402mw.platform.metrics import serve_metrics
+
+    try:
+        stop = serve_metrics(port, host) if registry is None else serve_metrics(port, host, registry)
+    except OSError as exc:
+        raise click.UsageError(f"cannot serve metrics at {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        stop()
+
+
 def _database_url(database_url: str | None, data_dir: Path) -> str:
     return database_url or f"sqlite:///{data_dir / 'platform.sqlite3'}"
 
@@ -123,6 +159,7 @@ def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...
     help="Server processes, each with its own socket on the port (SO_REUSEPORT). Above 1 needs --rpc-url: "
     "the dev chain lives in one process.",
 )
+@_metrics_options
 def serve(
     database_url: str | None,
     data_dir: Path,
@@ -132,6 +169,8 @@ def serve(
     tokens: tuple[str, ...],
     log_level: str,
     workers: int,
+    metrics_host: str,
+    metrics_port: int | None,
 ) -> None:
     """Serve the merchant API, the agent settlement API and the facilitator API."""
     import uvicorn
@@ -141,7 +180,8 @@ def serve(
     settings = _settings(database_url, data_dir, rpc_urls, tokens)
     settings.serve_at(f"http://{host}:{port}/v1")
     if workers == 1:
-        uvicorn.run(create_app(settings, serving_process=True), host=host, port=port, log_level=log_level)
+        with _metrics_served(metrics_host, metrics_port):
+            uvicorn.run(create_app(settings, serving_process=True), host=host, port=port, log_level=log_level)
         return
     if not rpc_urls:
         raise click.UsageError("--workers above 1 needs --rpc-url: the in-process dev chain cannot be shared")
@@ -155,9 +195,17 @@ def serve(
         X402MW_TOKENS=" ".join(tokens),
         X402MW_BASE_URL=settings.base_url,
     )
+    from x402mw.platform.metrics import MultiprocessMetrics
     from x402mw.platform.workers import serve_workers
 
-    serve_workers("x402mw.cli:worker_app", host=host, port=port, workers=workers, log_level=log_level)
+    # The workers write their metrics to files the supervisor sums and serves (made before they start).
+    collected = MultiprocessMetrics() if metrics_port is not None else None
+    try:
+        with _metrics_served(metrics_host, metrics_port, collected.registry if collected else None):
+            serve_workers("x402mw.cli:worker_app", host=host, port=port, workers=workers, log_level=log_level)
+    finally:
+        if collected is not None:
+            collected.close()
 
 
 async def _start_and_stop(settings: Any) -> None:
@@ -187,7 +235,15 @@ def worker_app() -> Any:
 @_connection_options
 @click.option("--rpc-url", "rpc_urls", envvar="X402MW_RPC_URL", multiple=True, help="JSON-RPC URL of a chain.")
 @click.option("--token", "tokens", multiple=True, metavar="SYMBOL=ADDRESS")
-def worker(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...], tokens: tuple[str, ...]) -> None:
+@_metrics_options
+def worker(
+    database_url: str | None,
+    data_dir: Path,
+    rpc_urls: tuple[str, ...],
+    tokens: tuple[str, ...],
+    metrics_host: str,
+    metrics_port: int | None,
+) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
     from x402mw.platform.runtime import Platform
 
@@ -201,7 +257,7 @@ def worker(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...], 
         finally:
             await platform.aclose()
 
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt), _metrics_served(metrics_host, metrics_port):
         asyncio.run(run())
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import postgres_database
 from x402mw.cli import main
@@ -88,9 +89,10 @@ def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Pat
     with AnvilProcess() as anvil, postgres_database() as database_url:
         usdc = _tokens(anvil.url)["USDC"]
         env = dict(os.environ, X402MW_DATA_DIR=str(tmp_path), X402MW_DATABASE_URL=database_url)
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         log = tmp_path / "serve.log"
         command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(port), "--workers", "2"]
+        command += ["--metrics-port", str(metrics_port)]
         command += ["--rpc-url", anvil.url, "--token", f"USDC={usdc}", "--log-level", "warning"]
         with log.open("wb") as handle:
             server = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
@@ -110,6 +112,7 @@ def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Pat
                         headers={"Authorization": f"Bearer {key}", "Idempotency-Key": f"key-{n}"},
                     )
                     created.append(reply.status_code)
+            metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -121,6 +124,15 @@ def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Pat
     assert len(spread) == 2 and min(spread.values()) >= 5, spread
     assert signers == {address_of(receipt_key)}
     assert created == [201] * 16
+    # The supervisor serves the metrics of both workers, summed: each answered some of the 16.
+    counted = {
+        sample.labels["status"]: sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "x402mw_http_requests_total"
+        and (sample.labels["method"], sample.labels["route"]) == ("POST", "/v1/payment-intents")
+    }
+    assert counted == {"201": 16}
 
 
 def test_more_workers_than_one_need_a_shared_chain(tmp_path: Path) -> None:

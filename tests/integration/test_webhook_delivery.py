@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 from standardwebhooks import Webhook
 from starlette.applications import Starlette
@@ -193,6 +194,11 @@ def test_the_event_filter_and_the_merchant_are_honoured(dev_platform: PlatformHa
         assert _events(api_b) == []
 
 
+def _attempts(result: str) -> float:
+    """Delivery attempts with ``result`` so far, by the platform's metrics (it runs in this process)."""
+    return REGISTRY.get_sample_value("x402mw_webhook_attempts_total", {"result": result}) or 0.0
+
+
 def test_a_receiver_that_is_down_then_recovers_gets_every_event(dev_platform: PlatformHarness) -> None:
     _, key, _ = dev_platform.merchant()
     down = Receiver()  # nothing listens on its port yet
@@ -204,6 +210,7 @@ def test_a_receiver_that_is_down_then_recovers_gets_every_event(dev_platform: Pl
         assert len(events) == 4
         at = datetime.now(UTC)
         gaps: list[float] = []
+        retrying, delivered = _attempts("retrying"), _attempts("delivered")
         for _ in range(4):  # connection refused every time
             _round(dev_platform, at)
             deliveries = [_event(api, e["id"])["deliveries"] for e in events]
@@ -214,6 +221,8 @@ def test_a_receiver_that_is_down_then_recovers_gets_every_event(dev_platform: Pl
             gaps.append((following - at).total_seconds())
             at = max(datetime.fromisoformat(d[0]["nextAttemptAt"]) for d in deliveries) + timedelta(seconds=1)
         assert gaps == sorted(gaps) and gaps[0] < gaps[-1] / 4, gaps  # exponential backoff
+        # (at least: other tests' endpoints may have deliveries due in the same rounds)
+        assert _attempts("retrying") - retrying >= 4 * len(events)
 
         down.start()  # the port opens, but answers 500 at first
         down.answers["hook"] = 500
@@ -225,8 +234,9 @@ def test_a_receiver_that_is_down_then_recovers_gets_every_event(dev_platform: Pl
             down.answers["hook"] = 200
             at = datetime.fromisoformat(first["nextAttemptAt"]) + timedelta(minutes=5)
             _round(dev_platform, at)
-            delivered = [r for r in down.at("hook") if r.answered == 200]
-            assert sorted(r.webhook_id for r in delivered) == sorted(e["id"] for e in events)
+            answered = [r for r in down.at("hook") if r.answered == 200]
+            assert sorted(r.webhook_id for r in answered) == sorted(e["id"] for e in events)
+            assert _attempts("delivered") - delivered >= len(events)
             for event in events:
                 delivery = _event(api, event["id"])["deliveries"][0]
                 assert delivery["status"] == "delivered" and delivery["lastStatusCode"] == 200

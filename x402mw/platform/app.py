@@ -36,6 +36,7 @@ from x402mw.platform.api import (
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.clock import Clock
+from x402mw.platform.metrics import MetricsMiddleware
 from x402mw.platform.runtime import Platform, settle_heap
 from x402mw.platform.settings import PlatformSettings
 
@@ -103,7 +104,7 @@ def create_app(
             Mount("/checkout", routes=checkout.routes),
             Route("/healthz", health),
         ],
-        middleware=[Middleware(RequestIdMiddleware)],
+        middleware=[Middleware(MetricsMiddleware), Middleware(RequestIdMiddleware)],
         exception_handlers=exception_handlers,
         lifespan=lifespan,
     )

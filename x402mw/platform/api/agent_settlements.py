@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from x402mw.platform import metrics
 from x402mw.platform.api.agent_challenges import ChallengeIn, challenge_row
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import parse_body, read_json
@@ -78,6 +79,7 @@ async def settle(request: Request) -> JSONResponse:
     )
     refusal = _endpoint_mismatch(endpoint, accepted, platform)
     if refusal is not None:
+        metrics.count_settlement(accepted.network, "failed", refusal[0])
         return _reply(platform.settlement.failed(accepted.network, *refusal))
     outcome = await platform.settlement.settle(
         SettleRequest(

@@ -31,6 +31,7 @@ from eth_account import Account
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
+from x402mw.platform.metrics import RELAYER_TRANSACTIONS
 
 __all__ = ["Relayer", "RevertError", "TxReceipt", "simulated"]
 
@@ -134,6 +135,8 @@ class Relayer:
         self._outbox: list[tuple[str, str, asyncio.Future[str]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._gap_filler: asyncio.Task[None] | None = None
+        self._sent = RELAYER_TRANSACTIONS.labels(f"eip155:{chain_id}", "sent")
+        self._refused = RELAYER_TRANSACTIONS.labels(f"eip155:{chain_id}", "refused")
 
     def __repr__(self) -> str:
         return f"Relayer(address={self.address!r}, chain_id={self.chain_id})"
@@ -172,18 +175,21 @@ class Relayer:
             except RpcError as exc:
                 message = exc.message.lower()
                 if "already known" in message or "already imported" in message:
+                    self._sent.inc()
                     return local_hash  # an earlier attempt of this very transaction got through
                 if attempt == 0 and any(marker in message for marker in _NONCE_ERRORS):
                     logger.info("relayer %s: nonce %d refused (%s); resyncing", self.address, nonce, exc.message)
                     await self._resync()
                     continue
                 self._release(nonce)  # the node refused the transaction, so its nonce is still free
+                self._refused.inc()
                 raise
             except BaseException:
                 self._resync_due = True  # the node may or may not have taken it: ask next time
                 raise
             finally:
                 self._inflight.discard(nonce)
+            self._sent.inc()
             return str(sent)
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -24,6 +24,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.receipts import sign_receipt
+from x402mw.platform import metrics
 from x402mw.platform.chain.relayer import RevertError
 from x402mw.platform.chain.token import transfer_calldata
 from x402mw.platform.clock import Clock
@@ -185,6 +186,13 @@ class SettlementService:
     # -- settlement ------------------------------------------------------------------------------
 
     async def settle(self, request: SettleRequest) -> SettleOutcome:
+        """Settle one payment: verify it, claim its authorization, simulate, send and wait (up to
+        ``request.wait_seconds``) for the release; a retry of the same payment gets its outcome."""
+        outcome = await self._settle(request)
+        metrics.count_settlement(request.accepted.network, outcome.status, outcome.response.error_reason)
+        return outcome
+
+    async def _settle(self, request: SettleRequest) -> SettleOutcome:
         started = time.perf_counter()
         network = request.accepted.network
         try:
@@ -424,7 +432,9 @@ class SettlementService:
                 transaction=tx,
                 payment_id=row.id,
             )
-        return self.release(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
+        outcome = self.release(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
+        metrics.time_settlement(request.accepted.network, started, sent_at, included_at, time.perf_counter())
+        return outcome
 
     def release(
         self,

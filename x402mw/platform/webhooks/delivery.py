@@ -32,6 +32,7 @@ from x402mw.client.webhooks import sign_payload
 from x402mw.platform.api.bodies import iso
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.webhooks.destinations import resolved_blocked_reason
 
@@ -347,6 +348,8 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
             values |= {"status": "failed", "next_attempt_at": None}
         else:
             values["next_attempt_at"] = retry_at
+    WEBHOOK_ATTEMPTS.labels(values.get("status", "retrying")).inc()
+    WEBHOOK_SECONDS.observe(time.perf_counter() - started)
     async with platform.engine.begin() as conn:
         await conn.execute(update(deliveries).where(deliveries.c.id == delivery_id).values(**values))
         if status_code == 410:

@@ -1,0 +1,234 @@
+"""The platform's Prometheus metrics, and the listener that serves them.
+
+::
+
+    x402mw platform serve --metrics-port 9402      # scrape http://127.0.0.1:9402/metrics
+
+The metrics are served on a listener of their own, never on the public API's port: settlement counts
+per network are business figures, and a scrape should not need an API key. With ``serve --workers N``
+the supervisor serves them, summed over every worker, living or replaced (prometheus_client's
+multiprocess mode, in a directory the supervisor makes and removes).
+
+What is measured:
+
+- ``x402mw_http_requests_total{method, route, status}`` and
+  ``x402mw_http_request_duration_seconds{method, route}``: every answer, by route template
+  (``/v1/agent/endpoints/{endpoint_id}``) so that the label set stays bounded: ``<unmatched>`` for
+  paths no route takes, ``other`` for methods HTTP does not define.
+- ``x402mw_settlements_total{network, outcome, reason}``: every settle call answered (the agent API
+  and the facilitator API), ``outcome`` ``settled``, ``pending`` or ``failed`` with its reason code.
+- ``x402mw_settlement_before_send_seconds``, ``x402mw_settlement_chain_seconds`` and
+  ``x402mw_settlement_platform_seconds`` (each ``{network}``): for each transfer this process sent,
+  the time from the settle call to the transfer's sending (verification, the replay claim and the
+  simulation), from sending to inclusion (or to the endpoint's confirmations), and the whole
+  settlement less the chain's part.
+- ``x402mw_relayer_transactions_total{network, result}``: transactions the relayer submitted
+  (``sent``) or the node refused (``refused``).
+- ``x402mw_webhook_attempts_total{result}`` and ``x402mw_webhook_attempt_duration_seconds``: webhook
+  delivery attempts, ``delivered``, ``retrying`` or ``failed`` (given up).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.routing import BaseRoute, Mount, Route, compile_path
+
+__all__ = [
+    "MetricsMiddleware",
+    "MultiprocessMetrics",
+    "serve_metrics",
+]
+
+_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+HTTP_REQUESTS = Counter(
+    "x402mw_http_requests",
+    "HTTP requests answered, by route template, method and status.",
+    ["method", "route", "status"],
+)
+HTTP_SECONDS = Histogram(
+    "x402mw_http_request_duration_seconds",
+    "Time from a request's arrival to the end of its answer.",
+    ["method", "route"],
+    buckets=_SECONDS,
+)
+SETTLEMENTS = Counter(
+    "x402mw_settlements",
+    "Settle calls answered, by network, outcome (settled, pending, failed) and reason code.",
+    ["network", "outcome", "reason"],
+)
+BEFORE_SEND_SECONDS = Histogram(
+    "x402mw_settlement_before_send_seconds",
+    "From the settle call to the transfer's sending: verification, the replay claim and the simulation.",
+    ["network"],
+    buckets=_SECONDS,
+)
+CHAIN_SECONDS = Histogram(
+    "x402mw_settlement_chain_seconds",
+    "From a transfer's sending to its inclusion (or to the confirmations its endpoint asks for).",
+    ["network"],
+    buckets=_SECONDS,
+)
+PLATFORM_SECONDS = Histogram(
+    "x402mw_settlement_platform_seconds",
+    "A settlement's whole time less the chain's part.",
+    ["network"],
+    buckets=_SECONDS,
+)
+RELAYER_TRANSACTIONS = Counter(
+    "x402mw_relayer_transactions",
+    "Transactions the relayer submitted (sent) or the node refused.",
+    ["network", "result"],
+)
+WEBHOOK_ATTEMPTS = Counter(
+    "x402mw_webhook_attempts", "Webhook delivery attempts, by result (delivered, retrying, failed).", ["result"]
+)
+WEBHOOK_SECONDS = Histogram(
+    "x402mw_webhook_attempt_duration_seconds", "Time of one webhook delivery attempt.", buckets=_SECONDS
+)
+
+
+def count_settlement(network: str, outcome: str, reason: str | None) -> None:
+    """One settle call answered with ``outcome`` (``settled``, ``pending`` or ``failed``)."""
+    SETTLEMENTS.labels(network, outcome, "" if outcome == "settled" else reason or "").inc()
+
+
+def time_settlement(network: str, started: float, sent_at: float, included_at: float, finished: float) -> None:
+    """The phases of one settlement this process took to the chain (``time.perf_counter`` values)."""
+    chain = included_at - sent_at
+    BEFORE_SEND_SECONDS.labels(network).observe(sent_at - started)
+    CHAIN_SECONDS.labels(network).observe(chain)
+    PLATFORM_SECONDS.labels(network).observe(finished - started - chain)
+
+
+# -- HTTP -------------------------------------------------------------------------------------------
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+UNMATCHED = "<unmatched>"
+# Any other method a client sends is counted as "other": a label value per made-up method would let
+# anyone grow the metrics without bound.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class _Templates:
+    """Which route template a routed request matched, from the endpoint Starlette's router leaves in
+    the scope: built once from the app's routes; an endpoint that serves several paths is told apart
+    by matching the request's path."""
+
+    def __init__(self, routes: Sequence[BaseRoute]) -> None:
+        # Keyed by identity: endpoints live as long as the routes that hold them, and some (routers,
+        # apps) are not hashable.
+        self._by_endpoint: dict[int, list[tuple[Any, str]]] = {}
+        self._add(routes, "")
+
+    def _add(self, routes: Sequence[BaseRoute], prefix: str) -> None:
+        for route in routes:
+            if isinstance(route, Route):
+                self._put(route.endpoint, prefix + route.path)
+            elif isinstance(route, Mount):
+                if route.routes:
+                    self._add(route.routes, prefix + route.path)
+                else:
+                    self._put(route.app, prefix + route.path + "/{path}")
+
+    def _put(self, endpoint: object, template: str) -> None:
+        self._by_endpoint.setdefault(id(endpoint), []).append((compile_path(template)[0], template))
+
+    def of(self, scope: Scope) -> str:
+        found = self._by_endpoint.get(id(scope.get("endpoint")))
+        if not found:
+            return UNMATCHED
+        if len(found) == 1:
+            return found[0][1]
+        path = scope.get("path", "")
+        return next((template for regex, template in found if regex.match(path)), found[0][1])
+
+
+class MetricsMiddleware:
+    """Pure ASGI, outermost: counts and times every HTTP answer by method, route template and status.
+
+    A request whose handler raised is counted with the status of the answer sent for it (500 from the
+    error middleware inside this one)."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+        self._templates: _Templates | None = None
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}  # (method, route, status) -> metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_noting_status(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_status)
+        finally:
+            key = (scope["method"], self._route(scope), status)
+            children = self._children.get(key)
+            if children is None:
+                method = key[0] if key[0] in _METHODS else "other"
+                children = (HTTP_REQUESTS.labels(method, key[1], str(status)), HTTP_SECONDS.labels(method, key[1]))
+                if method != "other":  # made-up methods share one child but are not kept as keys
+                    self._children[key] = children
+            children[0].inc()
+            children[1].observe(time.perf_counter() - started)
+
+    def _route(self, scope: Scope) -> str:
+        if "endpoint" not in scope:
+            return UNMATCHED
+        if self._templates is None:
+            app = scope.get("app")
+            self._templates = _Templates(getattr(app, "routes", []))
+        return self._templates.of(scope)
+
+
+# -- serving -----------------------------------------------------------------------------------------
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY) -> Callable[[], None]:
+    """Serve ``registry`` at ``http://host:port/metrics`` from a daemon thread; returns a function
+    that stops the listener. ``OSError`` if the port is taken."""
+    server, thread = start_http_server(port, addr=host, registry=registry)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop
+
+
+class MultiprocessMetrics:
+    """The metrics of several worker processes, summed (prometheus_client's multiprocess mode).
+
+    Made by the supervisor before it starts the workers: it points ``PROMETHEUS_MULTIPROC_DIR`` at a
+    new directory, which processes started afterwards (the workers) inherit and write their metrics
+    to; `registry` reads them all. `close` removes the directory."""
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="x402mw-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = self.directory
+        self.registry = CollectorRegistry()
+        MultiProcessCollector(self.registry, path=self.directory)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        shutil.rmtree(self.directory, ignore_errors=True)
