@@ -77,6 +77,26 @@ def _connection_options(func: Any) -> Any:
     return func
 
 
+def _log_format_option(func: Any) -> Any:
+    return click.option(
+        "--log-format",
+        envvar="X402MW_LOG_FORMAT",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: one JSON object per line, with the id of the request each line was written for.",
+    )(func)
+
+
+def _log_config(log_format: str, log_level: str) -> dict[str, Any] | None:
+    from x402mw.platform.logs import log_config
+
+    try:
+        return log_config(log_format, log_level)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--log-level") from None
+
+
 def _metrics_options(func: Any) -> Any:
     func = click.option(
         "--metrics-port",
@@ -150,6 +170,7 @@ def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...
     help="Token address on a chain the built-in table does not know (e.g. anvil).",
 )
 @click.option("--log-level", envvar="X402MW_LOG_LEVEL", default="info", show_default=True)
+@_log_format_option
 @click.option(
     "--workers",
     envvar="X402MW_WORKERS",
@@ -168,20 +189,28 @@ def serve(
     rpc_urls: tuple[str, ...],
     tokens: tuple[str, ...],
     log_level: str,
+    log_format: str,
     workers: int,
     metrics_host: str,
     metrics_port: int | None,
 ) -> None:
     """Serve the merchant API, the agent settlement API and the facilitator API."""
+    import logging.config
+
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
     from x402mw.platform.app import create_app
 
+    logs = _log_config(log_format, log_level)
+    if logs is not None:
+        logging.config.dictConfig(logs)
     settings = _settings(database_url, data_dir, rpc_urls, tokens)
     settings.serve_at(f"http://{host}:{port}/v1")
     if workers == 1:
         with _metrics_served(metrics_host, metrics_port):
-            uvicorn.run(create_app(settings, serving_process=True), host=host, port=port, log_level=log_level)
+            app = create_app(settings, serving_process=True)
+            uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=logs or LOGGING_CONFIG)
         return
     if not rpc_urls:
         raise click.UsageError("--workers above 1 needs --rpc-url: the in-process dev chain cannot be shared")
@@ -202,7 +231,9 @@ def serve(
     collected = MultiprocessMetrics() if metrics_port is not None else None
     try:
         with _metrics_served(metrics_host, metrics_port, collected.registry if collected else None):
-            serve_workers("x402mw.cli:worker_app", host=host, port=port, workers=workers, log_level=log_level)
+            serve_workers(
+                "x402mw.cli:worker_app", host=host, port=port, workers=workers, log_level=log_level, log_config=logs
+            )
     finally:
         if collected is not None:
             collected.close()
@@ -235,18 +266,25 @@ def worker_app() -> Any:
 @_connection_options
 @click.option("--rpc-url", "rpc_urls", envvar="X402MW_RPC_URL", multiple=True, help="JSON-RPC URL of a chain.")
 @click.option("--token", "tokens", multiple=True, metavar="SYMBOL=ADDRESS")
+@_log_format_option
 @_metrics_options
 def worker(
     database_url: str | None,
     data_dir: Path,
     rpc_urls: tuple[str, ...],
     tokens: tuple[str, ...],
+    log_format: str,
     metrics_host: str,
     metrics_port: int | None,
 ) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
+    import logging.config
+
     from x402mw.platform.runtime import Platform
 
+    logs = _log_config(log_format, "info")
+    if logs is not None:
+        logging.config.dictConfig(logs)
     settings = _settings(database_url, data_dir, rpc_urls, tokens)
 
     async def run() -> None:

@@ -26,8 +26,10 @@ import threading
 import time
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 __all__ = ["serve_workers"]
 
@@ -39,10 +41,14 @@ _BACKLOG = 2048
 _STOP_SECONDS = 30.0
 
 
-def serve_workers(app: str, *, host: str, port: int, workers: int, log_level: str) -> None:
-    """Serve the uvicorn app factory ``app`` ("module:function") from ``workers`` processes."""
+def serve_workers(
+    app: str, *, host: str, port: int, workers: int, log_level: str, log_config: dict[str, Any] | None = None
+) -> None:
+    """Serve the uvicorn app factory ``app`` ("module:function") from ``workers`` processes, logging
+    with ``log_config`` (a ``dictConfig``; None for uvicorn's own)."""
     if not sys.platform.startswith("linux") or not hasattr(socket, "SO_REUSEPORT"):
-        uvicorn.run(app, factory=True, host=host, port=port, log_level=log_level, workers=workers)
+        logs = LOGGING_CONFIG if log_config is None else log_config
+        uvicorn.run(app, factory=True, host=host, port=port, log_level=log_level, workers=workers, log_config=logs)
         return
     # Bound but never listening, this socket holds the port for the workers (the kernel gives new
     # connections only to listening sockets) and turns port 0 into the port they all bind.
@@ -57,7 +63,9 @@ def serve_workers(app: str, *, host: str, port: int, workers: int, log_level: st
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def start() -> tuple[BaseProcess, float]:
-        process = context.Process(target=_worker, args=(app, host, port, log_level, os.getpid()), daemon=False)
+        process = context.Process(
+            target=_worker, args=(app, host, port, log_level, log_config, os.getpid()), daemon=False
+        )
         process.start()
         return process, time.monotonic()
 
@@ -112,10 +120,11 @@ def _reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(app: str, host: str, port: int, log_level: str, supervisor: int) -> None:
+def _worker(app: str, host: str, port: int, log_level: str, log_config: dict[str, Any] | None, supervisor: int) -> None:
     """One worker process: its own listening socket, then uvicorn until SIGTERM or SIGINT."""
     _exit_with(supervisor)
     sock = _reuseport_socket(host, port)
     sock.listen(_BACKLOG)
-    config = uvicorn.Config(app, factory=True, host=host, port=port, log_level=log_level)
+    logs = LOGGING_CONFIG if log_config is None else log_config
+    config = uvicorn.Config(app, factory=True, host=host, port=port, log_level=log_level, log_config=logs)
     uvicorn.Server(config).run(sockets=[sock])
