@@ -77,6 +77,32 @@ def _connection_options(func: Any) -> Any:
     return func
 
 
+def _comma_separated(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+
+
+def _chain_options(func: Any) -> Any:
+    func = click.option(
+        "--rpc-url",
+        "rpc_urls",
+        envvar="X402MW_RPC_URL",
+        multiple=True,
+        callback=_comma_separated,
+        help="JSON-RPC URL of a chain; repeat for several (in the environment: comma-separated). "
+        "Without it: the in-process dev chain.",
+    )(func)
+    func = click.option(
+        "--token",
+        "tokens",
+        envvar="X402MW_TOKENS",
+        multiple=True,
+        metavar="SYMBOL=ADDRESS",
+        help="Token address on a chain the built-in table does not know, such as anvil; repeat for several "
+        "(in the environment: separated by spaces).",
+    )(func)
+    return func
+
+
 def _log_format_option(func: Any) -> Any:
     return click.option(
         "--log-format",
@@ -155,20 +181,7 @@ def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...
 @_connection_options
 @click.option("--host", envvar="X402MW_HOST", default="127.0.0.1", show_default=True)
 @click.option("--port", envvar="X402MW_PORT", default=4402, show_default=True, type=int)
-@click.option(
-    "--rpc-url",
-    "rpc_urls",
-    envvar="X402MW_RPC_URL",
-    multiple=True,
-    help="JSON-RPC URL of a chain; repeat for several. Without it: the in-process dev chain.",
-)
-@click.option(
-    "--token",
-    "tokens",
-    multiple=True,
-    metavar="SYMBOL=ADDRESS",
-    help="Token address on a chain the built-in table does not know (e.g. anvil).",
-)
+@_chain_options
 @click.option("--log-level", envvar="X402MW_LOG_LEVEL", default="info", show_default=True)
 @_log_format_option
 @click.option(
@@ -264,8 +277,7 @@ def worker_app() -> Any:
 
 @platform.command()
 @_connection_options
-@click.option("--rpc-url", "rpc_urls", envvar="X402MW_RPC_URL", multiple=True, help="JSON-RPC URL of a chain.")
-@click.option("--token", "tokens", multiple=True, metavar="SYMBOL=ADDRESS")
+@_chain_options
 @_log_format_option
 @_metrics_options
 def worker(

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -139,3 +140,16 @@ def test_more_workers_than_one_need_a_shared_chain(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["platform", "serve", "--workers", "2", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "--rpc-url" in result.output
+
+
+def test_chains_and_tokens_come_from_the_environment_as_documented(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X402MW_RPC_URL", "http://127.0.0.1:8545, http://127.0.0.1:8546")
+    monkeypatch.setenv(
+        "X402MW_TOKENS",
+        "USDC=0x5FbDB2315678afecb367f032d93F642f64180aa3 EURC=0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512",
+    )
+    for name in ("serve", "worker"):
+        command = main.commands["platform"].commands[name]  # type: ignore[attr-defined]
+        params = command.make_context(name, []).params
+        assert params["rpc_urls"] == ("http://127.0.0.1:8545", "http://127.0.0.1:8546"), name
+        assert [token.split("=")[0] for token in params["tokens"]] == ["USDC", "EURC"], name
