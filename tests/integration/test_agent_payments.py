@@ -188,6 +188,25 @@ async def test_dynamic_pricing_prices_the_challenge_and_the_paid_request(dev_pla
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before + 30_000
 
 
+async def test_an_agent_pays_the_new_price_when_it_rose_before_its_payment(dev_platform: PlatformHarness) -> None:
+    deployment = await asyncio.to_thread(dev_platform.deploy, amount_minor=None, pricing="dynamic")
+    prices = ["0.01", "0.02", "0.02"]  # the 402, the paid retry (dearer now), the payment of the new challenge
+
+    def price(request: Any) -> str:
+        return prices.pop(0)
+
+    app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id, amount=price)
+    receipts = dev_platform.platform.receipt_address
+    auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=receipts)
+    before = await asyncio.to_thread(dev_platform.balance, deployment.payout)
+    response = await _pay(app, auth)
+    assert response.status_code == 200, response.text
+    assert response.json()["amount"] == 20_000 and prices == []
+    assert [(p.amount, p.verified) for p in auth.payments] == [(20_000, True)]
+    # the authorization of the old price was refused by the seller and never settled
+    assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before + 20_000
+
+
 async def test_confirmed_release_waits_for_confirmations(dev_platform: PlatformHarness) -> None:
     deployment = await asyncio.to_thread(dev_platform.deploy, release="confirmed")
     app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id)

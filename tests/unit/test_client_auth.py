@@ -407,6 +407,65 @@ def test_a_failed_settlement_is_not_paid_again(wallet: Wallet) -> None:
     assert auth.payments == []
 
 
+def refused_with(request: httpx.Request, reason: str, *offers: dict[str, Any]) -> httpx.Response:
+    """A paid request refused with ``reason`` and a new challenge, as the x402mw seller gate answers."""
+    offered = required(*offers or (offer(),)) | {"error": reason}
+    return httpx.Response(402, headers={"PAYMENT-REQUIRED": encode_header(offered)}, request=request)
+
+
+@pytest.mark.parametrize("reason", ["challenge_expired", "invalid_payment_requirements", "invalidPaymentRequirements"])
+def test_stale_terms_are_paid_once_more_on_the_new_challenge(wallet: Wallet, reason: str) -> None:
+    auth = X402Auth(wallet, max_total="1")
+    flow = auth.sync_auth_flow(httpx.Request("GET", URL))
+    request = next(flow)
+    first = flow.send(challenge(request))
+    dearer = offer(20_000, challengeId="ch_2")
+    second = flow.send(refused_with(first, reason, dearer))
+    paid_terms = decode_payment_payload(second.headers["PAYMENT-SIGNATURE"])
+    assert paid_terms.accepted is not None and paid_terms.accepted.extra["challengeId"] == "ch_2"
+    assert paid_terms.payload.authorization.value == 20_000
+    assert recovered_signer(paid_terms) == wallet.address
+    with pytest.raises(StopIteration):
+        flow.send(paid(second, settlement(wallet.address, amount=20_000)))
+    assert [p.amount for p in auth.payments] == [20_000]
+    assert auth.spent == {"USDC": Decimal("0.03")}  # both authorizations were signed
+
+
+def test_stale_terms_are_paid_again_only_once(wallet: Wallet) -> None:
+    auth = X402Auth(wallet)
+    flow = auth.sync_auth_flow(httpx.Request("GET", URL))
+    request = next(flow)
+    first = flow.send(challenge(request))
+    second = flow.send(refused_with(first, "challenge_expired", offer(challengeId="ch_2")))
+    with pytest.raises(StopIteration):
+        flow.send(refused_with(second, "challenge_expired", offer(challengeId="ch_3")))
+    assert auth.payments == [] and auth.spent == {"USDC": Decimal("0.02")}
+
+
+def test_new_terms_over_the_cap_are_refused(wallet: Wallet) -> None:
+    auth = X402Auth(wallet, max_amount="0.01")
+    flow = auth.sync_auth_flow(httpx.Request("GET", URL))
+    request = next(flow)
+    first = flow.send(challenge(request))
+    with pytest.raises(PaymentRefusedError) as refused:
+        flow.send(refused_with(first, "invalid_payment_requirements", offer(20_000, challengeId="ch_2")))
+    assert refused.value.reason == "over_cap"
+    assert auth.spent == {"USDC": Decimal("0.01")}
+
+
+@pytest.mark.parametrize(
+    "reason", ["insufficient_funds", "invalid_exact_evm_payload_signature", "unexpected_settle_error"]
+)
+def test_other_refusals_are_not_paid_again(wallet: Wallet, reason: str) -> None:
+    auth = X402Auth(wallet)
+    flow = auth.sync_auth_flow(httpx.Request("GET", URL))
+    request = next(flow)
+    first = flow.send(challenge(request))
+    with pytest.raises(StopIteration):
+        flow.send(refused_with(first, reason))
+    assert auth.payments == [] and auth.spent == {"USDC": Decimal("0.01")}
+
+
 def receipt_fields(payer: str, **changes: str) -> dict[str, str]:
     return {
         "challengeId": "ch_1",

@@ -114,6 +114,11 @@ class X402Auth(httpx.Auth):
     authorization signed, settled or not: whoever holds a signed authorization can submit it until it
     expires. ``payments`` lists the payments sellers accepted.
 
+    A paid request refused with a new challenge because the terms it paid are stale (``error``
+    ``challenge_expired``, or ``invalid_payment_requirements`` when the seller prices each request and
+    this one now costs more) is paid once more, on the new challenge and within the caps; a second
+    refusal is returned to the caller. The first authorization counts in ``spent``: it was signed.
+
     A paid retry answered ``402`` with ``errorReason: settlement_pending`` (the transfer is on-chain
     but not final) is retried with the same signature, never a new one, up to ``pending_retries``
     times; it is never charged twice. A seller built on x402mw holds each retry until the settlement
@@ -219,24 +224,29 @@ class X402Auth(httpx.Auth):
         if required is None:
             return
         url = str(request.url)
-        choice = self._choose(required, url)
-        payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
-        if required.x402_version == 1:
-            request.headers[V1_PAYMENT] = encode_header(_v1_payload(payload, choice.requirements))
-        else:
-            request.headers[PAYMENT_SIGNATURE] = encode_header(payload)
-        if response.cookies:
-            httpx.Cookies(response.cookies).set_cookie_header(request)
-        response = yield request
-        for _ in range(self.pending_retries):
-            assert response is not None
-            pause = _pending_pause(response)
-            if pause is None:
-                break
-            if pause > 0:
-                yield _Pause(pause)
+        for attempt in range(2):
+            choice = self._choose(required, url)
+            payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
+            if required.x402_version == 1:
+                request.headers[V1_PAYMENT] = encode_header(_v1_payload(payload, choice.requirements))
+            else:
+                request.headers[PAYMENT_SIGNATURE] = encode_header(payload)
+            if response.cookies:
+                httpx.Cookies(response.cookies).set_cookie_header(request)
             response = yield request
-        assert response is not None
+            for _ in range(self.pending_retries):
+                assert response is not None
+                pause = _pending_pause(response)
+                if pause is None:
+                    break
+                if pause > 0:
+                    yield _Pause(pause)
+                response = yield request
+            assert response is not None
+            renewed = _renewed_offer(response) if attempt == 0 and required.x402_version == 2 else None
+            if renewed is None:
+                break
+            required = renewed  # the terms paid are stale: pay the new challenge, once
         self._settled(url, response, choice)
 
     def _choose(self, required: PaymentRequired, url: str) -> _Choice:
@@ -410,6 +420,24 @@ def _payment_required(response: httpx.Response) -> PaymentRequired | None:
         raise PaymentRefusedError(
             f"the seller's 402 offer is malformed: {exc.message}", reason=INVALID_PAYMENT_REQUIRED
         ) from None
+
+
+_RENEWED = frozenset({reasons.CHALLENGE_EXPIRED, reasons.INVALID_REQUIREMENTS})
+
+
+def _renewed_offer(response: httpx.Response) -> PaymentRequired | None:
+    """The new challenge of a paid request refused because the terms it paid are stale (the
+    challenge expired, or the seller priced the request again higher); None for any other answer."""
+    header = response.headers.get(PAYMENT_REQUIRED)
+    if response.status_code != 402 or header is None:
+        return None
+    try:
+        offer = decode_payment_required(header)
+    except InvalidPaymentError:
+        return None
+    if offer.x402_version != 2 or offer.error is None or reasons.normalize_reason(offer.error) not in _RENEWED:
+        return None
+    return offer
 
 
 def _v1_payload(payload: PaymentPayload, accepted: PaymentRequirements) -> dict[str, Any]:
