@@ -22,7 +22,7 @@ from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import new_private_key
 from x402mw.platform.metrics import serve_metrics
 from x402mw.platform.server import free_port
-from x402mw.protocol import reasons
+from x402mw.protocol import PaymentRequirements, reasons
 
 pytestmark = pytest.mark.anyio
 
@@ -138,8 +138,45 @@ async def test_a_refusal_before_any_settlement_work_is_counted_with_its_reason(
     after = await _scrape(metrics_url)
     assert reply.status_code == 200, reply.text
     assert reply.json()["settlement"]["errorReason"] == reasons.INVALID_NETWORK
-    labels = {"network": other, "outcome": "failed", "reason": reasons.INVALID_NETWORK}
-    assert _delta(before, after, "x402mw_settlements_total", **labels) == 1
+    labels = {"network": "other", "outcome": "failed", "reason": reasons.INVALID_NETWORK}
+    assert _delta(before, after, "x402mw_settlements_total", **labels) == 1  # not a label per network sent
+
+
+async def test_facilitator_calls_are_counted_under_the_networks_the_platform_serves(
+    deployment: Deployment, metrics_url: str
+) -> None:
+    harness = deployment.harness
+    requirements = {
+        "scheme": "exact",
+        "network": harness.network,
+        "amount": "5000",
+        "asset": harness.usdc,
+        "payTo": deployment.payout,
+        "maxTimeoutSeconds": 120,
+        "extra": {"name": "USD Coin", "version": "2"},
+    }
+    payload = deployment.agent.sign_payment(PaymentRequirements.model_validate(requirements)).to_wire()
+    body = {"x402Version": 2, "paymentPayload": payload, "paymentRequirements": requirements}
+    chain_id = harness.network.split(":")[1]
+    before = await _scrape(metrics_url)
+    with deployment.api() as api:
+        assert api.post("/x402/verify", json=body).json()["isValid"] is True
+        tampered = body | {"paymentRequirements": requirements | {"amount": "1"}}
+        assert api.post("/x402/verify", json=tampered).json()["isValid"] is False
+        for network in ("eip155:999999", "eip155:31337x", f"eip155:00{chain_id}"):  # made-up spellings
+            api.post("/x402/verify", json=body | {"paymentRequirements": requirements | {"network": network}})
+        assert api.post("/x402/settle", json=body).json()["success"] is True
+        assert api.post("/x402/settle", json=body).json()["success"] is True  # the same receipt again
+    after = await _scrape(metrics_url)
+    verifications = "x402mw_verifications_total"
+    assert _delta(before, after, verifications, network=harness.network, valid="true", reason="") == 1
+    value = reasons.INVALID_VALUE
+    assert _delta(before, after, verifications, network=harness.network, valid="false", reason=value) == 1
+    assert _delta(before, after, verifications, network="other", valid="false", reason=reasons.INVALID_NETWORK) == 3
+    settled = {"network": harness.network, "outcome": "settled", "reason": ""}
+    assert _delta(before, after, "x402mw_settlements_total", **settled) == 2
+    named = {dict(labels).get("network") for _, labels in after}
+    assert not named & {"eip155:999999", "eip155:31337x", f"eip155:00{chain_id}"}
 
 
 def test_a_metrics_port_in_use_is_a_usage_error(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from x402mw.protocol import (
     format_amount,
     get_network,
     normalize_reason,
+    parse_caip2,
     to_atomic,
 )
 
@@ -183,4 +184,14 @@ def test_networks_and_reasons() -> None:
     base = get_network("eip155:8453")
     assert base is not None and base.asset("usdc") is not None and base.asset("USDT") is None
     assert get_network("base") is base and get_network(8453) is base and get_network("solana:x") is None
+
+
+@pytest.mark.parametrize(
+    "network", ["eip155:08453", "eip155:٨٤٥٣", "eip155:", "eip155:-1", "eip155:8453 ", "EIP155:8453"]
+)
+def test_a_network_has_one_spelling(network: str) -> None:
+    with pytest.raises(ValueError, match="CAIP-2"):
+        parse_caip2(network)
+    assert get_network(network) is None
+    assert parse_caip2("eip155:8453") == 8453 and parse_caip2("eip155:0") == 0
     assert normalize_reason("invalidExactEvmPayloadSignature") == "invalid_exact_evm_payload_signature"

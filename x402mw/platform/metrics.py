@@ -16,7 +16,9 @@ What is measured:
   (``/v1/agent/endpoints/{endpoint_id}``) so that the label set stays bounded: ``<unmatched>`` for
   paths no route takes, ``other`` for methods HTTP does not define.
 - ``x402mw_settlements_total{network, outcome, reason}``: every settle call answered (the agent API
-  and the facilitator API), ``outcome`` ``settled``, ``pending`` or ``failed`` with its reason code.
+  and the facilitator API), ``outcome`` ``settled``, ``pending`` or ``failed`` with its reason code;
+  ``network`` is ``other`` for a network the platform does not serve.
+- ``x402mw_verifications_total{network, valid, reason}``: every facilitator verify call answered.
 - ``x402mw_settlement_before_send_seconds``, ``x402mw_settlement_chain_seconds`` and
   ``x402mw_settlement_platform_seconds`` (each ``{network}``): for each transfer this process sent,
   the time from the settle call to the transfer's sending (verification, the replay claim and the
@@ -83,6 +85,11 @@ PLATFORM_SECONDS = Histogram(
     ["network"],
     buckets=_SECONDS,
 )
+VERIFICATIONS = Counter(
+    "x402mw_verifications",
+    "Facilitator verify calls answered, by network, validity and reason code.",
+    ["network", "valid", "reason"],
+)
 RELAYER_TRANSACTIONS = Counter(
     "x402mw_relayer_transactions",
     "Transactions the relayer submitted (sent) or the node refused.",
@@ -96,9 +103,21 @@ WEBHOOK_SECONDS = Histogram(
 )
 
 
+OTHER_NETWORK = "other"
+
+
 def count_settlement(network: str, outcome: str, reason: str | None) -> None:
-    """One settle call answered with ``outcome`` (``settled``, ``pending`` or ``failed``)."""
+    """One settle call answered with ``outcome`` (``settled``, ``pending`` or ``failed``).
+
+    ``network`` must be one the platform serves, or `OTHER_NETWORK`: a caller's made-up network
+    must not become a label value (each would be a new series, without bound)."""
     SETTLEMENTS.labels(network, outcome, "" if outcome == "settled" else reason or "").inc()
+
+
+def count_verification(network: str, reason: str | None) -> None:
+    """One facilitator verify call answered: valid when ``reason`` is None. ``network`` as for
+    `count_settlement`."""
+    VERIFICATIONS.labels(network, "false" if reason else "true", reason or "").inc()
 
 
 def time_settlement(network: str, started: float, sent_at: float, included_at: float, finished: float) -> None:

@@ -181,9 +181,16 @@ _NETWORKS: dict[int, Network] = {n.chain_id: n for n in _BUILTIN}
 
 
 def parse_caip2(network: str) -> int:
-    """The chain id of ``eip155:<id>``; ``ValueError`` for anything else."""
+    """The chain id of ``eip155:<id>``, the id in plain decimal (``eip155:08453`` is refused: one
+    network, one spelling); ``ValueError`` for anything else."""
     prefix, _, ident = network.partition(":")
-    if prefix != "eip155" or not ident.isascii() or not ident.isdigit() or len(ident) > 20:
+    if (
+        prefix != "eip155"
+        or not ident.isascii()
+        or not ident.isdigit()
+        or len(ident) > 20
+        or (ident[0] == "0" and ident != "0")
+    ):
         raise ValueError(f"not an EVM CAIP-2 network id: {network!r}")
     return int(ident)
 

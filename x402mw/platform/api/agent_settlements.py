@@ -79,7 +79,7 @@ async def settle(request: Request) -> JSONResponse:
     )
     refusal = _endpoint_mismatch(endpoint, accepted, platform)
     if refusal is not None:
-        metrics.count_settlement(accepted.network, "failed", refusal[0])
+        metrics.count_settlement(platform.settlement.network_label(accepted.network), "failed", refusal[0])
         return _reply(platform.settlement.failed(accepted.network, *refusal))
     outcome = await platform.settlement.settle(
         SettleRequest(

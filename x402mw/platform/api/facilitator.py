@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from x402mw.platform import metrics
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.services.settlement import Refusal, SettleRequest
@@ -42,7 +43,9 @@ async def verify(request: Request) -> JSONResponse:
         verified = service.verify(body.paymentRequirements, body.paymentPayload)
         await service.check_on_chain(verified, body.paymentRequirements.asset)
     except Refusal as refusal:
+        metrics.count_verification(service.network_label(body.paymentRequirements.network), refusal.reason)
         return JSONResponse({"isValid": False, "invalidReason": refusal.reason, "payer": payer})
+    metrics.count_verification(service.network_label(body.paymentRequirements.network), None)
     return JSONResponse({"isValid": True, "payer": verified.payer})
 
 

@@ -9,7 +9,7 @@ from x402mw.evm.eip712 import TokenDomain
 from x402mw.platform.chain.devchain import DevChain
 from x402mw.platform.chain.relayer import Relayer, TxReceipt
 from x402mw.platform.chain.rpc import JsonRpc
-from x402mw.protocol.networks import Asset, Network
+from x402mw.protocol.networks import Asset, Network, parse_caip2
 
 __all__ = ["ChainHandle", "Chains"]
 
@@ -75,10 +75,10 @@ class Chains:
         return self._by_id.get(chain_id)
 
     def by_network(self, network: str) -> ChainHandle | None:
-        prefix, _, ident = network.partition(":")
-        if prefix != "eip155" or not ident.isdigit():
+        try:
+            return self._by_id.get(parse_caip2(network))
+        except ValueError:
             return None
-        return self._by_id.get(int(ident))
 
     def __iter__(self) -> Iterator[ChainHandle]:
         return iter(list(self._by_id.values()))

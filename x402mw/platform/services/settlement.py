@@ -189,8 +189,16 @@ class SettlementService:
         """Settle one payment: verify it, claim its authorization, simulate, send and wait (up to
         ``request.wait_seconds``) for the release; a retry of the same payment gets its outcome."""
         outcome = await self._settle(request)
-        metrics.count_settlement(request.accepted.network, outcome.status, outcome.response.error_reason)
+        metrics.count_settlement(
+            self.network_label(request.accepted.network), outcome.status, outcome.response.error_reason
+        )
         return outcome
+
+    def network_label(self, network: str) -> str:
+        """The CAIP-2 id of ``network`` if the platform serves it (``eip155:0084532`` names Base
+        Sepolia too), else ``other``: what the metrics may name."""
+        chain = self.chains.by_network(network)
+        return chain.network.caip2 if chain is not None else metrics.OTHER_NETWORK
 
     async def _settle(self, request: SettleRequest) -> SettleOutcome:
         started = time.perf_counter()
