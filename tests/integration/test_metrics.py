@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,3 +201,25 @@ def test_the_example_reads_quantiles_from_buckets_as_prometheus_does() -> None:
     assert quantile(0.75, buckets) == pytest.approx(0.055)
     assert quantile(0.5, [(0.01, 0.0), (math.inf, 4.0)]) == 0.01  # beyond the last finite bound
     assert quantile(0.5, [(math.inf, 0.0)]) is None
+
+
+def test_the_worker_process_serves_its_metrics_too(tmp_path: Path) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "x402mw", "platform", "worker", "--data-dir", str(tmp_path)]
+    command += ["--metrics-port", str(port), "--log-format", "json"]
+    log = tmp_path / "worker.log"
+    with log.open("wb") as handle:
+        worker = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
+    try:
+        text = ""
+        for _ in range(600):
+            assert worker.poll() is None, log.read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).text
+                break
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert {"x402mw_webhook_attempts", "x402mw_settlements", "x402mw_relayer_transactions"} <= names, names
