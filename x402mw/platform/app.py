@@ -4,7 +4,7 @@
 
     from x402mw.platform.app import create_app
     app = create_app()                      # PlatformSettings.from_env()
-    # uvicorn x402mw.platform.app:app
+    # or: uvicorn --factory x402mw.platform.app:create_app
 """
 
 from __future__ import annotations
