@@ -149,7 +149,7 @@ def _metrics_served(host: str, port: int | None, registry: Any = None) -> Iterat
     from x402mw.platform.metrics import serve_metrics
 
     try:
-        stop = serve_metrics(port, host) if registry is None else serve_metrics(port, host, registry)
+        stop = serve_metrics(port, host, registry)
     except OSError as exc:
         raise click.UsageError(f"cannot serve metrics at {host}:{port}: {exc.strerror or exc}") from None
     try:

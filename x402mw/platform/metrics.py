@@ -51,39 +51,41 @@ __all__ = [
 
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
+
+def _seconds(name: str, documentation: str, labels: Sequence[str] = ()) -> Histogram:
+    """A histogram of durations, in the buckets every one of ours shares (1 ms to 60 s)."""
+    return Histogram(name, documentation, labels, buckets=_SECONDS)
+
+
 HTTP_REQUESTS = Counter(
     "x402mw_http_requests",
     "HTTP requests answered, by route template, method and status.",
     ["method", "route", "status"],
 )
-HTTP_SECONDS = Histogram(
+
+
+HTTP_SECONDS = _seconds(
     "x402mw_http_request_duration_seconds",
     "Time from a request's arrival to the end of its answer.",
     ["method", "route"],
-    buckets=_SECONDS,
 )
 SETTLEMENTS = Counter(
     "x402mw_settlements",
     "Settle calls answered, by network, outcome (settled, pending, failed) and reason code.",
     ["network", "outcome", "reason"],
 )
-BEFORE_SEND_SECONDS = Histogram(
+BEFORE_SEND_SECONDS = _seconds(
     "x402mw_settlement_before_send_seconds",
     "From the settle call to the transfer's sending: verification, the replay claim and the simulation.",
     ["network"],
-    buckets=_SECONDS,
 )
-CHAIN_SECONDS = Histogram(
+CHAIN_SECONDS = _seconds(
     "x402mw_settlement_chain_seconds",
     "From a transfer's sending to its inclusion (or to the confirmations its endpoint asks for).",
     ["network"],
-    buckets=_SECONDS,
 )
-PLATFORM_SECONDS = Histogram(
-    "x402mw_settlement_platform_seconds",
-    "A settlement's whole time less the chain's part.",
-    ["network"],
-    buckets=_SECONDS,
+PLATFORM_SECONDS = _seconds(
+    "x402mw_settlement_platform_seconds", "A settlement's whole time less the chain's part.", ["network"]
 )
 VERIFICATIONS = Counter(
     "x402mw_verifications",
@@ -98,9 +100,7 @@ RELAYER_TRANSACTIONS = Counter(
 WEBHOOK_ATTEMPTS = Counter(
     "x402mw_webhook_attempts", "Webhook delivery attempts, by result (delivered, retrying, failed).", ["result"]
 )
-WEBHOOK_SECONDS = Histogram(
-    "x402mw_webhook_attempt_duration_seconds", "Time of one webhook delivery attempt.", buckets=_SECONDS
-)
+WEBHOOK_SECONDS = _seconds("x402mw_webhook_attempt_duration_seconds", "Time of one webhook delivery attempt.")
 
 
 OTHER_NETWORK = "other"
@@ -222,10 +222,10 @@ class MetricsMiddleware:
 # -- serving -----------------------------------------------------------------------------------------
 
 
-def serve_metrics(port: int, host: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY) -> Callable[[], None]:
-    """Serve ``registry`` at ``http://host:port/metrics`` from a daemon thread; returns a function
-    that stops the listener. ``OSError`` if the port is taken."""
-    server, thread = start_http_server(port, addr=host, registry=registry)
+def serve_metrics(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> Callable[[], None]:
+    """Serve ``registry`` (this process's metrics by default) at ``http://host:port/metrics`` from a
+    daemon thread; returns a function that stops the listener. ``OSError`` if the port is taken."""
+    server, thread = start_http_server(port, addr=host, registry=registry or REGISTRY)
 
     def stop() -> None:
         server.shutdown()

@@ -46,8 +46,8 @@ def serve_workers(
 ) -> None:
     """Serve the uvicorn app factory ``app`` ("module:function") from ``workers`` processes, logging
     with ``log_config`` (a ``dictConfig``; None for uvicorn's own)."""
+    logs = LOGGING_CONFIG if log_config is None else log_config
     if not sys.platform.startswith("linux") or not hasattr(socket, "SO_REUSEPORT"):
-        logs = LOGGING_CONFIG if log_config is None else log_config
         uvicorn.run(app, factory=True, host=host, port=port, log_level=log_level, workers=workers, log_config=logs)
         return
     # Bound but never listening, this socket holds the port for the workers (the kernel gives new
@@ -63,9 +63,7 @@ def serve_workers(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def start() -> tuple[BaseProcess, float]:
-        process = context.Process(
-            target=_worker, args=(app, host, port, log_level, log_config, os.getpid()), daemon=False
-        )
+        process = context.Process(target=_worker, args=(app, host, port, log_level, logs, os.getpid()), daemon=False)
         process.start()
         return process, time.monotonic()
 
@@ -120,11 +118,10 @@ def _reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(app: str, host: str, port: int, log_level: str, log_config: dict[str, Any] | None, supervisor: int) -> None:
+def _worker(app: str, host: str, port: int, log_level: str, log_config: dict[str, Any], supervisor: int) -> None:
     """One worker process: its own listening socket, then uvicorn until SIGTERM or SIGINT."""
     _exit_with(supervisor)
     sock = _reuseport_socket(host, port)
     sock.listen(_BACKLOG)
-    logs = LOGGING_CONFIG if log_config is None else log_config
-    config = uvicorn.Config(app, factory=True, host=host, port=port, log_level=log_level, log_config=logs)
+    config = uvicorn.Config(app, factory=True, host=host, port=port, log_level=log_level, log_config=log_config)
     uvicorn.Server(config).run(sockets=[sock])

@@ -37,15 +37,16 @@ async def verify(request: Request) -> JSONResponse:
     body = await _body(request)
     service = request.app.state.platform.settlement
     payer = body.paymentPayload.payload.authorization.from_address
+    network = service.network_label(body.paymentRequirements.network)
     try:
         if body.x402Version not in (1, 2):
             raise Refusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
         verified = service.verify(body.paymentRequirements, body.paymentPayload)
         await service.check_on_chain(verified, body.paymentRequirements.asset)
     except Refusal as refusal:
-        metrics.count_verification(service.network_label(body.paymentRequirements.network), refusal.reason)
+        metrics.count_verification(network, refusal.reason)
         return JSONResponse({"isValid": False, "invalidReason": refusal.reason, "payer": payer})
-    metrics.count_verification(service.network_label(body.paymentRequirements.network), None)
+    metrics.count_verification(network, None)
     return JSONResponse({"isValid": True, "payer": verified.payer})
 
 

@@ -195,8 +195,7 @@ class SettlementService:
         return outcome
 
     def network_label(self, network: str) -> str:
-        """The CAIP-2 id of ``network`` if the platform serves it (``eip155:0084532`` names Base
-        Sepolia too), else ``other``: what the metrics may name."""
+        """``network`` if the platform serves it, else ``other``: what the metrics may name."""
         chain = self.chains.by_network(network)
         return chain.network.caip2 if chain is not None else metrics.OTHER_NETWORK
 
@@ -441,7 +440,7 @@ class SettlementService:
                 payment_id=row.id,
             )
         outcome = self.release(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
-        metrics.time_settlement(request.accepted.network, started, sent_at, included_at, time.perf_counter())
+        metrics.time_settlement(chain.network.caip2, started, sent_at, included_at, time.perf_counter())
         return outcome
 
     def release(
