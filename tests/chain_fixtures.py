@@ -43,6 +43,7 @@ class ChainUnderTest:
     tokens: dict[str, str]
     minter_key: bytes
     relayer: Relayer
+    relayer_key: bytes
 
     @property
     def usdc(self) -> str:
@@ -121,7 +122,7 @@ async def chain(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIter
         dev = await start_dev_chain(relayer_address=Account.from_key(relayer_key).address)
         relayer = Relayer(dev.rpc, relayer_key, chain_id=dev.chain_id)
         await relayer.start()
-        yield ChainUnderTest("dev", dev.rpc, dev.chain_id, dev.tokens, dev.rpc.dev_keys[0], relayer)
+        yield ChainUnderTest("dev", dev.rpc, dev.chain_id, dev.tokens, dev.rpc.dev_keys[0], relayer, relayer_key)
         await relayer.aclose()
         await dev.aclose()
         return
@@ -130,6 +131,6 @@ async def chain(request: pytest.FixtureRequest, anyio_backend: str) -> AsyncIter
     tokens = await deploy_test_tokens(rpc, ANVIL_DEV_KEYS[0])
     relayer = Relayer(rpc, ANVIL_DEV_KEYS[1], chain_id=node.chain_id)
     await relayer.start()
-    yield ChainUnderTest("anvil", rpc, node.chain_id, tokens, ANVIL_DEV_KEYS[0], relayer)
+    yield ChainUnderTest("anvil", rpc, node.chain_id, tokens, ANVIL_DEV_KEYS[0], relayer, ANVIL_DEV_KEYS[1])
     await relayer.aclose()
     await rpc.aclose()

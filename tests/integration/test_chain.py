@@ -24,6 +24,7 @@ from tests.chain_fixtures import (
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess
 from x402mw.platform.chain.relayer import Relayer, RevertError
+from x402mw.platform.chain.transactions import Fees, TransactionSigner
 from x402mw.platform.chain.rpc import HttpJsonRpc, RpcError
 from x402mw.platform.chain.token import (
     authorization_state,
@@ -269,7 +270,7 @@ async def test_pipelined_sends_get_distinct_nonces(chain: ChainUnderTest) -> Non
 
 async def test_send_resyncs_after_another_sender_used_the_nonce(chain: ChainUnderTest) -> None:
     payer = await _funded_payer(chain)
-    twin = Relayer(chain.rpc, chain.relayer._account.key, chain_id=chain.chain_id)
+    twin = Relayer(chain.rpc, chain.relayer_key, chain_id=chain.chain_id)
     await twin.start()
     try:
         first = await twin.wait_for_receipt(await twin.send(chain.usdc, _authorize(chain, payer, twin.address, 1)))
@@ -347,7 +348,7 @@ async def test_a_receipt_in_a_block_seen_before_it_was_awaited_is_found_without_
             assert time.monotonic() < deadline, "the transaction was never mined"
             await asyncio.sleep(0.01)
         block = int(mined["blockNumber"], 16)
-        while chain.relayer._head < block:  # the poller has seen the block that holds tx_hash
+        while chain.relayer._receipts._head < block:  # the poller has seen the block that holds tx_hash
             assert time.monotonic() < deadline, "the poller never saw the new head"
             await asyncio.sleep(0.01)
         receipt = await chain.relayer.wait_for_receipt(tx_hash, timeout=3)
@@ -395,18 +396,19 @@ async def test_http_client_against_anvil(anvil_node: AnvilProcess) -> None:
 def test_relayer_signing_matches_eth_account() -> None:
     for index in range(50):
         key = new_key()
-        relayer = Relayer(HttpJsonRpc("http://127.0.0.1:1"), key, chain_id=31337 + index)
-        relayer._max_fee, relayer._priority_fee = 3 * 10**9 + index, 10**9 + index
+        signer = TransactionSigner(key, chain_id=31337 + index)
+        fees = Fees(3 * 10**9 + index, 10**9 + index)
         to = None if index % 5 == 0 else Account.from_key(new_key()).address
         data, gas, value = new_key() * (index % 4), 21_000 + index, index * 7
-        raw, tx_hash = relayer._sign(index, to, data, gas, value)
+        signed = signer.sign(index, to, data, gas=gas, value=value, fees=fees)
+        raw, tx_hash = bytes.fromhex(signed.raw[2:]), signed.hash
         tx: dict[str, object] = {
             "type": 2,
             "chainId": 31337 + index,
             "nonce": index,
             "gas": gas,
-            "maxFeePerGas": relayer._max_fee,
-            "maxPriorityFeePerGas": relayer._priority_fee,
+            "maxFeePerGas": fees.max_fee,
+            "maxPriorityFeePerGas": fees.priority_fee,
             "value": value,
             "data": data,
         }

@@ -79,7 +79,7 @@ class AnvilProcess:
         return self._process.pid if self._process is not None else None
 
     def start(self) -> None:
-        self.port = _free_port()
+        self.port = self.port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [str(self._binary), "--host", "127.0.0.1", "--port", str(self.port), "--silent", *self._args]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -99,6 +99,18 @@ class AnvilProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop the node and start it again on the same port: what it kept is what its options
+        keep (with ``--state FILE`` the mined chain, never the pool of pending transactions).
+        ``kill`` stops it with SIGKILL, as a crash would (nothing is written on the way out)."""
+        process = self._process
+        if kill and process is not None:
+            process.kill()
+            process.wait()
+            self._process = None
+        self.stop()
+        self.start()
 
     def __enter__(self) -> AnvilProcess:
         self.start()

@@ -1,8 +1,26 @@
-"""The relayer: the platform's gas-paying account, which submits settlement transactions.
+"""The relayer: the platform's gas-paying account, which submits settlement transactions and keeps
+them moving until they are mined.
 
 It allocates nonces itself so that many transactions can be in flight at once without a round trip
-per send, signs EIP-1559 transactions locally, and resolves receipts through one shared poller that
-asks the node for every awaited transaction in a single batch.
+per send, signs them locally (`transactions`), and resolves receipts through one shared poller
+(`receipts`). A node can lose transactions (a restart drops its pool), hold them behind a nonce
+nobody sent, or leave them waiting at a fee below the going one; the relayer heals each of these
+by itself (`Relayer.reconcile`, run on errors, on timeouts and every `RECONCILE_INTERVAL` while
+anything is in flight):
+
+- a transaction the node no longer knows is sent again, byte for byte, while its call can still
+  succeed (``valid_until``, an authorization's ``validBefore``); past that, its nonce is filled
+  with a zero-value transfer to the relayer itself and the transaction is given up
+  (`TransactionDropped`);
+- a transaction whose nonce went to another transaction (a filler, or another process sharing the
+  account) is sent again under a new nonce, or given up when it no longer can succeed;
+- a nonce that nobody sent, with later transactions waiting behind it, is filled;
+- a transaction left waiting at a fee below the going one is replaced by the same call at a
+  higher fee (waiters get the receipt of whichever version is mined).
+
+Nothing waits behind a gap for longer than one reconcile interval. Several processes may share the
+account: a node's "nonce too low" or "replacement underpriced" makes the sender resync and take
+the next nonce.
 
 >>> relayer = Relayer(rpc, key, chain_id=31337)  # doctest: +SKIP
 >>> await relayer.start()  # doctest: +SKIP
@@ -18,133 +36,164 @@ import heapq
 import logging
 import time
 import weakref
-from collections.abc import Awaitable
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import rlp
-from coincurve import PrivateKey
-from eth_abi.abi import decode as abi_decode
-from eth_abi.exceptions import DecodingError
+import httpx
 from eth_account import Account
 
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.batching import Coalescer
+from x402mw.platform.chain.fees import FeeOracle
+from x402mw.platform.chain.receipts import ReceiptPoller
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
+from x402mw.platform.chain.transactions import (
+    RevertError,
+    SignedTransaction,
+    TransactionSigner,
+    TxReceipt,
+    revert_reason,
+    simulated,
+)
 from x402mw.platform.metrics import RELAYER_TRANSACTIONS
 
-__all__ = ["Relayer", "RevertError", "TxReceipt", "simulated"]
+__all__ = [
+    "RECONCILE_INTERVAL",
+    "ChainUnavailable",
+    "Relayer",
+    "RevertError",
+    "TransactionDropped",
+    "TxReceipt",
+    "revert_reason",
+    "simulated",
+    "transact",
+]
 
 logger = logging.getLogger(__name__)
 
-_ERROR_SELECTOR = "08c379a0"  # Error(string)
+RECONCILE_INTERVAL = 1.0
+"""Seconds between two reconciliations while transactions are in flight (or the node is down)."""
+IDLE_RECONCILE_INTERVAL = 5.0
+"""Seconds between two reconciliations while nothing is in flight."""
+STUCK_AFTER = 10.0
+"""A transaction priced below the going fees this many seconds after it was sent is replaced."""
+VALIDITY_MARGIN = 3
+"""Seconds a call must stay valid after it is sent again: time for it to be included."""
+
 _NONCE_ERRORS = (
     "nonce too low",
     "nonce too high",
+    "invalid nonce",
+    "replacement transaction underpriced",
     "already known",
     "known transaction",
     "already imported",
-    "replacement transaction underpriced",
-    "invalid nonce",
 )
-_FEE_TTL = 15.0
-_POLL_MIN = 0.01
-_POLL_MAX = 1.0
-_BATCH_LIMIT = 256
+_KNOWN = ("already known", "known transaction", "already imported")
+_FEE_TOO_LOW = "less than block base fee"  # geth: "max fee per gas less than block base fee"; anvil alike
+_SEND_ATTEMPTS = 4
 _GAP_GRACE = 0.05
+_FINISHED_KEPT = 100_000  # hashes of finished transactions remembered, for late waiters
 
 
-class RevertError(Exception):
-    """A transaction or call reverted; ``reason`` is the decoded ``Error(string)`` or the node's text."""
+class ChainUnavailable(Exception):
+    """The node cannot be reached; nothing was sent."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+
+class TransactionDropped(Exception):
+    """The relayer gave up a transaction: its call can no longer succeed (``valid_until`` passed)
+    before the transaction could be mined. Nothing it would have done was done by it."""
+
+    def __init__(self, tx_hash: str, reason: str) -> None:
+        super().__init__(f"transaction {tx_hash} was dropped: {reason}")
+        self.tx_hash = tx_hash
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class TxReceipt:
-    transaction_hash: str
-    status: int
-    block_number: int
-    block_hash: str
-    gas_used: int
+@dataclass(eq=False)
+class _Submission:
+    """One call the relayer keeps sending until it is mined, as one or more signed transactions."""
 
-    @classmethod
-    def from_json(cls, receipt: dict[str, Any]) -> TxReceipt:
-        return cls(
-            transaction_hash=str(receipt["transactionHash"]),
-            status=int(receipt["status"], 16),
-            block_number=int(receipt["blockNumber"], 16),
-            block_hash=str(receipt["blockHash"]),
-            gas_used=int(receipt["gasUsed"], 16),
-        )
+    to: str | None
+    data: bytes
+    gas: int
+    value: int
+    valid_until: int | None  # unix time after which the call cannot succeed; None: always can
+    tx: SignedTransaction  # the newest version
+    hashes: list[str] = field(default_factory=list)  # every version, oldest first
+    sent_at: float = 0.0  # time.monotonic() of the newest version's (re)broadcast
 
-
-@dataclass
-class _Waiter:
-    confirmations: int
-    future: asyncio.Future[TxReceipt]
-
-
-async def simulated(simulation: Awaitable[Any]) -> None:
-    """Wait for a simulation (:meth:`Relayer.simulate_soon`); :class:`RevertError` with the decoded
-    reason if the call would revert."""
-    try:
-        await simulation
-    except RpcError as exc:
-        reason = revert_reason(exc)
-        if reason is None:
-            raise
-        raise RevertError(reason) from None
+    @property
+    def filler(self) -> bool:
+        return not self.data and self.value == 0
 
 
 class Relayer:
     """Sends transactions from one account over one :class:`JsonRpc`.
 
     Concurrent :meth:`send` calls never share a nonce: each takes the next local nonce and submits
-    without yielding in between, so submissions leave in nonce order. A nonce whose transaction the
-    node rejected is handed to the next send, and "nonce too low"/"already known" answers trigger a
-    resync from the node's pending count and one retry.
+    without yielding in between, so submissions leave in nonce order (in one JSON-RPC batch when
+    they are ready in the same turn of the event loop).
+
+    ``available`` is False while the node cannot be reached (a send or a reconciliation failed to
+    connect); it is True again after the next reconciliation that reaches it.
     """
 
-    def __init__(self, rpc: JsonRpc, private_key: bytes, *, chain_id: int) -> None:
+    def __init__(
+        self,
+        rpc: JsonRpc,
+        private_key: bytes,
+        *,
+        chain_id: int,
+        reconcile_interval: float = RECONCILE_INTERVAL,
+        stuck_after: float = STUCK_AFTER,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._rpc = rpc
         # Simulations of concurrent settlements go to the node as one JSON-RPC batch; a batch in which
         # one call reverts is split by the Coalescer, so each caller gets its own revert. Two batches
         # may be out at once (a node serves them in parallel): a burst need not wait for the one before.
         self._calls: Coalescer[tuple[str, list[Any]], Any] = Coalescer(rpc.batch, max_batch=64, flushes=2)
-        self._account = Account.from_key(private_key)
-        self.address: str = self._account.address
+        self.address: str = Account.from_key(private_key).address
         self.chain_id = chain_id
+        self.reconcile_interval = reconcile_interval
+        self.stuck_after = stuck_after
+        self._clock = clock
+        self._signer = TransactionSigner(private_key, chain_id=chain_id)
+        self._fees = FeeOracle(rpc)
+        self._receipts = ReceiptPoller(rpc, name=f"x402mw-receipts-{self.address}", on_mined=self._mined)
         self._next_nonce: int | None = None
-        self._released: list[int] = []
-        self._inflight: set[int] = set()
+        self._released: list[int] = []  # nonces handed out but never sent (a heap)
+        self._broadcasting: set[int] = set()  # nonces whose transaction is on its way to the node
+        self._pending: dict[int, _Submission] = {}  # by nonce: sent, not yet seen mined
+        self._displaced: list[_Submission] = []  # their nonce went to another transaction: to send again
+        self._by_hash: OrderedDict[str, _Submission] = OrderedDict()  # every version of every submission
         self._resync_due = False
         self._resync_lock = asyncio.Lock()
-        self._max_fee = 0
-        self._priority_fee = 0
-        self._fees_at = 0.0
-        self._fee_lock = asyncio.Lock()
-        self._waiting: dict[str, list[_Waiter]] = {}
-        self._fresh: set[str] = set()  # awaited since the last look at receipts
-        self._head = -1  # the newest block number seen
-        self._wake = asyncio.Event()
-        self._poller: asyncio.Task[None] | None = None
-        self._signer = PrivateKey(private_key)
-        self._outbox: list[tuple[str, str, asyncio.Future[str]]] = []
+        self._reconcile_lock = asyncio.Lock()
+        self._stalled: tuple[int, float] = (-1, 0.0)  # the mined nonce, and since when it has not moved
+        self._outbox: list[tuple[str, asyncio.Future[str]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._gap_filler: asyncio.Task[None] | None = None
-        self._sent = RELAYER_TRANSACTIONS.labels(f"eip155:{chain_id}", "sent")
-        self._refused = RELAYER_TRANSACTIONS.labels(f"eip155:{chain_id}", "refused")
+        self._reconciler: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        self._closed = False
+        self.available = True
+        network = f"eip155:{chain_id}"
+        self._counts = {result: RELAYER_TRANSACTIONS.labels(network, result) for result in _RESULTS}
 
     def __repr__(self) -> str:
         return f"Relayer(address={self.address!r}, chain_id={self.chain_id})"
 
     async def start(self) -> None:
-        """Read the account's pending nonce and the current fees."""
+        """Read the account's pending nonce and the current fees; start reconciling in the background."""
         await self._resync()
-        await self._refresh_fees()
+        await self._fees.refresh()
+        self._ensure_reconciler()
+
+    # -- calls ------------------------------------------------------------------------------------
 
     async def simulate(self, to: str, data: bytes) -> None:
         """Run the call from the relayer's address against the latest block; raise :class:`RevertError`
@@ -157,67 +206,96 @@ class Relayer:
         call = {"from": self.address, "to": to, "data": "0x" + data.hex()}
         return self._calls.enqueue(("eth_call", [call, "latest"]))
 
-    async def send(self, to: str | None, data: bytes, *, gas: int = 120_000, value: int = 0) -> str:
+    # -- sending ----------------------------------------------------------------------------------
+
+    async def send(
+        self, to: str | None, data: bytes, *, gas: int = 120_000, value: int = 0, valid_until: int | None = None
+    ) -> str:
         """Sign and submit an EIP-1559 transaction (``to=None`` creates a contract); return its hash.
 
-        The transaction is not awaited: pass the hash to :meth:`wait_for_receipt`.
+        The transaction is not awaited: pass the hash to :meth:`wait_for_receipt`, which answers
+        with the receipt of whichever version of it is mined. ``valid_until`` (unix seconds) is when
+        the call can no longer succeed (an authorization's ``validBefore``): the relayer stops
+        sending it again after that. Raises :class:`ChainUnavailable` when the node cannot be
+        reached (nothing was sent), :class:`RpcError` when the node refuses the transaction.
+        Should the node fail to answer after the transaction went out, the hash is returned all
+        the same: the transaction is in flight, and reconciliation sends it again if the node lost it.
         """
-        if self._next_nonce is None or self._resync_due:
-            await self._resync()
-        if time.monotonic() - self._fees_at > _FEE_TTL:
-            await self._refresh_fees()
-        for attempt in range(2):
+        self._ensure_reconciler()
+        try:
+            if self._next_nonce is None or self._resync_due:
+                await self._resync()
+            fees = await self._fees.going()
+        except (httpx.TransportError, OSError, TimeoutError) as exc:
+            self._unreachable(exc)
+            raise ChainUnavailable(f"the node at chain {self.chain_id} cannot be reached: {exc}") from exc
+        for attempt in range(_SEND_ATTEMPTS):
             nonce = self._allocate()
-            raw, local_hash = self._sign(nonce, to, data, gas, value)
-            self._inflight.add(nonce)
+            tx = self._signer.sign(nonce, to, data, gas=gas, value=value, fees=fees)
+            submission = _Submission(to, data, gas, value, valid_until, tx, [tx.hash])
+            self._broadcasting.add(nonce)
             try:
-                sent = await self._submit("0x" + raw.hex(), local_hash)
+                await self._broadcast(tx)
             except RpcError as exc:
                 message = exc.message.lower()
-                if "already known" in message or "already imported" in message:
-                    self._sent.inc()
-                    return local_hash  # an earlier attempt of this very transaction got through
-                if attempt == 0 and any(marker in message for marker in _NONCE_ERRORS):
+                if any(marker in message for marker in _KNOWN):
+                    self._track(submission)  # an earlier attempt of this very transaction got through
+                    return tx.hash
+                if any(marker in message for marker in _NONCE_ERRORS) and await self._node_has(tx):
+                    self._track(submission)  # sent before, by a broadcast whose answer was lost
+                    return tx.hash
+                if attempt + 1 < _SEND_ATTEMPTS and any(marker in message for marker in _NONCE_ERRORS):
                     logger.info("relayer %s: nonce %d refused (%s); resyncing", self.address, nonce, exc.message)
                     await self._resync()
                     continue
+                if attempt + 1 < _SEND_ATTEMPTS and _FEE_TOO_LOW in message:
+                    self._release(nonce)
+                    fees = await self._fees.refresh()  # the base fee outgrew the fees last read
+                    continue
                 self._release(nonce)  # the node refused the transaction, so its nonce is still free
-                self._refused.inc()
+                self._counts["refused"].inc()
                 raise
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                self._release(nonce)  # the request never reached the node
+                self._unreachable(exc)
+                raise ChainUnavailable(f"the node at chain {self.chain_id} cannot be reached: {exc}") from exc
+            except (httpx.TransportError, OSError, TimeoutError) as exc:
+                # The node may or may not have taken it: it is in flight, and reconciliation finds out.
+                logger.warning("relayer %s: sending nonce %d: %s; reconciling", self.address, nonce, exc)
+                self._track(submission)
+                self._kick.set()
+                return tx.hash
             except BaseException:
-                self._resync_due = True  # the node may or may not have taken it: ask next time
+                self._resync_due = True  # cancelled mid-send: the node may or may not have it
                 raise
             finally:
-                self._inflight.discard(nonce)
-            self._sent.inc()
-            return str(sent)
+                self._broadcasting.discard(nonce)
+            self._track(submission)
+            self._counts["sent"].inc()
+            self.available = True
+            return tx.hash
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _sign(self, nonce: int, to: str | None, data: bytes, gas: int, value: int) -> tuple[bytes, str]:
-        # EIP-1559 envelope signed with coincurve directly: byte-identical to eth-account's
-        # sign_transaction (both use RFC 6979 nonces and low s), at a tenth of the cost.
-        fields = [
-            self.chain_id,
-            nonce,
-            self._priority_fee,
-            self._max_fee,
-            gas,
-            bytes.fromhex(to[2:]) if to is not None else b"",
-            value,
-            data,
-            [],
-        ]
-        digest = keccak256(b"\x02" + rlp.encode(fields))
-        signature = self._signer.sign_recoverable(digest, hasher=None)
-        r, s, y_parity = signature[:32], signature[32:64], signature[64]
-        raw = b"\x02" + rlp.encode([*fields, y_parity, int.from_bytes(r, "big"), int.from_bytes(s, "big")])
-        return raw, "0x" + keccak256(raw).hex()
+    async def _node_has(self, tx: SignedTransaction) -> bool:
+        return bool(await self._rpc.request("eth_getTransactionByHash", [tx.hash]))
 
-    async def _submit(self, raw_hex: str, tx_hash: str) -> str:
+    def _track(self, submission: _Submission) -> None:
+        submission.sent_at = time.monotonic()
+        self._pending[submission.tx.nonce] = submission
+        for tx_hash in submission.hashes:
+            self._remember(tx_hash, submission)
+
+    def _remember(self, tx_hash: str, submission: _Submission) -> None:
+        self._by_hash[tx_hash] = submission
+        self._by_hash.move_to_end(tx_hash)
+        while len(self._by_hash) > _FINISHED_KEPT + len(self._pending):
+            self._by_hash.popitem(last=False)
+
+    async def _broadcast(self, tx: SignedTransaction) -> str:
         # Sends that are ready in the same turn of the event loop leave as one JSON-RPC batch, in
         # the order they were signed (that is, in nonce order).
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._outbox.append((raw_hex, tx_hash, future))
+        self._outbox.append((tx.raw, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush())
         return await future
@@ -226,25 +304,26 @@ class Relayer:
         while self._outbox:
             items, self._outbox = self._outbox, []
             try:
-                hashes = await self._rpc.batch([("eth_sendRawTransaction", [raw]) for raw, _, _ in items])
+                hashes = await self._rpc.batch([("eth_sendRawTransaction", [raw]) for raw, _ in items])
             except RpcError:
-                await self._submit_one_by_one(items)
+                await self._broadcast_one_by_one(items)
             except BaseException as exc:
-                for _, _, future in items:
+                for _, future in items:
                     if not future.done():
                         future.set_exception(exc)
                 if not isinstance(exc, Exception):
                     raise
             else:
-                for (_, _, future), sent in zip(items, hashes, strict=True):
+                for (_, future), sent in zip(items, hashes, strict=True):
                     if not future.done():
                         future.set_result(str(sent))
 
-    async def _submit_one_by_one(self, items: list[tuple[str, str, asyncio.Future[str]]]) -> None:
+    async def _broadcast_one_by_one(self, items: list[tuple[str, asyncio.Future[str]]]) -> None:
         # Some transaction of the batch was refused: learn which of them the node has, and send the
         # others again one at a time so that each gets its own answer.
-        known = await self._rpc.batch([("eth_getTransactionByHash", [tx_hash]) for _, tx_hash, _ in items])
-        for (raw, tx_hash, future), found in zip(items, known, strict=True):
+        hashes = ["0x" + keccak256(bytes.fromhex(raw[2:])).hex() for raw, _ in items]
+        known = await self._rpc.batch([("eth_getTransactionByHash", [tx_hash]) for tx_hash in hashes])
+        for (raw, future), tx_hash, found in zip(items, hashes, known, strict=True):
             if future.done():
                 continue
             if found:
@@ -255,78 +334,29 @@ class Relayer:
             except Exception as exc:
                 future.set_exception(exc)
 
+    # -- receipts ---------------------------------------------------------------------------------
+
     async def wait_for_receipt(self, tx_hash: str, *, confirmations: int = 0, timeout: float = 60.0) -> TxReceipt:
-        """Wait until ``tx_hash`` is mined (and, with ``confirmations``, until the head is that many
-        blocks past it); return its receipt, whatever its status. Raise :class:`TimeoutError`."""
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(confirmations, loop.create_future())
+        """Wait until ``tx_hash`` (or a version of it the relayer sent in its place) is mined and,
+        with ``confirmations``, until the head is that many blocks past it; return the receipt of
+        the version mined, whatever its status (its ``transaction_hash`` names it). Raise
+        :class:`TimeoutError`, or :class:`TransactionDropped` when the relayer gave the
+        transaction up."""
         key = tx_hash.lower()
-        self._waiting.setdefault(key, []).append(waiter)
-        self._fresh.add(key)
-        self._wake.set()
-        if self._poller is None or self._poller.done():
-            self._poller = loop.create_task(self._poll(), name=f"x402mw-receipts-{self.address}")
+        submission = self._by_hash.get(key)
+        hashes = submission.hashes if submission is not None else [key]
         try:
-            return await asyncio.wait_for(waiter.future, timeout)
-        finally:
-            waiters = self._waiting.get(key)
-            if waiters is not None and waiter in waiters:
-                waiters.remove(waiter)
-                if not waiters:
-                    del self._waiting[key]
+            return await self._receipts.wait(hashes, confirmations=confirmations, timeout=timeout)
+        except TimeoutError:
+            self._kick.set()  # a wait that runs out is a sign to look at what the node holds
+            raise
 
-    async def aclose(self) -> None:
-        for task in (self._gap_filler, self._flusher):
-            if task is not None and not task.done():
-                await asyncio.wait([task], timeout=5)
-        poller, self._poller = self._poller, None
-        if poller is not None:
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
-        for waiters in self._waiting.values():
-            for waiter in waiters:
-                waiter.future.cancel()
-        self._waiting.clear()
+    def _mined(self, receipt: TxReceipt) -> None:
+        submission = self._by_hash.get(receipt.transaction_hash)
+        if submission is not None and self._pending.get(submission.tx.nonce) is submission:
+            del self._pending[submission.tx.nonce]
 
-    def _allocate(self) -> int:
-        assert self._next_nonce is not None
-        while self._released:
-            nonce = heapq.heappop(self._released)
-            if nonce < self._next_nonce and nonce not in self._inflight:
-                return nonce
-        nonce = self._next_nonce
-        while nonce in self._inflight:
-            nonce += 1
-        self._next_nonce = nonce + 1
-        return nonce
-
-    def _release(self, nonce: int) -> None:
-        if self._next_nonce is not None and nonce == self._next_nonce - 1:
-            self._next_nonce = nonce
-            return
-        # Later nonces are already out: the next send takes this one, and if none comes soon a
-        # zero-value transfer to ourselves fills it, so the later transactions are not stuck.
-        heapq.heappush(self._released, nonce)
-        if self._gap_filler is None or self._gap_filler.done():
-            self._gap_filler = asyncio.get_running_loop().create_task(self._fill_gaps())
-
-    async def _fill_gaps(self) -> None:
-        await asyncio.sleep(_GAP_GRACE)
-        while self._released and self._next_nonce is not None:
-            nonce = heapq.heappop(self._released)
-            if nonce >= self._next_nonce or nonce in self._inflight:
-                continue
-            raw, tx_hash = self._sign(nonce, self.address, b"", 21_000, 0)
-            self._inflight.add(nonce)
-            try:
-                await self._submit("0x" + raw.hex(), tx_hash)
-                logger.info("relayer %s: filled nonce gap %d with %s", self.address, nonce, tx_hash)
-            except Exception:
-                logger.warning("relayer %s: could not fill nonce gap %d", self.address, nonce, exc_info=True)
-                self._resync_due = True
-            finally:
-                self._inflight.discard(nonce)
+    # -- nonces -----------------------------------------------------------------------------------
 
     async def nonces(self) -> tuple[int, int]:
         """The account's nonces on the node: ``(mined, pending)``. Transactions of the relayer are
@@ -339,6 +369,39 @@ class Relayer:
         )
         return int(mined, 16), int(pending, 16)
 
+    def _allocate(self) -> int:
+        assert self._next_nonce is not None
+        while self._released:
+            nonce = heapq.heappop(self._released)
+            if nonce < self._next_nonce and not self._taken(nonce):
+                return nonce
+        nonce = self._next_nonce
+        while self._taken(nonce):
+            nonce += 1
+        self._next_nonce = nonce + 1
+        return nonce
+
+    def _taken(self, nonce: int) -> bool:
+        return nonce in self._broadcasting or nonce in self._pending
+
+    def _release(self, nonce: int) -> None:
+        if self._next_nonce is not None and nonce == self._next_nonce - 1:
+            self._next_nonce = nonce
+            return
+        # Later nonces are already out: the next send takes this one, and if none comes soon a
+        # zero-value transfer to ourselves fills it, so the later transactions are not stuck.
+        heapq.heappush(self._released, nonce)
+        if self._gap_filler is None or self._gap_filler.done():
+            self._gap_filler = asyncio.get_running_loop().create_task(self._fill_released())
+
+    async def _fill_released(self) -> None:
+        await asyncio.sleep(_GAP_GRACE)
+        while self._released and self._next_nonce is not None:
+            nonce = heapq.heappop(self._released)
+            if nonce >= self._next_nonce or self._taken(nonce):
+                continue
+            await self._fill(nonce)
+
     async def _resync(self) -> None:
         async with self._resync_lock:
             pending = await self._rpc.request("eth_getTransactionCount", [self.address, "pending"])
@@ -346,58 +409,233 @@ class Relayer:
             self._released.clear()
             self._resync_due = False
 
-    async def _refresh_fees(self) -> None:
-        async with self._fee_lock:
-            if time.monotonic() - self._fees_at <= _FEE_TTL and self._max_fee:
-                return
-            block, tip = await self._rpc.batch([("eth_getBlockByNumber", ["latest", False]), ("eth_gasPrice", [])])
-            base_fee = int(block.get("baseFeePerGas") or "0x0", 16)
-            try:
-                priority = int(await self._rpc.request("eth_maxPriorityFeePerGas", []), 16)
-            except RpcError:
-                priority = max(int(tip, 16) - base_fee, 0)
-            self._priority_fee = max(priority, 1)
-            self._max_fee = 2 * base_fee + self._priority_fee
-            self._fees_at = time.monotonic()
+    # -- healing ----------------------------------------------------------------------------------
 
-    async def _poll(self) -> None:
-        interval = _POLL_MIN
-        while self._waiting:
-            self._wake.clear()
+    def _ensure_reconciler(self) -> None:
+        if self._closed:
+            return
+        if self._reconciler is None or self._reconciler.done():
+            self._reconciler = asyncio.get_running_loop().create_task(
+                self._reconcile_forever(), name=f"x402mw-relayer-{self.address}"
+            )
+
+    async def _reconcile_forever(self) -> None:
+        while not self._closed:
+            busy = bool(self._pending or self._displaced) or not self.available
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self.reconcile_interval if busy else IDLE_RECONCILE_INTERVAL)
+            self._kick.clear()
             try:
-                await self._poll_once()
+                await self.reconcile()
             except Exception:
-                logger.warning("relayer %s: receipt poll failed", self.address, exc_info=True)
-            if not self._waiting:
-                break
+                logger.exception("relayer %s: reconciliation failed", self.address)
+
+    async def reconcile(self) -> None:
+        """Compare what the relayer has in flight with what the node holds, and mend the difference
+        (see the module's docstring). Runs by itself; tests and tools may call it directly."""
+        async with self._reconcile_lock:
             try:
-                await asyncio.wait_for(self._wake.wait(), interval)
-            except TimeoutError:
-                interval = min(interval * 1.5, _POLL_MAX)
-            else:
-                interval = _POLL_MIN
+                await self._reconcile()
+            except (httpx.TransportError, OSError, TimeoutError) as exc:
+                self._unreachable(exc)
+                return
 
-    async def _poll_once(self) -> None:
-        # Receipts only change with a new block: a poll asks for the head, and for the receipts of
-        # every awaited transaction when it moved, else only of those awaited since the last look.
-        head = int(await self._rpc.request("eth_blockNumber", []), 16)
-        moved, self._head = head != self._head, head
-        hashes = list(self._waiting) if moved else [h for h in self._fresh if h in self._waiting]
-        self._fresh.clear()  # those still awaited are in hashes
-        results: list[Any] = []
-        for start in range(0, len(hashes), _BATCH_LIMIT):
-            chunk = hashes[start : start + _BATCH_LIMIT]
-            results += await self._rpc.batch([("eth_getTransactionReceipt", [h]) for h in chunk])
-        for tx_hash, found in zip(hashes, results, strict=True):
-            if not found or found.get("blockNumber") is None:
-                continue
-            receipt = TxReceipt.from_json(found)
-            for waiter in self._waiting.get(tx_hash, ()):
-                if waiter.future.done():
+    async def _reconcile(self) -> None:
+        mined, pending = await self.nonces()
+        self.available = True
+        if self._next_nonce is not None and pending > self._next_nonce:
+            self._next_nonce = pending  # another process of this account sent those
+        await self._settle_consumed(mined)
+        await self._mend_waiting(mined)
+        await self._fill_foreign_gap(mined, pending)
+
+    async def _settle_consumed(self, mined: int) -> None:
+        """Submissions whose nonce the chain has used: mined (forget them), or displaced by another
+        transaction (send the call again under a new nonce, or give it up)."""
+        consumed = [s for nonce, s in self._pending.items() if nonce < mined]
+        if consumed:
+            hashes = [h for s in consumed for h in s.hashes]
+            found = await self._rpc.batch([("eth_getTransactionReceipt", [h]) for h in hashes])
+            receipts = dict(zip(hashes, found, strict=True))
+            for submission in consumed:
+                if self._pending.get(submission.tx.nonce) is not submission:
                     continue
-                if waiter.confirmations <= 0 or head >= receipt.block_number + waiter.confirmations:
-                    waiter.future.set_result(receipt)
+                del self._pending[submission.tx.nonce]
+                if not submission.filler and not any(receipts.get(h) for h in submission.hashes):
+                    self._displaced.append(submission)  # not mined: another transaction took its nonce
+        displaced, self._displaced = self._displaced, []
+        for submission in displaced:
+            if not self._still_valid(submission):
+                self._give_up(submission, "its nonce went to another transaction and its call has expired")
+                continue
+            logger.warning(
+                "relayer %s: nonce %d went to another transaction; sending %s again under a new nonce",
+                self.address,
+                submission.tx.nonce,
+                submission.hashes[0],
+            )
+            await self._resend_under_new_nonce(submission)
 
+    async def _mend_waiting(self, mined: int) -> None:
+        """Submissions not mined yet: send again those the node lost (at the going fees if theirs
+        are below: a node may evict a transaction the base fee outgrew), replace those that wait
+        priced too low."""
+        now = time.monotonic()
+        waiting = [
+            s
+            for nonce, s in sorted(self._pending.items())
+            if nonce >= mined and nonce not in self._broadcasting and now - s.sent_at >= self.reconcile_interval
+        ]
+        if not waiting:
+            return
+        known = await self._rpc.batch([("eth_getTransactionByHash", [s.tx.hash]) for s in waiting])
+        going = await self._fees.going()
+        for submission, found in zip(waiting, known, strict=True):
+            if self._pending.get(submission.tx.nonce) is not submission:
+                continue
+            cheap = submission.tx.fees.below(going)
+            if not found and not (submission.filler or self._still_valid(submission)):
+                self._give_up(submission, "the node lost it and its call has expired")
+                await self._fill(submission.tx.nonce)
+            elif not found and not cheap:
+                logger.warning(
+                    "relayer %s: the node lost nonce %d (%s); sending it again",
+                    self.address,
+                    submission.tx.nonce,
+                    submission.tx.hash,
+                )
+                await self._rebroadcast(submission, submission.tx, "rebroadcast")
+            elif cheap and (not found or now - submission.sent_at > self.stuck_after):
+                replacement = self._signer.sign(
+                    submission.tx.nonce,
+                    submission.to,
+                    submission.data,
+                    gas=submission.gas,
+                    value=submission.value,
+                    fees=submission.tx.fees.replacing(going),
+                )
+                logger.warning(
+                    "relayer %s: nonce %d %s below the going fee; replacing %s by %s",
+                    self.address,
+                    submission.tx.nonce,
+                    "was lost" if not found else f"waited {now - submission.sent_at:.0f} s",
+                    submission.tx.hash,
+                    replacement.hash,
+                )
+                await self._rebroadcast(submission, replacement, "replaced")
+
+    async def _fill_foreign_gap(self, mined: int, pending: int) -> None:
+        """A nonce nobody sent (a process of this account stopped between taking a nonce and
+        sending it), with transactions of ours waiting behind it: fill it once it has been the
+        lowest unmined nonce for a reconcile interval."""
+        now = time.monotonic()
+        if self._stalled[0] != mined:
+            self._stalled = (mined, now)
+            return
+        blocked = pending == mined and any(nonce > mined for nonce in self._pending)
+        overdue = now - self._stalled[1] >= self.reconcile_interval
+        if blocked and overdue and not self._taken(mined):
+            logger.warning(
+                "relayer %s: nonce %d was never sent and holds later ones back; filling it", self.address, mined
+            )
+            await self._fill(mined)
+
+    async def _fill(self, nonce: int) -> None:
+        """Use ``nonce`` up with a zero-value transfer to the relayer itself."""
+        tx = self._signer.sign(nonce, self.address, b"", gas=21_000, value=0, fees=await self._fees.going())
+        filler = _Submission(self.address, b"", 21_000, 0, None, tx, [tx.hash])
+        self._broadcasting.add(nonce)
+        try:
+            await self._broadcast(tx)
+        except RpcError as exc:
+            message = exc.message.lower()
+            if not any(marker in message for marker in _NONCE_ERRORS):  # else: taken after all
+                logger.warning("relayer %s: could not fill nonce %d: %s", self.address, nonce, exc.message)
+            self._resync_due = True
+            return
+        except Exception:
+            logger.warning("relayer %s: could not fill nonce %d", self.address, nonce, exc_info=True)
+            self._resync_due = True
+            return
+        finally:
+            self._broadcasting.discard(nonce)
+        self._track(filler)
+        self._counts["filler"].inc()
+        logger.info("relayer %s: filled nonce %d with %s", self.address, nonce, tx.hash)
+
+    async def _rebroadcast(self, submission: _Submission, tx: SignedTransaction, result: str) -> None:
+        try:
+            await self._broadcast(tx)
+        except RpcError as exc:
+            message = exc.message.lower()
+            if not any(marker in message for marker in _KNOWN):
+                # "nonce too low": mined or displaced meanwhile, which the next round sorts out;
+                # a fee too low: the next round offers the going fees, read afresh.
+                logger.info("relayer %s: nonce %d: %s", self.address, tx.nonce, exc.message)
+                if "fee" in message or "underpriced" in message:
+                    await self._fees.refresh()
+                return
+        if tx is not submission.tx:
+            submission.tx = tx
+            submission.hashes.append(tx.hash)
+            self._remember(tx.hash, submission)
+        submission.sent_at = time.monotonic()
+        self._counts[result].inc()
+
+    async def _resend_under_new_nonce(self, submission: _Submission) -> None:
+        if self._next_nonce is None or self._resync_due:
+            await self._resync()
+        nonce = self._allocate()
+        fees = await self._fees.going()
+        tx = self._signer.sign(
+            nonce, submission.to, submission.data, gas=submission.gas, value=submission.value, fees=fees
+        )
+        self._broadcasting.add(nonce)
+        try:
+            await self._broadcast(tx)
+        except RpcError as exc:
+            self._release(nonce)
+            self._resync_due = True
+            self._displaced.append(submission)  # the next round tries again
+            logger.warning("relayer %s: sending %s again failed: %s", self.address, submission.hashes[0], exc.message)
+            return
+        finally:
+            self._broadcasting.discard(nonce)
+        submission.tx = tx
+        submission.hashes.append(tx.hash)
+        self._track(submission)
+        self._counts["resent"].inc()
+
+    def _still_valid(self, submission: _Submission) -> bool:
+        return submission.valid_until is None or submission.valid_until > self._clock() + VALIDITY_MARGIN
+
+    def _give_up(self, submission: _Submission, reason: str) -> None:
+        logger.warning("relayer %s: giving up %s: %s", self.address, submission.hashes[0], reason)
+        if self._pending.get(submission.tx.nonce) is submission:
+            del self._pending[submission.tx.nonce]
+        self._counts["dropped"].inc()
+        self._receipts.fail(submission.hashes, TransactionDropped(submission.hashes[0], reason))
+
+    def _unreachable(self, exc: BaseException) -> None:
+        if self.available:
+            logger.warning("relayer %s: the node cannot be reached: %s", self.address, exc)
+        self.available = False
+        self._resync_due = True
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for task in (self._gap_filler, self._flusher):
+            if task is not None and not task.done():
+                await asyncio.wait([task], timeout=5)
+        reconciler, self._reconciler = self._reconciler, None
+        if reconciler is not None:
+            reconciler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reconciler
+        await self._receipts.aclose()
+
+
+_RESULTS = ("sent", "refused", "rebroadcast", "replaced", "resent", "filler", "dropped")
 
 # Administrative writes from one account over one connection run one at a time: see transact().
 _write_locks: weakref.WeakKeyDictionary[JsonRpc, dict[str, asyncio.Lock]] = weakref.WeakKeyDictionary()
@@ -427,20 +665,3 @@ async def transact(
     if receipt.status != 1:
         raise RevertError(f"transaction {receipt.transaction_hash} reverted")
     return receipt
-
-
-def revert_reason(error: RpcError) -> str | None:
-    """The revert reason in a node's error answer to ``eth_call``/``eth_estimateGas``, or ``None``
-    when the error is not a revert."""
-    data: Any = error.data
-    if isinstance(data, dict):
-        data = data.get("data")
-    if isinstance(data, str) and data[2:10].lower() == _ERROR_SELECTOR:
-        try:
-            return str(abi_decode(["string"], bytes.fromhex(data[10:]))[0])
-        except (ValueError, DecodingError):
-            # A malformed Error(string) payload: the node's own message below still names the revert.
-            logger.debug("undecodable revert data %s", data[:200])
-    if error.code == 3 or "revert" in error.message.lower():
-        return error.message.removeprefix("execution reverted").lstrip(": ") or "execution reverted"
-    return None
