@@ -88,7 +88,7 @@ def _buyer_pays(harness: PlatformHarness, api_key: str, to: str, amount: int) ->
 
 def _buyer_sends(harness: PlatformHarness, buyer: bytes, to: str, amount: int) -> str:
     chain = harness.chain
-    data, _ = authorization_call(chain, harness.usdc, buyer, to, amount, secrets.token_bytes(32))
+    data, _, _ = authorization_call(chain, harness.usdc, buyer, to, amount, secrets.token_bytes(32))
 
     async def send(platform: Any) -> str:
         tx = await chain.relayer.send(harness.usdc, data)

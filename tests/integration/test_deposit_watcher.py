@@ -36,7 +36,7 @@ def _buyer_pays(harness: PlatformHarness, api_key: str, to: str, amount: int) ->
     buyer = new_private_key()
     harness.fund(api_key, address_of(buyer), str(Decimal(amount).scaleb(-6)))
     chain = harness.chain
-    data, _ = authorization_call(chain, harness.usdc, buyer, to, amount, secrets.token_bytes(32))
+    data, _, _ = authorization_call(chain, harness.usdc, buyer, to, amount, secrets.token_bytes(32))
 
     async def send(platform: Any) -> str:
         tx = await chain.relayer.send(harness.usdc, data)

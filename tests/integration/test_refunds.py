@@ -294,7 +294,7 @@ def test_a_refund_sent_before_a_crash_is_found_not_sent_again(dev_platform: Plat
                 .one()
             )
         assert await sweep_order(platform.engine, chain, platform.deposit_keys, platform.refunds.treasury, row, now())
-        data, _ = authorization_call(
+        data, _, _ = authorization_call(
             chain,
             refund["token"],
             platform.refunds.treasury_key,
@@ -385,7 +385,7 @@ def test_a_refund_the_treasury_cannot_cover_fails_and_releases_its_reservation(d
                 row = (await conn.execute(query)).mappings().one()
             assert await sweep_order(platform.engine, chain, platform.deposit_keys, treasury, row, now())
             held = await balance_of(chain.rpc, harness.usdc, treasury)
-            data, _ = authorization_call(chain, harness.usdc, platform.refunds.treasury_key, sink, held, b"drain")
+            data, _, _ = authorization_call(chain, harness.usdc, platform.refunds.treasury_key, sink, held, b"drain")
             assert (await chain.wait_for(await chain.relayer.send(harness.usdc, data))).status == 1
 
         harness.server.call(sweep_then_drain_the_treasury)

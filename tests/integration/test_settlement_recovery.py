@@ -90,8 +90,8 @@ async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: Platf
     harness.server.call(stop_after_sending)
 
     async def recover_twice(platform: Platform) -> tuple[dict[str, Any], dict[str, Any], int]:
-        await platform.settlement.recovery.finish_submitted()
-        await platform.settlement.recovery.finish_submitted()
+        await platform.settlement.recovery.finish_left()
+        await platform.settlement.recovery.finish_left()
         payments, events = tables.agent_payments, tables.events
         async with platform.engine.connect() as conn:
             rows = {
@@ -157,8 +157,8 @@ def test_recovery_settles_a_claim_whose_transfer_went_out_and_releases_one_that_
     harness.server.call(stop_after_sending)
 
     async def recover_twice(platform: Platform) -> tuple[int, int, dict[str, dict[str, Any]]]:
-        first = await platform.settlement.recovery.finish_claimed()
-        second = await platform.settlement.recovery.finish_claimed()
+        first = await platform.settlement.recovery.finish_left()
+        second = await platform.settlement.recovery.finish_left()
         payments = tables.agent_payments
         ids = [row["id"] for row in rows.values()]
         async with platform.engine.connect() as conn:
@@ -205,13 +205,13 @@ def test_recovery_waits_for_a_transfer_still_waiting_in_the_pool(anvil_platform:
         await rpc.request("evm_setAutomine", [False])
         try:
             transaction["waiting"] = await _send_transfer(platform, harness, agent, pay_to, waiting_nonce)
-            return await platform.settlement.recovery.finish_claimed()  # while the transfer waits in the pool
+            return await platform.settlement.recovery.finish_left()  # while the transfer waits in the pool
         finally:
             await rpc.request("evm_setAutomine", [True])
 
     async def recover_after_mining(platform: Platform) -> tuple[int, dict[str, dict[str, Any]]]:
         await rpc.request("evm_mine", [])
-        finished = await platform.settlement.recovery.finish_claimed()
+        finished = await platform.settlement.recovery.finish_left()
         payments = tables.agent_payments
         ids = [row["id"] for row in rows.values()]
         async with platform.engine.connect() as conn:

@@ -390,6 +390,51 @@ def test_a_settlement_still_pending_after_the_retries_is_returned(wallet: Wallet
     assert auth.payments == [] and auth.spent == {"USDC": Decimal("0.01")}
 
 
+def test_a_seller_that_could_not_take_the_payment_gets_the_same_signature_again(wallet: Wallet) -> None:
+    auth = X402Auth(wallet)
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    retry = flow.send(challenge(next(flow)))
+    signature = retry.headers["PAYMENT-SIGNATURE"]
+    for status in (503, 502, 504):  # nothing was charged, or the outcome is unknown: never a new signature
+        retry = flow.send(httpx.Response(status, headers={"Retry-After": "0"}, request=retry))
+        assert retry.headers["PAYMENT-SIGNATURE"] == signature
+    with pytest.raises(StopIteration):
+        flow.send(paid(retry, settlement(wallet.address)))
+    assert len(auth.payments) == 1 and auth.spent == {"USDC": Decimal("0.01")}
+
+
+def test_a_payment_whose_answer_was_lost_is_sent_again_on_the_next_request_not_signed_anew(wallet: Wallet) -> None:
+    auth = X402Auth(wallet)
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    signature = flow.send(challenge(next(flow))).headers["PAYMENT-SIGNATURE"]
+    flow.close()  # the connection failed with the paid request on its way: its outcome is unknown
+    again = auth.auth_flow(httpx.Request("GET", URL))
+    retry = again.send(challenge(next(again)))
+    assert retry.headers["PAYMENT-SIGNATURE"] == signature
+    with pytest.raises(StopIteration):
+        again.send(paid(retry, settlement(wallet.address)))
+    assert len(auth.payments) == 1 and auth.spent == {"USDC": Decimal("0.01")}  # paid once
+    # Settled now: the next request is a new purchase, paid with a new signature.
+    third = auth.auth_flow(httpx.Request("GET", URL))
+    assert third.send(challenge(next(third))).headers["PAYMENT-SIGNATURE"] != signature
+
+
+def test_a_lost_payment_refused_on_its_retry_is_replaced_by_one_on_the_new_challenge(wallet: Wallet) -> None:
+    auth = X402Auth(wallet, max_total="1")
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    signature = flow.send(challenge(next(flow))).headers["PAYMENT-SIGNATURE"]
+    flow.close()
+    again = auth.auth_flow(httpx.Request("GET", URL))
+    retry = again.send(challenge(next(again)))
+    assert retry.headers["PAYMENT-SIGNATURE"] == signature
+    # The platform never saw it, and its challenge expired: it can never settle; pay the new one.
+    renewed = again.send(refused_with(retry, "challenge_expired", offer(extra_id="2")))
+    assert renewed.headers["PAYMENT-SIGNATURE"] != signature
+    with pytest.raises(StopIteration):
+        again.send(paid(renewed, settlement(wallet.address)))
+    assert len(auth.payments) == 1 and auth.spent == {"USDC": Decimal("0.02")}
+
+
 def test_a_failed_settlement_is_not_paid_again(wallet: Wallet) -> None:
     auth = X402Auth(wallet)
     flow = auth.sync_auth_flow(httpx.Request("GET", URL))

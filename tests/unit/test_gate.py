@@ -135,13 +135,32 @@ def test_tampered_terms_never_reach_the_platform(change: dict[str, Any]) -> None
     assert commands == [] and isinstance(decision, Answer) and decision.reason == "invalid_payment_requirements"
 
 
-def test_expired_challenges_are_refused() -> None:
+def test_a_payment_on_an_expired_challenge_gets_its_outcome_and_no_new_one_settles() -> None:
     gate = _gate()
     _, accepted = _challenge(gate)
     later = PaymentGate(api_key="sk_test_abc", platform_url="https://pay.example/v1", clock=lambda: 2_000_000.0)
     _finish(later.process(ROUTE, RequestView("GET", URL, None)), [PlatformReply(200, {"endpoint": ENDPOINT})])
-    decision, _ = _finish(later.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [])
+    # The platform knows no payment of this authorization: it settles none on an expired challenge.
+    unknown = {
+        "status": "failed",
+        "settlement": {"success": False, "errorReason": "challenge_expired", "network": "eip155:31337"},
+    }
+    decision, commands = _finish(
+        later.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [PlatformReply(200, unknown)]
+    )
+    assert commands[0].json["expiresAt"] == accepted["extra"]["expiresAt"] < 2_000_000
     assert isinstance(decision, Answer) and decision.reason == "challenge_expired"
+    offer = decode_payment_required(dict(decision.headers)["PAYMENT-REQUIRED"])
+    assert offer.error == "challenge_expired" and offer.accepts[0].extra["expiresAt"] > 2_000_000
+    # A payment made before it expired: its retry is served with the original receipt.
+    settled = {
+        "status": "settled",
+        "settlement": {"success": True, "transaction": "0x" + "ee" * 32, "network": "eip155:31337", "amount": "10000"},
+    }
+    decision, _ = _finish(
+        later.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [PlatformReply(200, settled)]
+    )
+    assert isinstance(decision, Serve) and decision.settlement.transaction == "0x" + "ee" * 32
 
 
 def test_another_merchants_seal_is_refused() -> None:
@@ -173,13 +192,26 @@ def test_pending_settlement_is_a_402_with_retry_after_and_the_transaction() -> N
     assert json.loads(base64.b64decode(headers["PAYMENT-RESPONSE"]))["errorReason"] == "settlement_pending"
 
 
-def test_platform_outage_is_a_503_and_refusal_a_500() -> None:
+def test_a_payment_that_may_have_reached_the_platform_is_pending_and_refusal_a_500() -> None:
     gate = _gate()
     _, accepted = _challenge(gate)
-    decision, _ = _finish(
-        gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [PlatformError("down", status=0), None]
-    )
-    assert isinstance(decision, Answer) and decision.status == 503
+    # The connection failed with the payment on its way: it may be settling, so the agent is told to
+    # send the same signature again (a 503 would invite a second one).
+    for failure in (PlatformError("down", status=0), PlatformReply(502, None), PlatformReply(500, {"error": {}})):
+        decision, _ = _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [failure, None])
+        assert isinstance(decision, Answer) and (decision.status, decision.reason) == (402, "settlement_pending")
+        settlement = json.loads(base64.b64decode(dict(decision.headers)["PAYMENT-RESPONSE"]))
+        assert settlement == {
+            "success": False,
+            "errorReason": "settlement_pending",
+            "transaction": "",
+            "network": "eip155:31337",
+        }
+        assert dict(decision.headers)["Retry-After"] == "1"
+    # The platform refused it outright (the chain is down): nothing was taken; 503 with Retry-After.
+    down = PlatformReply(503, {"error": {"code": "chain_unavailable", "message": "retry"}})
+    decision, _ = _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [down])
+    assert isinstance(decision, Answer) and decision.status == 503 and dict(decision.headers)["Retry-After"] == "2"
     fresh = _gate()
     refused, _ = _finish(
         fresh.process(ROUTE, RequestView("GET", URL, None)),

@@ -51,6 +51,7 @@ INVALID_PAYMENT_REQUIRED = "invalid_payment_required"
 DEFAULT_DECIMALS = 6
 _EXACT = Context(prec=100)  # room for any uint256 amount: Decimal arithmetic below never rounds
 _MAX_PAUSE_SECONDS = 10.0
+_UNAVAILABLE = frozenset({502, 503, 504})
 _MAX_V1_BODY_BYTES = 64 * 1024
 
 
@@ -120,11 +121,16 @@ class X402Auth(httpx.Auth):
     refusal is returned to the caller. The first authorization counts in ``spent``: it was signed.
 
     A paid retry answered ``402`` with ``errorReason: settlement_pending`` (the transfer is on-chain
-    but not final) is retried with the same signature, never a new one, up to ``pending_retries``
-    times; it is never charged twice. A seller built on x402mw holds each retry until the settlement
-    is final or its own deadline passes, so retries are long; between them the auth waits the
-    ``Retry-After`` the seller asks for, up to 10 seconds (not when ``auth_flow`` is stepped by hand).
-    If the settlement is still pending after that, the 402 is returned to the caller.
+    but not final, or its outcome did not reach the seller), or ``503``/``502``/``504`` (the seller
+    could not take the payment for now), is sent again with the same signature, never a new one, up
+    to ``pending_retries`` times and within ``retry_seconds``; it is never charged twice. A seller
+    built on x402mw holds each retry until the settlement is final or its own deadline passes, so
+    retries are long; between them the auth waits the ``Retry-After`` the seller asks for (else 1 s
+    for pending, a doubling backoff for 5xx), up to 10 seconds (not when ``auth_flow`` is stepped by
+    hand). If the outcome is still unknown after that, the answer is returned to the caller, and the
+    signature is kept: the next request for the same method and URL sends it again before anything
+    is signed anew (so does one after a request that failed in transport, once the payment was
+    signed), until it settles, is refused, or expires.
 
     With ``receipt_signer`` (the platform's receipt address), a paid answer whose ``PAYMENT-RESPONSE``
     receipt does not verify raises `PaymentRefusedError` (reason ``invalid_receipt``). The payment
@@ -146,6 +152,7 @@ class X402Auth(httpx.Auth):
         assets: Iterable[str] | None = None,
         receipt_signer: str | None = None,
         pending_retries: int = 10,
+        retry_seconds: float = 120.0,
         on_payment: Callable[[PaymentRecord], None] | None = None,
     ) -> None:
         problems: list[str] = []
@@ -158,11 +165,17 @@ class X402Auth(httpx.Auth):
             problems.append("receipt_signer must be an address ('0x' followed by 40 hex digits)")
         if isinstance(pending_retries, bool) or not isinstance(pending_retries, int) or pending_retries < 0:
             problems.append("pending_retries must be an int >= 0")
+        if isinstance(retry_seconds, bool) or not isinstance(retry_seconds, int | float) or retry_seconds < 0:
+            problems.append("retry_seconds must be a number of seconds >= 0")
         if problems:
             raise ConfigurationError(problems)
         self.receipt_signer = receipt_signer
         self.pending_retries = pending_retries
+        self.retry_seconds = float(retry_seconds)
         self.on_payment = on_payment
+        # Payments signed whose outcome is not known yet, by (method, URL): sent again, never signed
+        # anew, when that request is made again (see _flow).
+        self._unsettled: dict[tuple[str, str], tuple[str, str, _Choice, int]] = {}
         self.payments: list[PaymentRecord] = []
         self.spent: dict[str, Decimal] = {}
         self._lock = threading.Lock()
@@ -224,29 +237,74 @@ class X402Auth(httpx.Auth):
         if required is None:
             return
         url = str(request.url)
+        key = (request.method, url)
+        earlier = self._unsettled_payment(key)
+        if earlier is not None:
+            # A payment signed for this request before, whose outcome never arrived (the connection
+            # failed, or it was still pending): it may settle yet, so it is sent again rather than
+            # signing a second one.
+            name, value, choice = earlier
+            request.headers[name] = value
+            response = yield from self._until_known(request)
+            renewed = _renewed_offer(response)
+            if renewed is None:
+                self._finish(key, url, response, choice)
+                return
+            self._unsettled.pop(key, None)  # refused for good: pay the new challenge
+            required = renewed
         for attempt in range(2):
             choice = self._choose(required, url)
             payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
             if required.x402_version == 1:
-                request.headers[V1_PAYMENT] = encode_header(_v1_payload(payload, choice.requirements))
+                header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
             else:
-                request.headers[PAYMENT_SIGNATURE] = encode_header(payload)
+                header = (PAYMENT_SIGNATURE, encode_header(payload))
+            request.headers[header[0]] = header[1]
             if response.cookies:
                 httpx.Cookies(response.cookies).set_cookie_header(request)
-            response = yield request
-            for _ in range(self.pending_retries):
-                assert response is not None
-                pause = _pending_pause(response)
-                if pause is None:
-                    break
-                if pause > 0:
-                    yield _Pause(pause)
-                response = yield request
-            assert response is not None
+            with self._lock:
+                self._unsettled[key] = (*header, choice, payload.payload.authorization.valid_before)
+            response = yield from self._until_known(request)
             renewed = _renewed_offer(response) if attempt == 0 and required.x402_version == 2 else None
             if renewed is None:
                 break
             required = renewed  # the terms paid are stale: pay the new challenge, once
+        self._finish(key, url, response, choice)
+
+    def _until_known(
+        self, request: httpx.Request
+    ) -> Generator[httpx.Request | _Pause, httpx.Response | None, httpx.Response]:
+        """Send the paid ``request``, and again with the same signature while the seller answers that
+        the payment is pending or that it could not take it (503, 502, 504), within
+        ``pending_retries`` and ``retry_seconds``; the last answer."""
+        response = yield request
+        deadline = time.monotonic() + self.retry_seconds
+        for attempt in range(self.pending_retries):
+            assert response is not None
+            pause = _retry_pause(response, attempt)
+            if pause is None or time.monotonic() + pause > deadline:
+                break
+            if pause > 0:
+                yield _Pause(pause)
+            response = yield request
+        assert response is not None
+        return response
+
+    def _unsettled_payment(self, key: tuple[str, str]) -> tuple[str, str, _Choice] | None:
+        with self._lock:
+            found = self._unsettled.get(key)
+            if found is None:
+                return None
+            name, value, choice, valid_before = found
+            if valid_before <= time.time():  # it can no longer settle
+                del self._unsettled[key]
+                return None
+            return name, value, choice
+
+    def _finish(self, key: tuple[str, str], url: str, response: httpx.Response, choice: _Choice) -> None:
+        if _retry_pause(response, 0) is None:  # a final answer: the payment settled, or never will
+            with self._lock:
+                self._unsettled.pop(key, None)
         self._settled(url, response, choice)
 
     def _choose(self, required: PaymentRequired, url: str) -> _Choice:
@@ -460,17 +518,23 @@ def _settlement(response: httpx.Response) -> SettlementResponse | None:
         return None
 
 
-def _pending_pause(response: httpx.Response) -> float | None:
-    """Seconds to wait before retrying a pending settlement, or None when the answer is not pending."""
-    if response.status_code != 402:
-        return None
+def _retry_pause(response: httpx.Response, attempt: int) -> float | None:
+    """Seconds to wait before sending a paid request again with the same signature, or None when the
+    answer is final: the settlement is pending (402 ``settlement_pending``), or the seller could not
+    take the payment for now (503, 502, 504 without a settled ``PAYMENT-RESPONSE``)."""
     settlement = _settlement(response)
-    if settlement is None or settlement.success or settlement.error_reason is None:
-        return None
-    if reasons.normalize_reason(settlement.error_reason) != reasons.SETTLEMENT_PENDING:
+    if response.status_code == 402:
+        if settlement is None or settlement.success or settlement.error_reason is None:
+            return None
+        if reasons.normalize_reason(settlement.error_reason) != reasons.SETTLEMENT_PENDING:
+            return None
+        default = 1.0
+    elif response.status_code in _UNAVAILABLE and not (settlement is not None and settlement.success):
+        default = min(2.0**attempt, _MAX_PAUSE_SECONDS)
+    else:
         return None
     retry_after = response.headers.get("retry-after", "").strip()
-    seconds = float(retry_after) if retry_after.isdigit() else 1.0  # an HTTP date: wait a little
+    seconds = float(retry_after) if retry_after.isdigit() else default  # an HTTP date: wait a little
     return min(seconds, _MAX_PAUSE_SECONDS)
 
 

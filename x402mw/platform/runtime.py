@@ -111,8 +111,7 @@ class Platform:
 
     async def _worker(self) -> None:
         duties: list[tuple[str, Callable[[], Awaitable[object]]]] = [
-            ("finishing submitted settlements", self.settlement.recovery.finish_submitted),
-            ("finishing claimed settlements", self.settlement.recovery.finish_claimed),
+            ("finishing settlements", self.settlement.recovery.finish_left),
             ("purging idempotency keys", lambda: purge_idempotency_keys(self.engine, self.clock.now())),
             (
                 "expiring payment orders",

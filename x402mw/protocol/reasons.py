@@ -26,6 +26,7 @@ CHALLENGE_EXPIRED = "challenge_expired"
 TRANSACTION_REVERTED = "invalid_transaction_state"
 SETTLEMENT_PENDING = "settlement_pending"
 UNEXPECTED_SETTLE_ERROR = "unexpected_settle_error"
+CHAIN_UNAVAILABLE = "chain_unavailable"  # nothing was sent: the same signature may be sent again later
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 

@@ -38,7 +38,7 @@ from x402mw.seller.decisions import (
     Serve,
     Settlement,
 )
-from x402mw.seller.seal import Sealer
+from x402mw.seller.seal import Sealer, sealed_terms
 
 __all__ = ["DEFAULT_PLATFORM_URL", "EXPOSE_HEADERS", "PaymentGate", "RequestView", "internal_error_answer"]
 
@@ -163,7 +163,11 @@ class PaymentGate:
         try:
             reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
         except PlatformError as exc:
-            return self._platform_failure(exc, "settlement")
+            # The platform may have received the payment before the connection failed.
+            logger.error("settlement call failed: %s; answering pending", exc.message)
+            return _pending(
+                SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=accepted.network)
+            )
         return (yield from self._settled(route, terms, request, native, reply))
 
     def _check_accepted(
@@ -196,7 +200,7 @@ class PaymentGate:
             )
         if not self._sealer.check(
             extra.get("seal"),
-            *self._sealed_terms(
+            *sealed_terms(
                 challenge_id,
                 terms.id,
                 accepted.network,
@@ -211,20 +215,25 @@ class PaymentGate:
                 "the accepted terms were altered or belong to another route",
                 reason=reasons.INVALID_REQUIREMENTS,
             )
-        if expires <= self._clock():
-            raise InvalidPaymentError("the challenge has expired; pay the new one", reason=reasons.CHALLENGE_EXPIRED)
+        # An expired challenge still goes to the platform: a payment made on it gets its outcome
+        # (the platform settles no new one on it, and answers challenge_expired instead).
         return accepted, challenge_id, expires
 
     def _settled(
         self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any, reply: PlatformReply
     ) -> Step:
-        if reply.status != 200 or not isinstance(reply.data, dict):
+        if reply.status in (401, 403, 404, 503):  # refused by the platform: nothing was taken
             return self._platform_failure(_reply_error(reply), "settlement")
+        unknown = SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=terms.network)
+        if reply.status != 200 or not isinstance(reply.data, dict):
+            logger.error("settlement answered %d; answering pending", reply.status)
+            return _pending(unknown)
         data = reply.data
         try:
             response = SettlementResponse.model_validate(data.get("settlement"))
         except ValueError:
-            return self._platform_failure(PlatformError("malformed settlement reply", status=502), "settlement")
+            logger.error("malformed settlement reply; answering pending")
+            return _pending(unknown)
         header = (PAYMENT_RESPONSE, encode_header(response))
         if data.get("status") == "settled" and response.success:
             receipt = response.receipt or {}
@@ -243,16 +252,7 @@ class PaymentGate:
             )
             return Serve(settlement, [header, EXPOSE_HEADERS])
         if data.get("status") == "pending":
-            body = {
-                "error": {
-                    "type": "payment_error",
-                    "code": reasons.SETTLEMENT_PENDING,
-                    "message": "the payment was sent on-chain and is not yet final; "
-                    "retry the same PAYMENT-SIGNATURE to receive the resource",
-                    "transaction": response.transaction,
-                }
-            }
-            return _json_answer(402, body, [header, ("Retry-After", "1")], reasons.SETTLEMENT_PENDING)
+            return _pending(response)
         reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR
         message = str(data.get("message") or f"the payment could not be settled: {reason}")
         answer = yield from self._challenge(route, terms, request, native, reason, message)
@@ -260,23 +260,10 @@ class PaymentGate:
 
     # -- challenges -------------------------------------------------------------------------
 
-    @staticmethod
-    def _sealed_terms(
-        challenge_id: str,
-        endpoint_id: str,
-        network: str,
-        asset: str,
-        pay_to: str,
-        amount: int,
-        timeout: int,
-        expires: int,
-    ) -> tuple[object, ...]:
-        return (challenge_id, endpoint_id, "exact", network, asset, pay_to, amount, timeout, expires)
-
     def _offer(self, terms: EndpointTerms, amount: int, challenge_id: str, expires: int, pay_to: str) -> dict[str, Any]:
         """The wire form of one sealed ``accepts`` entry (built directly: this is the hot path)."""
         seal = self._sealer.seal(
-            *self._sealed_terms(
+            *sealed_terms(
                 challenge_id, terms.id, terms.network, terms.asset, pay_to, amount, terms.max_timeout_seconds, expires
             )
         )
@@ -398,6 +385,8 @@ class PaymentGate:
     # -- failures -------------------------------------------------------------------------------
 
     def _platform_failure(self, exc: X402Error, what: str) -> Answer:
+        """The answer when the platform could not take a request that carried no payment to it,
+        or refused one outright (nothing was taken: the same payment may be sent again)."""
         status = getattr(exc, "status", 0)
         if status in (401, 403, 404):
             return self._misconfigured(f"the platform refused the {what} request ({status}): {exc.message}")
@@ -405,13 +394,29 @@ class PaymentGate:
         return _error_answer(
             503,
             "payment_platform_unavailable",
-            "payments cannot be taken right now; retry shortly",
+            "payments cannot be taken right now; nothing was charged: retry shortly, with the same payment",
             retry_after=2,
         )
 
     def _misconfigured(self, message: str) -> Answer:
         logger.error("x402 payment configuration error: %s", message)
         return _error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
+
+
+def _pending(response: SettlementResponse) -> Answer:
+    """402 ``settlement_pending``: the payment went to the platform and its outcome is not known
+    yet (sent on-chain and not final, or the platform's answer was lost); the same signature,
+    sent again, gets it. Never an answer that invites a second signature."""
+    body = {
+        "error": {
+            "type": "payment_error",
+            "code": reasons.SETTLEMENT_PENDING,
+            "message": "the payment is not final yet; retry the same PAYMENT-SIGNATURE to receive the resource",
+            "transaction": response.transaction,
+        }
+    }
+    headers = [(PAYMENT_RESPONSE, encode_header(response)), ("Retry-After", "1")]
+    return _json_answer(402, body, headers, reasons.SETTLEMENT_PENDING)
 
 
 def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:

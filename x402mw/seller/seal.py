@@ -7,7 +7,7 @@ import base64
 import hashlib
 import hmac
 
-__all__ = ["Sealer"]
+__all__ = ["Sealer", "sealed_terms"]
 
 
 class Sealer:
@@ -24,3 +24,17 @@ class Sealer:
 
     def check(self, seal: object, *terms: object) -> bool:
         return isinstance(seal, str) and hmac.compare_digest(seal, self.seal(*terms))
+
+
+def sealed_terms(
+    challenge_id: str,
+    endpoint_id: str,
+    network: str,
+    asset: str,
+    pay_to: str,
+    amount: int,
+    timeout: int,
+    expires: int,
+) -> tuple[object, ...]:
+    """What a challenge's seal covers, in order: its id, its endpoint and the terms it offered."""
+    return (challenge_id, endpoint_id, "exact", network, asset, pay_to, amount, timeout, expires)

@@ -26,7 +26,7 @@ from x402mw.platform.services.settlement import SettleOutcome, SettleRequest, pa
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
-__all__ = ["MONTH", "routes"]
+__all__ = ["MONTH", "routes", "unavailable_error"]
 
 MONTH = re.compile(r"(?!0000)[0-9]{4}-(0[1-9]|1[0-2])")
 """A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
@@ -43,7 +43,16 @@ class SettleBody(BaseModel):
     waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
 
 
+def unavailable_error(outcome: SettleOutcome) -> ApiError:
+    """503 for a payment not taken because the chain could not be reached: send it again later."""
+    return ApiError(
+        503, "chain_unavailable", f"{outcome.message}; nothing was taken, and the same payment may be sent again"
+    )
+
+
 def _reply(outcome: SettleOutcome, accepted: dict[str, Any] | None = None) -> JSONResponse:
+    if outcome.status == "unavailable":
+        raise unavailable_error(outcome)
     body: dict[str, Any] = {"status": outcome.status, "settlement": outcome.response.to_wire()}
     if outcome.message:
         body["message"] = outcome.message
@@ -93,6 +102,9 @@ async def settle(request: Request) -> JSONResponse:
             release_policy=endpoint.release_policy,
             challenge=challenge,
             wait_seconds=body.waitSeconds,
+            # A retry of a challenge that expired gets the outcome of its payment, if it was made;
+            # no new payment is settled on it.
+            known_only=body.expiresAt <= platform.clock.time(),
         )
     )
     return _reply(outcome, {"payTo": accepted.pay_to})

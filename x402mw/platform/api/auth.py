@@ -8,7 +8,7 @@ from starlette.requests import Request
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.services.merchants import Caller, KeyRing
 
-__all__ = ["authenticate", "caller_for"]
+__all__ = ["authenticate", "caller_for", "presented_key"]
 
 
 async def authenticate(request: Request) -> Caller:
@@ -19,6 +19,14 @@ async def authenticate(request: Request) -> Caller:
 async def caller_for(headers: Headers, keys: KeyRing) -> Caller:
     """The merchant whose key ``headers`` present (for code below the routes, e.g. ASGI middleware);
     raises the same 401 `ApiError` as `authenticate`."""
+    caller = await keys.lookup(presented_key(headers))
+    if caller is None:
+        raise ApiError(401, "invalid_api_key", "The API key is invalid or has been revoked")
+    return caller
+
+
+def presented_key(headers: Headers) -> str:
+    """The API key ``headers`` carry (not yet checked); 401 when they carry none."""
     header = headers.get("authorization")
     key: str | None = None
     if header is not None:
@@ -34,7 +42,4 @@ async def caller_for(headers: Headers, keys: KeyRing) -> Caller:
             "api_key_missing",
             "No API key provided: send 'Authorization: Bearer <API key>' or 'x-api-key'",
         )
-    caller = await keys.lookup(key)
-    if caller is None:
-        raise ApiError(401, "invalid_api_key", "The API key is invalid or has been revoked")
-    return caller
+    return key

@@ -14,14 +14,29 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
+import httpx
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Mount, Route
 
+from x402mw.platform.batching import unreachable
+from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.services.errors import Refused
 
-__all__ = ["ApiError", "RequestIdMiddleware", "current_request_id", "error_response", "exception_handlers"]
+__all__ = [
+    "RETRY_AFTER_SECONDS",
+    "ApiError",
+    "RequestIdMiddleware",
+    "current_request_id",
+    "error_response",
+    "exception_handlers",
+    "outage_error",
+]
+
+RETRY_AFTER_SECONDS = 2
+"""What a 503 asks the client to wait before trying again."""
 
 logger = logging.getLogger("x402mw.platform")
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("x402mw_request_id", default="")
@@ -52,6 +67,8 @@ class ApiError(Exception):
         self.type = type or {401: "authentication_error", 429: "rate_limit_error"}.get(
             status, "api_error" if status >= 500 else "invalid_request_error"
         )
+        if status == 503 and "Retry-After" not in (headers or {}):
+            headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER_SECONDS)}
         self.headers = headers
 
     @classmethod
@@ -148,15 +165,39 @@ class RequestIdMiddleware:
                 return
             await self.app(scope, receive, send_with_id)
         except Exception as exc:
-            logger.error(
-                "unexpected error on %s %s (request id %s)", scope["method"], scope["path"], request_id, exc_info=exc
-            )
+            outage = outage_error(exc)
+            if outage is not None:
+                logger.warning(
+                    "%s on %s %s (request id %s): %s", outage.code, scope["method"], scope["path"], request_id, exc
+                )
+            else:
+                logger.error(
+                    "unexpected error on %s %s (request id %s)",
+                    scope["method"],
+                    scope["path"],
+                    request_id,
+                    exc_info=exc,
+                )
             if started:  # part of the answer is out: only closing the connection can tell the client
                 raise
-            error = ApiError(500, "internal_error", "An unexpected error occurred; quote the requestId to support")
+            error = outage or ApiError(
+                500, "internal_error", "An unexpected error occurred; quote the requestId to support"
+            )
             await error_response(error)(scope, receive, send_with_id)
         finally:
             _request_id.reset(token)
+
+
+def outage_error(exc: BaseException) -> ApiError | None:
+    """503 in the envelope, with ``Retry-After``, for an error that says a dependency is down (the
+    database, a chain's node, or the way to it) rather than anything the request did; None else."""
+    if isinstance(exc, ChainUnavailable | httpx.TransportError):
+        return ApiError(503, "chain_unavailable", "The chain cannot be reached right now; retry shortly")
+    if isinstance(exc, sa_exc.SQLAlchemyError) and unreachable(exc):
+        return ApiError(503, "database_unavailable", "The database cannot be reached right now; retry shortly")
+    if unreachable(exc):
+        return ApiError(503, "service_unavailable", "A service the platform needs cannot be reached; retry shortly")
+    return None
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f]")

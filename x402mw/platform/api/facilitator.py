@@ -1,22 +1,34 @@
 """The standard x402 facilitator API under ``{base_url}/x402/``, so that any x402 v2 seller can
 verify and settle through this platform: ``POST /verify``, ``POST /settle``, ``GET /supported``.
-Verify and settle need the merchant's API key; payments settled here are metered like the rest."""
+Verify and settle need the merchant's API key; payments settled here are metered like the rest.
+
+Requirements that carry an x402mw challenge (``extra.challengeId`` and its seal, as the x402mw
+seller middleware issues them) belong to the merchant whose middleware issued it: another merchant's
+key gets 404 for them, and nothing is verified or settled. A payment settled here is recorded
+under the caller, linked to its challenge when it has one.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy import select
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform import metrics
-from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.agent_settlements import unavailable_error
+from x402mw.platform.api.auth import authenticate, presented_key
 from x402mw.platform.api.bodies import parse_body, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.db import tables
+from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement import Refusal, SettleRequest
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+from x402mw.seller.seal import Sealer, sealed_terms
 
 __all__ = ["routes"]
 
@@ -32,9 +44,55 @@ async def _body(request: Request) -> FacilitatorBody:
     return parse_body(FacilitatorBody, await read_json(request))
 
 
+async def _challenge_of(request: Request, caller: Caller, requirements: PaymentRequirements) -> str | None:
+    """The x402mw challenge ``requirements`` carry, if any, once it is known to be the caller's;
+    404 when it is another merchant's (or its seal is not one the caller's key made)."""
+    challenge_id = requirements.extra.get("challengeId")
+    if not isinstance(challenge_id, str):
+        return None  # requirements of a seller that does not issue x402mw challenges
+    platform = request.app.state.platform
+    challenges, endpoints = tables.agent_challenges, tables.agent_endpoints
+    async with platform.engine.connect() as conn:
+        owner = (
+            await conn.execute(
+                select(challenges.c.merchant_id, challenges.c.livemode).where(challenges.c.id == challenge_id[:64])
+            )
+        ).first()
+        if owner is not None:
+            if (owner.merchant_id, owner.livemode) == (caller.merchant_id, caller.livemode):
+                return challenge_id
+            raise _foreign(challenge_id)
+        # Not registered yet (sellers register challenges in the background): its seal must be one
+        # the calling key made, for one of the caller's endpoints.
+        own_endpoints = list((await conn.execute(select(endpoints.c.id).where(*caller.owns(endpoints)))).scalars())
+    sealer = Sealer(presented_key(request.headers))
+    seal, expires = requirements.extra.get("seal"), requirements.extra.get("expiresAt")
+    if not isinstance(expires, int) or isinstance(expires, bool):
+        raise _foreign(challenge_id)
+    for endpoint_id in own_endpoints:
+        terms = sealed_terms(
+            challenge_id,
+            endpoint_id,
+            requirements.network,
+            requirements.asset,
+            requirements.pay_to,
+            requirements.amount,
+            requirements.max_timeout_seconds,
+            expires,
+        )
+        if sealer.check(seal, *terms):
+            return challenge_id
+    raise _foreign(challenge_id)
+
+
+def _foreign(challenge_id: str) -> ApiError:
+    return ApiError.missing("challenge", challenge_id, param="paymentRequirements.extra.challengeId")
+
+
 async def verify(request: Request) -> JSONResponse:
-    await authenticate(request)
+    caller = await authenticate(request)
     body = await _body(request)
+    await _challenge_of(request, caller, body.paymentRequirements)
     service = request.app.state.platform.settlement
     payer = body.paymentPayload.payload.authorization.from_address
     network = service.network_label(body.paymentRequirements.network)
@@ -53,17 +111,21 @@ async def verify(request: Request) -> JSONResponse:
 async def settle(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     body = await _body(request)
+    challenge_id = await _challenge_of(request, caller, body.paymentRequirements)
     platform = request.app.state.platform
     outcome = await platform.settlement.settle(
         SettleRequest(
             accepted=body.paymentRequirements,
             payload=body.paymentPayload,
             merchant_id=caller.merchant_id,
+            challenge_id=challenge_id,
             resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
             livemode=caller.livemode,
             wait_seconds=30.0,
         )
     )
+    if outcome.status == "unavailable":
+        raise unavailable_error(outcome)
     response: dict[str, Any] = outcome.response.to_wire()
     return JSONResponse(response)
 

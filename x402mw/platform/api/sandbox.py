@@ -157,7 +157,7 @@ async def simulate_payment(request: Request) -> JSONResponse:
     payer_key = new_private_key()
     payer = address_of(payer_key)
     await _mint(chain, asset, payer, amount)
-    data, _ = authorization_call(chain, asset.address, payer_key, deposit, amount, secrets.token_bytes(32))
+    data, _, _ = authorization_call(chain, asset.address, payer_key, deposit, amount, secrets.token_bytes(32))
     tx = await chain.relayer.send(asset.address, data)
     await chain.wait_for(tx)
     await platform.watcher.scan(chain)

@@ -42,6 +42,7 @@ PING_IDLE_AFTER = 1.0
 LOCK_POLL = 0.0005
 LOCK_WAIT = 30.0
 CHECKPOINT_EVERY = 200  # SQLiteWriter transactions between two checkpoints of the WAL
+CONNECT_TIMEOUT = 5.0  # seconds a new PostgreSQL connection may take
 
 
 def _with_driver(url: str, drivers: dict[str, str]) -> str:
@@ -84,7 +85,11 @@ def create_engine_for(url: str, *, pool_size: int = 10) -> AsyncEngine:
         engine = create_async_engine(full, connect_args={"timeout": 30}, pool_size=1, max_overflow=0, pool_timeout=60)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    engine = create_async_engine(full, pool_size=2 * pool_size, max_overflow=0)
+    # A server that does not answer fails a connection attempt within seconds (asyncpg's default
+    # waits a minute), so that requests get their 503 while it is down instead of hanging.
+    engine = create_async_engine(
+        full, pool_size=2 * pool_size, max_overflow=0, connect_args={"timeout": CONNECT_TIMEOUT}
+    )
     _ping_when_idle(engine, PING_IDLE_AFTER)
     return engine
 

@@ -129,6 +129,14 @@ class AgentPayment(SQLModel, table=True):
     platform_micros: int | None = None  # the rest of the platform's time on this settlement
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     settled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    # The signed authorization, kept so that any process can send it again should its transaction
+    # vanish (with from = payer, to = pay_to, value = amount_minor and the nonce above).
+    signature: str | None = Field(default=None, max_length=132)
+    valid_after: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    valid_before: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    locked_until: datetime | None = Field(  # a process finishing a payment it took over holds it until then
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
 
     __table_args__ = (
         UniqueConstraint("chain_id", "asset", "payer", "nonce", name="uq_agent_payments_authorization"),

@@ -39,18 +39,24 @@ class ChainHandle:
     def domain(self, token: str) -> TokenDomain | None:
         return self.domains.get(token.lower())
 
-    async def wait_for(self, tx_hash: str, *, confirmations: int = 0) -> TxReceipt:
-        """Wait for ``tx_hash`` to be included and then ``confirmations`` further blocks.
+    async def wait_for(self, tx_hash: str, *, confirmations: int = 0, timeout: float = 60.0) -> TxReceipt:
+        """Wait for ``tx_hash`` (or the version of it the relayer sent in its place) to be included
+        and then ``confirmations`` further blocks; `TimeoutError` after ``timeout`` seconds.
 
         A local chain (dev chain, anvil) only makes blocks when transactions arrive, so there the
         confirmations are mined on purpose once the transaction is in.
         """
         if confirmations and self.network.local:
-            receipt = await self.relayer.wait_for_receipt(tx_hash)
+            receipt = await self.relayer.wait_for_receipt(tx_hash, timeout=timeout)
             head = int(await self.rpc.request("eth_blockNumber", []), 16)
             for _ in range(max(0, receipt.block_number + confirmations - head)):
                 await self.rpc.request("evm_mine", [])
-        return await self.relayer.wait_for_receipt(tx_hash, confirmations=confirmations)
+        return await self.relayer.wait_for_receipt(tx_hash, confirmations=confirmations, timeout=timeout)
+
+    async def head_time(self) -> int:
+        """The timestamp of the latest block: what the chain holds ``validBefore`` against."""
+        block = await self.rpc.request("eth_getBlockByNumber", ["latest", False])
+        return int(block["timestamp"], 16)
 
     def add_domains(self) -> None:
         for asset in self.network.assets.values():

@@ -100,10 +100,10 @@ async def assign_deposit_address(engine: AsyncEngine, keys: DepositKeys, order: 
 
 def authorization_call(
     chain: ChainHandle, token: str, signer_key: bytes, to: str, value: int, nonce_seed: bytes
-) -> tuple[bytes, bytes]:
+) -> tuple[bytes, bytes, int]:
     """Calldata for ``transferWithAuthorization`` of ``value`` from ``signer_key``'s address to ``to``,
     with the nonce ``keccak256(nonce_seed)``: the same seed always gives the same authorization, which
-    the token accepts once. Returns (calldata, nonce)."""
+    the token accepts once. Returns (calldata, nonce, validBefore)."""
     domain = chain.domain(token)
     if domain is None:
         raise ValueError(f"{token} is not an EIP-3009 token on chain {chain.chain_id}")
@@ -117,7 +117,7 @@ def authorization_call(
         nonce=nonce,
     )
     signature = sign_transfer(signer_key, domain, auth)
-    return transfer_calldata(auth, signature), nonce
+    return transfer_calldata(auth, signature), nonce, auth.valid_before
 
 
 _sweeping: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -161,12 +161,12 @@ async def _sweep(
     held = await balance_of(chain.rpc, token, address)
     if held:
         seed = b"x402mw sweep:" + str(order["id"]).encode()
-        data, _ = authorization_call(chain, token, keys.private_key(index), treasury, held, seed)
+        data, _, valid_before = authorization_call(chain, token, keys.private_key(index), treasury, held, seed)
         try:
             await chain.relayer.simulate(token, data)
         except RevertError:
             return False  # another process's sweep of this order is on its way
-        tx = await chain.relayer.send(token, data)
+        tx = await chain.relayer.send(token, data, valid_until=valid_before)
         receipt = await chain.wait_for(tx)
         if receipt.status != 1:
             return False

@@ -99,8 +99,11 @@ class RefundService:
         Raises `RefundError` (404, 409, 422)."""
         refund = await self.reserve(merchant_id, livemode, payment_id, reason)
         try:
-            await self.send(refund, wait=wait)
-        except Exception:  # the refund is reserved and recorded: the worker finishes it
+            await asyncio.wait_for(self.send(refund, wait=wait), wait)
+        except TimeoutError:  # the refund is reserved and recorded: the worker finishes it
+            logger.warning("refund %s is not complete after %.0f s; the worker finishes it", refund["id"], wait)
+            await self._release_claim(refund)
+        except Exception:
             logger.exception("sending refund %s failed; the worker will retry", refund["id"])
         return refund_json(await self.get(refund["id"]))
 
@@ -147,6 +150,10 @@ class RefundService:
                 if chain is None or asset is None:
                     raise RefundError(
                         409, "chain_unavailable", f"The platform no longer serves chain {order['chain_id']}"
+                    )
+                if not chain.relayer.available:  # nothing is reserved while the chain cannot be reached
+                    raise RefundError(
+                        503, "chain_unavailable", f"Chain {chain.chain_id} cannot be reached right now; retry shortly"
                     )
                 row: dict[str, Any] = {
                     "id": new_id(),
@@ -230,7 +237,7 @@ class RefundService:
         ):
             await self._release_claim(refund)
             return
-        data, nonce = authorization_call(
+        data, nonce, valid_before = authorization_call(
             chain,
             token,
             self.treasury_key,
@@ -239,16 +246,19 @@ class RefundService:
             b"x402mw refund:" + str(refund["id"]).encode(),
         )
         tx = refund["tx_hash"]
-        if tx is None:
-            if await authorization_state(chain.rpc, token, self.treasury, nonce):
-                tx = await self._authorization_tx(chain, token, nonce)  # sent before, its hash not kept
-            else:
-                try:
-                    await chain.relayer.simulate(token, data)
-                except RevertError as exc:
-                    await self._fail(refund, f"the refund transfer would revert: {exc.reason}")
-                    return
-                tx = await chain.relayer.send(token, data)
+        if await authorization_state(chain.rpc, token, self.treasury, nonce):
+            tx = await self._authorization_tx(chain, token, nonce) or tx  # sent before, its hash not kept
+            if tx != refund["tx_hash"]:
+                await self._update(refund, tx_hash=tx)
+        elif tx is None or not await chain.rpc.request("eth_getTransactionByHash", [tx]):
+            # Never sent, or its transaction vanished (a node that lost it, a sender that stopped):
+            # send it (again). The authorization's nonce is the refund's, so it moves money once.
+            try:
+                await chain.relayer.simulate(token, data)
+            except RevertError as exc:
+                await self._fail(refund, f"the refund transfer would revert: {exc.reason}")
+                return
+            tx = await chain.relayer.send(token, data, valid_until=valid_before)
             await self._update(refund, tx_hash=tx)
         try:
             receipt = await asyncio.wait_for(chain.wait_for(str(tx), confirmations=chain.confirmations), wait)

@@ -6,8 +6,14 @@ waits for that settlement and gets the same receipt; a different payload with a 
 refused. A settlement that outlives the caller's wait is *pending* (with its transaction), never
 failed; it completes in the background and a retry gets the receipt.
 
+An authorization has one outcome, forever: a retry of it, to any process, at any time (after its
+challenge expired too), gets the receipt, the pending transaction, or the final refusal. A retry
+that finds no process settling the payment finishes it itself (`SettlementRecovery.finish`).
+While the chain cannot be reached, a new payment is answered *unavailable* at once and nothing is
+recorded: the same signature may be sent again later.
+
 Beside this module: `settlement_checks` (what is checked before the chain), `settlement_writes`
-(the batched database writes) and `settlement_recovery` (what a stopped process left behind).
+(the batched database writes) and `settlement_recovery` (finishing what no process is finishing).
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.receipts import sign_receipt
 from x402mw.platform import metrics
-from x402mw.platform.chain.relayer import RevertError
-from x402mw.platform.chain.token import transfer_calldata
+from x402mw.platform.batching import unreachable
+from x402mw.platform.chain.relayer import ChainUnavailable, RevertError, TransactionDropped
+from x402mw.platform.chain.token import authorization_state, transfer_calldata
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
@@ -81,6 +88,10 @@ class Claimed:
     chain_micros: int | None = None
     platform_micros: int | None = None
     settled_at: datetime | None = None
+    signature: str | None = None
+    valid_after: int | None = None
+    valid_before: int | None = None
+    locked_until: datetime | None = None
 
     def row(self) -> dict[str, Any]:
         """The row to insert: every column by name."""
@@ -104,11 +115,14 @@ class SettleRequest:
     release_policy: str = "included"
     wait_seconds: float = 20.0
     challenge: dict[str, Any] | None = None  # the challenge's row, recorded with the outcome
+    known_only: bool = False  # the challenge expired: answer a payment already made, settle no new one
 
 
 @dataclass(frozen=True, slots=True)
 class SettleOutcome:
-    status: Literal["settled", "pending", "failed"]
+    """``unavailable``: the chain could not be reached and nothing was sent or recorded."""
+
+    status: Literal["settled", "pending", "failed", "unavailable"]
     response: SettlementResponse
     message: str | None = None
     payment_id: str | None = None
@@ -207,6 +221,13 @@ class SettlementService:
         except Refusal as refusal:
             return self.failed(network, refusal.reason, refusal.message)
         key = _authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)
+        if request.known_only:
+            existing = await self._load_by_authorization(request, verified)
+            if existing is None:
+                return self.failed(network, reasons.CHALLENGE_EXPIRED, "the challenge has expired; pay the new one")
+            return await self._join_existing(key, request, verified, existing)
+        if not verified.chain.relayer.available:
+            return self.unavailable(network)
         loop = asyncio.get_running_loop()
         # The simulation (it has no side effects) and the claim are queued at once, without waiting
         # for a turn of the event loop, each to go out in the next batch of its kind.
@@ -278,16 +299,23 @@ class SettlementService:
             release_policy=request.release_policy,
             status="claimed",
             created_at=self.clock.now(),
+            signature="0x" + verified.signature.hex(),
+            valid_after=auth.valid_after,
+            valid_before=auth.valid_before,
         )
 
-    async def _join_existing(self, key: str, request: SettleRequest, verified: Verified) -> SettleOutcome:
+    async def _join_existing(
+        self, key: str, request: SettleRequest, verified: Verified, existing: AgentPayment | None = None
+    ) -> SettleOutcome:
         network = request.accepted.network
-        existing = await self._load_by_authorization(request, verified)
-        if existing is None:
-            return self.failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "the claim vanished; retry")
-        if existing.payload_hash != verified.payload_hash:
+        existing = existing or await self._load_by_authorization(request, verified)
+        if existing is None:  # its claim was given up meanwhile (the chain could not be reached)
+            return self.unavailable(network)
+        if existing.payload_hash != verified.payload_hash or existing.merchant_id != request.merchant_id:
+            # Another payload with this nonce, or this payload settled for another merchant: either
+            # way this caller's authorization is used, and the other payment is none of its business.
             return self.failed(network, reasons.NONCE_USED, "this authorization nonce has already been used")
-        if existing.status == "failed" and existing.transaction is None:
+        if existing.status == "failed" and existing.transaction is None and not request.known_only:
             # Refused before reaching the chain (e.g. insufficient funds): the same signature may try again.
             async with self.engine.begin() as conn:
                 taken = await conn.execute(
@@ -309,7 +337,10 @@ class SettlementService:
         running = self._inflight.get(key)
         if running is not None:
             return await self._wait(running, existing.id, network, request.wait_seconds)
-        return await self._poll(existing.id, network, request.wait_seconds)
+        answered = self._recording.get(existing.id)
+        if answered is not None or existing.status in ("settled", "failed"):
+            return answered or self.outcome_for(existing)
+        return await self.recovery.finish(existing, wait=request.wait_seconds)
 
     async def _wait(
         self, task: asyncio.Task[SettleOutcome | None], payment_id: str, network: str, wait_seconds: float
@@ -317,6 +348,9 @@ class SettlementService:
         try:
             outcome = await asyncio.wait_for(asyncio.shield(task), timeout=max(0.1, wait_seconds))
         except TimeoutError:
+            outcome = None
+        except Exception:  # logged where it happened; what is recorded answers
+            logger.warning("settlement %s: its task failed", payment_id, exc_info=True)
             outcome = None
         return outcome or await self._outcome_of(payment_id, network)
 
@@ -381,6 +415,13 @@ class SettlementService:
         )
         return SettleOutcome("failed", response, message, payment_id)
 
+    @staticmethod
+    def unavailable(network: str) -> SettleOutcome:
+        response = SettlementResponse(
+            success=False, error_reason=reasons.CHAIN_UNAVAILABLE, transaction="", network=network
+        )
+        return SettleOutcome("unavailable", response, "the chain cannot be reached; retry shortly")
+
     async def _execute(
         self,
         row: Payment,
@@ -390,55 +431,72 @@ class SettlementService:
         simulation: asyncio.Future[Any] | None = None,
     ) -> SettleOutcome:
         chain = verified.chain
+        network = request.accepted.network
         try:
             if simulation is not None:
                 await simulation_outcome(simulation)
             elif self.simulate:
                 await self.check_on_chain(verified, request.accepted.asset)
             sent_at = time.perf_counter()
-            tx = await chain.relayer.send(request.accepted.asset, self._calldata(verified))
-            row.transaction = tx
-            confirmations = chain.confirmations if request.release_policy == "confirmed" else 0
-            # Watch for inclusion while the transaction is recorded (for recovery, should we stop).
-            inclusion = asyncio.ensure_future(chain.wait_for(tx, confirmations=confirmations))
-            try:
-                await self.writes.submitted(row.id, tx)
-            except Exception:
-                logger.warning("settlement %s: could not record transaction %s", row.id, tx, exc_info=True)
-            receipt = await inclusion
-            included_at = time.perf_counter()
+            tx = await chain.relayer.send(
+                request.accepted.asset, self._calldata(verified), valid_until=verified.auth.valid_before
+            )
         except Refusal as refusal:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
-            return self.failed(request.accepted.network, refusal.reason, refusal.message, payment_id=row.id)
+            return self.failed(network, refusal.reason, refusal.message, payment_id=row.id)
         except RevertError as exc:
             reason = revert_reason(exc.reason)
             await self.writes.failed(row.id, reason, challenge=request.challenge)
+            return self.failed(network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id)
+        except Exception as exc:
+            if isinstance(exc, ChainUnavailable) or unreachable(exc):
+                # Nothing was sent: give the claim up, so that the same signature can be sent again.
+                logger.warning("settlement %s: the chain cannot be reached (%s); claim given up", row.id, exc)
+                await self.writes.release(row.id)
+                return self.unavailable(network)
+            logger.exception("settlement %s failed unexpectedly before its transfer was sent", row.id)
+            await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR, challenge=request.challenge)
             return self.failed(
-                request.accepted.network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id
+                network, reasons.UNEXPECTED_SETTLE_ERROR, "the transfer could not be sent", payment_id=row.id
             )
+        row.transaction = tx
+        confirmations = chain.confirmations if request.release_policy == "confirmed" else 0
+        # Watch for inclusion while the transaction is recorded (for recovery, should we stop).
+        inclusion = asyncio.ensure_future(chain.wait_for(tx, confirmations=confirmations))
+        try:
+            await self.writes.submitted(row.id, tx)
         except Exception:
-            logger.exception("settlement %s failed unexpectedly (tx %s)", row.id, row.transaction)
-            if row.transaction is None:
-                await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR, challenge=request.challenge)
-                return self.failed(
-                    request.accepted.network,
-                    reasons.UNEXPECTED_SETTLE_ERROR,
-                    "the transfer could not be sent",
-                    payment_id=row.id,
-                )
+            logger.warning("settlement %s: could not record transaction %s", row.id, tx, exc_info=True)
+        try:
+            receipt = await inclusion
+        except TransactionDropped:
+            # Its authorization ran out before the transfer could be mined: the chain says what became of it.
+            return await self.recovery.finish(row, wait=0, owner=True)
+        except Exception:
             # The transfer is out: whatever failed after, the payment is pending, never failed.
+            logger.exception("settlement %s: waiting for transaction %s failed", row.id, tx)
             return self.outcome_for(row)
+        included_at = time.perf_counter()
         if receipt.status != 1:
+            nonce = verified.auth.nonce
+            try:
+                used = await authorization_state(chain.rpc, request.accepted.asset, verified.payer, nonce)
+            except Exception:  # the chain went away: what became of it is for a retry or the worker to find
+                logger.warning("settlement %s: reverted, and the chain cannot say why", row.id, exc_info=True)
+                return self.outcome_for(row)
+            if used:  # by another transaction: a process that took the payment over sent it too
+                return await self.recovery.finish(row, wait=5.0, owner=True)
             await self.writes.failed(
                 row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number, challenge=request.challenge
             )
             return self.failed(
-                request.accepted.network,
+                network,
                 reasons.TRANSACTION_REVERTED,
                 "the transfer reverted on-chain",
-                transaction=tx,
+                transaction=receipt.transaction_hash,
                 payment_id=row.id,
             )
+        tx = receipt.transaction_hash  # the version of the transfer that was mined
         outcome = self.release(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
         metrics.time_settlement(chain.network.caip2, started, sent_at, included_at, time.perf_counter())
         return outcome
@@ -563,7 +621,7 @@ class SettlementService:
             )
         return AgentPayment.model_validate(dict(found)) if found else None
 
-    def finishing(self, row: AgentPayment) -> bool:
+    def finishing(self, row: Payment) -> bool:
         """Whether this process is settling ``row``'s payment, or has answered for it and is recording it."""
         key = _authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
         return key in self._inflight or row.id in self._recording

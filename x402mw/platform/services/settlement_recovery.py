@@ -1,111 +1,184 @@
-"""Finishing the settlements a stopped process left behind (a worker duty, `SettlementRecovery`).
+"""Finishing a settlement that no task of this process is running (`SettlementRecovery`): one left
+behind by a process that stopped, one whose transaction the chain lost, or one an agent retries at
+another process than the one settling it.
 
-A process records a payment ``claimed`` before it relays the transfer and ``submitted`` once the
-transfer is out. Should it stop in between, the payment stays so; recovery looks at those older
-than `RECOVER_AFTER` (a live process finishes its own long before) and settles them with the
-transaction that used the authorization, or fails them when it is certain that none will.
+The chain is the judge: an authorization it shows used is settled with the transaction that used
+it (found by its ``AuthorizationUsed`` log), whoever sent it; one that can no longer be used (the
+chain's time is past its ``validBefore``) is recorded failed; one still unused is sent again, from
+the signed authorization the claim keeps, once the payment is old enough that its own process
+would have sent it (`TAKEOVER_AFTER`, and under a lease so that one process at a time does). A
+transfer sent twice moves the money once: the token accepts an authorization once.
+
+The worker runs `SettlementRecovery.finish_left` for payments older than `RECOVER_AFTER`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+import httpx
 from sqlalchemy import select
 
-from x402mw.platform.chain.token import authorization_state, find_authorization_use
+from x402mw.evm.eip712 import TransferAuthorization
+from x402mw.platform.chain.relayer import ChainUnavailable
+from x402mw.platform.chain.token import authorization_state, find_authorization_use, transfer_calldata
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.services.chains import ChainHandle
 from x402mw.protocol import reasons
 
 if TYPE_CHECKING:
-    from x402mw.platform.services.settlement import SettlementService
+    from x402mw.platform.services.settlement import Payment, SettlementService, SettleOutcome
 
-__all__ = ["RECOVER_AFTER", "SettlementRecovery"]
+__all__ = ["LEASE", "RECOVER_AFTER", "TAKEOVER_AFTER", "SettlementRecovery"]
 
-RECOVER_AFTER = timedelta(minutes=2)
-"""A settlement still ``claimed`` or ``submitted`` this long after its claim was left by a process
-that stopped."""
+logger = logging.getLogger("x402mw.platform.settlement")
+
+TAKEOVER_AFTER = timedelta(seconds=20)
+"""A payment whose authorization is still unused this long after its claim is sent again by
+whoever finishes it (its own process sends within milliseconds of claiming, and keeps a lost
+transaction moving)."""
+RECOVER_AFTER = timedelta(seconds=30)
+"""The worker finishes payments still ``claimed`` or ``submitted`` this long after their claim."""
+LEASE = timedelta(seconds=30)
+"""How long a process that sends a payment again holds it before another may."""
+_POLL_SECONDS = 0.25
+_WAIT_FOR_RECEIPT = 1.0
 
 
 class SettlementRecovery:
-    """Finishes what stopped processes left, for a `SettlementService` (its ``recovery``)."""
+    """Finishes payments for a `SettlementService` (its ``recovery``)."""
 
     def __init__(self, service: SettlementService) -> None:
         self.service = service
-        # A payment left `claimed` with its authorization unused, by id: the relayer's pending nonce
-        # when recovery first found it so (see finish_claimed).
+        # A claim of a payment without its signature (made before the claim kept it), left
+        # `claimed` with its authorization unused, by id: the relayer's pending nonce when it was
+        # first found so (see `_nothing_pending_since`).
         self._unused_since: dict[str, int] = {}
 
-    async def finish_claimed(self) -> int:
-        """Settle or release payments that a stopped process left ``claimed``: it may have sent the
-        transfer without recording it. Each is looked up on the chain: an authorization used there
-        is settled with the transaction that used it (found by its ``AuthorizationUsed`` log); one
-        still unused is recorded failed, so that the same signature may be tried again, once no
-        transfer the relayer had sent by then can still be waiting to be mined
-        (`_nothing_pending_since`). Returns how many."""
+    async def finish(self, row: Payment, *, wait: float, owner: bool = False) -> SettleOutcome:
+        """Bring ``row``'s payment as far as the chain allows within ``wait`` seconds (at least one
+        look); its outcome then (pending while it is not final). ``owner``: the caller is the task
+        settling it (which others leave to answer for it)."""
         service = self.service
+        deadline = time.monotonic() + wait
+        while True:
+            outcome = await self._step(row, owner)
+            if outcome is not None:
+                return outcome
+            if time.monotonic() >= deadline:
+                return service.outcome_for(row)
+            await asyncio.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+            fresh = await service.load(row.id)  # another process may have finished it meanwhile
+            if fresh is None:
+                return service.outcome_for(row)
+            row = fresh
+
+    async def finish_left(self) -> int:
+        """One look at every payment still unfinished `RECOVER_AFTER` after its claim that this
+        process is not settling; how many became final."""
         finished = 0
-        relayer_nonces: dict[int, tuple[int, int]] = {}  # read once per chain and round
-        for row in await self._left("claimed"):
-            chain = service.chains.get(row.chain_id)
-            if chain is None:
+        for row in await self._left():
+            try:
+                outcome = await self.finish(row, wait=0)
+            except (ChainUnavailable, httpx.TransportError, OSError, TimeoutError) as exc:
+                logger.warning("recovery of settlement %s: the chain cannot be reached (%s)", row.id, exc)
                 continue
-            nonce = bytes.fromhex(row.nonce[2:])
-            if not await authorization_state(chain.rpc, row.asset, row.payer, nonce):
-                if chain.chain_id not in relayer_nonces:
-                    relayer_nonces[chain.chain_id] = await chain.relayer.nonces()
-                if self._nothing_pending_since(row.id, *relayer_nonces[chain.chain_id]):
-                    await service.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
-                    finished += 1
-                continue
-            self._unused_since.pop(row.id, None)
-            tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
-            if tx is None:  # used beyond the window searched, or canceled by the payer
-                await service.writes.failed(row.id, reasons.NONCE_USED)
+            if outcome.status != "pending":
                 finished += 1
-                continue
-            try:
-                receipt = await chain.relayer.wait_for_receipt(tx, timeout=1.0)
-            except TimeoutError:
-                continue
-            now = time.perf_counter()
-            service.release(row, receipt.block_number, tx, now, now, now)
-            finished += 1
-        await service.drain()
+        await self.service.drain()
         return finished
 
-    async def finish_submitted(self) -> int:
-        """Release settlements that a stopped process left ``submitted``, with their transaction's
-        receipt, or fail them if it reverted. Returns how many it released or failed."""
+    async def _step(self, row: Payment, owner: bool) -> SettleOutcome | None:
+        """One look at the chain, and what it calls for; the outcome once final, else None."""
         service = self.service
-        finished = 0
-        for row in await self._left("submitted"):
-            chain = service.chains.get(row.chain_id)
-            if chain is None or not row.transaction:
-                continue
-            try:
-                receipt = await chain.relayer.wait_for_receipt(row.transaction, timeout=1.0)
-            except TimeoutError:
-                continue
-            if service.finishing(row):
-                continue  # this process finished it meanwhile
-            if receipt.status == 1:
-                now = time.perf_counter()
-                service.release(row, receipt.block_number, row.transaction, now, now, now)
-            else:
-                await service.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number)
-            finished += 1
-        await service.drain()
-        return finished
+        if row.status in ("settled", "failed"):
+            return service.outcome_for(row)
+        chain = service.chains.get(row.chain_id)
+        if chain is None or not chain.relayer.available:
+            return None
+        nonce = bytes.fromhex(row.nonce[2:])
+        if await authorization_state(chain.rpc, row.asset, row.payer, nonce):
+            return await self._settle_used(chain, row, nonce, owner)
+        if row.valid_before is not None and await chain.head_time() >= row.valid_before:
+            # The token refuses it from now on, whatever is still waiting to be mined.
+            await service.writes.failed(row.id, reasons.INVALID_VALID_BEFORE)
+            row.status, row.error_reason = "failed", reasons.INVALID_VALID_BEFORE
+            return service.outcome_for(row)
+        age = service.clock.now() - _aware(row.created_at)
+        if age < TAKEOVER_AFTER:
+            return None  # its own process is (or was a moment ago) sending it
+        if row.signature is None or row.valid_before is None or row.valid_after is None:
+            return await self._release_unsigned(chain, row)
+        now = service.clock.now()
+        if not await service.writes.take_over(row.id, now, now + LEASE):
+            return None  # another process is sending it again
+        auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
+        calldata = transfer_calldata(auth, bytes.fromhex(row.signature[2:]))
+        logger.warning(
+            "settlement %s: its authorization is still unused %s after its claim; sending it again", row.id, age
+        )
+        tx = await chain.relayer.send(row.asset, calldata, valid_until=row.valid_before)
+        row.transaction, row.status = tx, "submitted"
+        await service.writes.submitted(row.id, tx)
+        return None
 
-    async def _left(self, status: str) -> list[AgentPayment]:
-        """Payments in ``status`` older than `RECOVER_AFTER` that this process is not finishing."""
+    async def _settle_used(self, chain: ChainHandle, row: Payment, nonce: bytes, owner: bool) -> SettleOutcome | None:
+        service = self.service
+        tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
+        if tx is None:  # used beyond the window searched, or canceled by the payer
+            await service.writes.failed(row.id, reasons.NONCE_USED)
+            row.status, row.error_reason = "failed", reasons.NONCE_USED
+            return service.outcome_for(row)
+        confirmations = chain.confirmations if row.release_policy == "confirmed" else 0
+        try:
+            receipt = await chain.wait_for(tx, confirmations=confirmations, timeout=_WAIT_FOR_RECEIPT)
+        except TimeoutError:
+            return None
+        if not owner and service.finishing(row):
+            return None  # this process's own settlement of it is answering
+        now = time.perf_counter()
+        outcome = service.release(row, receipt.block_number, receipt.transaction_hash, now, now, now)
+        await service.drain()
+        fresh = await service.load(row.id)
+        # Should another process have released it first, its record (and receipt) stands.
+        return service.outcome_for(fresh) if fresh is not None and fresh.status == "settled" else outcome
+
+    async def _release_unsigned(self, chain: ChainHandle, row: Payment) -> SettleOutcome | None:
+        """A payment claimed before claims kept the signature: it cannot be sent again. Once no
+        transfer the relayer had sent when it was first found unused can still be waiting to be
+        mined, it is recorded failed without a transaction, so that the same signature may be
+        sent again by the agent."""
+        service = self.service
+        if row.transaction is not None:
+            try:
+                receipt = await chain.relayer.wait_for_receipt(row.transaction, timeout=_WAIT_FOR_RECEIPT)
+            except TimeoutError:
+                return None
+            if receipt.status != 1:
+                await service.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number)
+                row.status, row.error_reason = "failed", reasons.TRANSACTION_REVERTED
+                return service.outcome_for(row)
+            return None  # mined, yet its authorization unused: another look will find its use
+        mined, pending = await chain.relayer.nonces()
+        if not self._nothing_pending_since(row.id, mined, pending):
+            return None
+        await service.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
+        row.status, row.error_reason = "failed", reasons.UNEXPECTED_SETTLE_ERROR
+        return service.outcome_for(row)
+
+    async def _left(self) -> list[AgentPayment]:
+        """Payments unfinished `RECOVER_AFTER` after their claim, that this process is not settling."""
         table = tables.agent_payments
         cutoff = self.service.clock.now() - RECOVER_AFTER
         async with self.service.engine.connect() as conn:
-            found = await conn.execute(select(table).where(table.c.status == status, table.c.created_at <= cutoff))
+            found = await conn.execute(
+                select(table).where(table.c.status.in_(("claimed", "submitted")), table.c.created_at <= cutoff)
+            )
             rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
         return [row for row in rows if not self.service.finishing(row)]
 
@@ -120,3 +193,7 @@ class SettlementRecovery:
             return False
         del self._unused_since[payment_id]
         return True
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # SQLite answers naive UTC

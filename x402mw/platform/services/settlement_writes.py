@@ -9,7 +9,11 @@ their round trips to the database. There are two groups:
   find it should the process stop), ``settled`` (the transaction and the receipt, the challenge
   linked to the payment, ``agent_payment.settled`` in the outbox) and ``failed`` (the reason). Each
   carries the challenge the payment answers, recorded unless the seller's background registration
-  got there first. A batch of records is one transaction.
+  got there first. A batch of records is one transaction. A settled payment stays settled: a
+  later ``settled`` or ``failed`` record of it changes nothing.
+
+A claim given up before anything was sent is deleted (`SettlementWrites.release`); a process that
+takes over an unfinished payment holds it for a while (`SettlementWrites.take_over`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, func, update
+from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -57,10 +61,12 @@ class SettlementWrites:
         by_id = _payments.c.id == _param("id", "id")
         self._mark = {
             "submitted": update(_payments)
-            .where(by_id)
+            .where(by_id, _payments.c.status.in_(("claimed", "submitted")))
             .values(status="submitted", transaction=_param("tx", "transaction")),
+            # A payment is released once: should two processes release it (a takeover racing its
+            # owner), the first record stands.
             "settled": update(_payments)
-            .where(by_id)
+            .where(by_id, _payments.c.status != "settled")
             .values(
                 status="settled",
                 transaction=_param("tx", "transaction"),
@@ -71,7 +77,7 @@ class SettlementWrites:
                 platform_micros=_param("platform_micros", "platform_micros"),
             ),
             "failed": update(_payments)
-            .where(by_id)
+            .where(by_id, _payments.c.status != "settled")
             .values(
                 status="failed",
                 error_reason=_param("reason", "error_reason"),
@@ -136,6 +142,31 @@ class SettlementWrites:
         values = {"b_id": payment_id, "b_reason": reason, "b_block": block}
         await self._records.submit(_Record("failed", values, challenge))
 
+    async def release(self, payment_id: str) -> None:
+        """Give a claim up before anything was sent (the chain could not be reached): the same
+        signature may then be claimed again, by any process."""
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                delete(_payments).where(
+                    _payments.c.id == payment_id, _payments.c.status == "claimed", _payments.c.transaction.is_(None)
+                )
+            )
+
+    async def take_over(self, payment_id: str, now: datetime, until: datetime) -> bool:
+        """Hold an unfinished payment until ``until`` for this process to finish (send it again);
+        False when another process holds it."""
+        async with self.engine.begin() as conn:
+            taken = await conn.execute(
+                update(_payments)
+                .where(
+                    _payments.c.id == payment_id,
+                    _payments.c.status.in_(("claimed", "submitted")),
+                    or_(_payments.c.locked_until.is_(None), _payments.c.locked_until < now),
+                )
+                .values(locked_until=until)
+            )
+        return bool(taken.rowcount == 1)
+
     async def _write_claims(self, payments: list[dict[str, Any]]) -> list[bool]:
         def insert(conn: Connection) -> set[str]:
             return set(conn.execute(self._insert_payments, payments).scalars())
@@ -149,18 +180,26 @@ class SettlementWrites:
 
     async def _write_records(self, records: list[_Record]) -> list[None]:
         challenges = list({r.challenge["id"]: r.challenge for r in records if r.challenge is not None}.values())
-        links = [{"b_challenge": r.link, "b_payment": r.values["b_id"]} for r in records if r.link]
-        events = [r.event for r in records if r.event is not None]
+        releasing = [r.values["b_id"] for r in records if r.kind == "settled"]
+        lock = select(_payments.c.id, _payments.c.status).where(_payments.c.id.in_(releasing))
+        if self.engine.dialect.name == "postgresql":
+            lock = lock.with_for_update()
 
         def write(conn: Connection) -> None:
+            # A payment another process released meanwhile keeps its record, and its event is not
+            # sent twice (the lock holds off a concurrent release until this one commits).
+            done = {row.id for row in conn.execute(lock) if row.status == "settled"} if releasing else set()
+            kept = [r for r in records if not (r.kind == "settled" and r.values["b_id"] in done)]
             if challenges:
                 conn.execute(self._insert_challenges, challenges)
             for kind, statement in self._mark.items():
-                rows = [r.values for r in records if r.kind == kind]
+                rows = [r.values for r in kept if r.kind == kind]
                 if rows:
                     conn.execute(statement, rows)
+            links = [{"b_challenge": r.link, "b_payment": r.values["b_id"]} for r in kept if r.link]
             if links:
                 conn.execute(self._link_challenges, links)
+            events = [r.event for r in kept if r.event is not None]
             if events:
                 insert_events(conn, events)
 
