@@ -107,6 +107,7 @@ def test_documented_auth_and_list_conventions() -> None:
         ("get", "/v1/x402/supported"),
         ("get", "/v1/health"),
         ("get", "/healthz"),
+        ("get", "/readyz"),
         ("get", "/v1/openapi.json"),
         ("get", "/checkout/v1/payment-intents/{payment_id}"),
         ("post", "/checkout/v1/payment-intents/{payment_id}/attempts"),

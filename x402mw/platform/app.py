@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -33,7 +35,7 @@ from x402mw.platform.api import (
     sandbox,
     webhook_endpoints,
 )
-from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
+from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers, outage_error
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.clock import Clock
 from x402mw.platform.metrics import MetricsMiddleware
@@ -41,6 +43,8 @@ from x402mw.platform.runtime import Platform, settle_heap
 from x402mw.platform.settings import PlatformSettings
 
 __all__ = ["create_app"]
+
+READINESS_TIMEOUT = 3.0
 
 
 async def health(request: Request) -> JSONResponse:
@@ -53,6 +57,23 @@ async def health(request: Request) -> JSONResponse:
             "networks": [c.network.caip2 for c in platform.chains],
         }
     )
+
+
+async def ready(request: Request) -> JSONResponse:
+    """Readiness: 200 when the database answers and every chain's node can be reached, else 503."""
+    platform: Platform = request.app.state.platform
+    try:
+        async with asyncio.timeout(READINESS_TIMEOUT), platform.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        database = "ok"
+    except Exception as exc:
+        if outage_error(exc) is None and not isinstance(exc, TimeoutError):
+            raise
+        database = "unavailable"
+    chains = {c.network.caip2: "ok" if c.relayer.available else "unavailable" for c in platform.chains}
+    ok = database == "ok" and all(state == "ok" for state in chains.values())
+    body = {"status": "ready" if ok else "not_ready", "database": database, "chains": chains}
+    return JSONResponse(body, status_code=200 if ok else 503, headers=None if ok else {"Retry-After": "2"})
 
 
 def create_app(
@@ -103,6 +124,7 @@ def create_app(
             Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
             Mount("/checkout", routes=checkout.routes),
             Route("/healthz", health),
+            Route("/readyz", ready),
         ],
         middleware=[Middleware(MetricsMiddleware), Middleware(RequestIdMiddleware)],
         exception_handlers=exception_handlers,

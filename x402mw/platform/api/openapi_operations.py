@@ -24,7 +24,13 @@ ERRORS = {
     ),
     413: ("PayloadTooLarge", "The request body is larger than 1 MiB."),
     422: ("Unprocessable", "The request is valid but cannot be carried out (e.g. `insufficient_balance`)."),
+    503: (
+        "ServiceUnavailable",
+        "A dependency is down: the database (`database_unavailable`) or a chain's node (`chain_unavailable`). "
+        "Nothing was taken or recorded; retry after `Retry-After` seconds, with the same `Idempotency-Key`.",
+    ),
 }
+_NO_DEPENDENCY = frozenset({"/v1/health", "/healthz", "/readyz", "/v1/openapi.json", "/v1/x402/supported"})
 _PATH_PARAMS = {
     "endpoint_id": "id of an agent endpoint",
     "challenge_id": "id of a challenge",
@@ -73,6 +79,7 @@ def operation(
         *((400, 413) if body else ()),
         *((400, 409) if idempotent else ()),
         *((400,) if "{" in path else ()),  # a path parameter holding a control character: url_invalid
+        *(() if path in _NO_DEPENDENCY else (503,)),
     )
     for code in sorted({*errors, *implied}):
         responses[str(code)] = {"$ref": "#/components/responses/" + ERRORS[code][0]}
@@ -89,6 +96,17 @@ def operation(
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(body)}}}
     operation["responses"] = responses
     return method.lower(), path, operation
+
+
+def _not_ready(entry: tuple[str, str, Schema]) -> tuple[str, str, Schema]:
+    """The readiness probe answers 503 with its own body, not the error envelope."""
+    method, path, operation = entry
+    operation["responses"]["503"] = {
+        "description": "Not ready: what cannot be reached is named",
+        "headers": {"Request-Id": {"$ref": "#/components/headers/Request-Id"}},
+        "content": {"application/json": {"schema": ref("Readiness")}},
+    }
+    return method, path, operation
 
 
 def wrapped(key: str, name: str) -> Schema:
@@ -290,6 +308,20 @@ def operations() -> list[tuple[str, str, Schema]]:
             "",
             ref("HealthStatus"),
             public=True,
+        ),
+        _not_ready(
+            operation(
+                "GET",
+                "/readyz",
+                "getReadiness",
+                "Health",
+                "Readiness (probe path)",
+                "Whether the platform can take payments now: its database answers and each chain's node can be "
+                "reached. 200 when all can, else 503 with the same body naming what cannot (new payments, orders "
+                "and refunds are answered 503 with `Retry-After` meanwhile).",
+                ref("Readiness"),
+                public=True,
+            )
         ),
         operation(
             "GET",

@@ -371,6 +371,17 @@ def response_schemas() -> dict[str, Schema]:
                 "networks": {"type": "array", "items": STRING},
             }
         ),
+        "Readiness": object_schema(
+            {
+                "status": enum("ready", "not_ready"),
+                "database": enum("ok", "unavailable"),
+                "chains": {
+                    "type": "object",
+                    "description": "each served network (CAIP-2) and whether its node can be reached",
+                    "additionalProperties": enum("ok", "unavailable"),
+                },
+            }
+        ),
         "Error": object_schema(
             {
                 "type": enum(
