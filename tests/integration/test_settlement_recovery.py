@@ -17,7 +17,7 @@ from x402mw.platform.chain.token import encode_transfer_with_authorization
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.runtime import Platform
-from x402mw.platform.services.settlement_recovery import RECOVER_AFTER
+from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER as RECOVER_AFTER
 
 pytestmark = pytest.mark.anyio
 

@@ -7,6 +7,7 @@ import gc
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -81,7 +82,10 @@ class Platform:
             await chains.aclose()
             await engine.dispose()
             raise
-        settlement = SettlementService(engine, chains, receipt_key, clock, simulate=settings.simulate)
+        takeover = timedelta(seconds=settings.takeover_seconds)
+        settlement = SettlementService(
+            engine, chains, receipt_key, clock, simulate=settings.simulate, takeover_after=takeover
+        )
         base = settings.checkout_url_base
         watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base)
         platform = cls(
@@ -95,7 +99,7 @@ class Platform:
             EndpointDirectory(engine),
             deposit_keys,
             watcher,
-            RefundService(engine, chains, clock, deposit_keys, treasury_key, base),
+            RefundService(engine, chains, clock, deposit_keys, treasury_key, base, claim=takeover),
             PaymentIntentWriter(engine, base),
             secrets,
             IdempotencyKeys(engine),

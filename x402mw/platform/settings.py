@@ -48,6 +48,9 @@ class PlatformSettings:
     dev_fund_addresses: list[str] = field(default_factory=list)
     run_worker: bool = True
     checkout_url_base: str = ""  # default: the base URL's origin + "/checkout"
+    # Seconds after which unfinished work (a settlement, a refund, a webhook delivery) whose process
+    # seems to have stopped is taken over by another: sending it twice never moves money twice.
+    takeover_seconds: float = 20.0
 
     def __post_init__(self) -> None:
         if not self.checkout_url_base:
@@ -65,7 +68,7 @@ class PlatformSettings:
         """Settings from ``X402MW_DATABASE_URL``, ``X402MW_DATABASE_POOL_SIZE``, ``X402MW_DATA_DIR``,
         ``X402MW_RPC_URL`` (comma-separated), ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``,
         ``X402MW_TREASURY_KEY``, ``X402MW_DEPOSIT_SEED``, ``X402MW_SEALING_KEY``, ``X402MW_BASE_URL``,
-        ``X402MW_CHECKOUT_URL_BASE``;
+        ``X402MW_CHECKOUT_URL_BASE``, ``X402MW_TAKEOVER_SECONDS``;
         ``overrides`` win."""
         env = os.environ
         settings = cls()
@@ -83,6 +86,8 @@ class PlatformSettings:
         settings.deposit_seed = env.get("X402MW_DEPOSIT_SEED") or None
         settings.sealing_key = env.get("X402MW_SEALING_KEY") or None
         settings.base_url = env.get("X402MW_BASE_URL", settings.base_url)
+        if env.get("X402MW_TAKEOVER_SECONDS"):
+            settings.takeover_seconds = float(env["X402MW_TAKEOVER_SECONDS"])
         for name, value in overrides.items():
             if value is not None:
                 setattr(settings, name, value)

@@ -49,7 +49,7 @@ __all__ = ["RefundError", "RefundService", "refund_json"]
 
 logger = logging.getLogger("x402mw.platform.refunds")
 
-CLAIM = timedelta(seconds=120)  # how long a sender owns a refund before another may take it over
+CLAIM = timedelta(seconds=20)  # by default: how long a sender owns a refund before another may take it over
 AUTHORIZATION_USED_TOPIC = "0x" + keccak256(b"AuthorizationUsed(address,bytes32)").hex()
 
 
@@ -87,6 +87,7 @@ class RefundService:
     keys: DepositKeys
     treasury_key: bytes
     checkout_url_base: str
+    claim: timedelta = CLAIM  # a refund's sender owns it this long; then another process may send it
 
     @property
     def treasury(self) -> str:
@@ -114,7 +115,7 @@ class RefundService:
 
     async def reserve(self, merchant_id: str, livemode: bool, payment_id: str, reason: str | None) -> Mapping[Any, Any]:
         """Record a processing refund of the whole order and reserve its amount (one transaction); the
-        caller then owns sending it for `CLAIM`. Raises `RefundError` (404, 409, 422)."""
+        caller then owns sending it for ``claim``. Raises `RefundError` (404, 409, 422)."""
         intents, refunds = tables.payment_intents, tables.refunds
         now = self.clock.now()
         try:
@@ -171,7 +172,7 @@ class RefundService:
                     "failure_reason": None,
                     "tx_hash": None,
                     "attempts": 1,
-                    "locked_until": now + CLAIM,
+                    "locked_until": now + self.claim,
                     "created_at": now,
                     "updated_at": now,
                     "completed_at": None,
@@ -213,12 +214,13 @@ class RefundService:
                 claimed = await conn.execute(
                     update(refunds)
                     .where(refunds.c.id == refund_id, refunds.c.status == "processing", refunds.c.locked_until <= now)
-                    .values(locked_until=now + CLAIM, attempts=refunds.c.attempts + 1)
+                    .values(locked_until=now + self.claim, attempts=refunds.c.attempts + 1)
                 )
             if claimed.rowcount == 1:
                 taken += 1
                 try:
-                    await self.send(await self.get(refund_id), wait=60.0)
+                    wait = self.claim.total_seconds()
+                    await asyncio.wait_for(self.send(await self.get(refund_id), wait=wait), wait)
                 except Exception:
                     logger.exception("sending refund %s failed; will retry", refund_id)
         return taken

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import select, update
@@ -46,7 +46,7 @@ from x402mw.platform.services.settlement_checks import (
     simulation_outcome,
     verify_payment,
 )
-from x402mw.platform.services.settlement_recovery import SettlementRecovery
+from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
@@ -167,7 +167,14 @@ def _drop(simulation: asyncio.Future[Any] | None) -> None:
 
 class SettlementService:
     def __init__(
-        self, engine: AsyncEngine, chains: Chains, receipt_key: bytes, clock: Clock, *, simulate: bool = True
+        self,
+        engine: AsyncEngine,
+        chains: Chains,
+        receipt_key: bytes,
+        clock: Clock,
+        *,
+        simulate: bool = True,
+        takeover_after: timedelta = TAKEOVER_AFTER,
     ) -> None:
         self.engine = engine
         self.chains = chains
@@ -177,7 +184,7 @@ class SettlementService:
         self._inflight: dict[str, asyncio.Task[SettleOutcome | None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._recording: dict[str, SettleOutcome] = {}  # answered, and being recorded
-        self.recovery = SettlementRecovery(self)
+        self.recovery = SettlementRecovery(self, takeover_after=takeover_after)
         self.writes = SettlementWrites(engine)
 
     # -- verification (no side effects) -------------------------------------------------------

@@ -9,7 +9,7 @@ the signed authorization the claim keeps, once the payment is old enough that it
 would have sent it (`TAKEOVER_AFTER`, and under a lease so that one process at a time does). A
 transfer sent twice moves the money once: the token accepts an authorization once.
 
-The worker runs `SettlementRecovery.finish_left` for payments older than `RECOVER_AFTER`.
+The worker runs `SettlementRecovery.finish_left` for payments older than that.
 """
 
 from __future__ import annotations
@@ -34,18 +34,15 @@ from x402mw.protocol import reasons
 if TYPE_CHECKING:
     from x402mw.platform.services.settlement import Payment, SettlementService, SettleOutcome
 
-__all__ = ["LEASE", "RECOVER_AFTER", "TAKEOVER_AFTER", "SettlementRecovery"]
+__all__ = ["TAKEOVER_AFTER", "SettlementRecovery"]
 
 logger = logging.getLogger("x402mw.platform.settlement")
 
 TAKEOVER_AFTER = timedelta(seconds=20)
-"""A payment whose authorization is still unused this long after its claim is sent again by
-whoever finishes it (its own process sends within milliseconds of claiming, and keeps a lost
-transaction moving)."""
-RECOVER_AFTER = timedelta(seconds=30)
-"""The worker finishes payments still ``claimed`` or ``submitted`` this long after their claim."""
-LEASE = timedelta(seconds=30)
-"""How long a process that sends a payment again holds it before another may."""
+"""By default (`PlatformSettings.takeover_seconds`): a payment whose authorization is still unused
+this long after its claim is sent again by whoever finishes it (its own process sends within
+milliseconds of claiming, and keeps a lost transaction moving); the worker looks at payments still
+unfinished this long after their claim; a process that sends a payment again holds it this long."""
 _POLL_SECONDS = 0.25
 _WAIT_FOR_RECEIPT = 1.0
 
@@ -53,8 +50,9 @@ _WAIT_FOR_RECEIPT = 1.0
 class SettlementRecovery:
     """Finishes payments for a `SettlementService` (its ``recovery``)."""
 
-    def __init__(self, service: SettlementService) -> None:
+    def __init__(self, service: SettlementService, *, takeover_after: timedelta = TAKEOVER_AFTER) -> None:
         self.service = service
+        self.takeover_after = takeover_after
         # A claim of a payment without its signature (made before the claim kept it), left
         # `claimed` with its authorization unused, by id: the relayer's pending nonce when it was
         # first found so (see `_nothing_pending_since`).
@@ -79,7 +77,7 @@ class SettlementRecovery:
             row = fresh
 
     async def finish_left(self) -> int:
-        """One look at every payment still unfinished `RECOVER_AFTER` after its claim that this
+        """One look at every payment still unfinished `takeover_after` after its claim that this
         process is not settling; how many became final."""
         finished = 0
         for row in await self._left():
@@ -110,12 +108,12 @@ class SettlementRecovery:
             row.status, row.error_reason = "failed", reasons.INVALID_VALID_BEFORE
             return service.outcome_for(row)
         age = service.clock.now() - _aware(row.created_at)
-        if age < TAKEOVER_AFTER:
+        if age < self.takeover_after:
             return None  # its own process is (or was a moment ago) sending it
         if row.signature is None or row.valid_before is None or row.valid_after is None:
             return await self._release_unsigned(chain, row)
         now = service.clock.now()
-        if not await service.writes.take_over(row.id, now, now + LEASE):
+        if not await service.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
         auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
         calldata = transfer_calldata(auth, bytes.fromhex(row.signature[2:]))
@@ -172,9 +170,9 @@ class SettlementRecovery:
         return service.outcome_for(row)
 
     async def _left(self) -> list[AgentPayment]:
-        """Payments unfinished `RECOVER_AFTER` after their claim, that this process is not settling."""
+        """Payments unfinished `takeover_after` after their claim, that this process is not settling."""
         table = tables.agent_payments
-        cutoff = self.service.clock.now() - RECOVER_AFTER
+        cutoff = self.service.clock.now() - self.takeover_after
         async with self.service.engine.connect() as conn:
             found = await conn.execute(
                 select(table).where(table.c.status.in_(("claimed", "submitted")), table.c.created_at <= cutoff)

@@ -54,7 +54,6 @@ RETRY_WINDOW = timedelta(days=3)
 TIMEOUT_SECONDS = 10.0
 _BASE_SECONDS = 5.0
 _CAP_SECONDS = 6 * 3600.0
-_CLAIM = timedelta(seconds=60)
 _BATCH = 100
 _FAN_OUT_BATCH, _FAN_OUT_BATCHES = 500, 20  # up to 10,000 events a round
 _CONCURRENCY = 10
@@ -109,7 +108,10 @@ async def deliver_due(platform: Platform, *, now: datetime | None = None) -> int
     """One worker round: fan out new events, then send every due delivery. Returns how many were sent."""
     now = now or platform.clock.now()
     await _fan_out(platform.engine, now)
-    claimed = await _claim(platform.engine, now)
+    # A worker owns the deliveries it claims while it sends them (each takes up to TIMEOUT_SECONDS);
+    # should it stop, another worker takes them over after the platform's takeover time.
+    claim = timedelta(seconds=TIMEOUT_SECONDS + platform.settings.takeover_seconds)
+    claimed = await _claim(platform.engine, now, claim)
     gate = asyncio.Semaphore(_CONCURRENCY)
 
     async def send(delivery_id: str) -> None:
@@ -268,7 +270,7 @@ async def _fan_out(engine: AsyncEngine, now: datetime) -> int:
     return done
 
 
-async def _claim(engine: AsyncEngine, now: datetime) -> list[str]:
+async def _claim(engine: AsyncEngine, now: datetime, claim: timedelta) -> list[str]:
     deliveries, endpoints = tables.webhook_deliveries, tables.webhook_endpoints
     unlocked = or_(deliveries.c.locked_until.is_(None), deliveries.c.locked_until < now)
     due = and_(deliveries.c.status == "pending", deliveries.c.next_attempt_at <= now, unlocked)
@@ -284,7 +286,7 @@ async def _claim(engine: AsyncEngine, now: datetime) -> list[str]:
         )
         for (delivery_id,) in list(candidates):
             taken = await conn.execute(
-                update(deliveries).where(deliveries.c.id == delivery_id, due).values(locked_until=now + _CLAIM)
+                update(deliveries).where(deliveries.c.id == delivery_id, due).values(locked_until=now + claim)
             )
             if taken.rowcount == 1:
                 claimed.append(delivery_id)
