@@ -17,13 +17,16 @@ from typing import Any
 
 import httpx
 import pytest
+from eth_abi.abi import encode as abi_encode
 
 from tests.harness import serve_app
 from tests.reliability.cluster import Cluster, Merchant, new_address, threads_joined
 from tests.sellers import starlette_app
 from x402mw.client import Wallet, X402Auth
+from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
-from x402mw.protocol import PaymentRequirements, decode_payment_required, decode_settlement_response, encode_header
+from x402mw.platform.chain.relayer import transact
+from x402mw.protocol import PaymentRequirements
 
 PRICE = 10_000  # 0.01 USDC
 
@@ -260,12 +263,6 @@ def test_a_settlement_whose_transaction_vanished_is_failed_once_its_authorizatio
 
 def _paid_order(cluster: Cluster, merchant: Merchant, amount: str = "2") -> tuple[str, str]:
     """An order paid by an ordinary transfer to its deposit address; (order id, payer)."""
-    from eth_abi.abi import encode as abi_encode
-
-    from x402mw.platform.chain.relayer import transact
-
-    from x402mw.evm.keys import address_of, new_private_key
-
     buyer_key = new_private_key()
     buyer = address_of(buyer_key)
     cluster.mint(buyer, int(amount) * 10**6)
