@@ -342,3 +342,161 @@ def test_a_refund_survives_a_fault_in_flight_and_moves_money_once(cluster: Clust
         assert api.get(f"/payment-intents/{order}").json()["paymentIntent"]["status"] == "refunded"
         balances = {b["currency"]: (b["available"], b["reserved"]) for b in api.get("/balances").json()["data"]}
     assert balances["USDC"] == ("0", "0")
+
+
+class _SlowReceiver:
+    """A merchant's webhook server that holds the first delivery until `release`, then answers 200."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, bytes]] = []
+        self.holding = threading.Event()
+        self.released = threading.Event()
+
+    def app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        async def hook(request: Request) -> Response:
+            import anyio
+
+            self.received.append((request.headers["webhook-id"], await request.body()))
+            if len(self.received) == 1:
+                self.holding.set()
+                while not self.released.is_set():
+                    await anyio.sleep(0.05)
+            return Response(status_code=200)
+
+        return Starlette(routes=[Route("/hook", hook, methods=["POST"])])
+
+
+def test_a_webhook_delivery_cut_short_by_a_killed_platform_is_delivered_after_its_restart(
+    cluster: Cluster,
+) -> None:
+    merchant, payout = cluster.merchant(), new_address()
+    seller = _DirectSeller(cluster, merchant, merchant.endpoint(payout), payout)
+    receiver = _SlowReceiver()
+    with serve_app(receiver.app()) as hooks:
+        with merchant.api() as api:
+            reply = api.post(
+                "/webhook-endpoints", json={"url": hooks + "/hook", "enabledEvents": ["agent_payment.settled"]}
+            )
+            assert reply.status_code == 201, reply.text
+        assert seller.settle(seller.sign(cluster.agent()))["status"] == "settled"
+        assert receiver.holding.wait(60), "the event was never sent"
+        cluster.serves[0].kill()  # mid-delivery: the attempt's outcome is never recorded
+        receiver.released.set()
+        cluster.serves[0].start()
+        deadline = time.monotonic() + 90
+        while cluster.sql("SELECT status FROM webhook_deliveries") != [("delivered",)]:
+            assert time.monotonic() < deadline, cluster.sql("SELECT status, attempts FROM webhook_deliveries")
+            time.sleep(0.25)
+    assert len(receiver.received) >= 2  # at least once: the cut-short attempt, and the one recorded
+    assert len({webhook_id for webhook_id, _ in receiver.received}) == 1  # the same event, by its id
+
+
+def test_a_settlement_the_base_fee_outgrew_is_sent_again_at_the_going_fee(cluster: Cluster) -> None:
+    merchant, payout = cluster.merchant(), new_address()
+    endpoint = merchant.endpoint(payout)
+    agents = _agents(cluster, 1)
+    results: dict[str, Any] = {}
+    with _seller(merchant, endpoint) as seller:
+        cluster.pause_mining()
+        threads = [_pay(seller, auth, results, name) for name, (_, auth) in agents.items()]
+        with threads_joined(threads):
+            cluster.wait_for_pool(1)
+            first = cluster.rpc("txpool_content")["pending"]
+            sent = next(iter(next(iter(first.values())).values()))["hash"]
+            cluster.rpc("anvil_setNextBlockBaseFeePerGas", hex(500 * 10**9))  # priced out
+            cluster.rpc("evm_mine")
+            cluster.resume_mining()
+    _assert_paid_once(cluster, payout, agents, results)
+    mined = cluster.sql("SELECT transaction FROM agent_payments")[0][0]
+    assert mined != sent and not cluster.rpc("eth_getTransactionReceipt", sent)
+
+
+def test_dropped_database_connections_cost_retries_never_errors_or_money(cluster: Cluster) -> None:
+    merchant, payout = cluster.merchant(), new_address()
+    endpoint = merchant.endpoint(payout)
+    agents = _agents(cluster, 3)
+    statuses: list[int] = []
+    orders: dict[str, int] = {}
+    stop = threading.Event()
+
+    def create_orders() -> None:
+        with merchant.api() as api:
+            while not stop.is_set():
+                key = f"order-{len(orders)}"
+                for _ in range(30):  # a 503 is retried with the same key, as the merchant client does
+                    reply = api.post(
+                        "/payment-intents",
+                        json={"orderId": key, "amount": "1.00", "currency": "USDC"},
+                        headers={"Idempotency-Key": key},
+                    )
+                    statuses.append(reply.status_code)
+                    if reply.status_code != 503:
+                        break
+                    time.sleep(0.2)
+                orders[key] = reply.status_code
+
+    results: dict[str, list[Any]] = {name: [] for name in agents}
+
+    def pay(name: str, auth: X402Auth) -> None:
+        with httpx.Client(auth=auth, timeout=120) as client:
+            for _ in range(4):
+                results[name].append(client.get(seller + "/weather").status_code)
+
+    with _seller(merchant, endpoint) as seller:
+        workers = [threading.Thread(target=create_orders)]
+        workers += [threading.Thread(target=pay, args=(name, auth)) for name, (_, auth) in agents.items()]
+        with threads_joined(workers):
+            for _ in range(3):
+                time.sleep(1.5)
+                assert cluster.drop_connections() > 0
+            time.sleep(1.0)
+            stop.set()
+    assert 500 not in statuses and set(statuses) <= {201, 503}, statuses
+    assert set(orders.values()) == {201}
+    created = cluster.sql("SELECT order_id FROM payment_intents")
+    assert sorted(row[0] for row in created) == sorted(orders)  # each order once
+    for name, (wallet, auth) in agents.items():
+        assert results[name] == [200] * 4, (name, results[name])
+        assert len(auth.payments) == 4 and sum(auth.spent.values()) * 10**6 == 4 * PRICE
+        assert cluster.balance(wallet.address) == 1_000_000 - 4 * PRICE
+    assert cluster.balance(payout) == 12 * PRICE
+    assert cluster.sql("SELECT count(*) FROM agent_payments WHERE status = 'settled'") == [(12,)]
+    assert cluster.unfinished_payments() == []
+
+
+def test_while_the_chain_is_down_new_work_is_refused_fast_and_nothing_is_recorded(cluster: Cluster) -> None:
+    merchant, payout = cluster.merchant(), new_address()
+    seller = _DirectSeller(cluster, merchant, merchant.endpoint(payout), payout)
+    order, _ = _paid_order(cluster, merchant)
+    wallet = cluster.agent()
+    signed = seller.sign(wallet)
+    cluster.anvil.stop()
+    with merchant.api() as api:
+        body = {"endpointId": seller.endpoint, "challengeId": "ch-down", "expiresAt": int(time.time()) + 300, **signed}
+        for _ in range(2):  # the first finds the node gone; the second is refused before trying
+            reply = api.post("/agent/settlements", json=body)
+            assert reply.status_code == 503, reply.text
+            assert reply.json()["error"]["code"] == "chain_unavailable" and reply.headers["retry-after"] == "2"
+        assert cluster.sql("SELECT count(*) FROM agent_payments") == [(0,)]  # nothing recorded, nothing failed
+        refund = api.post(f"/payment-intents/{order}/refunds", json={})
+        assert refund.status_code == 503 and refund.json()["error"]["code"] == "chain_unavailable", refund.text
+        assert cluster.sql("SELECT count(*) FROM refunds") == [(0,)]
+        balances = {b["currency"]: (b["available"], b["reserved"]) for b in api.get("/balances").json()["data"]}
+        assert balances["USDC"] == ("2", "0")  # nothing reserved
+        ready = httpx.get(cluster.url + "/readyz", timeout=10)
+        assert ready.status_code == 503 and ready.json()["chains"] == {
+            f"eip155:{cluster.anvil.chain_id}": "unavailable"
+        }
+        cluster.anvil.start()  # back, with its chain
+        deadline = time.monotonic() + 30
+        while httpx.get(cluster.url + "/readyz", timeout=10).status_code != 200:
+            assert time.monotonic() < deadline, "never ready again"
+            time.sleep(0.2)
+    settled = seller.settle(signed)  # the same signature, once the chain is back
+    assert settled["status"] == "settled", settled
+    assert cluster.balance(payout) == PRICE and cluster.balance(wallet.address) == 1_000_000 - PRICE

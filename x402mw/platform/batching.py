@@ -114,10 +114,17 @@ def _settle(future: asyncio.Future[R], exc: Exception) -> None:
         future.set_exception(exc)
 
 
+# SQLSTATEs of a server that cannot serve now (class 08, connection exceptions; 53300, too many
+# connections; 57P01-57P03, shutting down or starting up), whatever the statement.
+_SERVER_UNAVAILABLE = frozenset({"08000", "08001", "08003", "08004", "08006", "53300", "57P01", "57P02", "57P03"})
+
+
 def unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` says the database or the node, or the way to it, failed (no connection, a
     pool or network timeout, a dropped connection) rather than something one item caused."""
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+    if isinstance(exc, sa_exc.DBAPIError) and (
+        exc.connection_invalidated or getattr(exc.orig, "sqlstate", None) in _SERVER_UNAVAILABLE
+    ):
         return True
     return isinstance(
         exc,

@@ -92,6 +92,7 @@ _NONCE_ERRORS = (
     "already imported",
 )
 _KNOWN = ("already known", "known transaction", "already imported")
+_UNREACHABLE = (httpx.TransportError, OSError, TimeoutError)
 _FEE_TOO_LOW = "less than block base fee"  # geth: "max fee per gas less than block base fee"; anvil alike
 _SEND_ATTEMPTS = 4
 _GAP_GRACE = 0.05
@@ -204,7 +205,26 @@ class Relayer:
         """Queue the simulation now (it joins the next JSON-RPC batch) and return at once; pass the
         future to :func:`simulated` for the outcome. Cancel it if the outcome is no longer wanted."""
         call = {"from": self.address, "to": to, "data": "0x" + data.hex()}
-        return self._calls.enqueue(("eth_call", [call, "latest"]))
+        future = self._calls.enqueue(("eth_call", [call, "latest"]))
+        future.add_done_callback(self._heard)
+        return future
+
+    def _heard(self, call: asyncio.Future[Any]) -> None:
+        # A call that could not reach the node says as much as a send that could not.
+        if not call.cancelled() and isinstance(call.exception(), _UNREACHABLE):
+            self._unreachable(call.exception() or ConnectionError())
+
+    async def probe(self, *, timeout: float = 3.0) -> bool:
+        """Ask the node for its head now (within ``timeout`` seconds); whether it answered. Sets
+        ``available`` either way."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._rpc.request("eth_blockNumber", [])
+        except (*_UNREACHABLE, RpcError) as exc:
+            self._unreachable(exc)
+            return False
+        self.available = True
+        return True
 
     # -- sending ----------------------------------------------------------------------------------
 

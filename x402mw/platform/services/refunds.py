@@ -98,6 +98,7 @@ class RefundService:
     ) -> dict[str, Any]:
         """Refund the order in full; the refund as it stands after up to ``wait`` seconds of sending.
         Raises `RefundError` (404, 409, 422)."""
+        await self._chain_reachable(payment_id)
         refund = await self.reserve(merchant_id, livemode, payment_id, reason)
         try:
             await asyncio.wait_for(self.send(refund, wait=wait), wait)
@@ -107,6 +108,18 @@ class RefundService:
         except Exception:
             logger.exception("sending refund %s failed; the worker will retry", refund["id"])
         return refund_json(await self.get(refund["id"]))
+
+    async def _chain_reachable(self, payment_id: str) -> None:
+        """503 ``chain_unavailable`` when the chain the order was paid on cannot be reached: nothing
+        is reserved for a refund that could not be sent."""
+        intents = tables.payment_intents
+        async with self.engine.connect() as conn:
+            chain_id = await conn.scalar(select(intents.c.chain_id).where(intents.c.id == payment_id))
+        chain = self.chains.get(int(chain_id)) if chain_id is not None else None
+        if chain is not None and not await chain.relayer.probe():
+            raise RefundError(
+                503, "chain_unavailable", f"Chain {chain.chain_id} cannot be reached right now; retry shortly"
+            )
 
     async def get(self, refund_id: str) -> Mapping[Any, Any]:
         async with self.engine.connect() as conn:
@@ -151,10 +164,6 @@ class RefundService:
                 if chain is None or asset is None:
                     raise RefundError(
                         409, "chain_unavailable", f"The platform no longer serves chain {order['chain_id']}"
-                    )
-                if not chain.relayer.available:  # nothing is reserved while the chain cannot be reached
-                    raise RefundError(
-                        503, "chain_unavailable", f"Chain {chain.chain_id} cannot be reached right now; retry shortly"
                     )
                 row: dict[str, Any] = {
                     "id": new_id(),

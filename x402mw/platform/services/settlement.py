@@ -535,6 +535,7 @@ class SettlementService:
         }
         receipt = sign_receipt({k: v for k, v in fields.items() if v}, self.receipt_key)
         row.status, row.receipt, row.settled_at, row.block_number = "settled", receipt, settled_at, block
+        row.transaction = tx  # the version of the transfer that was mined
         chain_micros = int((included_at - sent_at) * 1e6)
         platform_micros = int((time.perf_counter() - started) * 1e6) - chain_micros
         event = None
