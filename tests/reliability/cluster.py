@@ -159,6 +159,8 @@ class Cluster:
             X402MW_DATABASE_URL=self.database_url,
             X402MW_TAKEOVER_SECONDS=str(self.takeover_seconds),
             X402MW_RELAYER_KEY=RELAYER_KEY.hex(),
+            # Several processes share the server with the rest of the suite: a few connections each.
+            X402MW_DATABASE_POOL_SIZE="5",
         )
         chain = [
             "--rpc-url",

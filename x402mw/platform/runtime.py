@@ -41,6 +41,7 @@ __all__ = ["Platform", "settle_heap"]
 
 logger = logging.getLogger("x402mw.platform")
 LOCAL_CHAIN_IDS = frozenset({31337, 1337})
+MIN_POOL_SIZE = 4  # twice as many connections: six held by the batched writers, the rest for requests
 
 
 @dataclass
@@ -71,6 +72,11 @@ class Platform:
         treasury_key = load_or_create_key(settings.treasury_key, settings.data_dir / "treasury.key")
         deposit_keys = DepositKeys(load_or_create_key(settings.deposit_seed, settings.data_dir / "deposit.seed"))
         secrets = SecretBox(load_or_create_key(settings.sealing_key, settings.data_dir / "sealing.key"))
+        if settings.database_pool_size < MIN_POOL_SIZE:
+            raise ConfigurationError(
+                f"database_pool_size must be at least {MIN_POOL_SIZE} (it is {settings.database_pool_size}): "
+                "each process holds six connections for its batched writes"
+            )
         if settings.migrate:
             await asyncio.to_thread(migrate, settings.database_url)
         engine = create_engine_for(settings.database_url, pool_size=settings.database_pool_size)

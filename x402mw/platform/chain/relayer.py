@@ -94,7 +94,7 @@ _NONCE_ERRORS = (
 _KNOWN = ("already known", "known transaction", "already imported")
 _UNREACHABLE = (httpx.TransportError, OSError, TimeoutError)
 _FEE_TOO_LOW = "less than block base fee"  # geth: "max fee per gas less than block base fee"; anvil alike
-_SEND_ATTEMPTS = 4
+_SEND_ATTEMPTS = 8
 _GAP_GRACE = 0.05
 _FINISHED_KEPT = 100_000  # hashes of finished transactions remembered, for late waiters
 
@@ -237,7 +237,8 @@ class Relayer:
         with the receipt of whichever version of it is mined. ``valid_until`` (unix seconds) is when
         the call can no longer succeed (an authorization's ``validBefore``): the relayer stops
         sending it again after that. Raises :class:`ChainUnavailable` when the node cannot be
-        reached (nothing was sent), :class:`RpcError` when the node refuses the transaction.
+        reached, or when other senders of the account took every nonce tried (nothing was sent),
+        :class:`RpcError` when the node refuses the transaction.
         Should the node fail to answer after the transaction went out, the hash is returned all
         the same: the transaction is in flight, and reconciliation sends it again if the node lost it.
         """
@@ -264,7 +265,9 @@ class Relayer:
                 if any(marker in message for marker in _NONCE_ERRORS) and await self._node_has(tx):
                     self._track(submission)  # sent before, by a broadcast whose answer was lost
                     return tx.hash
-                if attempt + 1 < _SEND_ATTEMPTS and any(marker in message for marker in _NONCE_ERRORS):
+                if any(marker in message for marker in _NONCE_ERRORS):
+                    if attempt + 1 == _SEND_ATTEMPTS:  # other senders of the account keep taking them
+                        raise ChainUnavailable(f"no free nonce after {_SEND_ATTEMPTS} attempts: {exc.message}") from exc
                     logger.info("relayer %s: nonce %d refused (%s); resyncing", self.address, nonce, exc.message)
                     await self._resync()
                     continue
@@ -353,6 +356,13 @@ class Relayer:
                 future.set_result(str(await self._rpc.request("eth_sendRawTransaction", [raw])))
             except Exception as exc:
                 future.set_exception(exc)
+
+    def sending(self, tx_hash: str) -> bool:
+        """Whether ``tx_hash`` is a transaction (or a version of one) this relayer is still sending."""
+        submission = self._by_hash.get(tx_hash.lower())
+        return submission is not None and (
+            self._pending.get(submission.tx.nonce) is submission or submission in self._displaced
+        )
 
     # -- receipts ---------------------------------------------------------------------------------
 

@@ -112,6 +112,15 @@ class SettlementRecovery:
             return None  # its own process is (or was a moment ago) sending it
         if row.signature is None or row.valid_before is None or row.valid_after is None:
             return await self._release_unsigned(chain, row)
+        if row.transaction is not None:
+            mined = await chain.rpc.request("eth_getTransactionReceipt", [row.transaction])
+            if mined and int(mined["status"], 16) != 1:
+                # Mined and reverted, its authorization still unused: it did nothing, for good.
+                await service.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=int(mined["blockNumber"], 16))
+                row.status, row.error_reason = "failed", reasons.TRANSACTION_REVERTED
+                return service.outcome_for(row)
+            if not mined and chain.relayer.sending(row.transaction):
+                return None  # this process's relayer keeps it moving
         now = service.clock.now()
         if not await service.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
