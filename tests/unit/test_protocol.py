@@ -134,6 +134,25 @@ def test_bad_payment_headers_raise_invalid_payload(value: str) -> None:
     assert caught.value.reason in ("invalid_payload", "invalid_x402_version")
 
 
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("decode", [decode_payment_payload, decode_payment_required, decode_settlement_response])
+def test_headers_nested_too_deep_are_refused_before_parsing(decode: object) -> None:
+    payload = {"x402Version": 2, "accepted": OFFER, "payload": {"signature": "0x", "authorization": AUTH}}
+    assert decode_payment_payload(_b64(payload | {"extensions": _nested(62)})).extensions is not None
+    for deep in (_nested(64), "[" * 6000):  # 65 levels with the payload's own object; the most 8 KiB holds
+        value = _b64(payload | {"extensions": deep}) if isinstance(deep, dict) else base64.b64encode(deep.encode())
+        with pytest.raises(InvalidPaymentError) as caught:
+            decode(value)  # type: ignore[operator]
+        assert caught.value.reason == "invalid_payload"
+        assert caught.value.message == "payment header JSON is nested more than 64 levels deep"
+
+
 def test_settlement_response_carries_the_receipt() -> None:
     header = _b64(
         {

@@ -1,7 +1,8 @@
 """The header codec: standard base64 (padded) of UTF-8 JSON.
 
-Decoding is strict and bounded: a header over `MAX_HEADER_BYTES`, not base64, not JSON or not of
-the expected shape raises `InvalidPaymentError` with a reason code; nothing else escapes.
+Decoding is strict and bounded: a header over `MAX_HEADER_BYTES`, not base64, not JSON, nesting
+arrays and objects deeper than `bounded_json.MAX_DEPTH` or not of the expected shape raises
+`InvalidPaymentError` with a reason code; nothing else escapes.
 x402 v1 payloads (``X-PAYMENT``, ``maxAmountRequired``, network names) are read too.
 """
 
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from x402mw.errors import InvalidPaymentError
+from x402mw.protocol import bounded_json
 from x402mw.protocol.models import (
     PaymentPayload,
     PaymentRequired,
@@ -70,8 +72,10 @@ def decode_json_header(value: str | bytes) -> Any:
     except (binascii.Error, ValueError):
         raise InvalidPaymentError("payment header is not base64", reason="invalid_payload") from None
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return bounded_json.loads(raw.decode("utf-8"))
+    except bounded_json.JsonLimitError as exc:
+        raise InvalidPaymentError(f"payment header {exc}", reason="invalid_payload") from None
+    except ValueError:  # not UTF-8, not JSON
         raise InvalidPaymentError("payment header is not UTF-8 JSON", reason="invalid_payload") from None
 
 

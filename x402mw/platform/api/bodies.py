@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, TypeVar
@@ -14,6 +13,7 @@ from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
+from x402mw.protocol import bounded_json
 
 __all__ = ["MAX_BODY_BYTES", "HttpUrl", "PatchBody", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
 
@@ -30,17 +30,34 @@ def iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+async def _body(request: Request) -> bytes:
+    """The request body, read only as far as `MAX_BODY_BYTES` (413 past it)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB")
+    return bytes(body)
+
+
 async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB")
+    """The request's JSON object: 413 ``body_too_large`` past `MAX_BODY_BYTES`; 400 ``body_missing``
+    (unless ``allow_empty``, which gives ``{}``), ``invalid_json``, ``json_too_deep`` (arrays and
+    objects nested deeper than `bounded_json.MAX_DEPTH`, refused before they are parsed) or
+    ``parameter_invalid`` (a NUL character, ``param`` naming where)."""
+    body = await _body(request)
     if not body.strip():
         if allow_empty:
             return {}
         raise ApiError(400, "body_missing", "Request body must be a JSON object")
     try:
-        data = json.loads(body, parse_float=_no_float_loss)
-    except (ValueError, RecursionError):
+        data = bounded_json.loads(body, max_bytes=MAX_BODY_BYTES, parse_float=_no_float_loss)
+    except bounded_json.JsonLimitError as exc:
+        if exc.code == "json_too_large":
+            raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB") from None
+        message = f"Request body is nested more than {exc.limit} levels deep (arrays and objects)"
+        raise ApiError(400, "json_too_deep", message) from None
+    except ValueError:
         raise ApiError(400, "invalid_json", "Request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "Request body must be a JSON object")
