@@ -153,6 +153,31 @@ def test_headers_nested_too_deep_are_refused_before_parsing(decode: object) -> N
         assert caught.value.message == "payment header JSON is nested more than 64 levels deep"
 
 
+def test_a_v1_body_whose_accepts_is_not_a_list_is_malformed() -> None:
+    for accepts in (True, 5, {"a": 1}):
+        with pytest.raises(InvalidPaymentError) as caught:
+            decode_payment_required({"x402Version": 1, "accepts": accepts})
+        assert caught.value.reason == "invalid_payload"
+
+
+def test_unpaired_surrogate_escapes_are_refused_and_pairs_are_read() -> None:
+    """JSON may spell half a UTF-16 pair; no text holds it, and echoing it would fail (found by
+    tests/unit/test_fuzz_codec.py: a seller forwarding such a payload raised UnicodeEncodeError)."""
+    payload = {"x402Version": 2, "accepted": OFFER, "payload": {"signature": "0x", "authorization": AUTH}}
+    for extensions in ({"\ud800": 1}, {"a": "x\udfff"}):
+        raw = json.dumps(payload | {"extensions": extensions})  # ensure_ascii spells it "\ud800"
+        with pytest.raises(InvalidPaymentError) as caught:
+            decode_payment_payload(base64.b64encode(raw.encode()).decode())
+        assert caught.value.message == "payment header holds an unpaired surrogate escape"
+    emoji = json.dumps(payload | {"extensions": {"note": "\U0001f600"}})  # ensure_ascii: "\ud83d\ude00"
+    assert "\\ud83d" in emoji
+    decoded = decode_payment_payload(base64.b64encode(emoji.encode()).decode())
+    assert decoded.extensions == {"note": "\U0001f600"}
+    assert decode_payment_payload(encode_header(decoded)).extensions == {"note": "\U0001f600"}
+    with pytest.raises(InvalidPaymentError):
+        decode_payment_required({"x402Version": 1, "accepts": [{"extra": {"\ud800": 1}}]})
+
+
 def test_settlement_response_carries_the_receipt() -> None:
     header = _b64(
         {
