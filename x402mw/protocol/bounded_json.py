@@ -36,6 +36,7 @@ API comes near it (the deepest nest about five levels), and every parser and val
 _STRING = re.compile(rb'"[^"\\]*(?:\\.?[^"\\]*)*(?:"|\Z)', re.DOTALL)
 _BRACKETS = b"[]{}"
 _OTHER_BYTES = bytes(byte for byte in range(256) if byte not in _BRACKETS)
+_NOT_MARKS = bytes(byte for byte in range(256) if byte not in b'[]{}"')
 _PARENS = bytes.maketrans(_BRACKETS, b"()()")
 _STEPS = bytes.maketrans(b"()", b"\x02\x00")  # an opening bracket counts 2, a closing 0
 
@@ -51,9 +52,15 @@ class JsonLimitError(ValueError):
 
 
 def _outside_strings(document: bytes) -> bytes:
-    if b"\\" not in document:  # no escapes: the quotes alone delimit the strings
-        return b"".join(document.split(b'"')[::2])
-    return _STRING.sub(b"", document)
+    if b"\\" in document:
+        return _STRING.sub(b"", document)
+    # No escapes: the quotes alone delimit the strings. Keep quotes and brackets only; a string
+    # without brackets is then two adjacent quotes. If dropping those (left to right) leaves no
+    # quote, no string held a bracket, and what is left is the brackets outside strings.
+    marks = document.translate(None, _NOT_MARKS).replace(b'""', b"")
+    if b'"' not in marks:
+        return marks
+    return b"".join(document.split(b'"')[::2])
 
 
 def _depth(parens: bytes) -> int:
