@@ -162,7 +162,23 @@ def _database_url(database_url: str | None, data_dir: Path) -> str:
     return database_url or f"sqlite:///{data_dir / 'platform.sqlite3'}"
 
 
-def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...], tokens: tuple[str, ...]) -> Any:
+def _webhooks_option(func: Any) -> Any:
+    return click.option(
+        "--webhooks-allow-private/--no-webhooks-allow-private",
+        envvar="X402MW_WEBHOOKS_ALLOW_PRIVATE",
+        default=None,
+        help="Let test-mode webhook endpoints point at loopback and private addresses (link-local ones "
+        "never). [default: only with the in-process dev chain]",
+    )(func)
+
+
+def _settings(
+    database_url: str | None,
+    data_dir: Path,
+    rpc_urls: tuple[str, ...],
+    tokens: tuple[str, ...],
+    webhooks_allow_private: bool | None = None,
+) -> Any:
     from x402mw.platform.settings import ChainSettings, PlatformSettings
 
     token_map = {}
@@ -173,7 +189,10 @@ def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...
         token_map[symbol.upper()] = address
     chains = [ChainSettings(rpc_url=u, tokens=token_map) for u in rpc_urls] or [ChainSettings()]
     return PlatformSettings.from_env(
-        database_url=_database_url(database_url, data_dir), data_dir=data_dir, chains=chains
+        database_url=_database_url(database_url, data_dir),
+        data_dir=data_dir,
+        chains=chains,
+        webhooks_allow_private=webhooks_allow_private,
     )
 
 
@@ -194,6 +213,7 @@ def _settings(database_url: str | None, data_dir: Path, rpc_urls: tuple[str, ...
     "the dev chain lives in one process.",
 )
 @_metrics_options
+@_webhooks_option
 def serve(
     database_url: str | None,
     data_dir: Path,
@@ -206,6 +226,7 @@ def serve(
     workers: int,
     metrics_host: str,
     metrics_port: int | None,
+    webhooks_allow_private: bool | None,
 ) -> None:
     """Serve the merchant API, the agent settlement API and the facilitator API."""
     import logging.config
@@ -218,7 +239,7 @@ def serve(
     logs = _log_config(log_format, log_level)
     if logs is not None:
         logging.config.dictConfig(logs)
-    settings = _settings(database_url, data_dir, rpc_urls, tokens)
+    settings = _settings(database_url, data_dir, rpc_urls, tokens, webhooks_allow_private)
     settings.serve_at(f"http://{host}:{port}/v1")
     if workers == 1:
         with _metrics_served(metrics_host, metrics_port):
@@ -237,6 +258,8 @@ def serve(
         X402MW_TOKENS=" ".join(tokens),
         X402MW_BASE_URL=settings.base_url,
     )
+    if webhooks_allow_private is not None:
+        os.environ["X402MW_WEBHOOKS_ALLOW_PRIVATE"] = str(webhooks_allow_private).lower()
     from x402mw.platform.metrics import MultiprocessMetrics
     from x402mw.platform.workers import serve_workers
 
@@ -280,6 +303,7 @@ def worker_app() -> Any:
 @_chain_options
 @_log_format_option
 @_metrics_options
+@_webhooks_option
 def worker(
     database_url: str | None,
     data_dir: Path,
@@ -288,6 +312,7 @@ def worker(
     log_format: str,
     metrics_host: str,
     metrics_port: int | None,
+    webhooks_allow_private: bool | None,
 ) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
     import logging.config
@@ -297,7 +322,7 @@ def worker(
     logs = _log_config(log_format, "info")
     if logs is not None:
         logging.config.dictConfig(logs)
-    settings = _settings(database_url, data_dir, rpc_urls, tokens)
+    settings = _settings(database_url, data_dir, rpc_urls, tokens, webhooks_allow_private)
 
     async def run() -> None:
         platform = await Platform.start(settings)

@@ -161,6 +161,7 @@ class Cluster:
             X402MW_RELAYER_KEY=RELAYER_KEY.hex(),
             # Several processes share the server with the rest of the suite: a few connections each.
             X402MW_DATABASE_POOL_SIZE="5",
+            X402MW_WEBHOOKS_ALLOW_PRIVATE="true",  # the tests' webhook receivers listen on loopback
         )
         chain = [
             "--rpc-url",

@@ -355,6 +355,30 @@ def test_a_v1_seller_gets_an_x_payment_header(wallet: Wallet) -> None:
     assert auth.payments[0].transaction == TX and auth.payments[0].network == "eip155:84532"
 
 
+def test_a_v1_offer_nested_too_deep_is_not_read(wallet: Wallet) -> None:
+    entry = {
+        "scheme": "exact",
+        "network": "base-sepolia",
+        "maxAmountRequired": "2500",
+        "resource": URL,
+        "payTo": PAY_TO,
+        "maxTimeoutSeconds": 60,
+        "asset": USDC_BASE_SEPOLIA,
+        "extra": {"name": "USDC", "version": "2"},
+    }
+    head = json.dumps({"x402Version": 1, "accepts": [entry]}).encode()[:-1]
+    for depth in (64, 5000):  # past the limit by one (with the body's own object), and far past it
+        body = head + b', "pad": ' + b"[" * depth + b"]" * depth + b"}"
+        flow = X402Auth(wallet, max_amount="0.01").sync_auth_flow(httpx.Request("GET", URL))
+        request = next(flow)
+        with pytest.raises(StopIteration):  # no offer read: nothing signed, the 402 is the answer
+            flow.send(httpx.Response(402, content=body, request=request))
+    body = head + b', "pad": ' + b"[" * 63 + b"]" * 63 + b"}"
+    flow = X402Auth(wallet, max_amount="0.01").sync_auth_flow(httpx.Request("GET", URL))
+    request = next(flow)
+    assert "X-PAYMENT" in flow.send(httpx.Response(402, content=body, request=request)).headers
+
+
 def test_a_pending_settlement_is_retried_with_the_same_signature(wallet: Wallet) -> None:
     auth = X402Auth(wallet, pending_retries=3)
     flow = auth.auth_flow(httpx.Request("GET", URL))

@@ -134,6 +134,50 @@ def test_bad_payment_headers_raise_invalid_payload(value: str) -> None:
     assert caught.value.reason in ("invalid_payload", "invalid_x402_version")
 
 
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("decode", [decode_payment_payload, decode_payment_required, decode_settlement_response])
+def test_headers_nested_too_deep_are_refused_before_parsing(decode: object) -> None:
+    payload = {"x402Version": 2, "accepted": OFFER, "payload": {"signature": "0x", "authorization": AUTH}}
+    assert decode_payment_payload(_b64(payload | {"extensions": _nested(62)})).extensions is not None
+    for deep in (_nested(64), "[" * 6000):  # 65 levels with the payload's own object; the most 8 KiB holds
+        value = _b64(payload | {"extensions": deep}) if isinstance(deep, dict) else base64.b64encode(deep.encode())
+        with pytest.raises(InvalidPaymentError) as caught:
+            decode(value)  # type: ignore[operator]
+        assert caught.value.reason == "invalid_payload"
+        assert caught.value.message == "payment header JSON is nested more than 64 levels deep"
+
+
+def test_a_v1_body_whose_accepts_is_not_a_list_is_malformed() -> None:
+    for accepts in (True, 5, {"a": 1}):
+        with pytest.raises(InvalidPaymentError) as caught:
+            decode_payment_required({"x402Version": 1, "accepts": accepts})
+        assert caught.value.reason == "invalid_payload"
+
+
+def test_unpaired_surrogate_escapes_are_refused_and_pairs_are_read() -> None:
+    """JSON may spell half a UTF-16 pair; no text holds it, and echoing it would fail (found by
+    tests/unit/test_fuzz_codec.py: a seller forwarding such a payload raised UnicodeEncodeError)."""
+    payload = {"x402Version": 2, "accepted": OFFER, "payload": {"signature": "0x", "authorization": AUTH}}
+    for extensions in ({"\ud800": 1}, {"a": "x\udfff"}):
+        raw = json.dumps(payload | {"extensions": extensions})  # ensure_ascii spells it "\ud800"
+        with pytest.raises(InvalidPaymentError) as caught:
+            decode_payment_payload(base64.b64encode(raw.encode()).decode())
+        assert caught.value.message == "payment header holds an unpaired surrogate escape"
+    emoji = json.dumps(payload | {"extensions": {"note": "\U0001f600"}})  # ensure_ascii: "\ud83d\ude00"
+    assert "\\ud83d" in emoji
+    decoded = decode_payment_payload(base64.b64encode(emoji.encode()).decode())
+    assert decoded.extensions == {"note": "\U0001f600"}
+    assert decode_payment_payload(encode_header(decoded)).extensions == {"note": "\U0001f600"}
+    with pytest.raises(InvalidPaymentError):
+        decode_payment_required({"x402Version": 1, "accepts": [{"extra": {"\ud800": 1}}]})
+
+
 def test_settlement_response_carries_the_receipt() -> None:
     header = _b64(
         {

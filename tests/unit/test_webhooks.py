@@ -97,6 +97,16 @@ def test_tampered_stale_or_malformed_deliveries_are_refused(body: bytes, headers
         construct_event(body, headers, secret, now=T0)
 
 
+def test_a_signed_body_nested_too_deep_is_refused_before_parsing() -> None:
+    for depth in (64, 5000):  # 65 levels with the envelope; far more than the recursion limit
+        body = json.dumps(EVENT, separators=(",", ":")).encode()[:-1] + b',"x":' + b"[" * depth + b"]" * depth + b"}"
+        with pytest.raises(WebhookVerificationError) as caught:
+            construct_event(body, _headers(body, at=T0), SECRET, now=T0)
+        assert "nested more than 64 levels deep" in str(caught.value)
+    shallow = BODY[:-1] + b',"x":' + b"[" * 63 + b"]" * 63 + b"}"
+    assert construct_event(shallow, _headers(shallow, at=T0), SECRET, now=T0).raw["x"] is not None
+
+
 def test_any_of_several_signatures_or_secrets_passes_during_rotation() -> None:
     new = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     stamp = int(time.time())

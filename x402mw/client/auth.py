@@ -26,7 +26,7 @@ from x402mw.client.wallet import Wallet, token_domain
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PaymentRefusedError, PriceError
 from x402mw.evm.keys import is_address
 from x402mw.evm.receipts import verify_receipt
-from x402mw.protocol import reasons
+from x402mw.protocol import bounded_json, reasons
 from x402mw.protocol.codec import (
     PAYMENT_REQUIRED,
     PAYMENT_RESPONSE,
@@ -468,8 +468,8 @@ def _payment_required(response: httpx.Response) -> PaymentRequired | None:
         if header is not None:
             return decode_payment_required(header)
         try:
-            data: Any = response.json()
-        except (httpx.ResponseNotRead, ValueError):
+            data: Any = bounded_json.loads(response.content, max_bytes=_MAX_V1_BODY_BYTES)
+        except (httpx.ResponseNotRead, ValueError):  # not read (too large), not JSON, or over a limit
             return None
         if not isinstance(data, dict) or data.get("x402Version") not in (1, 2) or "accepts" not in data:
             return None

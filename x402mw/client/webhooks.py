@@ -23,13 +23,13 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from x402mw.errors import X402Error
+from x402mw.protocol import bounded_json
 
 __all__ = [
     "DEFAULT_TOLERANCE_SECONDS",
@@ -135,8 +135,10 @@ def construct_event(
     if not any(hmac.compare_digest(e, o) for e in expected for o in offered):
         raise WebhookVerificationError("no webhook-signature matches the secret")
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = bounded_json.loads(body)
+    except bounded_json.JsonLimitError as exc:
+        raise WebhookVerificationError(f"the body is not an event: {exc}") from None
+    except ValueError:  # not UTF-8, not JSON
         raise WebhookVerificationError("the body is not JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not isinstance(data.get("data"), dict):
         raise WebhookVerificationError("the body is not an event {id, type, createdAt, livemode, data}")

@@ -17,6 +17,15 @@ def default_checkout_url_base(base_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/checkout"
 
 
+def _flag(name: str, value: str) -> bool:
+    spelled = value.strip().lower()
+    if spelled in ("1", "true", "yes", "on"):
+        return True
+    if spelled in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be true or false, not {value!r}")
+
+
 @dataclass
 class ChainSettings:
     """One chain. ``rpc_url=None`` is the in-process dev chain. ``tokens`` names token addresses
@@ -51,11 +60,22 @@ class PlatformSettings:
     # Seconds after which unfinished work (a settlement, a refund, a webhook delivery) whose process
     # seems to have stopped is taken over by another: sending it twice never moves money twice.
     takeover_seconds: float = 20.0
+    # Test-mode webhooks to loopback and private addresses; None: only on the embedded default.
+    webhooks_allow_private: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.checkout_url_base:
             self.checkout_url_base = default_checkout_url_base(self.base_url)
         self.checkout_url_base = self.checkout_url_base.rstrip("/")
+
+    @property
+    def private_webhooks_allowed(self) -> bool:
+        """Whether test-mode webhook endpoints may point at loopback and private addresses: as
+        ``webhooks_allow_private`` says, else only on the embedded default (the in-process dev chain
+        its only chain), where a developer tries a receiver on ``localhost``. Never link-local ones."""
+        if self.webhooks_allow_private is not None:
+            return self.webhooks_allow_private
+        return [chain.rpc_url for chain in self.chains] == [None]
 
     def serve_at(self, base_url: str) -> None:
         """Set the base URL the platform is reached at; a checkout base derived from the old one follows."""
@@ -68,8 +88,8 @@ class PlatformSettings:
         """Settings from ``X402MW_DATABASE_URL``, ``X402MW_DATABASE_POOL_SIZE``, ``X402MW_DATA_DIR``,
         ``X402MW_RPC_URL`` (comma-separated), ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``,
         ``X402MW_TREASURY_KEY``, ``X402MW_DEPOSIT_SEED``, ``X402MW_SEALING_KEY``, ``X402MW_BASE_URL``,
-        ``X402MW_CHECKOUT_URL_BASE``, ``X402MW_TAKEOVER_SECONDS``;
-        ``overrides`` win."""
+        ``X402MW_CHECKOUT_URL_BASE``, ``X402MW_TAKEOVER_SECONDS``, ``X402MW_WEBHOOKS_ALLOW_PRIVATE``
+        (``true``/``false``, ``1``/``0``); ``overrides`` win."""
         env = os.environ
         settings = cls()
         if env.get("X402MW_DATA_DIR"):
@@ -88,6 +108,8 @@ class PlatformSettings:
         settings.base_url = env.get("X402MW_BASE_URL", settings.base_url)
         if env.get("X402MW_TAKEOVER_SECONDS"):
             settings.takeover_seconds = float(env["X402MW_TAKEOVER_SECONDS"])
+        if allow_private := env.get("X402MW_WEBHOOKS_ALLOW_PRIVATE"):
+            settings.webhooks_allow_private = _flag("X402MW_WEBHOOKS_ALLOW_PRIVATE", allow_private)
         for name, value in overrides.items():
             if value is not None:
                 setattr(settings, name, value)

@@ -1,7 +1,8 @@
 """The header codec: standard base64 (padded) of UTF-8 JSON.
 
-Decoding is strict and bounded: a header over `MAX_HEADER_BYTES`, not base64, not JSON or not of
-the expected shape raises `InvalidPaymentError` with a reason code; nothing else escapes.
+Decoding is strict and bounded: a header over `MAX_HEADER_BYTES`, not base64, not JSON, nesting
+arrays and objects deeper than `bounded_json.MAX_DEPTH` or not of the expected shape raises
+`InvalidPaymentError` with a reason code; nothing else escapes.
 x402 v1 payloads (``X-PAYMENT``, ``maxAmountRequired``, network names) are read too.
 """
 
@@ -10,11 +11,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from x402mw.errors import InvalidPaymentError
+from x402mw.protocol import bounded_json
 from x402mw.protocol.models import (
     PaymentPayload,
     PaymentRequired,
@@ -45,6 +48,7 @@ V1_PAYMENT_RESPONSE = "X-PAYMENT-RESPONSE"
 MAX_HEADER_BYTES = 8192
 
 M = TypeVar("M", bound=WireModel)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def encode_header(model: WireModel | dict[str, Any]) -> str:
@@ -70,9 +74,24 @@ def decode_json_header(value: str | bytes) -> Any:
     except (binascii.Error, ValueError):
         raise InvalidPaymentError("payment header is not base64", reason="invalid_payload") from None
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        data = bounded_json.loads(raw.decode("utf-8"))
+    except bounded_json.JsonLimitError as exc:
+        raise InvalidPaymentError(f"payment header {exc}", reason="invalid_payload") from None
+    except ValueError:  # not UTF-8, not JSON
         raise InvalidPaymentError("payment header is not UTF-8 JSON", reason="invalid_payload") from None
+    if _SURROGATE_ESCAPE.search(raw) and not _is_text(data):
+        # JSON can spell half a UTF-16 pair ("\ud800"): no Unicode text holds it, and writing it out
+        # again (a seller forwarding the payload) would fail.
+        raise InvalidPaymentError("payment header holds an unpaired surrogate escape", reason="invalid_payload")
+    return data
+
+
+def _is_text(data: Any) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _validate(model: type[M], data: Any, what: str) -> M:
@@ -116,9 +135,12 @@ def decode_payment_payload(value: str | bytes) -> PaymentPayload:
 
 
 def _v1_requirements_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    offered = data.get("accepts") or []
+    if not isinstance(offered, list):
+        raise InvalidPaymentError("payment requirements are malformed at accepts: not a list", reason="invalid_payload")
     accepts = []
     resource = None
-    for entry in data.get("accepts") or []:
+    for entry in offered:
         if not isinstance(entry, dict):
             continue
         network = entry.get("network")
@@ -145,6 +167,8 @@ def _v1_requirements_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 def decode_payment_required(value: str | bytes | dict[str, Any]) -> PaymentRequired:
     """Decode a ``PAYMENT-REQUIRED`` header, or a v1 402 JSON body given as a dict."""
     data = value if isinstance(value, dict) else decode_json_header(value)
+    if isinstance(value, dict) and not _is_text(value):
+        raise InvalidPaymentError("payment requirements hold an unpaired surrogate", reason="invalid_payload")
     if isinstance(data, dict) and data.get("x402Version") == 1:
         data = _v1_requirements_to_v2(data)
     return _validate(PaymentRequired, data, "payment requirements")

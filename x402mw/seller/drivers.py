@@ -24,6 +24,7 @@ import httpx
 
 from x402mw import __version__
 from x402mw.errors import ConfigurationError, PlatformError
+from x402mw.protocol import bounded_json
 from x402mw.seller.decisions import ComputeAmount, PlatformCall, PlatformReply
 from x402mw.seller.gate import PaymentGate
 from x402mw.transport import KeepAliveTransport
@@ -41,8 +42,8 @@ def _headers(gate: PaymentGate) -> dict[str, str]:
 
 def _reply(response: httpx.Response) -> PlatformReply:
     try:
-        data = response.json()
-    except ValueError:
+        data = bounded_json.loads(response.content)
+    except ValueError:  # not JSON (or nested past any answer of the platform): no data
         data = None
     return PlatformReply(response.status_code, data, response.headers.get("Request-Id"))
 

@@ -33,6 +33,7 @@ import httpx
 from x402mw import __version__
 from x402mw.client.merchant.errors import APIConnectionError, APIError, error_from_response
 from x402mw.errors import ConfigurationError
+from x402mw.protocol import bounded_json
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -212,7 +213,7 @@ def _json_default(value: object) -> str:
 
 def _parse(call: Call[R], response: httpx.Response) -> R:
     try:
-        data = json.loads(response.content, parse_float=Decimal) if response.content else None
+        data = bounded_json.loads(response.content, parse_float=Decimal) if response.content else None
         return call.parse(data)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
         raise APIError(

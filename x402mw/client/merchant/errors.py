@@ -21,12 +21,12 @@ Every `APIError` carries ``status``, ``type``, ``code``, ``message``, ``param`` 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
 
 from x402mw.errors import PlatformError
+from x402mw.protocol import bounded_json
 
 __all__ = [
     "APIConnectionError",
@@ -153,8 +153,8 @@ def error_from_response(response: httpx.Response) -> APIError:
 
 def _envelope(response: httpx.Response) -> dict[str, Any]:
     try:
-        data = json.loads(response.content)
-    except (ValueError, UnicodeDecodeError):
+        data = bounded_json.loads(response.content)
+    except ValueError:
         return {}
     error = data.get("error") if isinstance(data, dict) else None
     return error if isinstance(error, dict) else {}

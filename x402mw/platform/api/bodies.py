@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
+import re
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
@@ -14,6 +15,7 @@ from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
+from x402mw.protocol import bounded_json
 
 __all__ = ["MAX_BODY_BYTES", "HttpUrl", "PatchBody", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
 
@@ -30,40 +32,80 @@ def iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+async def _body(request: Request) -> bytes:
+    """The request body, read only as far as `MAX_BODY_BYTES` (413 past it)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB")
+    return bytes(body)
+
+
 async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB")
+    """The request's JSON object: 413 ``body_too_large`` past `MAX_BODY_BYTES`; 400 ``body_missing``
+    (unless ``allow_empty``, which gives ``{}``), ``invalid_json``, ``json_too_deep`` (arrays and
+    objects nested deeper than `bounded_json.MAX_DEPTH`, refused before they are parsed) or
+    ``parameter_invalid`` (a NUL character or an unpaired surrogate, ``param`` naming where)."""
+    body = await _body(request)
     if not body.strip():
         if allow_empty:
             return {}
         raise ApiError(400, "body_missing", "Request body must be a JSON object")
     try:
-        data = json.loads(body, parse_float=_no_float_loss)
-    except (ValueError, RecursionError):
+        data = bounded_json.loads(body, max_bytes=MAX_BODY_BYTES, parse_float=_no_float_loss)
+    except bounded_json.JsonLimitError as exc:
+        if exc.code == "json_too_large":
+            raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB") from None
+        message = f"Request body is nested more than {exc.limit} levels deep (arrays and objects)"
+        raise ApiError(400, "json_too_deep", message) from None
+    except ValueError:
         raise ApiError(400, "invalid_json", "Request body is not valid JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "Request body must be a JSON object")
-    if b"\\u0000" in body:  # JSON spells NUL only as this escape; no stored text can hold it
-        where = _nul_at(data)
-        if where is not None:
-            raise ApiError(400, "parameter_invalid", f"Invalid {where}: contains a NUL character", param=where)
+    if _UNSTORABLE_ESCAPE.search(body):
+        found = _unstorable_at(data, ())
+        if found is not None:
+            where, what = _param(found[0]), found[1]
+            raise ApiError(400, "parameter_invalid", f"Invalid {where}: contains {what}", param=where)
     return data
 
 
-def _nul_at(value: Any, path: str = "") -> str | None:
-    """The dotted path of the first key or string in ``value`` that holds a NUL character."""
+# JSON spells NUL and half a UTF-16 pair only as escapes. No stored text can hold either (PostgreSQL
+# refuses both; a lone surrogate cannot even be encoded as UTF-8), so they are refused on the way in.
+_UNSTORABLE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def _problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "a NUL character"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "an unpaired surrogate (\\ud800-\\udfff), which is not text"
+    return None
+
+
+def _unstorable_at(value: Any, path: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:
+    """Where in ``value`` the first key or string that no stored text can hold sits, and why."""
     if isinstance(value, str):
-        return (path or "body") if "\x00" in value else None
+        what = _problem(value)
+        return None if what is None else (path, what)
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        here = f"{path}.{key}" if path else str(key)
-        if "\x00" in str(key):
-            return here
-        found = _nul_at(item, here)
+        here = (*path, str(key))
+        what = _problem(key) if isinstance(key, str) else None
+        found = (here, what) if what is not None else _unstorable_at(item, here)
         if found is not None:
             return found
     return None
+
+
+def _param(parts: Iterable[object]) -> str:
+    """The dotted path of a field, as ``param`` names it: cut at 200 characters, since a key the
+    request invented may be as long as the body, and a lone surrogate in it spelled ``\\ud800``
+    (the answer is UTF-8)."""
+    return ".".join(str(part) for part in parts)[:200].encode("utf-8", "backslashreplace").decode()
 
 
 def _no_float_loss(text: str) -> str:
@@ -78,7 +120,11 @@ def parse_body(model: type[M], data: Any, *, prefix: str = "") -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = prefix + ".".join(str(p) for p in first.get("loc", ()))
+        loc = first.get("loc", ())
+        param = _param([prefix.rstrip("."), *loc] if prefix else loc)  # "" for a key spelled ""
+        if not loc and not prefix:  # a check of the whole body: nothing narrower to name
+            message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+            raise ApiError(400, "invalid_json", f"Invalid request body: {message}") from None
         kind = first.get("type", "")
         if kind == "missing":
             raise ApiError(400, "parameter_missing", f"Missing required parameter: {param}", param=param) from None

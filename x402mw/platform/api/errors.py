@@ -83,7 +83,7 @@ def error_response(error: ApiError) -> JSONResponse:
         "message": error.message,
         "requestId": current_request_id(),
     }
-    if error.param:
+    if error.param is not None:  # "" too: the name of a key spelled ""
         body["param"] = error.param
     return JSONResponse({"error": body}, status_code=error.status, headers=error.headers)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Literal
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -96,8 +97,14 @@ async def _load(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
     return row
 
 
-def _allowed(url: str, livemode: bool) -> None:
-    reason = blocked_reason(url, livemode=livemode)
+def _allowed(request: Request, url: str, livemode: bool) -> None:
+    allow_private = request.app.state.platform.settings.private_webhooks_allowed
+    reason = blocked_reason(url, livemode=livemode, allow_private=allow_private)
+    if reason is None:
+        try:
+            httpx.URL(url)
+        except httpx.InvalidURL as exc:  # e.g. a host name IDNA refuses: no delivery could be sent
+            reason = f"the HTTP client cannot send to it ({exc})"
     if reason is not None:
         raise ApiError(400, "url_not_allowed", f"Webhooks cannot be sent there: {reason}", param="url")
 
@@ -105,7 +112,7 @@ def _allowed(url: str, livemode: bool) -> None:
 async def create(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointCreate, await read_json(request))
-    _allowed(body.url, caller.livemode)
+    _allowed(request, body.url, caller.livemode)
     now = utcnow()
     secret = new_secret()
     table = tables.webhook_endpoints
@@ -144,7 +151,7 @@ async def update(request: Request) -> JSONResponse:
     for key, value in body.changes().items():
         values[names[key]] = value
     if "url" in values:
-        _allowed(values["url"], caller.livemode)
+        _allowed(request, values["url"], caller.livemode)
     table = tables.webhook_endpoints
     async with request.app.state.platform.engine.begin() as conn:
         row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])

@@ -315,7 +315,9 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
     status_code: int | None = None
     error: str | None = None
     started = time.perf_counter()
-    blocked = await resolved_blocked_reason(endpoint["url"], livemode=bool(endpoint["livemode"]))
+    blocked = await resolved_blocked_reason(
+        endpoint["url"], livemode=bool(endpoint["livemode"]), allow_private=platform.settings.private_webhooks_allowed
+    )
     if blocked is not None:
         error = f"BlockedDestination: {blocked}"
     else:
@@ -324,7 +326,7 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
                 "POST", endpoint["url"], content=body, headers=headers, timeout=TIMEOUT_SECONDS
             ) as response:
                 status_code = response.status_code
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL: stored before registration refused it
             error = type(exc).__name__
     log = {
         "at": iso(now),
