@@ -94,6 +94,16 @@ class _Choice:
     spend_key: str
 
 
+@dataclass(eq=False, slots=True)
+class _Unsettled:
+    """A payment signed for a request whose outcome is not known yet."""
+
+    header: tuple[str, str]
+    choice: _Choice
+    valid_before: int
+    busy: bool = True  # a request is sending it now
+
+
 _Flow = Generator[httpx.Request | _Pause, httpx.Response | None, None]
 
 
@@ -175,7 +185,7 @@ class X402Auth(httpx.Auth):
         self.on_payment = on_payment
         # Payments signed whose outcome is not known yet, by (method, URL): sent again, never signed
         # anew, when that request is made again (see _flow).
-        self._unsettled: dict[tuple[str, str], tuple[str, str, _Choice, int]] = {}
+        self._unsettled: dict[tuple[str, str], list[_Unsettled]] = {}
         self.payments: list[PaymentRecord] = []
         self.spent: dict[str, Decimal] = {}
         self._lock = threading.Lock()
@@ -188,47 +198,56 @@ class X402Auth(httpx.Auth):
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         flow = self._flow(request)
-        command = next(flow)
-        while True:
-            reply = None if isinstance(command, _Pause) else (yield command)
-            try:
-                command = flow.send(reply)
-            except StopIteration:
-                return
+        try:
+            command = next(flow)
+            while True:
+                reply = None if isinstance(command, _Pause) else (yield command)
+                try:
+                    command = flow.send(reply)
+                except StopIteration:
+                    return
+        finally:
+            flow.close()  # a flow given up (the connection failed): what it signed is kept, free again
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.read()
         flow = self._flow(request)
-        command = next(flow)
-        while True:
-            reply: httpx.Response | None = None
-            if isinstance(command, _Pause):
-                time.sleep(command.seconds)
-            else:
-                reply = yield command
-                if _offer_in_body(reply):
-                    reply.read()
-            try:
-                command = flow.send(reply)
-            except StopIteration:
-                return
+        try:
+            command = next(flow)
+            while True:
+                reply: httpx.Response | None = None
+                if isinstance(command, _Pause):
+                    time.sleep(command.seconds)
+                else:
+                    reply = yield command
+                    if _offer_in_body(reply):
+                        reply.read()
+                try:
+                    command = flow.send(reply)
+                except StopIteration:
+                    return
+        finally:
+            flow.close()
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         await request.aread()
         flow = self._flow(request)
-        command = next(flow)
-        while True:
-            reply: httpx.Response | None = None
-            if isinstance(command, _Pause):
-                await anyio.sleep(command.seconds)
-            else:
-                reply = yield command
-                if _offer_in_body(reply):
-                    await reply.aread()
-            try:
-                command = flow.send(reply)
-            except StopIteration:
-                return
+        try:
+            command = next(flow)
+            while True:
+                reply: httpx.Response | None = None
+                if isinstance(command, _Pause):
+                    await anyio.sleep(command.seconds)
+                else:
+                    reply = yield command
+                    if _offer_in_body(reply):
+                        await reply.aread()
+                try:
+                    command = flow.send(reply)
+                except StopIteration:
+                    return
+        finally:
+            flow.close()
 
     def _flow(self, request: httpx.Request) -> _Flow:
         response = yield request
@@ -238,38 +257,45 @@ class X402Auth(httpx.Auth):
             return
         url = str(request.url)
         key = (request.method, url)
-        earlier = self._unsettled_payment(key)
-        if earlier is not None:
-            # A payment signed for this request before, whose outcome never arrived (the connection
-            # failed, or it was still pending): it may settle yet, so it is sent again rather than
-            # signing a second one.
-            name, value, choice = earlier
-            request.headers[name] = value
-            response = yield from self._until_known(request)
-            renewed = _renewed_offer(response)
-            if renewed is None:
-                self._finish(key, url, response, choice)
-                return
-            self._unsettled.pop(key, None)  # refused for good: pay the new challenge
-            required = renewed
-        for attempt in range(2):
-            choice = self._choose(required, url)
-            payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
-            if required.x402_version == 1:
-                header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
-            else:
-                header = (PAYMENT_SIGNATURE, encode_header(payload))
-            request.headers[header[0]] = header[1]
-            if response.cookies:
-                httpx.Cookies(response.cookies).set_cookie_header(request)
-            with self._lock:
-                self._unsettled[key] = (*header, choice, payload.payload.authorization.valid_before)
-            response = yield from self._until_known(request)
-            renewed = _renewed_offer(response) if attempt == 0 and required.x402_version == 2 else None
-            if renewed is None:
-                break
-            required = renewed  # the terms paid are stale: pay the new challenge, once
-        self._finish(key, url, response, choice)
+        held: _Unsettled | None = None
+        try:
+            held = self._take_unsettled(key)
+            if held is not None:
+                # A payment signed for this request before, whose outcome never arrived (the connection
+                # failed, or it was still pending): it may settle yet, so it is sent again rather than
+                # signing a second one.
+                request.headers[held.header[0]] = held.header[1]
+                response = yield from self._until_known(request)
+                renewed = _renewed_offer(response)
+                if renewed is None:
+                    self._finish(key, held, url, response)
+                    return
+                self._forget(key, held)  # refused for good: pay the new challenge
+                required = renewed
+            for attempt in range(2):
+                choice = self._choose(required, url)
+                payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
+                if required.x402_version == 1:
+                    header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
+                else:
+                    header = (PAYMENT_SIGNATURE, encode_header(payload))
+                request.headers[header[0]] = header[1]
+                if response.cookies:
+                    httpx.Cookies(response.cookies).set_cookie_header(request)
+                held = _Unsettled(header, choice, payload.payload.authorization.valid_before)
+                with self._lock:
+                    self._unsettled.setdefault(key, []).append(held)
+                response = yield from self._until_known(request)
+                renewed = _renewed_offer(response) if attempt == 0 and required.x402_version == 2 else None
+                if renewed is None:
+                    break
+                self._forget(key, held)
+                required = renewed  # the terms paid are stale: pay the new challenge, once
+            assert held is not None
+            self._finish(key, held, url, response)
+        finally:
+            if held is not None:
+                held.busy = False
 
     def _until_known(
         self, request: httpx.Request
@@ -290,22 +316,31 @@ class X402Auth(httpx.Auth):
         assert response is not None
         return response
 
-    def _unsettled_payment(self, key: tuple[str, str]) -> tuple[str, str, _Choice] | None:
+    def _take_unsettled(self, key: tuple[str, str]) -> _Unsettled | None:
+        """A payment signed earlier for ``key`` whose outcome is unknown and that no request is sending
+        now, taken for this one; None when there is none."""
+        now = time.time()
         with self._lock:
-            found = self._unsettled.get(key)
-            if found is None:
-                return None
-            name, value, choice, valid_before = found
-            if valid_before <= time.time():  # it can no longer settle
-                del self._unsettled[key]
-                return None
-            return name, value, choice
+            kept = [entry for entry in self._unsettled.get(key, []) if entry.busy or entry.valid_before > now]
+            self._unsettled[key] = kept  # those past their validBefore can no longer settle
+            for entry in kept:
+                if not entry.busy:
+                    entry.busy = True
+                    return entry
+        return None
 
-    def _finish(self, key: tuple[str, str], url: str, response: httpx.Response, choice: _Choice) -> None:
-        if _retry_pause(response, 0) is None:  # a final answer: the payment settled, or never will
-            with self._lock:
+    def _forget(self, key: tuple[str, str], entry: _Unsettled) -> None:
+        with self._lock:
+            entries = self._unsettled.get(key, [])
+            if entry in entries:
+                entries.remove(entry)
+            if not entries:
                 self._unsettled.pop(key, None)
-        self._settled(url, response, choice)
+
+    def _finish(self, key: tuple[str, str], entry: _Unsettled, url: str, response: httpx.Response) -> None:
+        if _retry_pause(response, 0) is None:  # a final answer: the payment settled, or never will
+            self._forget(key, entry)
+        self._settled(url, response, entry.choice)
 
     def _choose(self, required: PaymentRequired, url: str) -> _Choice:
         skipped: list[str] = []
