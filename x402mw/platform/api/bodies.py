@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError, WithJsonSchema
+from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
+from x402mw.protocol.prices import JsonNumber
 
-__all__ = ["MAX_BODY_BYTES", "HttpUrl", "PatchBody", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "PatchBody", "iso", "parse_body", "path_uuid", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
@@ -39,7 +39,7 @@ async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
             return {}
         raise ApiError(400, "body_missing", "Request body must be a JSON object")
     try:
-        data = json.loads(body, parse_float=_no_float_loss)
+        data = json.loads(body, parse_float=JsonNumber)
     except (ValueError, RecursionError):
         raise ApiError(400, "invalid_json", "Request body is not valid JSON") from None
     if not isinstance(data, dict):
@@ -64,11 +64,6 @@ def _nul_at(value: Any, path: str = "") -> str | None:
         if found is not None:
             return found
     return None
-
-
-def _no_float_loss(text: str) -> str:
-    # JSON numbers with a fraction are kept as their exact text; money fields parse them as Decimal.
-    return text
 
 
 def parse_body(model: type[M], data: Any, *, prefix: str = "") -> M:
@@ -116,36 +111,6 @@ class PatchBody(BaseModel):
             if "default" in field and field["default"] is None:  # "leave it out", not a value to send
                 del field["default"]
         return answer
-
-
-HttpUrl = Annotated[
-    str,
-    WithJsonSchema(
-        {
-            "type": "string",
-            "format": "uri",
-            "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+[^\s]*$",
-            "maxLength": 2048,
-        }
-    ),
-]
-"""The type of a URL field: what :func:`http_url` accepts, as the OpenAPI document describes it
-(the field's validator is still :func:`http_url`)."""
-
-
-def http_url(value: str | None) -> str | None:
-    """A pydantic field check: an absolute http(s) URL with a host, no white space, ≤ 2048 chars."""
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if (
-        len(value) > 2048
-        or parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or any(c.isspace() for c in value)
-    ):
-        raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
-    return value
 
 
 def path_uuid(request: Request, name: str, what: str) -> str:

@@ -23,10 +23,12 @@ from starlette.routing import Route
 from x402mw import __version__
 from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_payments as money
-from x402mw.platform.api.openapi_operations import ERRORS, operations
+from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
 from x402mw.platform.api.openapi_schemas import STRING, Schema, model_schemas, ref, response_schemas
 
 __all__ = ["build_document", "routes"]
+
+IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
 
 
 def _components() -> Schema:
@@ -54,22 +56,25 @@ def _components() -> Schema:
             "starting_after": {
                 "name": "starting_after",
                 "in": "query",
-                "description": "id of an object: answer the page of older objects after it",
-                "schema": STRING,
+                "description": "id of an object of the list: answer the page of older objects after it "
+                "(an id the merchant has no such object with is a 404)",
+                "schema": UUID,
             },
             "Idempotency-Key": {
                 "name": "Idempotency-Key",
                 "in": "header",
                 "description": "1–255 printable ASCII characters. The same key with the same request within "
-                "24 h answers the stored response again (with `Idempotent-Replayed: true`).",
-                "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                "24 h answers the stored response again (with `Idempotent-Replayed: true`); with another "
+                "request, 400 `idempotency_error`.",
+                # leading and trailing spaces are not part of a header's value in HTTP
+                "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": IDEMPOTENCY_KEY},
             },
             "ending_before": {
                 "name": "ending_before",
                 "in": "query",
-                "description": "id of an object: answer the page of newer objects before it "
-                "(not with `starting_after`)",
-                "schema": STRING,
+                "description": "id of an object of the list: answer the page of newer objects before it; "
+                "with `starting_after`, the objects between the two",
+                "schema": UUID,
             },
         },
         "headers": {"Request-Id": {"description": "id of this request, quoted in logs and errors", "schema": STRING}},

@@ -14,6 +14,7 @@ from x402mw.platform.api.agent_challenges import ChallengeBatch
 from x402mw.platform.api.agent_endpoints import EndpointCreate, EndpointUpdate
 from x402mw.platform.api.agent_settlements import SettleBody
 from x402mw.platform.api.facilitator import FacilitatorBody
+from x402mw.platform.api.fields import MINOR_PATTERN, MINOR_SCHEMA, NO_NUL, minor_units
 from x402mw.platform.api.sandbox import FaucetBody
 from x402mw.platform.api.webhook_endpoints import SecretRotation, WebhookEndpointCreate, WebhookEndpointUpdate
 from x402mw.protocol.models import SettlementResponse, VerifyResponse
@@ -43,8 +44,6 @@ Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
 
 _DIGITS = {"type": "string", "pattern": "^[0-9]+$"}
-# What an amount in a request may be: a positive integer below 2**63, as a string.
-_POSITIVE_DIGITS = {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"}
 STRING: Schema = {"type": "string"}
 INTEGER: Schema = {"type": "integer"}
 BOOLEAN: Schema = {"type": "boolean"}
@@ -52,12 +51,47 @@ ADDRESS: Schema = {"type": "string", "pattern": "^0x[0-9a-fA-F]{40}$", "descript
 TIMESTAMP: Schema = {"type": "string", "format": "date-time", "description": "ISO 8601 UTC, milliseconds"}
 MINOR: Schema = _DIGITS | {"description": "integer amount in the coin's minor units (6 decimals)"}
 DECIMAL: Schema = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$", "description": "decimal amount"}
+TEXT: Schema = {"type": "string", "pattern": NO_NUL}
+"""A string in a request: no JSON string a request carries may hold NUL (`read_json` refuses it)."""
+JSON_VALUE = "JsonValue"
+"""The schema of any JSON a request may carry where a model takes anything: no NUL in its strings
+or member names."""
+
+
+def json_value_schema() -> Schema:
+    any_json = ref(JSON_VALUE)
+    return {
+        "description": "Any JSON value, without NUL in its strings and member names.",
+        "anyOf": [
+            TEXT,
+            {"type": ["number", "boolean", "null"]},
+            {"type": "array", "items": any_json},
+            {"type": "object", "propertyNames": TEXT, "additionalProperties": any_json},
+        ],
+    }
+
+
+# Where `_WireJsonSchema` means `JSON_VALUE`: a marker, since pydantic accounts for every "$ref" it
+# writes; `model_schemas` puts the reference in its place.
+_ANY_JSON = {"x-any-json": True}
+
+
+def _with_json_value(node: Any) -> Any:
+    if node == _ANY_JSON:
+        return ref(JSON_VALUE)
+    if isinstance(node, dict):
+        return {key: _with_json_value(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_with_json_value(value) for value in node]
+    return node
 
 
 class _WireJsonSchema(GenerateJsonSchema):
     """Pydantic's generator, adjusted to the wire: amounts that a ``mode="before"`` validator parses
-    from digit strings into ``int`` are documented as the strings clients send, and field titles
-    (which only repeat the name) are left out."""
+    from digit strings into ``int`` are documented as the strings clients send (with `minor_units`,
+    also as JSON integers); strings the model leaves free are documented without NUL, and members
+    the model takes without a schema as `JSON_VALUE`; field titles (which only repeat the name) are
+    left out."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
@@ -66,9 +100,35 @@ class _WireJsonSchema(GenerateJsonSchema):
         inner = schema["schema"]
         base = inner["schema"] if inner["type"] == "nullable" else inner
         if base["type"] == "int":
-            digits = dict(_POSITIVE_DIGITS)
+            function = schema["function"]["function"]
+            digits = dict(MINOR_SCHEMA) if function is minor_units else {"type": "string", "pattern": MINOR_PATTERN}
             return {"anyOf": [digits, {"type": "null"}]} if base is not inner else digits
         return super().function_before_schema(schema)
+
+    def str_schema(self, schema: core_schema.StringSchema) -> JsonSchemaValue:
+        answer = super().str_schema(schema)
+        if "pattern" not in answer and "format" not in answer:
+            answer["pattern"] = NO_NUL
+        return answer
+
+    def any_schema(self, schema: core_schema.AnySchema) -> JsonSchemaValue:
+        return dict(_ANY_JSON)
+
+    def dict_schema(self, schema: core_schema.DictSchema) -> JsonSchemaValue:
+        answer = super().dict_schema(schema)
+        answer.setdefault("propertyNames", TEXT)
+        return answer
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        answer = super().model_schema(schema)
+        target = answer
+        if "$ref" in answer:
+            target = self.definitions.get(answer["$ref"].split("/")[-1], answer)
+        if target.get("type") == "object" and target.get("additionalProperties") is not False:
+            # members the model ignores or keeps are read all the same: no NUL in them either
+            target["additionalProperties"] = dict(_ANY_JSON)
+            target.setdefault("propertyNames", TEXT)
+        return answer
 
 
 _BODY_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
@@ -223,9 +283,11 @@ def model_schemas(
     found: dict[str, Schema] = {}
     for model, mode in [*_BODY_MODELS, *((m, "validation") for m in models)]:
         schema = model.model_json_schema(by_alias=True, ref_template=REF, schema_generator=_WireJsonSchema, mode=mode)
+        schema = _with_json_value(schema)
         for name, sub in {**schema.pop("$defs", {}), model.__name__: schema}.items():
             if found.setdefault(name, sub) != sub:
                 raise RuntimeError(f"two different JSON schemas are named {name}")
+    found[JSON_VALUE] = json_value_schema()
     all_notes = {**_FIELD_NOTES, **(notes or {})}
     for name, fields in all_notes.items():
         properties = found[name]["properties"]
