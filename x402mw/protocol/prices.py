@@ -26,6 +26,7 @@ __all__ = [
     "Price",
     "decimal_pattern",
     "format_amount",
+    "json_number",
     "parse_decimal",
     "to_atomic",
 ]
@@ -57,6 +58,19 @@ class JsonNumber(str):
     JSON string must follow `decimal_pattern`. No float is ever made of it."""
 
     __slots__ = ()
+
+
+def json_number(text: str) -> int | JsonNumber:
+    """A ``parse_float`` hook for ``json.loads``: a JSON number with a fraction or an exponent whose
+    value is a whole number (``2775.0``, ``1e3``) is that ``int``, as JSON Schema counts it an
+    integer; any other is its `JsonNumber` text. Never a float."""
+    try:
+        value = Decimal(text)
+    except InvalidOperation:  # not a number: json.loads only hands over numbers
+        return JsonNumber(text)
+    if value.is_finite() and value.adjusted() < 30 and value == value.to_integral_value():
+        return int(value)
+    return JsonNumber(text)
 
 
 def parse_decimal(value: object, *, field: str = "amount") -> Decimal:

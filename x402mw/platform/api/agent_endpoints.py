@@ -197,8 +197,7 @@ async def update(request: Request) -> JSONResponse:
             raise ApiError(
                 409,
                 "endpoint_needs_amount",
-                f"The endpoint's pricing is fixed, so it needs an amount: send amountMinor, or pricingMode "
-                f"'dynamic' with it (the endpoint's pricingMode is {row.pricing_mode})",
+                "With fixed pricing the endpoint needs an amount: send amountMinor too, or pricingMode 'dynamic'",
                 param="amountMinor",
             )
         values: dict[str, Any] = {"updated_at": utcnow()}

@@ -13,7 +13,7 @@ from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
-from x402mw.protocol.prices import JsonNumber
+from x402mw.protocol.prices import json_number
 
 __all__ = ["MAX_BODY_BYTES", "PatchBody", "iso", "parse_body", "path_uuid", "read_json"]
 
@@ -39,7 +39,7 @@ async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
             return {}
         raise ApiError(400, "body_missing", "Request body must be a JSON object")
     try:
-        data = json.loads(body, parse_float=JsonNumber)
+        data = json.loads(body, parse_float=json_number)
     except (ValueError, RecursionError):
         raise ApiError(400, "invalid_json", "Request body is not valid JSON") from None
     if not isinstance(data, dict):

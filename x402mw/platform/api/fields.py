@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import string
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, WithJsonSchema
@@ -199,15 +200,43 @@ Email = Annotated[
 ]
 """An email field: `EMAIL_PATTERN`, at most 320 characters."""
 
-CHALLENGE_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-"""A challenge id, as the seller middleware makes them: 1-64 letters, digits, ``_`` or ``-``; never
-``batch``, which names the batch operation in ``/v1/agent/challenges/batch``."""
+
+def _char_class(chars: set[str]) -> str:
+    """``chars`` as a regex character class, runs of three or more consecutive characters as ranges."""
+    runs: list[list[str]] = []
+    for char in sorted(chars):
+        if runs and ord(char) == ord(runs[-1][-1]) + 1:
+            runs[-1].append(char)
+        else:
+            runs.append([char])
+    spelled = (
+        f"{re.escape(run[0])}-{re.escape(run[-1])}" if len(run) > 2 else "".join(map(re.escape, run)) for run in runs
+    )
+    return "[" + "".join(spelled) + "]"
+
+
+def _all_but(word: str, letters: set[str]) -> str:
+    """A pattern of the words of ``len(word)`` characters of ``letters`` other than ``word`` (its
+    first character that differs, and any after it), without a look-ahead."""
+    every = _char_class(letters)
+    options = []
+    for at, char in enumerate(word):
+        rest = len(word) - at - 1
+        options.append(re.escape(word[:at]) + _char_class(letters - {char}) + (f"{every}{{{rest}}}" if rest else ""))
+    return "|".join(options)
+
+
+_ID_LETTERS = {*string.ascii_letters, *string.digits, "_", "-"}
+_ID_CLASS = _char_class(_ID_LETTERS)
+CHALLENGE_ID_PATTERN = f"^(?:{_ID_CLASS}{{1,4}}|{_ID_CLASS}{{6,64}}|{_all_but('batch', _ID_LETTERS)})$"
+"""A challenge id, as the seller middleware makes them: 1-64 letters, digits, ``_`` or ``-``, but
+not ``batch``, which names the batch operation in ``/v1/agent/challenges/batch``."""
 _CHALLENGE_ID = re.compile(CHALLENGE_ID_PATTERN)
-CHALLENGE_ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": CHALLENGE_ID_PATTERN, "not": {"const": "batch"}}
+CHALLENGE_ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": CHALLENGE_ID_PATTERN}
 
 
 def _challenge_id(value: str) -> str:
-    if not _CHALLENGE_ID.fullmatch(value) or value == "batch":
+    if not _CHALLENGE_ID.fullmatch(value):
         raise ValueError("must be 1-64 letters, digits, '_' or '-' (and not 'batch')")
     return value
 

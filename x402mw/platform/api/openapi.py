@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,8 +27,9 @@ from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_payments as money
 from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
 from x402mw.platform.api.openapi_schemas import STRING, Schema, model_schemas, ref, response_schemas
+from x402mw.platform.services.chains import ChainHandle
 
-__all__ = ["build_document", "routes"]
+__all__ = ["ServedChain", "build_document", "routes"]
 
 IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
 
@@ -174,18 +177,57 @@ def _document() -> Schema:
     }
 
 
+@dataclass(frozen=True)
+class ServedChain:
+    """What the document says of one chain the platform serves."""
+
+    chain_id: int
+    network: str
+    livemode: bool
+    faucet: bool  # the sandbox can mint its test coins
+
+    @classmethod
+    def of(cls, chain: ChainHandle) -> ServedChain:
+        faucet = not chain.livemode and (chain.dev is not None or chain.minter_key is not None)
+        return cls(chain.chain_id, chain.network.caip2, chain.livemode, faucet)
+
+
+def _one_of(values: Sequence[object]) -> Schema:
+    return {"enum": list(values)} if values else {"not": {}}
+
+
+def _served(document: Schema, chains: Sequence[ServedChain]) -> Schema:
+    """``document`` stating which chains and networks a request may name on this platform."""
+    schemas = document["components"]["schemas"]
+    networks = [chain.network for chain in chains]
+    test_networks = [chain.network for chain in chains if not chain.livemode]
+    faucet = [chain.network for chain in chains if chain.faucet]
+    schemas["EndpointCreate"]["properties"]["chainId"] |= _one_of([chain.chain_id for chain in chains])
+    schemas["FaucetBody"]["properties"]["network"] |= _one_of(faucet)
+    for name in ("AttemptBody", "SyncBody"):
+        schemas[name]["properties"]["network"] |= _one_of(networks)
+    for option in schemas["SimulatePaymentBody"]["properties"]["network"]["anyOf"]:
+        if option.get("type") == "string":
+            option |= _one_of(test_networks)
+    return document
+
+
+def build_document(chains: Sequence[ServedChain] | None = None) -> Schema:
+    """The OpenAPI 3.1 document of the whole platform API (a fresh copy of one built per process).
+    With ``chains``, the document a platform serving them serves: the chain ids and networks that
+    requests name are listed (``GET /v1/openapi.json``); without, they are only described."""
+    document = copy.deepcopy(_document())
+    return document if chains is None else _served(document, chains)
+
+
 @functools.cache
-def _document_bytes() -> bytes:
-    return json.dumps(_document(), ensure_ascii=False, separators=(",", ":")).encode()
+def _document_bytes(chains: tuple[ServedChain, ...]) -> bytes:
+    return json.dumps(build_document(chains), ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def build_document() -> Schema:
-    """The OpenAPI 3.1 document of the whole platform API (a fresh copy of one built per process)."""
-    return copy.deepcopy(_document())
-
-
-async def openapi_json(_request: Request) -> Response:
-    return Response(_document_bytes(), media_type="application/json")
+async def openapi_json(request: Request) -> Response:
+    chains = tuple(ServedChain.of(chain) for chain in request.app.state.platform.chains)
+    return Response(_document_bytes(chains), media_type="application/json")
 
 
 routes = [Route("/openapi.json", openapi_json, methods=["GET"])]

@@ -164,10 +164,11 @@ def operations() -> list[tuple[str, str, Schema]]:
             endpoints,
             "Update an agent endpoint",
             "Any field but `chainId` and `currency`. A new `payoutAddress` applies to challenges issued "
-            "afterwards; payments of challenges issued before still settle to the old one.",
+            "afterwards; payments of challenges issued before still settle to the old one. 409 "
+            "`endpoint_needs_amount` when the endpoint would be `fixed` without `amountMinor`.",
             wrapped("endpoint", "AgentEndpoint"),
             body="EndpointUpdate",
-            errors=(404,),
+            errors=(404, 409),
         ),
         operation(
             "POST",

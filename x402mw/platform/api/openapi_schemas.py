@@ -14,7 +14,7 @@ from x402mw.platform.api.agent_challenges import ChallengeBatch
 from x402mw.platform.api.agent_endpoints import EndpointCreate, EndpointUpdate
 from x402mw.platform.api.agent_settlements import SettleBody
 from x402mw.platform.api.facilitator import FacilitatorBody
-from x402mw.platform.api.fields import MINOR_PATTERN, MINOR_SCHEMA, NO_NUL, minor_units
+from x402mw.platform.api.fields import MINOR_SCHEMA, NO_NUL, minor_units
 from x402mw.platform.api.sandbox import FaucetBody
 from x402mw.platform.api.webhook_endpoints import SecretRotation, WebhookEndpointCreate, WebhookEndpointUpdate
 from x402mw.protocol.models import SettlementResponse, VerifyResponse
@@ -71,6 +71,9 @@ def json_value_schema() -> Schema:
     }
 
 
+# An integer of the x402 wire (an amount, a Unix time) as its digit string; the models take any up to
+# 2**256 - 1, the document promises those below 10**18.
+_WIRE_DIGITS = {"type": "string", "pattern": "^(?:0|[1-9][0-9]{0,17})$"}
 # Where `_WireJsonSchema` means `JSON_VALUE`: a marker, since pydantic accounts for every "$ref" it
 # writes; `model_schemas` puts the reference in its place.
 _ANY_JSON = {"x-any-json": True}
@@ -101,7 +104,7 @@ class _WireJsonSchema(GenerateJsonSchema):
         base = inner["schema"] if inner["type"] == "nullable" else inner
         if base["type"] == "int":
             function = schema["function"]["function"]
-            digits = dict(MINOR_SCHEMA) if function is minor_units else {"type": "string", "pattern": MINOR_PATTERN}
+            digits = dict(MINOR_SCHEMA) if function is minor_units else dict(_WIRE_DIGITS)
             return {"anyOf": [digits, {"type": "null"}]} if base is not inner else digits
         return super().function_before_schema(schema)
 
@@ -238,6 +241,7 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
 }
 # SettleBody reads these two as dicts and validates them itself, with the models referenced here.
 _PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
+    "Authorization": {"nonce": {"type": "string", "pattern": "^0[xX][0-9a-fA-F]{64}$"}},
     "SettleBody": {
         "accepted": {"$ref": REF.format(model="PaymentRequirements")},
         "paymentPayload": {"$ref": REF.format(model="PaymentPayload")},
