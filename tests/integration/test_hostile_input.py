@@ -172,9 +172,9 @@ def test_a_method_the_url_does_not_take_is_a_405_naming_the_ones_it_does(dev_pla
     _, key, _ = dev_platform.merchant("405")
     with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
         for method, path, allowed in (
-            ("TRACE", "/health", {"GET", "HEAD"}),
-            ("DELETE", "/payment-intents", {"GET", "HEAD", "POST"}),
-            ("PUT", "/webhook-endpoints/whk_x", {"GET", "HEAD", "PATCH", "DELETE"}),
+            ("TRACE", "/health", {"GET", "HEAD", "OPTIONS"}),
+            ("DELETE", "/payment-intents", {"GET", "HEAD", "POST", "OPTIONS"}),
+            ("PUT", "/webhook-endpoints/whk_x", {"GET", "HEAD", "PATCH", "DELETE", "OPTIONS"}),
         ):
             reply = api.request(method, path)
             assert reply.status_code == 405, (method, path, reply.text)

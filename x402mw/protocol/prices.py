@@ -181,8 +181,8 @@ def to_atomic(price: Price, *, decimals: int = 6, symbol: str = "USDC") -> int:
                 raise PriceError(f"a '$' price is paid in USDC, not {symbol}", reason="invalid_amount")
             amount = parse_decimal(price[1:], field="price")
         else:
-            number, _, unit = price.partition(" ")
-            if unit and unit.upper() != symbol.upper():
+            number, space, unit = price.partition(" ")
+            if space and unit.upper() != symbol.upper():
                 raise PriceError(f"price is in {unit[:20]!r}, but the token is {symbol}", reason="invalid_amount")
             amount = parse_decimal(number, field="price")
     else:

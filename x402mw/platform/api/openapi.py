@@ -109,11 +109,22 @@ _TAGS = [
 
 _DESCRIPTION = """\
 The x402mw platform API. Authenticate with a merchant API key, as `Authorization: Bearer <key>` or
-`x-api-key: <key>`; test keys (`sk_test_…`) see only test-mode objects. JSON is camelCase and
-amounts are strings. Errors answer `{"error": {"type", "code", "message", "requestId", "param"?}}`
-and every response has a `Request-Id` header. Lists take `limit` (1–100, default 10),
-`starting_after` and `ending_before`, and answer `{"object": "list", "data": [...], "hasMore"}`.
-Paths are relative to `{api_host}`, the platform's origin."""
+`x-api-key: <key>`; test keys (`sk_test_…`) see only test-mode objects. JSON is camelCase.
+Errors answer `{"error": {"type", "code", "message", "requestId", "param"?}}` and every response
+has a `Request-Id` header. Lists take `limit` (1–100, default 10), `starting_after` and
+`ending_before`, and answer `{"object": "list", "data": [...], "hasMore"}`. Paths are relative to
+`{api_host}`, the platform's origin.
+
+Amounts are decimal strings in one grammar: ASCII digits without a sign, an exponent, white space
+or a leading zero, then optionally `.` and at most 6 digits (`"25.00"`, `"0.5"`; not `" 1 "`, `"1."`,
+`".5"` or `"+1"`). A JSON number is accepted too and read by its value, never as a float. No string
+in a request may contain a NUL character. Ids are UUIDs (a challenge's id is the seller
+middleware's); an id in a path that names nothing, malformed or unknown, answers 404
+`resource_missing`. A request the document calls valid is answered 2xx, or 404 for an id that does
+not exist, or 409 when the object's state does not allow it; one it calls invalid is a 400.
+
+Every path answers `OPTIONS` with 204 and an `Allow` header naming its methods (no API key needed),
+and `HEAD` wherever it answers `GET`; a method a path does not take is a 405 with the same `Allow`."""
 
 
 # Where an operation's answer names an object that other operations take as a path parameter:

@@ -259,7 +259,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             "facilitatorVerify",
             "Facilitator",
             "Verify a payment (x402 facilitator)",
-            "Checks the signature, terms and the payer's balance without settling.",
+            "Checks the signature, terms and the payer's balance without settling. A payment it refuses is "
+            "a 200 with `isValid: false` and the reason in `invalidReason`.",
             ref("VerifyResponse"),
             body="FacilitatorBody",
         ),
@@ -269,7 +270,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             "facilitatorSettle",
             "Facilitator",
             "Settle a payment (x402 facilitator)",
-            "A settlement still pending after 30 s answers `success: false`, `errorReason: "
+            "A refused payment is a 200 with `success: false` and the reason in `errorReason`. A "
+            "settlement still pending after 30 s answers `success: false`, `errorReason: "
             "settlement_pending` with the transaction; the same request later answers the final result.",
             ref("SettlementResponse"),
             body="FacilitatorBody",
