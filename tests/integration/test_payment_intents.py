@@ -160,8 +160,15 @@ def test_defaults_and_the_legacy_flat_customer_fields(dev_platform: PlatformHarn
 
 @pytest.mark.parametrize(
     ("number", "amount"),
-    [("12.5", "12.5"), ("3", "3"), ("0.000001", "0.000001"), ("1e3", "1000"), ("2.50000000", "2.5")]
-    + [("1E-6", "0.000001"), ("7.0", "7")],
+    [
+        ("12.5", "12.5"),
+        ("3", "3"),
+        ("0.000001", "0.000001"),
+        ("1e3", "1000"),
+        ("2.50000000", "2.5"),
+        ("1E-6", "0.000001"),
+        ("7.0", "7"),
+    ],
 )
 def test_json_number_amounts_are_read_exactly(dev_platform: PlatformHarness, number: str, amount: str) -> None:
     _, api = _merchant_api(dev_platform)

@@ -167,9 +167,11 @@ def test_prices_are_exact(price: object, atomic: int) -> None:
 
 @pytest.mark.parametrize(
     "price",
-    [0.01, "0.0000001", "$-1", "0", "1e3", "NaN", "0.01 EURC", True, "abc", -5]
-    # one grammar for amounts as text: no white space, other digits, bare points, signs or leading zeros
-    + [" 1 ", "1 ", "１", "٣", "1.", ".5", "+1", "01", "$ 1", "1_000", "0.01  USDC", "0x10"],
+    [
+        *(0.01, "0.0000001", "$-1", "0", "1e3", "NaN", "0.01 EURC", True, "abc", -5),
+        # one grammar for amounts as text: no white space, other digits, bare points, signs or leading zeros
+        *(" 1 ", "1 ", "１", "٣", "1.", ".5", "+1", "01", "$ 1", "1_000", "0.01  USDC", "0x10"),
+    ],
 )
 def test_bad_prices_are_refused(price: object) -> None:
     with pytest.raises(PriceError):
@@ -195,9 +197,17 @@ ORDER = AmountFormat(decimals=6, max_exponent=9)
 
 @pytest.mark.parametrize(
     ("value", "atomic"),
-    [("25.00", 25_000_000), ("0.000001", 1), ("1000000000", 10**15), ("1000000000.000000", 10**15), (12, 12_000_000)]
-    # a JSON number is read by its value, exponents included
-    + [(JsonNumber("12.5"), 12_500_000), (JsonNumber("1e3"), 10**9), (JsonNumber("1.50000000"), 1_500_000)],
+    [
+        ("25.00", 25_000_000),
+        ("0.000001", 1),
+        ("1000000000", 10**15),
+        ("1000000000.000000", 10**15),
+        (12, 12_000_000),
+        # a JSON number is read by its value, exponents included
+        (JsonNumber("12.5"), 12_500_000),
+        (JsonNumber("1e3"), 10**9),
+        (JsonNumber("1.50000000"), 1_500_000),
+    ],
 )
 def test_amounts_an_api_takes(value: object, atomic: int) -> None:
     assert ORDER.parse(value) == atomic
@@ -205,10 +215,13 @@ def test_amounts_an_api_takes(value: object, atomic: int) -> None:
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [(" 1 ", "decimal"), ("１", "decimal"), ("1.", "decimal"), (".5", "decimal"), ("+1", "decimal"), ("1e3", "decimal")]
-    + [("0", "greater than zero"), ("0.000000", "greater than zero"), (JsonNumber("-1.5"), "greater than zero")]
-    + [("1000000000.000001", "at most"), (JsonNumber("1e10"), "at most"), ("1.0000000", "6 decimals")]
-    + [(JsonNumber("1e-7"), "6 decimals"), (1.5, "decimal"), (True, "decimal"), (None, "decimal"), ([], "decimal")],
+    [
+        *((text, "decimal") for text in (" 1 ", "１", "1.", ".5", "+1", "1e3", "01")),
+        *((value, "greater than zero") for value in ("0", "0.000000", JsonNumber("-1.5"))),
+        *((value, "at most") for value in ("1000000000.000001", JsonNumber("1e10"))),
+        *((value, "6 decimals") for value in ("1.0000000", JsonNumber("1e-7"))),
+        *((value, "decimal") for value in (1.5, True, None, [])),
+    ],
 )
 def test_amounts_an_api_refuses(value: object, message: str) -> None:
     with pytest.raises(PriceError, match=message):
