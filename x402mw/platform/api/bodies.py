@@ -48,21 +48,36 @@ async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
         where = _nul_at(data)
         if where is not None:
             raise ApiError(400, "parameter_invalid", f"Invalid {where}: contains a NUL character", param=where)
+    if b"\\ud" in body.lower():  # an unpaired surrogate escape: no UTF-8 text, stored or answered, can hold it
+        where = _nul_at(data, unpaired=True)
+        if where is not None:
+            raise ApiError(400, "parameter_invalid", f"Invalid {where}: contains an unpaired surrogate", param=where)
     return data
 
 
-def _nul_at(value: Any, path: str = "") -> str | None:
-    """The dotted path of the first key or string in ``value`` that holds a NUL character."""
+def _unfit(text: str, unpaired: bool) -> bool:
+    if not unpaired:
+        return "\x00" in text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _nul_at(value: Any, path: str = "", *, unpaired: bool = False) -> str | None:
+    """The dotted path of the first key or string in ``value`` that holds a NUL character (with
+    ``unpaired``: a surrogate without its pair, which UTF-8 cannot encode)."""
     if isinstance(value, str):
-        return (path or "body") if "\x00" in value else None
+        return (path or "body") if _unfit(value, unpaired) else None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         here = f"{path}.{key}" if path else str(key)
-        if "\x00" in str(key):
-            return here
-        found = _nul_at(item, here)
+        if _unfit(str(key), unpaired):
+            return here.encode("utf-8", "backslashreplace").decode()
+        found = _nul_at(item, here, unpaired=unpaired)
         if found is not None:
-            return found
+            return found.encode("utf-8", "backslashreplace").decode()
     return None
 
 
