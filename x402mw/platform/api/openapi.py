@@ -25,8 +25,9 @@ from starlette.routing import Route
 from x402mw import __version__
 from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_payments as money
+from x402mw.platform.api.openapi_models import model_schemas
 from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
-from x402mw.platform.api.openapi_schemas import STRING, Schema, model_schemas, ref, response_schemas
+from x402mw.platform.api.openapi_schemas import STRING, Schema, ref, response_schemas
 from x402mw.platform.services.chains import ChainHandle
 
 __all__ = ["ServedChain", "build_document", "routes"]
