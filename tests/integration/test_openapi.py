@@ -14,10 +14,12 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from tests.harness import PlatformHarness, sqlite_only
 from x402mw import __version__
-from x402mw.platform.api.fields import MINOR_SCHEMA
+from x402mw.platform.api.fields import MINOR_SCHEMA, amount_schema
 from x402mw.platform.api.openapi import ServedChain, build_document
 from x402mw.platform.api.reference import render_markdown
+from x402mw.platform.api.sandbox import FAUCET_AMOUNTS
 from x402mw.platform.app import create_app
+from x402mw.platform.services.payment_intents import ORDER_AMOUNTS
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "api-reference.md"
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -144,6 +146,10 @@ def test_request_bodies_come_from_the_pydantic_models() -> None:
     assert create["properties"]["maxTimeoutSeconds"]["minimum"] == 30
     # minor units parsed from digit strings are documented as those strings (or JSON integers)
     assert create["properties"]["amountMinor"]["anyOf"][0] == MINOR_SCHEMA
+    # amounts: the pattern of the parser's grammar and bounds, or a JSON number
+    for model, amounts in (("PaymentIntentCreate", ORDER_AMOUNTS), ("FaucetBody", FAUCET_AMOUNTS)):
+        assert schemas[model]["properties"]["amount"]["anyOf"] == amount_schema(amounts)["anyOf"], model
+        assert schemas[model]["properties"]["amount"]["anyOf"][0]["pattern"] == amounts.pattern()
     assert schemas["PaymentRequirements"]["properties"]["amount"]["type"] == "string"
     assert schemas["SettleBody"]["properties"]["paymentPayload"]["$ref"] == "#/components/schemas/PaymentPayload"
     assert schemas["ChallengeBatch"]["properties"]["challenges"]["items"] == {

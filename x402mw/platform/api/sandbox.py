@@ -72,7 +72,7 @@ async def faucet(request: Request) -> JSONResponse:
             "network": body.network,
             "currency": asset.symbol,
             "address": body.address,
-            # the text as sent; a JSON number, which has no text of its own here, as a decimal string
+            # the text as sent; a JSON number (whose spelling may have an exponent) as a plain decimal
             "amount": body.amount if _as_text(body.amount) else format_amount(micro, FAUCET_AMOUNTS.decimals),
             "transaction": tx,
         }
