@@ -40,8 +40,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import Deployment, PlatformHarness, postgres_database, start_dev_platform
+from tests.harness import Deployment, PlatformHarness, postgres_database
 from x402mw.platform.api.openapi import build_document
+from x402mw.platform.server import PlatformServer
+from x402mw.platform.settings import PlatformSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
@@ -52,10 +54,18 @@ _ON_CHAIN = {"syncCheckoutTransaction", "checkCheckoutTransferStatus", "sandboxS
 
 @pytest.fixture(scope="module")
 def own_platform(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformHarness]:
+    """A dev-chain platform of the run's own, without the background worker, and with a small pool:
+    schemathesis sends one request at a time, and PostgreSQL's connections are shared by the suite."""
     with contextlib.ExitStack() as stack:
-        url = stack.enter_context(postgres_database()) if database == "postgresql" else None
         workdir = tmp_path_factory.mktemp(f"schemathesis-{database}")
-        yield stack.enter_context(start_dev_platform(workdir, database_url=url, run_worker=False))
+        url = stack.enter_context(postgres_database()) if database == "postgresql" else None
+        settings = PlatformSettings(
+            database_url=url or f"sqlite:///{workdir / 'platform.sqlite3'}",
+            data_dir=workdir,
+            run_worker=False,
+            database_pool_size=2,
+        )
+        yield PlatformHarness(stack.enter_context(PlatformServer(settings)))
 
 
 def _objects(deployment: Deployment) -> dict[str, list[str]]:
