@@ -139,6 +139,27 @@ async def test_usage_is_metered_and_settlements_are_recorded_as_events(dev_platf
     assert transactions == {p.transaction for p in auth.payments}
 
 
+def test_the_faucet_takes_amounts_in_the_api_grammar(dev_platform: PlatformHarness) -> None:
+    # The faucet read " 1 ", a full-width digit, "1.", ".5" and "+1" as amounts and minted them.
+    _, key, _ = dev_platform.merchant()
+    address = address_of(new_private_key())
+    with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+
+        def faucet(amount: object) -> httpx.Response:
+            body = {"network": dev_platform.network, "currency": "USDC", "address": address, "amount": amount}
+            return api.post("/sandbox/faucet", json=body)
+
+        for bad in [" 1 ", "１", "1.", ".5", "+1", "01", "0", "1e3", "1.0000000", "1000000.000001", "", True, None]:
+            reply = faucet(bad)
+            assert reply.status_code == 400, (bad, reply.text)
+            assert reply.json()["error"]["param"] == "amount", bad
+        assert dev_platform.balance(address) == 0
+        assert faucet("25.00").json()["amount"] == "25.00"  # answered as sent
+        assert faucet(0.5).json()["amount"] == "0.5"  # a JSON number, read by its value
+        assert faucet(1000000).json()["amount"] == "1000000"
+    assert dev_platform.balance(address) == 1_000_025_500_000
+
+
 def test_planned_fee_is_the_larger_of_the_minimum_and_three_per_mille() -> None:
     assert settlement_fee(10_000) == 5_000  # 0.01 -> the 0.005 minimum
     assert settlement_fee(10_000_000) == 30_000  # 10.00 -> 0.3 % = 0.03

@@ -195,20 +195,21 @@ def test_a_transfer_attempt_answers_the_deposit_address_and_an_eip681_uri(dev_pl
 
 
 def test_bad_choices_are_400_naming_the_param(dev_platform: PlatformHarness) -> None:
+    # A choice the OpenAPI document refuses is a 400; a valid one this order does not offer, a 409.
     _, key, _ = dev_platform.merchant()
     order = _order(dev_platform, key, paymentMethods={"wallet": False, "transfer": True})
     path = f"/payment-intents/{order['id']}/attempts"
-    cases: list[tuple[dict[str, Any], str, str]] = [
-        ({"network": "eip155:1"}, "network", "unsupported_chain"),
-        ({"network": "solana:mainnet"}, "network", "unsupported_chain"),
-        ({"currency": "EURC"}, "currency", "unsupported_currency"),  # not accepted by this order
-        ({"currency": "DOGE"}, "currency", "parameter_invalid"),
-        ({"method": "card"}, "method", "parameter_invalid"),
-        ({"method": "wallet"}, "method", "payment_method_unavailable"),  # disabled for this order
-        ({"tip": "1"}, "tip", "parameter_unknown"),
+    cases: list[tuple[dict[str, Any], str, str, int]] = [
+        ({"network": "eip155:1"}, "network", "unsupported_chain", 400),  # not a network of this platform
+        ({"network": "solana:mainnet"}, "network", "unsupported_chain", 400),
+        ({"currency": "EURC"}, "currency", "unsupported_currency", 409),  # not accepted by this order
+        ({"currency": "DOGE"}, "currency", "parameter_invalid", 400),
+        ({"method": "card"}, "method", "parameter_invalid", 400),
+        ({"method": "wallet"}, "method", "payment_method_unavailable", 409),  # disabled for this order
+        ({"tip": "1"}, "tip", "parameter_unknown", 400),
     ]
-    for change, param, code in cases:
-        error = _error(_attempt(dev_platform, order["id"], **change), 400)
+    for change, param, code, status in cases:
+        error = _error(_attempt(dev_platform, order["id"], **change), status)
         assert (error["param"], error["code"]) == (param, code), change
     with _public(dev_platform) as checkout:
         missing = checkout.post(path, json={"network": dev_platform.network, "currency": "USDC"})
@@ -266,7 +267,7 @@ def test_an_underpaid_order_asks_for_the_rest_in_the_same_coin(dev_platform: Pla
     rest = _attempt(dev_platform, order["id"]).json()
     assert (rest["depositAddress"], rest["amountDue"], rest["amountDueMinor"]) == (deposit, "6", "6000000")
     assert rest["paymentUri"].endswith("&uint256=6000000")
-    assert _error(_attempt(dev_platform, order["id"], currency="EURC"), 400)["param"] == "currency"
+    assert _error(_attempt(dev_platform, order["id"], currency="EURC"), 409)["param"] == "currency"
 
 
 def test_a_wallet_signs_the_attempts_typed_data_and_sync_reports_it(dev_platform: PlatformHarness) -> None:

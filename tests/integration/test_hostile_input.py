@@ -168,13 +168,37 @@ def test_a_nul_character_is_refused_before_it_reaches_the_database(dev_platform:
         assert written.json()["paymentIntent"]["orderId"] == "a\\u0000b"
 
 
+def test_an_unpaired_surrogate_is_refused_before_it_is_stored(dev_platform: PlatformHarness) -> None:
+    # JSON can spell half of a surrogate pair ("\ud800"), which no UTF-8 text can hold: stored as a
+    # metadata key it made the creation itself answer 500, and every later read of the order.
+    _, key, _ = dev_platform.merchant("Surrogates")
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=dev_platform.url, headers=headers, timeout=60) as api:
+        for body, param in (
+            (
+                rb'{"orderId": "s-1", "amount": "1", "currency": "USDC", "metadata": {"\udfff": "v"}}',
+                "metadata.\\udfff",
+            ),
+            (rb'{"orderId": "s-2", "amount": "1", "currency": "USDC", "metadata": {"k": "\uD800"}}', "metadata.k"),
+            (rb'{"orderId": "s-\ud800", "amount": "1", "currency": "USDC"}', "orderId"),
+        ):
+            reply = api.post("/payment-intents", content=body)
+            assert reply.status_code == 400, reply.text
+            assert reply.json()["error"]["param"] == param
+        assert api.get("/payment-intents").json()["data"] == []
+        paired = api.post(
+            "/payment-intents", content=rb'{"orderId": "s-\ud83d\ude00", "amount": "1", "currency": "USDC"}'
+        )
+        assert paired.status_code == 201 and paired.json()["paymentIntent"]["orderId"] == "s-\U0001f600"
+
+
 def test_a_method_the_url_does_not_take_is_a_405_naming_the_ones_it_does(dev_platform: PlatformHarness) -> None:
     _, key, _ = dev_platform.merchant("405")
     with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
         for method, path, allowed in (
-            ("TRACE", "/health", {"GET", "HEAD"}),
-            ("DELETE", "/payment-intents", {"GET", "HEAD", "POST"}),
-            ("PUT", "/webhook-endpoints/whk_x", {"GET", "HEAD", "PATCH", "DELETE"}),
+            ("TRACE", "/health", {"GET", "HEAD", "OPTIONS"}),
+            ("DELETE", "/payment-intents", {"GET", "HEAD", "POST", "OPTIONS"}),
+            ("PUT", "/webhook-endpoints/whk_x", {"GET", "HEAD", "PATCH", "DELETE", "OPTIONS"}),
         ):
             reply = api.request(method, path)
             assert reply.status_code == 405, (method, path, reply.text)

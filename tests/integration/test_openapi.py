@@ -3,6 +3,8 @@ and rendered into docs/api-reference.md."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,12 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from tests.harness import PlatformHarness, sqlite_only
 from x402mw import __version__
-from x402mw.platform.api.openapi import build_document
+from x402mw.platform.api.fields import MINOR_SCHEMA, amount_schema
+from x402mw.platform.api.openapi import ServedChain, build_document
 from x402mw.platform.api.reference import render_markdown
+from x402mw.platform.api.sandbox import FAUCET_AMOUNTS
 from x402mw.platform.app import create_app
+from x402mw.platform.services.payment_intents import ORDER_AMOUNTS
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "api-reference.md"
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -139,8 +144,12 @@ def test_request_bodies_come_from_the_pydantic_models() -> None:
     assert create["additionalProperties"] is False
     assert set(create["required"]) == {"name", "resourceUrl", "chainId", "currency", "payoutAddress"}
     assert create["properties"]["maxTimeoutSeconds"]["minimum"] == 30
-    # amounts parsed from digit strings are documented as strings, never as numbers
-    assert create["properties"]["amountMinor"]["anyOf"][0] == {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"}
+    # minor units parsed from digit strings are documented as those strings (or JSON integers)
+    assert create["properties"]["amountMinor"]["anyOf"][0] == MINOR_SCHEMA
+    # amounts: the pattern of the parser's grammar and bounds, or a JSON number
+    for model, amounts in (("PaymentIntentCreate", ORDER_AMOUNTS), ("FaucetBody", FAUCET_AMOUNTS)):
+        assert schemas[model]["properties"]["amount"]["anyOf"] == amount_schema(amounts)["anyOf"], model
+        assert schemas[model]["properties"]["amount"]["anyOf"][0]["pattern"] == amounts.pattern()
     assert schemas["PaymentRequirements"]["properties"]["amount"]["type"] == "string"
     assert schemas["SettleBody"]["properties"]["paymentPayload"]["$ref"] == "#/components/schemas/PaymentPayload"
     assert schemas["ChallengeBatch"]["properties"]["challenges"]["items"] == {
@@ -154,7 +163,40 @@ def test_the_running_platform_serves_the_document(dev_platform: PlatformHarness)
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.headers["request-id"].startswith("req_")
-    assert response.json() == build_document()
+    served = [ServedChain.of(chain) for chain in dev_platform.platform.chains]
+    assert response.json() == build_document(served)
+    # which chains and networks requests may name on this platform
+    schemas = response.json()["components"]["schemas"]
+    assert schemas["EndpointCreate"]["properties"]["chainId"]["enum"] == [dev_platform.chain.chain_id]
+    for name in ("FaucetBody", "AttemptBody", "SyncBody"):
+        assert schemas[name]["properties"]["network"]["enum"] == [dev_platform.network], name
+    assert "enum" not in build_document()["components"]["schemas"]["FaucetBody"]["properties"]["network"]
+
+
+@sqlite_only  # never reaches the database
+def test_options_names_the_documented_methods_of_every_path(dev_platform: PlatformHarness) -> None:
+    # Every documented path answers OPTIONS, without an API key, with exactly its documented methods
+    # (and HEAD where it takes GET, and OPTIONS) in Allow; a 405 names the same ones.
+    document = build_document()
+    origin = dev_platform.url.removesuffix("/v1")
+    examples = {"challenge_id": "ch_1", "payment_id": str(uuid.uuid4())}
+    with httpx.Client(base_url=origin, timeout=30) as client:
+        for path, item in document["paths"].items():
+            url = re.sub(r"\{(\w+)\}", lambda m: examples.get(m.group(1), str(uuid.uuid4())), path)
+            documented = {method.upper() for method in item if method in METHODS}
+            expected = documented | {"OPTIONS"} | ({"HEAD"} if "GET" in documented else set())
+            reply = client.options(url)
+            assert reply.status_code == 204, (path, reply.text)
+            assert {name.strip() for name in reply.headers["allow"].split(",")} == expected, path
+            assert reply.content == b"" and reply.headers["request-id"].startswith("req_")
+            refused = client.request("PUT", url)
+            assert refused.status_code == 405, (path, refused.text)
+            assert {name.strip() for name in refused.headers["allow"].split(",")} == expected, path
+        # a URL the API does not have is still a 404, OPTIONS or not
+        assert client.options("/v1/nothing-here").status_code == 404
+        # the concrete path wins over the templated one, as in the document: no challenge is called "batch"
+        batch = client.get("/v1/agent/challenges/batch")
+        assert batch.status_code == 405 and batch.headers["allow"] == "POST, OPTIONS"
 
 
 def test_the_reference_page_is_rendered_from_the_document() -> None:
@@ -187,9 +229,7 @@ def test_links_lead_from_an_answer_s_id_to_the_operations_that_take_it() -> None
 
 
 def test_url_fields_are_documented_as_the_validator_reads_them() -> None:
-    import re
-
-    from x402mw.platform.api.bodies import http_url
+    from x402mw.platform.api.fields import http_url
 
     schemas = build_document()["components"]["schemas"]
     fields = [
@@ -210,6 +250,14 @@ def test_url_fields_are_documented_as_the_validator_reads_them() -> None:
         "https://shop.example/a b",
         "shop.example/thanks",
         "https://shop.example/" + "a" * 2040,
+        "https://[::1]:8080/hook",
+        "https://[::1",
+        "https://:80/",
+        "https://user@/x",
+        "https://shop.example:99999/",
+        "https://shop.example\\@evil.example/",
+        "https://shop.example/\u3000",
+        "https://shop.example/\x7f",
     ]
     for model, field in fields:
         schema = schemas[model]["properties"][field]

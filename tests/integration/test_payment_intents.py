@@ -158,7 +158,18 @@ def test_defaults_and_the_legacy_flat_customer_fields(dev_platform: PlatformHarn
         _error(reply, 400, "parameter_invalid", "customerName")
 
 
-@pytest.mark.parametrize(("number", "amount"), [("12.5", "12.5"), ("3", "3"), ("0.000001", "0.000001")])
+@pytest.mark.parametrize(
+    ("number", "amount"),
+    [
+        ("12.5", "12.5"),
+        ("3", "3"),
+        ("0.000001", "0.000001"),
+        ("1e3", "1000"),
+        ("2.50000000", "2.5"),
+        ("1E-6", "0.000001"),
+        ("7.0", "7"),
+    ],
+)
 def test_json_number_amounts_are_read_exactly(dev_platform: PlatformHarness, number: str, amount: str) -> None:
     _, api = _merchant_api(dev_platform)
     with api:
@@ -169,6 +180,14 @@ def test_json_number_amounts_are_read_exactly(dev_platform: PlatformHarness, num
         assert reply.json()["paymentIntent"]["amount"] == amount
         assert _create(api, amount="999999999.999999")["amount"] == "999999999.999999"
         assert _create(api, amount="1000000000")["amount"] == "1000000000"
+
+
+def test_expires_at_takes_any_rfc_3339_time_in_the_future(dev_platform: PlatformHarness) -> None:
+    _, api = _merchant_api(dev_platform)
+    with api:
+        assert _create(api, expiresAt="2099-01-01t00:00:00z")["expiresAt"] == "2099-01-01T00:00:00.000Z"
+        # past the last instant Python can hold in UTC: the order expires then
+        assert _create(api, expiresAt="9999-12-31T23:59:59-05:00")["expiresAt"] == "9999-12-31T23:59:59.999Z"
 
 
 BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
@@ -186,6 +205,14 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("too large", {"amount": "1000000000.000001"}, "amount", "parameter_invalid"),
     ("exponent", {"amount": "1e3"}, "amount", "parameter_invalid"),
     ("infinite", {"amount": "Infinity"}, "amount", "parameter_invalid"),
+    # one ASCII decimal grammar for amounts: these were all read as numbers before
+    ("amount in spaces", {"amount": " 1 "}, "amount", "parameter_invalid"),
+    ("full-width digit", {"amount": "１"}, "amount", "parameter_invalid"),
+    ("trailing point", {"amount": "1."}, "amount", "parameter_invalid"),
+    ("leading point", {"amount": ".5"}, "amount", "parameter_invalid"),
+    ("plus sign", {"amount": "+1"}, "amount", "parameter_invalid"),
+    ("leading zero", {"amount": "01"}, "amount", "parameter_invalid"),
+    ("seven decimals written", {"amount": "1.0000000"}, "amount", "parameter_invalid"),
     ("unknown currency", {"currency": "BTC"}, "currency", "parameter_invalid"),
     ("lower-case currency", {"currency": "usdc"}, "currency", "parameter_invalid"),
     ("accepted without currency", {"acceptedCurrencies": ["EURC"]}, "acceptedCurrencies", "parameter_invalid"),
@@ -207,7 +234,6 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str, str]] = [
     ("expiresAt without timezone", {"expiresAt": "2099-01-01T00:00:00"}, "expiresAt", "parameter_invalid"),
     ("expiresAt not a date", {"expiresAt": "tomorrow"}, "expiresAt", "parameter_invalid"),
     ("expiresAt a number", {"expiresAt": 4102444800}, "expiresAt", "parameter_invalid"),
-    ("expiresAt overflow", {"expiresAt": "9999-12-31T23:59:59-05:00"}, "expiresAt", "parameter_invalid"),
     ("bad customer email", {"customer": {"email": "nobody"}}, "customer.email", "parameter_invalid"),
     ("unknown customer field", {"customer": {"phone": "1"}}, "customer.phone", "parameter_unknown"),
     ("customer not an object", {"customer": "Ada"}, "customer", "parameter_invalid"),
@@ -244,7 +270,7 @@ def test_bad_input_is_a_400_naming_its_param(
     assert _events(dev_platform, merchant_id) == []
 
 
-@pytest.mark.parametrize("number", ["0.0000001", "0", "-3", "1e2", "1000000001"])
+@pytest.mark.parametrize("number", ["0.0000001", "0", "-3", "1e-7", "1000000001", "1e10", "0.0"])
 def test_bad_json_number_amounts(dev_platform: PlatformHarness, number: str) -> None:
     _, api = _merchant_api(dev_platform)
     with api:
@@ -332,6 +358,24 @@ def test_pagination(dev_platform: PlatformHarness) -> None:
         rest = api.get("/payment-intents", params={"limit": 2, "starting_after": ids[1]}).json()
         assert [i["id"] for i in rest["data"]] == [ids[0]] and rest["hasMore"] is False
         _error(api.get("/payment-intents", params={"orderId": "x" * 201}), 400, "parameter_invalid", "orderId")
+        # both cursors: the objects between them, newest first
+        more = [_create(api)["id"] for _ in range(2)]  # ids, then more: oldest first
+        between = api.get("/payment-intents", params={"starting_after": more[1], "ending_before": ids[1]}).json()
+        assert [i["id"] for i in between["data"]] == [more[0], ids[2]] and between["hasMore"] is False
+        window = api.get("/payment-intents", params={"starting_after": more[1], "ending_before": ids[0], "limit": 2})
+        assert [i["id"] for i in window.json()["data"]] == [more[0], ids[2]] and window.json()["hasMore"] is True
+        # cursors are ids, limits ASCII numbers: anything else is a 400 naming it
+        for params, param in (
+            ({"starting_after": "not-an-id"}, "starting_after"),
+            ({"ending_before": ""}, "ending_before"),
+            ({"limit": "١"}, "limit"),
+            ({"limit": "0"}, "limit"),
+        ):
+            _error(api.get("/payment-intents", params=params), 400, "parameter_invalid", param)
+        # a well-formed id the merchant has no object with is a 404; the case of an id does not matter
+        _error(api.get("/payment-intents", params={"starting_after": str(uuid.uuid4())}), 404, "resource_missing")
+        upper = api.get("/payment-intents", params={"starting_after": ids[1].upper()}).json()
+        assert [i["id"] for i in upper["data"]] == [ids[0]]
 
 
 def test_cancel_then_cancel_again(dev_platform: PlatformHarness) -> None:

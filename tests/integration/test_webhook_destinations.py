@@ -82,12 +82,13 @@ def _assert_refused(api: httpx.Client, url: str) -> str:
     refused = api.post("/webhook-endpoints", json={"url": url, "enabledEvents": ["*"]})
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
-    assert (error["code"], error["param"]) == ("url_not_allowed", "url"), error
+    # refused as a destination, or (an IPv6 zone id) already as a URL the grammar does not take
+    assert error["code"] in ("url_not_allowed", "parameter_invalid") and error["param"] == "url", error
     created = api.post("/webhook-endpoints", json={"url": "https://hooks.example.com/x", "enabledEvents": ["*"]})
     assert created.status_code == 201, created.text
     endpoint_id = created.json()["webhookEndpoint"]["id"]
     moved = api.patch(f"/webhook-endpoints/{endpoint_id}", json={"url": url})
-    assert moved.status_code == 400 and moved.json()["error"]["code"] == "url_not_allowed", moved.text
+    assert moved.status_code == 400 and moved.json()["error"]["code"] == error["code"], moved.text
     assert api.delete(f"/webhook-endpoints/{endpoint_id}").status_code == 200
     return str(error["message"])
 
@@ -129,7 +130,7 @@ def test_the_embedded_default_lets_test_mode_reach_private_addresses_and_never_l
             _assert_accepted(api, url)
         for url in NEVER:
             message = _assert_refused(api, url)
-            assert "where no webhook may go" in message, message
+            assert "where no webhook may go" in message or "must be an absolute http(s) URL" in message, message
         assert "169.254.169.254" in _assert_refused(api, "http://2852039166/")
 
 

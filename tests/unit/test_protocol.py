@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -22,6 +23,7 @@ from x402mw.protocol import (
     parse_caip2,
     to_atomic,
 )
+from x402mw.protocol.prices import AmountFormat, JsonNumber, decimal_pattern, json_number, parse_decimal
 
 OFFER = {
     "scheme": "exact",
@@ -207,10 +209,86 @@ def test_prices_are_exact(price: object, atomic: int) -> None:
     assert to_atomic(price) == atomic  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("price", [0.01, "0.0000001", "$-1", "0", "1e3", "NaN", "0.01 EURC", True, "abc", -5])
+@pytest.mark.parametrize(
+    "price",
+    [
+        *(0.01, "0.0000001", "$-1", "0", "1e3", "NaN", "0.01 EURC", True, "abc", -5),
+        # one grammar for amounts as text: no white space, other digits, bare points, signs or leading zeros
+        *(" 1 ", "1 ", "１", "٣", "1.", ".5", "+1", "01", "$ 1", "1_000", "0.01  USDC", "0x10"),
+    ],
+)
 def test_bad_prices_are_refused(price: object) -> None:
     with pytest.raises(PriceError):
         to_atomic(price)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [("25.00", True), ("0", True), ("0.5", True), ("10", True), ("1.000000000", True)]
+    + [(bad, False) for bad in (" 1 ", "１", "1.", ".5", "+1", "-1", "01", "00.5", "1e3", "1,5", "", "1\n")],
+)
+def test_the_decimal_grammar(text: str, valid: bool) -> None:
+    assert (re.fullmatch(decimal_pattern(), text) is not None) is valid
+    if valid:
+        assert parse_decimal(text) == Decimal(text)
+    else:
+        with pytest.raises(PriceError):
+            parse_decimal(text)
+
+
+ORDER = AmountFormat(decimals=6, max_exponent=9)
+
+
+@pytest.mark.parametrize(
+    ("value", "atomic"),
+    [
+        ("25.00", 25_000_000),
+        ("0.000001", 1),
+        ("1000000000", 10**15),
+        ("1000000000.000000", 10**15),
+        (12, 12_000_000),
+        # a JSON number is read by its value, exponents included
+        (JsonNumber("12.5"), 12_500_000),
+        (JsonNumber("1e3"), 10**9),
+        (JsonNumber("1.50000000"), 1_500_000),
+    ],
+)
+def test_amounts_an_api_takes(value: object, atomic: int) -> None:
+    assert ORDER.parse(value) == atomic
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        *((text, "decimal") for text in (" 1 ", "１", "1.", ".5", "+1", "1e3", "01")),
+        *((value, "greater than zero") for value in ("0", "0.000000", JsonNumber("-1.5"))),
+        *((value, "at most") for value in ("1000000000.000001", JsonNumber("1e10"))),
+        *((value, "6 decimals") for value in ("1.0000000", JsonNumber("1e-7"))),
+        *((value, "decimal") for value in (1.5, True, None, [])),
+    ],
+)
+def test_amounts_an_api_refuses(value: object, message: str) -> None:
+    with pytest.raises(PriceError, match=message):
+        ORDER.parse(value)
+
+
+_AMOUNT_TEXT = st.text(alphabet="0123456789.", max_size=14) | st.from_regex(ORDER.pattern(), fullmatch=True)
+
+
+@given(_AMOUNT_TEXT, st.sampled_from([ORDER, AmountFormat(decimals=6, max_exponent=6), AmountFormat(2, 1)]))
+def test_an_amount_pattern_matches_exactly_what_its_parser_takes(text: str, amounts: AmountFormat) -> None:
+    try:
+        amounts.parse(text)
+        parsed = True
+    except PriceError:
+        parsed = False
+    assert (re.fullmatch(amounts.pattern(), text) is not None) is parsed
+
+
+def test_json_numbers_are_ints_when_whole_and_their_text_otherwise() -> None:
+    data = json.loads('{"a": 2775.0, "b": 1e3, "c": 12.50, "d": 1e-7, "e": 1e400, "f": 7}', parse_float=json_number)
+    assert data == {"a": 2775, "b": 1000, "c": "12.50", "d": "1e-7", "e": "1e400", "f": 7}
+    assert [type(data[k]) for k in "abcdef"] == [int, int, JsonNumber, JsonNumber, JsonNumber, int]
 
 
 def test_dollar_prices_are_usdc_only() -> None:

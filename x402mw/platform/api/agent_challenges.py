@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
+from starlette.convertors import StringConvertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -17,6 +18,7 @@ from starlette.routing import Route
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import iso, parse_body, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import MINOR_PATTERN, ChallengeId, Uuid
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.challenges import record_challenges
@@ -29,12 +31,12 @@ MAX_BATCH = 500
 
 class ChallengeIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    challengeId: str = Field(min_length=1, max_length=64)
-    endpointId: str = Field(min_length=1, max_length=36)
+    challengeId: ChallengeId
+    endpointId: Uuid
     network: str = Field(max_length=40)
     asset: str = Field(max_length=42)
     payTo: str = Field(max_length=42)
-    amount: str = Field(pattern=r"^[0-9]{1,19}$")
+    amount: str = Field(pattern=MINOR_PATTERN)
     resource: str = Field(default="", max_length=2048)
     expiresAt: StrictInt
 
@@ -149,8 +151,18 @@ async def retrieve(request: Request) -> JSONResponse:
     )
 
 
+class _ChallengeIdConvertor(StringConvertor):
+    """A path segment naming a challenge: any but ``batch``, which names the batch operation, so
+    that ``GET /agent/challenges/batch`` is a 405 as the OpenAPI document says (it matches a
+    concrete path before a templated one), not a lookup of a challenge called ``batch``."""
+
+    regex = "(?!batch$)[^/]+"
+
+
+register_url_convertor("challenge_id", _ChallengeIdConvertor())
+
 routes = [
     Route("/agent/challenges/batch", register_batch, methods=["POST"]),
-    Route("/agent/challenges/{challenge_id}", retrieve, methods=["GET"]),
+    Route("/agent/challenges/{challenge_id:challenge_id}", retrieve, methods=["GET"]),
 ]
-legacy_routes = [Route("/agent/challenges/{challenge_id}", retrieve, methods=["GET"])]
+legacy_routes = [Route("/agent/challenges/{challenge_id:challenge_id}", retrieve, methods=["GET"])]

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from x402mw.evm.keys import is_address, to_checksum_address
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import HttpUrl, PatchBody, http_url, iso, parse_body, read_json
+from x402mw.platform.api.bodies import PatchBody, iso, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import MINOR_SCHEMA, HttpUrl, NonZeroAddress, http_url, minor_units
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentEndpoint, utcnow
@@ -23,62 +23,52 @@ from x402mw.platform.services.merchants import Caller
 
 __all__ = ["endpoint_json", "load_endpoint", "routes"]
 
-MAX_MINOR = 2**63 - 1
-ZERO_ADDRESS = "0x" + "0" * 40
-
-
-def _minor(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool | float) or not isinstance(value, int | str):
-        raise ValueError('must be a string of integer minor units, e.g. "10000"')
-    text = str(value)
-    if not text.isascii() or not text.isdigit() or len(text) > 19:
-        raise ValueError('must be a string of integer minor units, e.g. "10000"')
-    number = int(text)
-    if number == 0:
-        raise ValueError("must be greater than zero")
-    if number > MAX_MINOR:
-        raise ValueError(f"must be at most {MAX_MINOR}")
-    return number
-
-
-def _address(value: str) -> str:
-    if not is_address(value):
-        raise ValueError("must be a 0x-prefixed 20-byte EVM address")
-    if value.lower() == ZERO_ADDRESS:
-        raise ValueError("must not be the zero address")
-    return to_checksum_address(value)
+MinorUnits = Annotated[int, WithJsonSchema(MINOR_SCHEMA)]
+CURRENCY_PATTERN = "^(?:[Uu][Ss][Dd][Cc]|[Ee][Uu][Rr][Cc])$"
+"""``USDC`` or ``EURC``, in any case (``USDT`` has no EIP-3009 and is refused with its own code)."""
+FIXED_NEEDS_AMOUNT: dict[str, Any] = {  # fixed pricing (the default) needs an amount
+    "if": {"properties": {"pricingMode": {"const": "fixed"}}},
+    "then": {"required": ["amountMinor"], "properties": {"amountMinor": {"not": {"type": "null"}}}},
+}
 
 
 class _EndpointFields(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     _v_url = field_validator("resourceUrl", check_fields=False)(lambda v: v if v is None else http_url(v))
-    _v_payout = field_validator("payoutAddress", check_fields=False)(lambda v: v if v is None else _address(v))
-    _v_amount = field_validator("amountMinor", mode="before", check_fields=False)(_minor)
+    _v_amount = field_validator("amountMinor", mode="before", check_fields=False)(minor_units)
 
 
 class EndpointCreate(_EndpointFields):
+    model_config = ConfigDict(json_schema_extra=FIXED_NEEDS_AMOUNT)
+
     name: str = Field(min_length=1, max_length=200)
     resourceUrl: HttpUrl
     chainId: StrictInt
-    currency: str = Field(max_length=10)
-    payoutAddress: str
+    currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})]
+    payoutAddress: NonZeroAddress
     pricingMode: Literal["fixed", "dynamic"] = "fixed"
-    amountMinor: int | None = None
+    amountMinor: MinorUnits | None = None
     releasePolicy: Literal["included", "confirmed"] = "included"
     maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600)
 
 
 class EndpointUpdate(_EndpointFields, PatchBody):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {  # fixed pricing and no amount, in one request
+                "required": ["pricingMode", "amountMinor"],
+                "properties": {"pricingMode": {"const": "fixed"}, "amountMinor": {"type": "null"}},
+            }
+        }
+    )
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
     resourceUrl: HttpUrl | None = None
-    payoutAddress: str | None = None
+    payoutAddress: NonZeroAddress | None = None
     pricingMode: Literal["fixed", "dynamic"] | None = None
-    amountMinor: int | None = None
+    amountMinor: MinorUnits | None = None
     releasePolicy: Literal["included", "confirmed"] | None = None
     maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600)
 
@@ -184,7 +174,7 @@ async def retrieve(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     platform = request.app.state.platform
     async with platform.engine.connect() as conn:
-        row = await load_endpoint(conn, caller, request.path_params["endpoint_id"])
+        row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
     return JSONResponse({"endpoint": endpoint_json(row, platform.chains.get(row.chain_id))})
 
 
@@ -195,11 +185,21 @@ async def update(request: Request) -> JSONResponse:
     table = tables.agent_endpoints
     changes = body.changes()
     async with platform.engine.begin() as conn:
-        row = await load_endpoint(conn, caller, request.path_params["endpoint_id"])
+        row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
         pricing = changes.get("pricingMode", row.pricing_mode)
         amount = changes.get("amountMinor", row.amount_minor)
         if pricing == "fixed" and amount is None:
-            raise ApiError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
+            if "pricingMode" in changes and "amountMinor" in changes:  # the request contradicts itself
+                raise ApiError(
+                    400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor"
+                )
+            # the request is fine, but not with what the endpoint already is
+            raise ApiError(
+                409,
+                "endpoint_needs_amount",
+                "With fixed pricing the endpoint needs an amount: send amountMinor too, or pricingMode 'dynamic'",
+                param="amountMinor",
+            )
         values: dict[str, Any] = {"updated_at": utcnow()}
         names = {
             "name": "name",

@@ -16,9 +16,10 @@ from starlette.routing import Route
 from x402mw.platform import metrics
 from x402mw.platform.api.agent_challenges import ChallengeIn, challenge_row
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import parse_body, read_json
+from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.fields import MAX_MINOR, ChallengeId, Uuid
+from x402mw.platform.api.pagination import list_page, query_id
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.metering import monthly_usage
@@ -28,14 +29,14 @@ from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
 __all__ = ["MONTH", "routes", "unavailable_error"]
 
-MONTH = re.compile(r"(?!0000)[0-9]{4}-(0[1-9]|1[0-2])")
+MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])")
 """A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
 
 
 class SettleBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    endpointId: str = Field(min_length=1, max_length=36)
-    challengeId: str = Field(min_length=1, max_length=64)
+    endpointId: Uuid
+    challengeId: ChallengeId
     resource: str = Field(default="", max_length=2048)
     expiresAt: StrictInt
     accepted: dict[str, Any]
@@ -72,10 +73,15 @@ async def settle(request: Request) -> JSONResponse:
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+    refusal = _endpoint_mismatch(endpoint, accepted, platform)
+    if refusal is not None:
+        metrics.count_settlement(platform.settlement.network_label(accepted.network), "failed", refusal[0])
+        return _reply(platform.settlement.failed(accepted.network, *refusal))
+    # The terms match the endpoint's network, token and payout address; the amount is the agent's.
     challenge = challenge_row(
         caller.merchant_id,
         caller.livemode,
-        ChallengeIn(
+        ChallengeIn.model_construct(
             challengeId=body.challengeId,
             endpointId=endpoint.id,
             network=accepted.network,
@@ -86,10 +92,6 @@ async def settle(request: Request) -> JSONResponse:
             expiresAt=body.expiresAt,
         ),
     )
-    refusal = _endpoint_mismatch(endpoint, accepted, platform)
-    if refusal is not None:
-        metrics.count_settlement(platform.settlement.network_label(accepted.network), "failed", refusal[0])
-        return _reply(platform.settlement.failed(accepted.network, *refusal))
     outcome = await platform.settlement.settle(
         SettleRequest(
             accepted=accepted,
@@ -111,6 +113,8 @@ async def settle(request: Request) -> JSONResponse:
 
 
 def _endpoint_mismatch(endpoint: Any, accepted: PaymentRequirements, platform: Any) -> tuple[str, str] | None:
+    if not 1 <= accepted.amount <= MAX_MINOR:
+        return reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
     if accepted.network != f"eip155:{endpoint.chain_id}":
         return reasons.INVALID_NETWORK, "the payment is for another network than the endpoint's"
     chain = platform.chains.get(endpoint.chain_id)
@@ -129,8 +133,8 @@ async def list_payments(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     table = tables.agent_payments
     filters = caller.owns(table)
-    endpoint = request.query_params.get("endpointId")
-    if endpoint:
+    endpoint = query_id(request, "endpointId")
+    if endpoint is not None:
         filters.append(table.c.endpoint_id == endpoint)
     await request.app.state.platform.settlement.recorded()
     async with request.app.state.platform.engine.connect() as conn:
@@ -143,7 +147,7 @@ async def list_payments(request: Request) -> JSONResponse:
 async def retrieve_payment(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     table = tables.agent_payments
-    payment_id = request.path_params["payment_id"]
+    payment_id = path_uuid(request, "payment_id", "agent payment")
     await request.app.state.platform.settlement.recorded()
     async with request.app.state.platform.engine.connect() as conn:
         found = (

@@ -6,18 +6,18 @@ import re
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError, WithJsonSchema
+from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
 from x402mw.protocol import bounded_json
+from x402mw.protocol.prices import json_number
 
-__all__ = ["MAX_BODY_BYTES", "HttpUrl", "PatchBody", "http_url", "iso", "parse_body", "path_uuid", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "PatchBody", "iso", "parse_body", "path_uuid", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
@@ -53,7 +53,7 @@ async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
             return {}
         raise ApiError(400, "body_missing", "Request body must be a JSON object")
     try:
-        data = bounded_json.loads(body, max_bytes=MAX_BODY_BYTES, parse_float=_no_float_loss)
+        data = bounded_json.loads(body, max_bytes=MAX_BODY_BYTES, parse_float=json_number)
     except bounded_json.JsonLimitError as exc:
         if exc.code == "json_too_large":
             raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB") from None
@@ -108,11 +108,6 @@ def _param(parts: Iterable[object]) -> str:
     return ".".join(str(part) for part in parts)[:200].encode("utf-8", "backslashreplace").decode()
 
 
-def _no_float_loss(text: str) -> str:
-    # JSON numbers with a fraction are kept as their exact text; money fields parse them as Decimal.
-    return text
-
-
 def parse_body(model: type[M], data: Any, *, prefix: str = "") -> M:
     """Validate ``data`` with ``model``; the first problem becomes a 400 naming its ``param``
     (``prefix`` names where ``data`` sits in the request body, e.g. ``"accepted."``)."""
@@ -162,36 +157,6 @@ class PatchBody(BaseModel):
             if "default" in field and field["default"] is None:  # "leave it out", not a value to send
                 del field["default"]
         return answer
-
-
-HttpUrl = Annotated[
-    str,
-    WithJsonSchema(
-        {
-            "type": "string",
-            "format": "uri",
-            "pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+[^\s]*$",
-            "maxLength": 2048,
-        }
-    ),
-]
-"""The type of a URL field: what :func:`http_url` accepts, as the OpenAPI document describes it
-(the field's validator is still :func:`http_url`)."""
-
-
-def http_url(value: str | None) -> str | None:
-    """A pydantic field check: an absolute http(s) URL with a host, no white space, ≤ 2048 chars."""
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if (
-        len(value) > 2048
-        or parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or any(c.isspace() for c in value)
-    ):
-        raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
-    return value
 
 
 def path_uuid(request: Request, name: str, what: str) -> str:

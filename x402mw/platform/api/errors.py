@@ -19,7 +19,7 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Match, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount
 
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable
@@ -29,6 +29,7 @@ __all__ = [
     "RETRY_AFTER_SECONDS",
     "ApiError",
     "RequestIdMiddleware",
+    "allowed_methods",
     "current_request_id",
     "error_response",
     "exception_handlers",
@@ -93,30 +94,48 @@ async def _api_error(_request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
-def _allowed_methods(routes: Iterable[BaseRoute], scope: Scope) -> set[str]:
-    """The methods of every route whose path matches ``scope`` (Starlette's own 405 names only the
-    first such route, and a path here often has one route per method)."""
-    allowed: set[str] = set()
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _routes_to(routes: Iterable[BaseRoute], scope: Scope) -> bool:
+    """Whether Starlette's router sends ``scope`` to an endpoint: the first route that matches it
+    fully takes it (a mount passes it on to its own routes, and never back)."""
     for route in routes:
         match, child = route.matches(scope)
-        if isinstance(route, Mount) and match is Match.FULL:
-            allowed |= _allowed_methods(route.routes, {**scope, **child})
-        elif isinstance(route, Route) and match is not Match.NONE:
-            allowed |= route.methods or set()
-    return allowed
+        if match is Match.FULL:
+            if isinstance(route, Mount):
+                if not route.routes:  # an app (static files): it answers GET and HEAD
+                    return scope["method"] in ("GET", "HEAD")
+                return _routes_to(route.routes, {**scope, **child})
+            return True
+    return False
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods the request's URL takes, found by routing the URL with each method in turn (a
+    path often has one route per method, and Starlette's own 405 names only the first such route;
+    routes for other paths that also match, such as the checkout pages' catch-all, are left out
+    when a mount routes the URL elsewhere). Empty when the URL names nothing."""
+    # Matched from the app's own root: inside a Mount, the scope's root_path is the mount's.
+    root = request.scope.get("app_root_path", request.scope.get("root_path", ""))
+    scope = {**request.scope, "root_path": root}
+    return [method for method in _METHODS if _routes_to(request.app.routes, {**scope, "method": method})]
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 405 and request.method == "OPTIONS":
+        # OPTIONS is answered for every path the API has, without an API key: which methods it takes
+        allowed = allowed_methods(request)
+        if allowed:
+            return Response(status_code=204, headers={"Allow": ", ".join([*allowed, "OPTIONS"])})
     code = {404: "resource_missing", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
     message = "Unrecognized request URL" if exc.status_code == 404 else str(exc.detail)
     headers = dict(exc.headers or {})
     if exc.status_code == 405:  # RFC 9110, 15.5.6: a 405 names the methods the URL does take
-        # Matched from the app's own root: inside a Mount, the scope's root_path is the mount's.
-        scope = {**request.scope, "root_path": request.scope.get("app_root_path", request.scope.get("root_path", ""))}
-        allowed = _allowed_methods(request.app.routes, scope)
+        allowed = allowed_methods(request)
         if allowed:
-            headers["Allow"] = ", ".join(sorted(allowed))
+            headers["Allow"] = ", ".join([*allowed, "OPTIONS"])
     return error_response(ApiError(exc.status_code, code, message, headers=headers))
 
 

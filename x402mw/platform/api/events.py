@@ -11,11 +11,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import iso, read_json
+from x402mw.platform.api.bodies import iso, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
 from x402mw.platform.services.merchants import Caller
+from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import envelope, redeliver
 
 __all__ = ["event_json", "routes"]
@@ -51,6 +52,10 @@ async def list_events(request: Request) -> JSONResponse:
     filters = caller.owns(table)
     kind = request.query_params.get("type")
     if kind is not None:
+        if kind not in EVENT_TYPES:
+            raise ApiError(
+                400, "parameter_invalid", f"type must be an event type: {', '.join(EVENT_TYPES)}", param="type"
+            )
         filters.append(table.c.type == kind)
     await request.app.state.platform.settlement.recorded()  # agent_payment.settled lands just after its receipt
     async with request.app.state.platform.engine.connect() as conn:
@@ -62,7 +67,7 @@ async def retrieve(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     deliveries = tables.webhook_deliveries
     async with request.app.state.platform.engine.connect() as conn:
-        row = await _load(conn, caller, request.path_params["event_id"])
+        row = await _load(conn, caller, path_uuid(request, "event_id", "event"))
         attempts = await conn.execute(
             select(deliveries).where(deliveries.c.event_id == row["id"]).order_by(deliveries.c.created_at)
         )
@@ -75,7 +80,7 @@ async def redeliver_event(request: Request) -> JSONResponse:
         raise ApiError(400, "parameter_unknown", f"Received unknown parameter: {name[:80]}", param=name[:80])
     platform = request.app.state.platform
     async with platform.engine.connect() as conn:
-        row = await _load(conn, caller, request.path_params["event_id"])
+        row = await _load(conn, caller, path_uuid(request, "event_id", "event"))
     count = await redeliver(platform.engine, row, platform.clock.now())
     return JSONResponse({"object": "event", "id": row["id"], "redelivered": count})
 

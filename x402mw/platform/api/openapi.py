@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,10 +25,14 @@ from starlette.routing import Route
 from x402mw import __version__
 from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_payments as money
-from x402mw.platform.api.openapi_operations import ERRORS, operations
-from x402mw.platform.api.openapi_schemas import STRING, Schema, model_schemas, ref, response_schemas
+from x402mw.platform.api.openapi_models import model_schemas
+from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
+from x402mw.platform.api.openapi_schemas import STRING, Schema, ref, response_schemas
+from x402mw.platform.services.chains import ChainHandle
 
-__all__ = ["build_document", "routes"]
+__all__ = ["ServedChain", "build_document", "routes"]
+
+IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
 
 
 def _components() -> Schema:
@@ -54,22 +60,25 @@ def _components() -> Schema:
             "starting_after": {
                 "name": "starting_after",
                 "in": "query",
-                "description": "id of an object: answer the page of older objects after it",
-                "schema": STRING,
+                "description": "id of an object of the list: answer the page of older objects after it "
+                "(an id the merchant has no such object with is a 404)",
+                "schema": UUID,
             },
             "Idempotency-Key": {
                 "name": "Idempotency-Key",
                 "in": "header",
                 "description": "1–255 printable ASCII characters. The same key with the same request within "
-                "24 h answers the stored response again (with `Idempotent-Replayed: true`).",
-                "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                "24 h answers the stored response again (with `Idempotent-Replayed: true`); with another "
+                "request, 400 `idempotency_error`.",
+                # leading and trailing spaces are not part of a header's value in HTTP
+                "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": IDEMPOTENCY_KEY},
             },
             "ending_before": {
                 "name": "ending_before",
                 "in": "query",
-                "description": "id of an object: answer the page of newer objects before it "
-                "(not with `starting_after`)",
-                "schema": STRING,
+                "description": "id of an object of the list: answer the page of newer objects before it; "
+                "with `starting_after`, the objects between the two",
+                "schema": UUID,
             },
         },
         "headers": {"Request-Id": {"description": "id of this request, quoted in logs and errors", "schema": STRING}},
@@ -101,11 +110,22 @@ _TAGS = [
 
 _DESCRIPTION = """\
 The x402mw platform API. Authenticate with a merchant API key, as `Authorization: Bearer <key>` or
-`x-api-key: <key>`; test keys (`sk_test_…`) see only test-mode objects. JSON is camelCase and
-amounts are strings. Errors answer `{"error": {"type", "code", "message", "requestId", "param"?}}`
-and every response has a `Request-Id` header. Lists take `limit` (1–100, default 10),
-`starting_after` and `ending_before`, and answer `{"object": "list", "data": [...], "hasMore"}`.
-Paths are relative to `{api_host}`, the platform's origin."""
+`x-api-key: <key>`; test keys (`sk_test_…`) see only test-mode objects. JSON is camelCase.
+Errors answer `{"error": {"type", "code", "message", "requestId", "param"?}}` and every response
+has a `Request-Id` header. Lists take `limit` (1–100, default 10), `starting_after` and
+`ending_before`, and answer `{"object": "list", "data": [...], "hasMore"}`. Paths are relative to
+`{api_host}`, the platform's origin.
+
+Amounts are decimal strings in one grammar: ASCII digits without a sign, an exponent, white space
+or a leading zero, then optionally `.` and at most 6 digits (`"25.00"`, `"0.5"`; not `" 1 "`, `"1."`,
+`".5"` or `"+1"`). A JSON number is accepted too and read by its value, never as a float. No string
+in a request may contain a NUL character. Ids are UUIDs (a challenge's id is the seller
+middleware's); an id in a path that names nothing, malformed or unknown, answers 404
+`resource_missing`. A request the document calls valid is answered 2xx, or 404 for an id that does
+not exist, or 409 when the object's state does not allow it; one it calls invalid is a 400.
+
+Every path answers `OPTIONS` with 204 and an `Allow` header naming its methods (no API key needed),
+and `HEAD` wherever it answers `GET`; a method a path does not take is a 405 with the same `Allow`."""
 
 
 # Where an operation's answer names an object that other operations take as a path parameter:
@@ -169,18 +189,57 @@ def _document() -> Schema:
     }
 
 
+@dataclass(frozen=True)
+class ServedChain:
+    """What the document says of one chain the platform serves."""
+
+    chain_id: int
+    network: str
+    livemode: bool
+    faucet: bool  # the sandbox can mint its test coins
+
+    @classmethod
+    def of(cls, chain: ChainHandle) -> ServedChain:
+        faucet = not chain.livemode and (chain.dev is not None or chain.minter_key is not None)
+        return cls(chain.chain_id, chain.network.caip2, chain.livemode, faucet)
+
+
+def _one_of(values: Sequence[object]) -> Schema:
+    return {"enum": list(values)} if values else {"not": {}}
+
+
+def _served(document: Schema, chains: Sequence[ServedChain]) -> Schema:
+    """``document`` stating which chains and networks a request may name on this platform."""
+    schemas = document["components"]["schemas"]
+    networks = [chain.network for chain in chains]
+    test_networks = [chain.network for chain in chains if not chain.livemode]
+    faucet = [chain.network for chain in chains if chain.faucet]
+    schemas["EndpointCreate"]["properties"]["chainId"] |= _one_of([chain.chain_id for chain in chains])
+    schemas["FaucetBody"]["properties"]["network"] |= _one_of(faucet)
+    for name in ("AttemptBody", "SyncBody"):
+        schemas[name]["properties"]["network"] |= _one_of(networks)
+    for option in schemas["SimulatePaymentBody"]["properties"]["network"]["anyOf"]:
+        if option.get("type") == "string":
+            option |= _one_of(test_networks)
+    return document
+
+
+def build_document(chains: Sequence[ServedChain] | None = None) -> Schema:
+    """The OpenAPI 3.1 document of the whole platform API (a fresh copy of one built per process).
+    With ``chains``, the document a platform serving them serves: the chain ids and networks that
+    requests name are listed (``GET /v1/openapi.json``); without, they are only described."""
+    document = copy.deepcopy(_document())
+    return document if chains is None else _served(document, chains)
+
+
 @functools.cache
-def _document_bytes() -> bytes:
-    return json.dumps(_document(), ensure_ascii=False, separators=(",", ":")).encode()
+def _document_bytes(chains: tuple[ServedChain, ...]) -> bytes:
+    return json.dumps(build_document(chains), ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def build_document() -> Schema:
-    """The OpenAPI 3.1 document of the whole platform API (a fresh copy of one built per process)."""
-    return copy.deepcopy(_document())
-
-
-async def openapi_json(_request: Request) -> Response:
-    return Response(_document_bytes(), media_type="application/json")
+async def openapi_json(request: Request) -> Response:
+    chains = tuple(ServedChain.of(chain) for chain in request.app.state.platform.chains)
+    return Response(_document_bytes(chains), media_type="application/json")
 
 
 routes = [Route("/openapi.json", openapi_json, methods=["GET"])]

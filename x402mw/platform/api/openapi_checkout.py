@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from x402mw.platform.api.fields import UUID_PATTERN
 from x402mw.platform.api.openapi_operations import operation
 from x402mw.platform.api.openapi_schemas import (
     ADDRESS,
@@ -54,8 +55,9 @@ _PAYMENT_ID = {
     "name": "payment_id",
     "in": "path",
     "required": True,
-    "description": "the payment intent's id: a bare UUID or `pi_<uuid>`",
-    "schema": STRING,
+    "description": "the payment intent's id: a bare UUID or `pi_<uuid>`; any other value answers 404 "
+    "`resource_missing`, as an unknown id does",
+    "schema": {"type": "string", "pattern": "^(?:[Pp][Ii]_)?" + UUID_PATTERN.removeprefix("^")},
 }
 
 

@@ -4,9 +4,11 @@ and documented errors (see `x402mw.platform.api.openapi`)."""
 from __future__ import annotations
 
 from x402mw.platform.api.agent_settlements import MONTH
+from x402mw.platform.api.fields import CHALLENGE_ID_SCHEMA, UUID_PATTERN
 from x402mw.platform.api.openapi_schemas import STRING, Schema, object_schema, ref
+from x402mw.platform.webhooks import EVENT_TYPES
 
-__all__ = ["ERRORS", "LIST_PARAMS", "operation", "operations", "wrapped"]
+__all__ = ["ERRORS", "LIST_PARAMS", "UUID", "operation", "operations", "query", "wrapped"]
 
 ERRORS = {
     400: (
@@ -31,16 +33,22 @@ ERRORS = {
     ),
 }
 _NO_DEPENDENCY = frozenset({"/v1/health", "/healthz", "/readyz", "/v1/openapi.json", "/v1/x402/supported"})
-_PATH_PARAMS = {
-    "endpoint_id": "id of an agent endpoint",
-    "challenge_id": "id of a challenge",
-    "payment_id": "id of an agent payment or of a payment intent (a bare UUID)",
-    "webhook_endpoint_id": "id of a webhook endpoint",
-    "event_id": "id of an event",
-    "refund_id": "id of a refund",
+UUID: Schema = {"type": "string", "pattern": UUID_PATTERN}
+_MISSING = "; any other value answers 404 `resource_missing`, as an unknown id does"
+_PATH_PARAMS: dict[str, tuple[str, Schema]] = {
+    "endpoint_id": ("id of an agent endpoint (a UUID)", UUID),
+    "challenge_id": ("id of a challenge, as the seller middleware made it", CHALLENGE_ID_SCHEMA),
+    "payment_id": ("id of an agent payment or of a payment intent (a UUID)", UUID),
+    "webhook_endpoint_id": ("id of a webhook endpoint (a UUID)", UUID),
+    "event_id": ("id of an event (a UUID)", UUID),
+    "refund_id": ("id of a refund (a UUID)", UUID),
 }
-_PATH_SEGMENT = STRING | {"pattern": "^[^\\x00-\\x1f\\x7f]+$"}  # no control character (url_invalid)
 LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
+
+
+def query(name: str, description: str, schema: Schema) -> Schema:
+    """A query parameter; a value its schema refuses is a 400 naming it."""
+    return {"name": name, "in": "query", "description": description, "schema": schema}
 
 
 def operation(
@@ -63,8 +71,8 @@ def operation(
     if idempotent:
         parameters.append({"$ref": "#/components/parameters/Idempotency-Key"})
     parameters += [
-        {"name": name, "in": "path", "required": True, "description": text, "schema": _PATH_SEGMENT}
-        for name, text in _PATH_PARAMS.items()
+        {"name": name, "in": "path", "required": True, "description": text + _MISSING, "schema": schema}
+        for name, (text, schema) in _PATH_PARAMS.items()
         if "{" + name + "}" in path
     ]
     responses: Schema = {
@@ -78,7 +86,7 @@ def operation(
         *(() if public else (401,)),
         *((400, 413) if body else ()),
         *((400, 409) if idempotent else ()),
-        *((400,) if "{" in path else ()),  # a path parameter holding a control character: url_invalid
+        *((400,) if parameters else ()),  # a parameter its schema refuses (a path's control character: url_invalid)
         *(() if path in _NO_DEPENDENCY else (503,)),
     )
     for code in sorted({*errors, *implied}):
@@ -156,10 +164,11 @@ def operations() -> list[tuple[str, str, Schema]]:
             endpoints,
             "Update an agent endpoint",
             "Any field but `chainId` and `currency`. A new `payoutAddress` applies to challenges issued "
-            "afterwards; payments of challenges issued before still settle to the old one.",
+            "afterwards; payments of challenges issued before still settle to the old one. 409 "
+            "`endpoint_needs_amount` when the endpoint would be `fixed` without `amountMinor`.",
             wrapped("endpoint", "AgentEndpoint"),
             body="EndpointUpdate",
-            errors=(404,),
+            errors=(404, 409),
         ),
         operation(
             "POST",
@@ -217,12 +226,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             ref("AgentPaymentList"),
             query=[
                 *LIST_PARAMS,
-                {
-                    "name": "endpointId",
-                    "in": "query",
-                    "description": "only this endpoint's payments",
-                    "schema": STRING,
-                },
+                query("endpointId", "only this endpoint's payments", UUID),
             ],
             errors=(400, 404),
         ),
@@ -246,14 +250,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "free, then per settlement the larger of 0.005 and 0.3 % of its amount. Nothing is billed "
             "during the beta.",
             wrapped("usage", "AgentUsage"),
-            query=[
-                {
-                    "name": "month",
-                    "in": "query",
-                    "description": "`YYYY-MM`; default the current month",
-                    "schema": STRING | {"pattern": f"^{MONTH.pattern}$"},
-                }
-            ],
+            query=[query("month", "`YYYY-MM`; default the current month", STRING | {"pattern": f"^{MONTH.pattern}$"})],
             errors=(400,),
         ),
         operation(
@@ -262,7 +259,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             "facilitatorVerify",
             "Facilitator",
             "Verify a payment (x402 facilitator)",
-            "Checks the signature, terms and the payer's balance without settling.",
+            "Checks the signature, terms and the payer's balance without settling. A payment it refuses is "
+            "a 200 with `isValid: false` and the reason in `invalidReason`.",
             ref("VerifyResponse"),
             body="FacilitatorBody",
         ),
@@ -272,7 +270,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             "facilitatorSettle",
             "Facilitator",
             "Settle a payment (x402 facilitator)",
-            "A settlement still pending after 30 s answers `success: false`, `errorReason: "
+            "A refused payment is a 200 with `success: false` and the reason in `errorReason`. A "
+            "settlement still pending after 30 s answers `success: false`, `errorReason: "
             "settlement_pending` with the transaction; the same request later answers the final result.",
             ref("SettlementResponse"),
             body="FacilitatorBody",
@@ -415,7 +414,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             ref("EventList"),
             query=[
                 *LIST_PARAMS,
-                {"name": "type", "in": "query", "description": "only events of this type", "schema": STRING},
+                query("type", "only events of this type", {"type": "string", "enum": list(EVENT_TYPES)}),
             ],
             errors=(400, 404),
         ),

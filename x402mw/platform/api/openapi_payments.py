@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from x402mw.platform.api.openapi_operations import LIST_PARAMS, operation, wrapped
+from x402mw.platform.api.fields import amount_schema
+from x402mw.platform.api.openapi_operations import LIST_PARAMS, UUID, operation, query, wrapped
 from x402mw.platform.api.openapi_schemas import (
     ADDRESS,
     BOOLEAN,
     DECIMAL,
     INTEGER,
     STRING,
+    TEXT,
     TIMESTAMP,
     Schema,
     const,
@@ -24,6 +26,7 @@ from x402mw.platform.api.openapi_schemas import (
 from x402mw.platform.api.payment_intents import PaymentIntentCreate
 from x402mw.platform.api.refunds import RefundCreate
 from x402mw.platform.api.sandbox import SimulatePaymentBody
+from x402mw.platform.services.payment_intents import ORDER_AMOUNTS
 
 __all__ = ["BODY_MODELS", "FIELD_NOTES", "PROPERTY_OVERRIDES", "operations", "schemas"]
 
@@ -60,9 +63,7 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
     },
 }
 PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
-    "PaymentIntentCreate": {
-        "amount": {"anyOf": [DECIMAL, {"type": "number", "exclusiveMinimum": 0}]},
-    },
+    "PaymentIntentCreate": {"amount": amount_schema(ORDER_AMOUNTS)},
 }
 
 
@@ -198,12 +199,7 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
             ref("PaymentIntentList"),
             query=[
                 *LIST_PARAMS,
-                {
-                    "name": "orderId",
-                    "in": "query",
-                    "description": "only the order with this id",
-                    "schema": STRING | {"minLength": 1, "maxLength": 200},
-                },
+                query("orderId", "only the order with this id", TEXT | {"minLength": 1, "maxLength": 200}),
             ],
             errors=(400, 404),
         ),
@@ -260,7 +256,7 @@ def _refund_operations() -> list[tuple[str, str, Schema]]:
             ref("RefundList"),
             query=[
                 *LIST_PARAMS,
-                {"name": "paymentId", "in": "query", "description": "only this order's refunds", "schema": STRING},
+                query("paymentId", "only this order's refunds", UUID),
             ],
             errors=(400, 404),
         ),

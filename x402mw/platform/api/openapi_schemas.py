@@ -1,22 +1,12 @@
-"""Schemas of the OpenAPI document: request bodies from the handlers' pydantic models, response
-objects written to match what the handlers answer (see `x402mw.platform.api.openapi`)."""
+"""Schemas of the OpenAPI document: the building blocks, and the response objects written to match
+what the handlers answer (request bodies come from the handlers' pydantic models:
+`x402mw.platform.api.openapi_models`; see `x402mw.platform.api.openapi`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
-from pydantic_core import core_schema
-
-from x402mw.platform.api.agent_challenges import ChallengeBatch
-from x402mw.platform.api.agent_endpoints import EndpointCreate, EndpointUpdate
-from x402mw.platform.api.agent_settlements import SettleBody
-from x402mw.platform.api.facilitator import FacilitatorBody
-from x402mw.platform.api.sandbox import FaucetBody
-from x402mw.platform.api.webhook_endpoints import SecretRotation, WebhookEndpointCreate, WebhookEndpointUpdate
-from x402mw.protocol.models import SettlementResponse, VerifyResponse
+from x402mw.platform.api.fields import NO_NUL
 
 __all__ = [
     "ADDRESS",
@@ -26,12 +16,12 @@ __all__ = [
     "MINOR",
     "REF",
     "STRING",
+    "TEXT",
     "TIMESTAMP",
     "Schema",
     "const",
     "enum",
     "list_of",
-    "model_schemas",
     "nullable",
     "object_schema",
     "ref",
@@ -43,8 +33,6 @@ Schema = dict[str, Any]
 REF = "#/components/schemas/{model}"
 
 _DIGITS = {"type": "string", "pattern": "^[0-9]+$"}
-# What an amount in a request may be: a positive integer below 2**63, as a string.
-_POSITIVE_DIGITS = {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"}
 STRING: Schema = {"type": "string"}
 INTEGER: Schema = {"type": "integer"}
 BOOLEAN: Schema = {"type": "boolean"}
@@ -52,137 +40,8 @@ ADDRESS: Schema = {"type": "string", "pattern": "^0x[0-9a-fA-F]{40}$", "descript
 TIMESTAMP: Schema = {"type": "string", "format": "date-time", "description": "ISO 8601 UTC, milliseconds"}
 MINOR: Schema = _DIGITS | {"description": "integer amount in the coin's minor units (6 decimals)"}
 DECIMAL: Schema = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$", "description": "decimal amount"}
-
-
-class _WireJsonSchema(GenerateJsonSchema):
-    """Pydantic's generator, adjusted to the wire: amounts that a ``mode="before"`` validator parses
-    from digit strings into ``int`` are documented as the strings clients send, and field titles
-    (which only repeat the name) are left out."""
-
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
-
-    def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema) -> JsonSchemaValue:
-        inner = schema["schema"]
-        base = inner["schema"] if inner["type"] == "nullable" else inner
-        if base["type"] == "int":
-            digits = dict(_POSITIVE_DIGITS)
-            return {"anyOf": [digits, {"type": "null"}]} if base is not inner else digits
-        return super().function_before_schema(schema)
-
-
-_BODY_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
-    (EndpointCreate, "validation"),
-    (EndpointUpdate, "validation"),
-    (ChallengeBatch, "validation"),
-    (FacilitatorBody, "validation"),
-    (SettleBody, "validation"),
-    (FaucetBody, "validation"),
-    (WebhookEndpointCreate, "validation"),
-    (WebhookEndpointUpdate, "validation"),
-    (SecretRotation, "validation"),
-    (SettlementResponse, "serialization"),
-    (VerifyResponse, "serialization"),
-]
-
-_ENDPOINT_FIELDS = {
-    "name": "1–200 characters",
-    "resourceUrl": "absolute http(s) URL of the paid resource",
-    "payoutAddress": "EVM address receiving the funds; snapshotted in each challenge",
-    "pricingMode": "`fixed`, or `dynamic` (the middleware's amount callback prices each request)",
-    "amountMinor": 'integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
-    "releasePolicy": "`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
-    "maxTimeoutSeconds": "validity of challenges and authorizations in seconds, 30–3600",
-}
-_WEBHOOK_FIELDS = {
-    "url": "absolute http(s) URL receiving the POSTed events",
-    "enabledEvents": 'event types to receive (e.g. `agent_payment.settled`), or `["*"]` for all',
-    "description": "free text, at most 500 characters",
-}
-_FIELD_NOTES: dict[str, dict[str, str]] = {
-    "WebhookEndpointCreate": _WEBHOOK_FIELDS,
-    "WebhookEndpointUpdate": _WEBHOOK_FIELDS
-    | {"status": "`disabled` stops deliveries (pending ones wait); `enabled` resumes them"},
-    "SecretRotation": {
-        "expiresInSeconds": "how long the previous secret keeps signing deliveries next to the new one, "
-        "0–604800 (7 days); default 86400"
-    },
-    "EndpointCreate": _ENDPOINT_FIELDS
-    | {
-        "chainId": "EVM chain id settled by this platform (see `GET /v1/x402/supported`)",
-        "currency": "`USDC` or `EURC`; `USDT` is refused (no EIP-3009)",
-    },
-    "EndpointUpdate": _ENDPOINT_FIELDS,
-    "ChallengeBatch": {"challenges": "challenges the seller middleware issued; ones already recorded are ignored"},
-    "ChallengeIn": {
-        "challengeId": "the id the seller middleware gave the challenge",
-        "endpointId": "one of the caller's agent endpoints",
-        "network": "CAIP-2 network, e.g. `eip155:84532`",
-        "asset": "token address",
-        "payTo": "payout address snapshotted in the challenge",
-        "amount": "integer string of minor units",
-        "resource": "URL of the paid resource",
-        "expiresAt": "Unix time (seconds) after which the challenge can no longer be paid",
-    },
-    "SettleBody": {
-        "endpointId": "the agent endpoint being paid",
-        "challengeId": "the challenge the payment answers",
-        "resource": "URL of the paid resource",
-        "expiresAt": "Unix time (seconds) at which the challenge expires",
-        "accepted": "the payment terms the agent accepted (sealed by the middleware)",
-        "paymentPayload": "the agent's signed payload (`PAYMENT-SIGNATURE`)",
-        "waitSeconds": "how long to wait for inclusion before answering `pending`, 0.1–120",
-    },
-    "FacilitatorBody": {
-        "x402Version": "1 or 2",
-        "paymentPayload": "the buyer's signed payload",
-        "paymentRequirements": "the terms the payload must satisfy",
-    },
-    "FaucetBody": {
-        "network": "a test network of this platform, e.g. `eip155:1337`",
-        "currency": "coin to mint",
-        "address": "EVM address receiving the coins",
-        "amount": "decimal amount of coins, at most 1,000,000",
-    },
-    "PaymentRequirements": {
-        "scheme": "`exact`",
-        "network": "CAIP-2 network, e.g. `eip155:8453`",
-        "amount": "integer string of the token's atomic units",
-        "asset": "token address",
-        "payTo": "recipient address",
-        "maxTimeoutSeconds": "how long the payment may take",
-        "extra": "the token's EIP-712 domain `name` and `version`",
-    },
-    "PaymentPayload": {
-        "x402Version": "2 (1 for payloads read from `X-PAYMENT`)",
-        "accepted": "the requirements the payer accepted, as offered",
-        "payload": "the signed authorization",
-    },
-    "ExactEvmPayload": {"signature": "EIP-712 signature of the authorization, 0x hex"},
-    "Authorization": {
-        "from": "payer address",
-        "to": "recipient address",
-        "value": "integer string of atomic units",
-        "validAfter": "Unix time (seconds) as a string",
-        "validBefore": "Unix time (seconds) as a string",
-        "nonce": "0x followed by 64 hex digits",
-    },
-    "SettlementResponse": {
-        "errorReason": "x402 reason code when `success` is false",
-        "payer": "payer address",
-        "transaction": "transaction hash",
-        "amount": "settled amount in atomic units",
-        "extensions": "`receipt`: the platform's signed receipt",
-    },
-    "VerifyResponse": {"invalidReason": "x402 reason code when `isValid` is false", "payer": "payer address"},
-}
-# SettleBody reads these two as dicts and validates them itself, with the models referenced here.
-_PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
-    "SettleBody": {
-        "accepted": {"$ref": REF.format(model="PaymentRequirements")},
-        "paymentPayload": {"$ref": REF.format(model="PaymentPayload")},
-    },
-}
+TEXT: Schema = {"type": "string", "pattern": NO_NUL}
+"""A string in a request: no JSON string a request carries may hold NUL (`read_json` refuses it)."""
 
 
 def ref(name: str) -> Schema:
@@ -211,30 +70,6 @@ def list_of(name: str) -> Schema:
         {"object": const("list"), "data": {"type": "array", "items": ref(name)}, "hasMore": BOOLEAN},
         description=f"A page of {name} objects, newest first.",
     )
-
-
-def model_schemas(
-    models: Sequence[type[BaseModel]] = (),
-    notes: Mapping[str, Mapping[str, str]] | None = None,
-    overrides: Mapping[str, Mapping[str, Schema]] | None = None,
-) -> dict[str, Schema]:
-    """The request bodies' schemas: this module's and ``models`` (validation mode), with field
-    ``notes`` and property ``overrides`` (e.g. for amounts parsed before validation)."""
-    found: dict[str, Schema] = {}
-    for model, mode in [*_BODY_MODELS, *((m, "validation") for m in models)]:
-        schema = model.model_json_schema(by_alias=True, ref_template=REF, schema_generator=_WireJsonSchema, mode=mode)
-        for name, sub in {**schema.pop("$defs", {}), model.__name__: schema}.items():
-            if found.setdefault(name, sub) != sub:
-                raise RuntimeError(f"two different JSON schemas are named {name}")
-    all_notes = {**_FIELD_NOTES, **(notes or {})}
-    for name, fields in all_notes.items():
-        properties = found[name]["properties"]
-        for field, note in fields.items():
-            properties[field]["description"] = note
-    for name, replaced in {**_PROPERTY_OVERRIDES, **(overrides or {})}.items():
-        for field, override in replaced.items():
-            found[name]["properties"][field] = override | {"description": all_notes[name][field]}
-    return found
 
 
 def response_schemas() -> dict[str, Schema]:

@@ -1,5 +1,6 @@
 """Cursor pagination shared by every list endpoint: ``limit`` (1-100, default 10),
-``starting_after`` / ``ending_before`` ids, newest first; answers ``{object, data, hasMore}``."""
+``starting_after`` / ``ending_before`` ids (either, or both for the objects between them), newest
+first; answers ``{object, data, hasMore}``."""
 
 from __future__ import annotations
 
@@ -12,19 +13,29 @@ from sqlalchemy.sql.elements import ColumnElement
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import is_uuid
 
-__all__ = ["list_page", "page_params"]
+__all__ = ["list_page", "page_params", "query_id"]
 
 
 def page_params(request: Request) -> tuple[int, str | None, str | None]:
+    """``limit`` (1-100, default 10) and the cursors, which are ids (UUIDs): 400 naming the first
+    one that is malformed."""
     raw = request.query_params.get("limit", "10")
-    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 100:
         raise ApiError(400, "parameter_invalid", "limit must be an integer from 1 to 100", param="limit")
-    after = request.query_params.get("starting_after") or None
-    before = request.query_params.get("ending_before") or None
-    if after and before:
-        raise ApiError(400, "parameter_invalid", "use starting_after or ending_before, not both", param="ending_before")
-    return int(raw), after, before
+    return int(raw), query_id(request, "starting_after"), query_id(request, "ending_before")
+
+
+def query_id(request: Request, name: str) -> str | None:
+    """The query parameter ``name``, an id (a UUID, read in lower case), or None when it is absent;
+    400 ``parameter_invalid`` when it is not a UUID."""
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    if not is_uuid(value):
+        raise ApiError(400, "parameter_invalid", f"{name} must be an id (a UUID)", param=name)
+    return value.lower()
 
 
 async def list_page(
@@ -34,21 +45,22 @@ async def list_page(
     request: Request,
     render: Callable[[Any], dict[str, Any]],
 ) -> dict[str, Any]:
-    """One page of ``table`` rows matching ``filters`` (which must include the merchant filter)."""
+    """One page of ``table`` rows matching ``filters`` (which must include the merchant filter).
+    With both cursors, the rows between them, newest first from ``starting_after``."""
     limit, after, before = page_params(request)
     created, ident = table.c.created_at, table.c.id
     query = select(table).where(*filters)
-    cursor_id = after or before
-    if cursor_id:
+    for param, cursor_id in (("starting_after", after), ("ending_before", before)):
+        if cursor_id is None:
+            continue
         anchor = (await conn.execute(select(created).where(ident == cursor_id, *filters))).first()
         if anchor is None:
-            param = "starting_after" if after else "ending_before"
             raise ApiError(404, "resource_missing", f"No such object: '{cursor_id[:80]}'", param=param)
-        if after:
+        if param == "starting_after":
             query = query.where(or_(created < anchor[0], and_(created == anchor[0], ident < cursor_id)))
         else:
             query = query.where(or_(created > anchor[0], and_(created == anchor[0], ident > cursor_id)))
-    if before:
+    if before and not after:
         rows = list((await conn.execute(query.order_by(created.asc(), ident.asc()).limit(limit + 1))).mappings())
         more = len(rows) > limit
         rows = list(reversed(rows[:limit]))

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import HttpUrl, http_url, parse_body, path_uuid, read_json
+from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import NO_NUL, Email, HttpUrl, http_url
 from x402mw.platform.api.idempotency import key_slot
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
@@ -53,37 +62,75 @@ def _timestamp(value: object) -> datetime | None:
     if not isinstance(value, str):
         raise ValueError("must be an ISO 8601 timestamp string")
     try:
-        parsed = datetime.fromisoformat(value)
-        if parsed.tzinfo is None:
-            raise ValueError("must carry a timezone, e.g. 2026-01-31T12:00:00Z")
-        return parsed.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("is out of range") from None
-    except ValueError as exc:
-        if "timezone" in str(exc):
-            raise
+        # RFC 3339 allows a lower-case "t" and "z"; Python's parser only the upper-case ones
+        parsed = datetime.fromisoformat(value.upper())
+    except ValueError:
         raise ValueError("must be an ISO 8601 timestamp, e.g. 2026-01-31T12:00:00Z") from None
+    if parsed.tzinfo is None:
+        raise ValueError("must carry a timezone, e.g. 2026-01-31T12:00:00Z")
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # within a day of year 1 or year 9999: as good as the first or last instant
+        return (datetime.min if parsed.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
-def _email(value: str | None) -> str | None:
-    if value is not None:
-        local, at, domain = value.rpartition("@")
-        if not at or not local or "." not in domain or any(c.isspace() for c in value):
-            raise ValueError("must be an email address")
-    return value
+_METADATA_SCHEMA = {
+    "type": "object",
+    "maxProperties": MAX_METADATA_KEYS,
+    "propertyNames": {"minLength": 1, "maxLength": MAX_METADATA_KEY, "pattern": NO_NUL},
+    "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE, "pattern": NO_NUL},
+}
+# Rules across fields, as JSON Schema says them (the handler checks the same).
+_CREATE_RULES: list[Any] = [
+    {  # acceptedCurrencies must include currency
+        "if": {"required": ["currency", "acceptedCurrencies"], "properties": {"acceptedCurrencies": {"type": "array"}}},
+        "then": {
+            "anyOf": [
+                {"properties": {"currency": {"const": symbol}, "acceptedCurrencies": {"contains": {"const": symbol}}}}
+                for symbol in ("USDC", "USDT", "EURC")
+            ]
+        },
+    },
+    *(
+        {  # a legacy flat field and its customer.* twin, both given: send one of them
+            "not": {
+                "required": [flat, "customer"],
+                "properties": {
+                    flat: {"type": "string"},
+                    "customer": {"type": "object", "required": [inner], "properties": {inner: {"type": "string"}}},
+                },
+            }
+        }
+        for flat, inner in (("customerEmail", "email"), ("customerName", "name"))
+    ),
+]
 
 
 class CustomerIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    email: str | None = Field(default=None, max_length=320)
+    email: Email | None = None
     name: str | None = Field(default=None, max_length=200)
-
-    _v_email = field_validator("email")(_email)
 
 
 class PaymentMethodsIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "not": {
+                "anyOf": [  # no method at all; the transfer panel open without transfer
+                    {
+                        "required": ["wallet", "transfer"],
+                        "properties": {"wallet": {"const": False}, "transfer": {"const": False}},
+                    },
+                    {
+                        "required": ["transferDefaultOpen", "transfer"],
+                        "properties": {"transferDefaultOpen": {"const": True}, "transfer": {"const": False}},
+                    },
+                ]
+            }
+        },
+    )
 
     wallet: StrictBool = True
     transfer: StrictBool = True
@@ -99,24 +146,23 @@ class PaymentMethodsIn(BaseModel):
 
 
 class PaymentIntentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": _CREATE_RULES})
 
     orderId: str = Field(min_length=1, max_length=200)
     amount: int
     currency: Currency
     acceptedCurrencies: list[Currency] | None = Field(default=None, min_length=1, max_length=3)
     customer: CustomerIn | None = None
-    customerEmail: str | None = Field(default=None, max_length=320)
+    customerEmail: Email | None = None
     customerName: str | None = Field(default=None, max_length=200)
     successUrl: HttpUrl | None = None
     cancelUrl: HttpUrl | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Annotated[dict[str, str], WithJsonSchema(_METADATA_SCHEMA)] | None = None
     paymentMethods: PaymentMethodsIn | None = None
     expiresAt: datetime | None = None
 
     _v_amount = field_validator("amount", mode="before")(parse_amount)
     _v_urls = field_validator("successUrl", "cancelUrl")(http_url)
-    _v_email = field_validator("customerEmail")(_email)
     _v_metadata = field_validator("metadata", mode="before")(_metadata)
     _v_expires = field_validator("expiresAt", mode="before")(_timestamp)
 

@@ -18,6 +18,8 @@ __all__ = ["render_markdown"]
 
 Schema = dict[str, Any]
 _SCHEMAS = "#/components/schemas/"
+_SHORT_PATTERN = 80
+NO_NUL = r"^[^\x00]*$"  # every free string's pattern (x402mw.platform.api.fields.NO_NUL): said once, above
 
 _HEADER = """\
 # API reference
@@ -137,6 +139,9 @@ def _describe(schema: Schema) -> str:
         )
         if key in inner
     ]
+    pattern = inner.get("pattern")
+    if pattern and pattern != NO_NUL and len(pattern) <= _SHORT_PATTERN:  # a long one is described in words
+        limits.append(f"pattern `{pattern}`")
     if inner.get("default") is not None:
         limits.append(f"default `{json.dumps(inner['default'])}`")
     if limits:

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.pagination import list_page, query_id
 from x402mw.platform.db import tables
 from x402mw.platform.services.refunds import refund_json
 
@@ -51,9 +51,9 @@ async def list_refunds(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     table = tables.refunds
     filters = caller.owns(table)
-    payment_id = request.query_params.get("paymentId")
+    payment_id = query_id(request, "paymentId")
     if payment_id is not None:
-        filters.append(table.c.payment_intent_id == payment_id[:64])
+        filters.append(table.c.payment_intent_id == payment_id)
 
     def render(row: Any) -> dict[str, Any]:
         return refund_json(row)

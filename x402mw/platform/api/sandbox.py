@@ -10,43 +10,39 @@
 from __future__ import annotations
 
 import secrets
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.errors import PriceError
-from x402mw.evm.keys import address_of, is_address, new_private_key, to_checksum_address
+from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import NonZeroAddress, amount_schema
 from x402mw.platform.chain.token import mint
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.deposits import assign_deposit_address, authorization_call
 from x402mw.platform.services.payment_intents import find_payment_intent, payment_intent_json, transition
 from x402mw.protocol.networks import Asset
-from x402mw.protocol.prices import format_amount, to_atomic
+from x402mw.protocol.prices import AmountFormat, JsonNumber, format_amount
 
 __all__ = ["routes"]
 
-MAX_FAUCET_MINOR = 1_000_000 * 10**6
+FAUCET_AMOUNTS = AmountFormat(decimals=6, max_exponent=6)
+"""What the faucet's ``amount`` may be: at most 1,000,000 coins, 6 decimals (the OpenAPI document
+publishes its pattern)."""
 
 
 class FaucetBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    network: str
+    network: str = Field(max_length=64)
     currency: Literal["USDC", "EURC"]
-    address: str
-    amount: str
-
-    @field_validator("address")
-    @classmethod
-    def _address(cls, value: str) -> str:
-        if not is_address(value):
-            raise ValueError("must be a 0x-prefixed 20-byte EVM address")
-        return to_checksum_address(value)
+    address: NonZeroAddress
+    amount: Annotated[Any, WithJsonSchema(amount_schema(FAUCET_AMOUNTS))]  # read by FAUCET_AMOUNTS
 
 
 async def faucet(request: Request) -> JSONResponse:
@@ -62,11 +58,13 @@ async def faucet(request: Request) -> JSONResponse:
     if asset is None:
         raise ApiError(400, "unsupported_currency", f"{body.currency} is not on {body.network}", param="currency")
     try:
-        amount = to_atomic(body.amount, decimals=asset.decimals, symbol=asset.symbol)
+        micro = FAUCET_AMOUNTS.parse(body.amount)
     except PriceError as exc:
         raise ApiError(400, "parameter_invalid", f"Invalid amount: {exc.message}", param="amount") from None
-    if amount > MAX_FAUCET_MINOR:
-        raise ApiError(400, "parameter_invalid", "the faucet gives at most 1,000,000 per call", param="amount")
+    if asset.decimals < FAUCET_AMOUNTS.decimals and micro % 10 ** (FAUCET_AMOUNTS.decimals - asset.decimals):
+        message = f"{asset.symbol} has {asset.decimals} decimals"
+        raise ApiError(400, "parameter_invalid", f"Invalid amount: {message}", param="amount")
+    amount = micro * 10**asset.decimals // 10**FAUCET_AMOUNTS.decimals
     tx = await _mint(chain, asset, body.address, amount)
     return JSONResponse(
         {
@@ -74,10 +72,15 @@ async def faucet(request: Request) -> JSONResponse:
             "network": body.network,
             "currency": asset.symbol,
             "address": body.address,
-            "amount": body.amount,
+            # the text as sent; a JSON number (whose spelling may have an exponent) as a plain decimal
+            "amount": body.amount if _as_text(body.amount) else format_amount(micro, FAUCET_AMOUNTS.decimals),
             "transaction": tx,
         }
     )
+
+
+def _as_text(amount: object) -> bool:
+    return isinstance(amount, str) and not isinstance(amount, JsonNumber)
 
 
 async def _mint(chain: ChainHandle, asset: Asset, address: str, amount: int) -> str:
@@ -102,7 +105,7 @@ Scenario = Literal["exact", "underpaid", "overpaid", "late", "wrong_asset"]
 class SimulatePaymentBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     scenario: Scenario = "exact"
-    network: str | None = None
+    network: str | None = Field(default=None, max_length=64)
 
 
 def _pick(chain: ChainHandle, order: Any, scenario: Scenario) -> Asset:
@@ -115,7 +118,7 @@ def _pick(chain: ChainHandle, order: Any, scenario: Scenario) -> Asset:
     candidates = [a for a in candidates if a.eip3009]
     if not candidates:
         what = "a coin this order does not accept" if scenario == "wrong_asset" else "a coin this order accepts"
-        raise ApiError(400, "scenario_unavailable", f"{chain.network.caip2} has no {what}", param="scenario")
+        raise ApiError(409, "scenario_unavailable", f"{chain.network.caip2} has no {what}", param="scenario")
     return candidates[0]
 
 
@@ -123,7 +126,7 @@ def _amount(order: Any, scenario: Scenario) -> int:
     remaining = max(1, int(order["amount_minor"]) - int(order["amount_received_minor"]))
     if scenario == "underpaid":
         if remaining < 2:
-            raise ApiError(400, "scenario_unavailable", "1 minor unit cannot be underpaid", param="scenario")
+            raise ApiError(409, "scenario_unavailable", "1 minor unit cannot be underpaid", param="scenario")
         return remaining // 2
     if scenario == "overpaid":
         return remaining + max(1, remaining // 10)

@@ -7,10 +7,10 @@ delivery is signed with it, and never shown by reads.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
@@ -18,8 +18,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import HttpUrl, PatchBody, http_url, iso, parse_body, read_json
+from x402mw.platform.api.bodies import PatchBody, iso, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import HttpUrl, http_url
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id, utcnow
@@ -44,6 +45,21 @@ def _events(value: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(value))
 
 
+EventTypes = Annotated[
+    list[str],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"type": "string", "enum": [*EVENT_TYPES, "*"]},
+            "minItems": 1,
+            "maxItems": len(EVENT_TYPES),
+            "if": {"contains": {"const": "*"}},  # "*" stands alone
+            "then": {"maxItems": 1},
+        }
+    ),
+]
+
+
 class _Fields(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -53,7 +69,7 @@ class _Fields(BaseModel):
 
 class WebhookEndpointCreate(_Fields):
     url: HttpUrl
-    enabledEvents: list[str] = Field(min_length=1, max_length=len(EVENT_TYPES))
+    enabledEvents: EventTypes = Field(min_length=1, max_length=len(EVENT_TYPES))
     description: str | None = Field(default=None, max_length=500)
 
 
@@ -61,7 +77,7 @@ class WebhookEndpointUpdate(_Fields, PatchBody):
     CLEARABLE = frozenset({"description"})
 
     url: HttpUrl | None = None
-    enabledEvents: list[str] | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
+    enabledEvents: EventTypes | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
     description: str | None = Field(default=None, max_length=500)
     status: Literal["enabled", "disabled"] | None = None
 
@@ -139,7 +155,7 @@ async def create(request: Request) -> JSONResponse:
 async def retrieve(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     async with request.app.state.platform.engine.connect() as conn:
-        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+        row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
     return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row)})
 
 
@@ -154,7 +170,7 @@ async def update(request: Request) -> JSONResponse:
         _allowed(request, values["url"], caller.livemode)
     table = tables.webhook_endpoints
     async with request.app.state.platform.engine.begin() as conn:
-        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+        row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
         await conn.execute(table.update().where(table.c.id == row.id).values(**values))
         row = await _load(conn, caller, row.id)
     return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row)})
@@ -164,7 +180,7 @@ async def remove(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     table = tables.webhook_endpoints
     async with request.app.state.platform.engine.begin() as conn:
-        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+        row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
         deliveries = tables.webhook_deliveries
         await conn.execute(delete(deliveries).where(deliveries.c.endpoint_id == row.id))
         await conn.execute(delete(table).where(table.c.id == row.id))
@@ -179,7 +195,7 @@ async def rotate_secret(request: Request) -> JSONResponse:
     table = tables.webhook_endpoints
     platform = request.app.state.platform
     async with platform.engine.begin() as conn:
-        row = await _load(conn, caller, request.path_params["webhook_endpoint_id"])
+        row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
         previous = [old for old in row.previous_secrets or () if old["expiresAt"] > iso(now)]
         if body.expiresInSeconds > 0:
             expires = iso(now + timedelta(seconds=body.expiresInSeconds))

@@ -135,10 +135,14 @@ async def sync(request: Request) -> JSONResponse:
     raw_id = request.path_params["payment_id"]
     order = await load_order(platform, raw_id)
     body = parse_body(SyncBody, await read_json(request))
-    chain = next((c for c in order_chains(platform, order) if c.network.caip2 == body.network), None)
-    if chain is None:
+    if platform.chains.by_network(body.network) is None:
         raise ApiError(
-            400, "unsupported_chain", f"This payment cannot be made on {body.network[:80]!r}", param="network"
+            400, "unsupported_chain", f"This platform takes no payments on {body.network[:80]!r}", param="network"
+        )
+    chain = next((c for c in order_chains(platform, order) if c.network.caip2 == body.network), None)
+    if chain is None:  # a network of the platform, but not one this order can be paid on
+        raise ApiError(
+            409, "unsupported_chain", f"This payment cannot be made on {body.network[:80]!r}", param="network"
         )
     with contextlib.suppress(TimeoutError):  # not mined yet: answer what is known; polling keeps looking
         await chain.relayer.wait_for_receipt(body.txHash.lower(), timeout=SYNC_WAIT_SECONDS)

@@ -48,26 +48,32 @@ def payment_uri(token: str, chain_id: int, to: str, amount: int) -> str:
 
 
 def choose_option(chains: Chains, order: Mapping[Any, Any], network: str, currency: str, method: str) -> PaymentOption:
-    """The option the buyer chose; `PaymentIntentError` 400 naming the ``param`` that is wrong."""
+    """The option the buyer chose. `PaymentIntentError` naming the ``param`` that is wrong: 400 for a
+    network this platform does not serve, 409 for a choice this order does not offer (its methods,
+    its coins, or only the chain and coin it was partly paid with)."""
+    if chains.by_network(network) is None:
+        raise PaymentIntentError(
+            400, "unsupported_chain", f"This platform takes no payments on {network[:80]!r}", param="network"
+        )
     if method not in enabled_methods(order):
         raise PaymentIntentError(
-            400, "payment_method_unavailable", f"This payment does not offer {method} payment", param="method"
+            409, "payment_method_unavailable", f"This payment does not offer {method} payment", param="method"
         )
     if currency not in order["accepted_currencies"]:
         accepted = ", ".join(order["accepted_currencies"])
         raise PaymentIntentError(
-            400, "unsupported_currency", f"This payment accepts {accepted}, not {currency}", param="currency"
+            409, "unsupported_currency", f"This payment accepts {accepted}, not {currency}", param="currency"
         )
     options = payment_options(chains, order)
     if not any(option.network == network for option in options):
         raise PaymentIntentError(
-            400, "unsupported_chain", f"This payment cannot be made on {network[:80]!r}", param="network"
+            409, "unsupported_chain", f"This payment cannot be made on {network[:80]!r}", param="network"
         )
     for option in options:
         if option.network == network and option.asset.symbol == currency:
             return option
     raise PaymentIntentError(
-        400, "unsupported_currency", f"{currency} cannot pay this payment on {network}", param="currency"
+        409, "unsupported_currency", f"{currency} cannot pay this payment on {network}", param="currency"
     )
 
 

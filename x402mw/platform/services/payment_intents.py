@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import bindparam, delete, select, update
@@ -32,12 +31,12 @@ from x402mw.platform.db.engine import HeldConnection
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.idempotency import KeySlot, KeyTaken, insert_keys, key_rows
 from x402mw.platform.services.outbox import event_row, insert_events, record_event
-from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
+from x402mw.protocol.prices import AmountFormat, format_amount
 
 __all__ = [
     "CURRENCIES",
-    "MAX_AMOUNT",
     "OPEN_STATUSES",
+    "ORDER_AMOUNTS",
     "STATUSES",
     "TRANSITIONS",
     "PaymentIntentError",
@@ -53,7 +52,8 @@ __all__ = [
 
 CURRENCIES = ("USDC", "USDT", "EURC")
 DECIMALS = 6
-MAX_AMOUNT = Decimal(1_000_000_000)
+ORDER_AMOUNTS = AmountFormat(decimals=DECIMALS, max_exponent=9)
+"""What an order's ``amount`` may be: the OpenAPI document publishes its pattern."""
 STATUSES = ("requires_payment", "processing", "succeeded", "canceled", "expired", "refunded")
 OPEN_STATUSES = frozenset({"requires_payment", "processing"})
 TRANSITIONS: Mapping[str, frozenset[str]] = {
@@ -73,26 +73,17 @@ class PaymentIntentError(Refused):
 
 
 def parse_amount(value: object) -> int:
-    """A positive amount of at most 6 decimals and at most 1,000,000,000, as minor units.
-
-    Takes a decimal string or an int (a JSON number with a fraction arrives as its exact text);
-    floats are refused.
+    """An order's amount in minor units: `ORDER_AMOUNTS` (greater than 0, at most 1,000,000,000, at
+    most 6 decimals), as a decimal string in the amount grammar, an int, or a JSON number read by
+    its value; floats are refused. Raises ``ValueError`` (a pydantic field check).
 
     >>> parse_amount("12.5")
     12500000
     """
     try:
-        amount = parse_decimal(value)
-    except PriceError:
-        raise ValueError('must be a decimal amount, e.g. "12.50"') from None
-    if amount <= 0:
-        raise ValueError("must be greater than zero")
-    if amount > MAX_AMOUNT:
-        raise ValueError("must be at most 1000000000")
-    try:
-        return to_atomic(amount, decimals=DECIMALS)
-    except PriceError:
-        raise ValueError(f"must have at most {DECIMALS} decimals") from None
+        return ORDER_AMOUNTS.parse(value)
+    except PriceError as exc:
+        raise ValueError(exc.message) from None
 
 
 def payment_intent_json(row: Mapping[Any, Any], checkout_url_base: str) -> dict[str, Any]:

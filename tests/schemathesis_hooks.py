@@ -1,0 +1,45 @@
+"""Schemathesis hooks for `tests.integration.test_schemathesis`, loaded by the ``schemathesis`` command
+through ``SCHEMATHESIS_HOOKS``. Each one keeps the generated requests to what a client can mean by
+them where the OpenAPI document states a rule no JSON Schema keyword can say; none touches a check.
+
+- An ``Idempotency-Key`` promises "the same request as before under this key": the generator
+  reuses keys across unrelated requests (which the platform rightly refuses with 400
+  ``idempotency_error``), so every request gets a key of its own, still one the document allows.
+- A payment intent's ``expiresAt`` must lie in the future (400 otherwise, tested in
+  ``test_payment_intents``): timestamps are kept to the future.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import schemathesis
+
+_serial = itertools.count()
+
+
+@schemathesis.hook
+def before_call(context: schemathesis.HookContext, case: schemathesis.Case, kwargs: dict[str, Any]) -> None:
+    headers = case.headers or {}
+    for name in list(headers):
+        if name.lower() == "idempotency-key" and isinstance(headers[name], str):
+            # the document's pattern: printable ASCII, no space at either end, at most 255
+            headers[name] = (f"{next(_serial):08d}-" + headers[name])[:255].rstrip()
+
+
+@schemathesis.hook("filter_body").apply_to(method="POST", path="/v1/payment-intents")
+def future_expiry(context: schemathesis.HookContext, body: Any) -> bool:
+    if not isinstance(body, dict) or not isinstance(body.get("expiresAt"), str):
+        return True
+    try:
+        when = datetime.fromisoformat(body["expiresAt"].upper())
+    except ValueError:
+        return True  # not a timestamp: the platform refuses it, as the document says
+    if when.tzinfo is None:
+        return True
+    try:
+        return when.astimezone(UTC) > datetime.now(UTC) + timedelta(minutes=5)
+    except OverflowError:
+        return when.year > 1
