@@ -201,5 +201,13 @@ async def test_transactions_are_found_through_the_index_and_unknown_ones_are_not
         unknown = "0x" + "ab" * 32
         assert await _rpc(chain, "eth_getTransactionReceipt", unknown) is None
         assert await _rpc(chain, "eth_getTransactionByHash", unknown) is None
+        # a transaction in blocks undone by evm_revert is gone, though py-evm's index still names it
+        snapshot = await _rpc(chain, "evm_snapshot")
+        undone = await chain.mint("USDC", address_of(new_private_key()), 6)
+        await _rpc(chain, "evm_mine", hex(2))
+        assert await _rpc(chain, "evm_revert", snapshot) is True
+        assert await _rpc(chain, "eth_getTransactionReceipt", undone) is None
+        assert await _rpc(chain, "eth_getTransactionByHash", undone) is None
+        assert await _rpc(chain, "eth_getTransactionReceipt", minted) == receipt
     finally:
         await chain.aclose()

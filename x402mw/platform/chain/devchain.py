@@ -350,26 +350,26 @@ async def start_dev_chain(
     the relayer's gas below a tenth of the above and funding addresses that have no gas yet; an empty
     one gets a new chain, recorded as finished once its tokens are deployed and its wallets funded.
     """
-    if state is not None and state.identity is not None:
-        try:
-            rpc = DevChainRpc(await asyncio.to_thread(state.backend), state=state)
-        except BaseException:
+    reopened = state is not None and state.identity is not None
+    try:
+        if state is None:
+            backend = DevChainBackend()
+        else:
+            backend = await asyncio.to_thread(state.backend if reopened else state.new_backend)
+    except BaseException:
+        if state is not None:
             state.close()
-            raise
-        identity = state.identity
-        chain = DevChain(rpc, rpc.chain_id, dict(identity.tokens), rpc.dev_keys[0], identity.genesis_hash)
-        try:
+        raise
+    rpc = DevChainRpc(backend, state=state)
+    key = rpc.dev_keys[0]
+    try:
+        if reopened:
+            assert state is not None and state.identity is not None
+            chain = DevChain(rpc, rpc.chain_id, dict(state.identity.tokens), key, state.identity.genesis_hash)
             if await _gas(rpc, relayer_address) < _RELAYER_GAS // 10:
                 await chain.fund_gas(relayer_address, _RELAYER_GAS)
             await _fund(chain, [a for a in fund_addresses if await _gas(rpc, a) == 0], token_mint_atomic)
-        except BaseException:
-            await rpc.aclose()
-            raise
-        return chain
-    backend = DevChainBackend() if state is None else await asyncio.to_thread(state.new_backend)
-    rpc = DevChainRpc(backend, state=state)
-    try:
-        key = rpc.dev_keys[0]
+            return chain
         tokens = {
             "USDC": await deploy_token(rpc, key, name="USD Coin", symbol="USDC"),
             "EURC": await deploy_token(rpc, key, name="EURC", symbol="EURC"),
@@ -379,10 +379,10 @@ async def start_dev_chain(
         await _fund(chain, fund_addresses, token_mint_atomic)
         if state is not None:
             await rpc.keep(chain.identity)
+        return chain
     except BaseException:
         await rpc.aclose()
         raise
-    return chain
 
 
 async def _fund(chain: DevChain, addresses: Sequence[str], token_atomic: int) -> None:

@@ -144,16 +144,22 @@ class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
 
     def _find(self, transaction_hash: bytes) -> tuple[Any, Any, int]:
         chain = self.chain
+        pending = chain.get_block()
         try:
             number, index = chain.chaindb.get_transaction_index(transaction_hash)
         except EVMTransactionNotFound:
-            pending = chain.get_block()
-            for index, transaction in enumerate(pending.transactions):
-                if transaction.hash == transaction_hash:
-                    return pending, transaction, index
-            raise TransactionNotFound(f"no transaction 0x{bytes(transaction_hash).hex()}") from None
-        block = chain.get_canonical_block_by_number(number)
-        return block, block.transactions[index], index
+            pass
+        else:
+            # An evm_revert leaves the index entries (and number lookups) of the blocks it undid until
+            # blocks of those numbers are made again: only a block below the pending one counts.
+            if number < pending.number:
+                block = chain.get_canonical_block_by_number(number)
+                if index < len(block.transactions) and block.transactions[index].hash == transaction_hash:
+                    return block, block.transactions[index], index
+        for index, transaction in enumerate(pending.transactions):
+            if transaction.hash == transaction_hash:
+                return pending, transaction, index
+        raise TransactionNotFound(f"no transaction 0x{bytes(transaction_hash).hex()}")
 
     def get_transaction_by_hash(self, transaction_hash: bytes) -> Any:
         block, transaction, index = self._find(transaction_hash)
@@ -308,7 +314,7 @@ def _read(fd: int, path: Path) -> tuple[dict[bytes, bytes], ChainIdentity | None
                 break  # the last frame, not all of it written
             raise ConfigurationError(damaged_message(path, f"the frame at byte {offset} fails its checksum"))
         if kind == _CHANGES:
-            _apply(payload, data)
+            _apply(content, start, end, data)
         elif kind == _META:
             meta.update(json.loads(bytes(payload)))
         else:
@@ -326,17 +332,17 @@ def _read(fd: int, path: Path) -> tuple[dict[bytes, bytes], ChainIdentity | None
         raise ConfigurationError(damaged_message(path, f"its identity is unreadable: {exc}")) from None
 
 
-def _apply(payload: memoryview, data: dict[bytes, bytes]) -> None:
-    offset, size, unpack = 0, len(payload), _RECORD.unpack_from
-    while offset < size:
-        key_length, value_length = unpack(payload, offset)
-        offset += _RECORD.size
-        key = bytes(payload[offset : offset + key_length])
+def _apply(content: bytes, offset: int, end: int, data: dict[bytes, bytes]) -> None:
+    unpack, record = _RECORD.unpack_from, _RECORD.size
+    while offset < end:
+        key_length, value_length = unpack(content, offset)
+        offset += record
+        key = content[offset : offset + key_length]
         offset += key_length
         if value_length == _DELETED:
             data.pop(key, None)
         else:
-            data[key] = bytes(payload[offset : offset + value_length])
+            data[key] = content[offset : offset + value_length]
             offset += value_length
 
 
