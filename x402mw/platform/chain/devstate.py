@@ -102,6 +102,11 @@ class ChainStore(BaseDB):
     def __len__(self) -> int:
         return len(self._data)
 
+    def release(self) -> None:
+        """Forget every value (the store is closed)."""
+        self._data.clear()
+        self._changes.clear()
+
     def commit(self) -> None:
         """Append every change since the last commit to the file as one frame. On failure nothing
         is appended and the changes stay for the next commit."""
@@ -242,6 +247,8 @@ class DevChainState:
         if self._fd >= 0:
             os.close(self._fd)  # also releases the lock
             self._fd = -1
+        # py-evm's method caches may hold the chain (and so this store) for a while: let the values go.
+        self.store.release()
 
     def _append(self, kind: int, payload: bytes) -> None:
         head = _FRAME_HEAD.pack(kind, len(payload), zlib.crc32(payload))
