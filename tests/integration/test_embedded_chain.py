@@ -69,6 +69,8 @@ async def test_the_chain_is_recorded_at_its_first_start_and_comes_back_at_the_ne
         assert chain.dev is not None and chain.dev.genesis_hash == genesis
         assert chain.dev.tokens == tokens
         assert await balance_of(chain.rpc, tokens["USDC"], holder) == 1234
+        await chain.dev.mint("USDC", holder, 1)  # the faucet's minter carries on from its nonce
+        assert await balance_of(chain.rpc, tokens["USDC"], holder) == 1235
     finally:
         await platform.aclose()
 
