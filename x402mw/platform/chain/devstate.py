@@ -5,8 +5,8 @@ holds every value in memory, as py-evm's in-memory database does, and :meth:`Cha
 appends the changes made since the last commit to the log as one checksummed frame. The dev chain
 commits after sealing each block, before anyone sees its receipts, so the file always holds the
 chain as of a sealed block: a crash of the process (even SIGKILL) loses at most the transactions of
-the block being built, which no caller has a receipt for. The commit does not wait for the disk
-(that cost ~10 ms per block): after a power loss the last blocks may be missing.
+the block being built, which no caller has a receipt for. Each commit is also synced to the disk
+(``fdatasync``), so that a power loss loses no more, where the disk honours it.
 
 Why a log and not a table: py-evm's keys are hashes, so a sealed block's ~90 writes land on ~90
 random pages of a B-tree; SQLite committed them in ~2-3 ms per block (12% fewer settlements per
@@ -218,6 +218,12 @@ class DevChainState:
         """A new chain with a random genesis, replacing whatever an interrupted making left."""
         os.ftruncate(self._fd, 0)
         os.write(self._fd, _HEADER.pack(_MAGIC, FORMAT))
+        _sync(self._fd)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the file's name too, so that a power loss cannot take the chain away
+        finally:
+            os.close(directory)
         self.store = ChainStore({}, self._append)
         return DevChainBackend(self.store, genesis_salt=os.urandom(32))
 
@@ -258,20 +264,27 @@ class DevChainState:
             written = 0
             while written < len(frame):  # one write unless the disk is full or a signal cuts it short
                 written += os.write(self._fd, frame[written:])
+            _sync(self._fd)
         except BaseException:
             os.ftruncate(self._fd, size)  # never leave half a frame for the next one to follow
             raise
 
     def _damaged(self, detail: str) -> ConfigurationError:
-        return ConfigurationError(damaged_message(self.path, detail))
+        return ConfigurationError(_damaged_message(self.path, detail))
 
 
-def damaged_message(path: Path, detail: str) -> str:
+def _damaged_message(path: Path, detail: str) -> str:
     return (
         f"the dev chain's state {path} is damaged ({detail}); the platform will not start a new chain in "
         f"its place. Restore the data dir from a backup, or delete the whole data dir ({path.parent.parent}) "
         "to start over with a new chain and an empty platform."
     )
+
+
+def _sync(fd: int) -> None:
+    # On the disk before anyone sees what was written: a power loss then loses at most the block
+    # being appended. An append and its fdatasync took ~0.3 ms here, ~1% of a sealed block's time.
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
 
 
 def _lock(fd: int, path: Path) -> None:
@@ -297,7 +310,7 @@ def _read(fd: int, path: Path) -> tuple[dict[bytes, bytes], ChainIdentity | None
     if not content:
         return {}, None
     if len(content) < _HEADER.size or content[: len(_MAGIC)] != _MAGIC:
-        raise ConfigurationError(damaged_message(path, "it is not a dev chain state file"))
+        raise ConfigurationError(_damaged_message(path, "it is not a dev chain state file"))
     _, found = _HEADER.unpack_from(content)
     if found != FORMAT:
         raise ConfigurationError(_other_version(path, f"format {found}"))
@@ -310,7 +323,7 @@ def _read(fd: int, path: Path) -> tuple[dict[bytes, bytes], ChainIdentity | None
             break  # the last frame, cut short in its header
         kind, length, payload_crc, head_crc = _FRAME.unpack_from(content, offset)
         if zlib.crc32(view[offset : offset + _FRAME_HEAD.size]) != head_crc:
-            raise ConfigurationError(damaged_message(path, f"the frame at byte {offset} has a damaged header"))
+            raise ConfigurationError(_damaged_message(path, f"the frame at byte {offset} has a damaged header"))
         start = offset + _FRAME.size
         end = start + length
         if end > len(content):
@@ -319,13 +332,13 @@ def _read(fd: int, path: Path) -> tuple[dict[bytes, bytes], ChainIdentity | None
         if zlib.crc32(payload) != payload_crc:
             if end == len(content):
                 break  # the last frame, not all of it written
-            raise ConfigurationError(damaged_message(path, f"the frame at byte {offset} fails its checksum"))
+            raise ConfigurationError(_damaged_message(path, f"the frame at byte {offset} fails its checksum"))
         if kind == _CHANGES:
             _apply(content, start, end, data)
         elif kind == _META:
             meta.update(json.loads(bytes(payload)))
         else:
-            raise ConfigurationError(damaged_message(path, f"the frame at byte {offset} is of unknown kind {kind}"))
+            raise ConfigurationError(_damaged_message(path, f"the frame at byte {offset} is of unknown kind {kind}"))
         offset = end
     if offset < len(content):
         os.ftruncate(fd, offset)
@@ -336,7 +349,7 @@ def _read(fd: int, path: Path) -> tuple[dict[bytes, bytes], ChainIdentity | None
     try:
         return data, ChainIdentity.from_json(meta["identity"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigurationError(damaged_message(path, f"its identity is unreadable: {exc}")) from None
+        raise ConfigurationError(_damaged_message(path, f"its identity is unreadable: {exc}")) from None
 
 
 def _apply(content: bytes, offset: int, end: int, data: dict[bytes, bytes]) -> None:
