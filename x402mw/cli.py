@@ -242,6 +242,10 @@ def serve(
     settings = _settings(database_url, data_dir, rpc_urls, tokens, webhooks_allow_private)
     settings.serve_at(f"http://{host}:{port}/v1")
     if workers == 1:
+        if not rpc_urls:
+            # The embedded chain may refuse its data dir: say why and exit, rather than let the app's
+            # start-up fail inside uvicorn with a traceback. A second start reopens the chain quickly.
+            _start_and_stop_or_exit(settings)
         with _metrics_served(metrics_host, metrics_port):
             app = create_app(settings, serving_process=True)
             uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=logs or LOGGING_CONFIG)
@@ -250,7 +254,7 @@ def serve(
         raise click.UsageError("--workers above 1 needs --rpc-url: the in-process dev chain cannot be shared")
     # Once, before the workers start: migrations, key files, the chains' checks (workers racing to
     # create the key files would each make their own keys).
-    asyncio.run(_start_and_stop(settings))
+    _start_and_stop_or_exit(settings)
     os.environ.update(
         X402MW_DATABASE_URL=settings.database_url,
         X402MW_DATA_DIR=str(data_dir),
@@ -275,13 +279,28 @@ def serve(
             collected.close()
 
 
-async def _start_and_stop(settings: Any) -> None:
+def _start_and_stop_or_exit(settings: Any) -> None:
     from dataclasses import replace
 
     from x402mw.platform.runtime import Platform
 
-    platform = await Platform.start(replace(settings, run_worker=False))
-    await platform.aclose()
+    async def start_and_stop() -> None:
+        platform = await Platform.start(replace(settings, run_worker=False))
+        await platform.aclose()
+
+    with _configuration_errors_exit():
+        asyncio.run(start_and_stop())
+
+
+@contextlib.contextmanager
+def _configuration_errors_exit() -> Iterator[None]:
+    """A `ConfigurationError` ends the command with its message (exit status 1), not a traceback."""
+    from x402mw.errors import ConfigurationError
+
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def worker_app() -> Any:
@@ -332,7 +351,11 @@ def worker(
         finally:
             await platform.aclose()
 
-    with contextlib.suppress(KeyboardInterrupt), _metrics_served(metrics_host, metrics_port):
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        _metrics_served(metrics_host, metrics_port),
+        _configuration_errors_exit(),
+    ):
         asyncio.run(run())
 
 

@@ -16,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.errors import ConfigurationError
 from x402mw.evm.keys import address_of
 from x402mw.platform.api.idempotency import purge_idempotency_keys
-from x402mw.platform.chain.devchain import start_dev_chain
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
@@ -26,6 +25,7 @@ from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys
+from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.idempotency import IdempotencyKeys
 from x402mw.platform.services.merchants import KeyRing
@@ -83,7 +83,7 @@ class Platform:
         chains = Chains()
         try:
             for chain_settings in settings.chains:
-                chains.add(await _connect(chain_settings, relayer_key, settings))
+                chains.add(await _connect(chain_settings, relayer_key, settings, engine))
         except BaseException:
             await chains.aclose()
             await engine.dispose()
@@ -151,10 +151,14 @@ class Platform:
         await self.engine.dispose()
 
 
-async def _connect(chain: ChainSettings, relayer_key: bytes, settings: PlatformSettings) -> ChainHandle:
+async def _connect(
+    chain: ChainSettings, relayer_key: bytes, settings: PlatformSettings, engine: AsyncEngine
+) -> ChainHandle:
     relayer_address = address_of(relayer_key)
     if chain.rpc_url is None:
-        dev = await start_dev_chain(relayer_address=relayer_address, fund_addresses=settings.dev_fund_addresses)
+        dev = await start_embedded_chain(
+            engine, settings.data_dir, relayer_address=relayer_address, fund_addresses=settings.dev_fund_addresses
+        )
         assets = {
             symbol: Asset(symbol, address, 6, "USD Coin" if symbol == "USDC" else "EURC", "2")
             for symbol, address in dev.tokens.items()

@@ -3,15 +3,17 @@
 :class:`DevChainRpc` answers the subset of Ethereum JSON-RPC the platform uses, with the same wire
 shapes as a real node (hex quantities, camelCase fields, revert data in error ``data``), so the
 relayer and token code cannot tell it from anvil. :func:`start_dev_chain` boots a chain with the
-project's EIP-3009 token deployed as USDC and EURC and the relayer and demo wallets funded.
+project's EIP-3009 token deployed as USDC and EURC and the relayer and demo wallets funded, in
+memory or kept in a state file (:mod:`~x402mw.platform.chain.devstate`) that it reopens as it was.
 
 Mining is automine with small coalescing: a sent transaction is applied to the pending block at
 once, and the block is sealed after four transactions or before the next call that reads chain
 state. Every observer sees each transaction mined, as with automine, but a burst of sends shares a
 few blocks, so block timestamps (py-evm advances them by at least one second per block) run ahead
 of the wall clock less. Larger blocks would be slower: py-evm rebuilds the block's tries on every
-added transaction. Receipts are cached as blocks are sealed, because eth-tester finds an old
-receipt by scanning back from the head.
+added transaction. A kept chain is committed to its file as each block is sealed, before anyone
+sees its receipts, so a crash loses only transactions no caller has a receipt for. Receipts are
+cached as blocks are sealed; older ones are found through the chain's transaction index.
 """
 
 from __future__ import annotations
@@ -27,20 +29,23 @@ from typing import Any
 
 from eth_abi.abi import encode as abi_encode
 from eth_account.typed_transactions.typed_transaction import TypedTransaction
-from eth_tester import EthereumTester, PyEVMBackend
+from eth_tester import EthereumTester
 from eth_tester.exceptions import TransactionFailed, TransactionNotFound
 from eth_tester.exceptions import ValidationError as TesterValidationError
 from eth_utils.exceptions import ValidationError
 from hexbytes import HexBytes
 from rlp.exceptions import RLPException
 
+from x402mw.platform.chain.devstate import ChainIdentity, DevChainBackend, DevChainState
 from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import deploy_token, mint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DevChain", "DevChainRpc", "start_dev_chain"]
+__all__ = ["DEV_CHAIN_ID", "DevChain", "DevChainRpc", "start_dev_chain"]
+
+DEV_CHAIN_ID = 131277322940537  # eth-tester's chain id, the same for every dev chain
 
 _RECEIPT_CACHE_SIZE = 100_000
 _QUANTITY_KEYS = ("gas", "value", "gas_price", "max_fee_per_gas", "max_priority_fee_per_gas", "nonce")
@@ -52,10 +57,20 @@ class DevChainRpc:
     Calls run one at a time, in the order they were made, on a single worker thread (so the EVM
     never blocks the event loop and pipelined transactions arrive in nonce order), guarded by a
     lock so that synchronous use from other threads stays serialized too.
+
+    With ``state``, the chain lives in that state file (``backend`` must be the chain opened from
+    it): each sealed block is committed there, and :meth:`aclose` seals what was sent and closes it.
     """
 
-    def __init__(self, backend: PyEVMBackend | None = None, *, max_block_transactions: int = 4) -> None:
-        self._backend = backend or PyEVMBackend()
+    def __init__(
+        self,
+        backend: DevChainBackend | None = None,
+        *,
+        max_block_transactions: int = 4,
+        state: DevChainState | None = None,
+    ) -> None:
+        self._backend = backend or DevChainBackend()
+        self._state = state
         self._tester = EthereumTester(self._backend)
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x402mw-devchain")
@@ -98,13 +113,38 @@ class DevChainRpc:
         return await self._submit(lambda: [self._dispatch(method, params) for method, params in calls])  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
         self._closed = True
-        self._executor.shutdown(wait=False)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._state is not None:
+            await asyncio.to_thread(self._close_state)
+
+    async def keep(self, identity: ChainIdentity) -> None:
+        """Record a new chain's ``identity`` in its state file, with every block sealed so far."""
+        state = self._state
+        assert state is not None
+
+        def finish() -> None:
+            self._seal()
+            state.finish(identity)
+
+        await self._submit(finish)
 
     def request_sync(self, method: str, params: list[Any] | None = None) -> Any:
         """The blocking twin of :meth:`request`, for scripts and threads without an event loop."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the dev chain RPC is closed")
             return self._dispatch(method, params or [])
+
+    def _close_state(self) -> None:
+        assert self._state is not None
+        with self._lock:  # waits for the call running now, if any
+            try:
+                self._seal()  # a stop keeps every transaction sent so far
+            finally:
+                self._state.close()
 
     async def _submit(self, work: Callable[[], Any]) -> Any:
         if self._closed:
@@ -135,8 +175,13 @@ class DevChainRpc:
             return
         self._tester.mine_blocks()
         hashes, self._unsealed = self._unsealed, []
+        self._commit()
         for tx_hash in hashes:
             self._remember(tx_hash, _object(self._tester.get_transaction_receipt(tx_hash)))
+
+    def _commit(self) -> None:
+        if self._state is not None:
+            self._state.store.commit()
 
     def _remember(self, tx_hash: str, receipt: dict[str, Any]) -> None:
         self._receipts[tx_hash] = receipt
@@ -248,10 +293,12 @@ class DevChainRpc:
 
     def _mine(self, params: list[Any]) -> str:
         self._tester.mine_blocks(int(params[0], 16) if params else 1)
+        self._commit()
         return "0x0"
 
     def _revert(self, params: list[Any]) -> bool:
         self._tester.revert_to_snapshot(int(params[0], 16))
+        self._commit()
         self._receipts.clear()
         return True
 
@@ -264,6 +311,11 @@ class DevChain:
     chain_id: int
     tokens: dict[str, str]
     _minter_key: bytes = field(repr=False)
+    genesis_hash: str = ""
+
+    @property
+    def identity(self) -> ChainIdentity:
+        return ChainIdentity(self.chain_id, self.genesis_hash, dict(self.tokens))
 
     async def mint(self, symbol: str, to: str, amount_atomic: int) -> str:
         """Mint ``amount_atomic`` of the token ``symbol`` to ``to``; return the mined transaction hash."""
@@ -277,30 +329,71 @@ class DevChain:
         await self.rpc.aclose()
 
 
+_RELAYER_GAS = 10_000 * 10**18
+_WALLET_GAS = 100 * 10**18
+
+
 async def start_dev_chain(
     *,
     relayer_address: str,
     fund_addresses: Sequence[str] = (),
     token_mint_atomic: int = 1_000_000 * 10**6,
+    state: DevChainState | None = None,
 ) -> DevChain:
     """Boot a dev chain: deploy USDC ("USD Coin") and EURC ("EURC"), give the relayer 10,000 ETH of
     gas, and give each of ``fund_addresses`` 100 ETH and ``token_mint_atomic`` of each token.
 
     The genesis account that deploys the tokens stays their minter (:meth:`DevChain.mint`).
+
+    With ``state`` (opened, and owned by the chain from here on) the chain lives in that file: a file
+    that holds a chain reopens it as it was (`ConfigurationError` if it is damaged), only topping up
+    the relayer's gas below a tenth of the above and funding addresses that have no gas yet; an empty
+    one gets a new chain, recorded as finished once its tokens are deployed and its wallets funded.
     """
-    rpc = DevChainRpc()
+    reopened = state is not None and state.identity is not None
+    try:
+        if state is None:
+            backend = DevChainBackend()
+        else:
+            backend = await asyncio.to_thread(state.backend if reopened else state.new_backend)
+    except BaseException:
+        if state is not None:
+            state.close()
+        raise
+    rpc = DevChainRpc(backend, state=state)
     key = rpc.dev_keys[0]
-    tokens = {
-        "USDC": await deploy_token(rpc, key, name="USD Coin", symbol="USDC"),
-        "EURC": await deploy_token(rpc, key, name="EURC", symbol="EURC"),
-    }
-    chain = DevChain(rpc, rpc.chain_id, tokens, key)
-    await chain.fund_gas(relayer_address, 10_000 * 10**18)
-    for address in fund_addresses:
-        await chain.fund_gas(address, 100 * 10**18)
-        for symbol in tokens:
-            await chain.mint(symbol, address, token_mint_atomic)
-    return chain
+    try:
+        if reopened:
+            assert state is not None and state.identity is not None
+            chain = DevChain(rpc, rpc.chain_id, dict(state.identity.tokens), key, state.identity.genesis_hash)
+            if await _gas(rpc, relayer_address) < _RELAYER_GAS // 10:
+                await chain.fund_gas(relayer_address, _RELAYER_GAS)
+            await _fund(chain, [a for a in fund_addresses if await _gas(rpc, a) == 0], token_mint_atomic)
+            return chain
+        tokens = {
+            "USDC": await deploy_token(rpc, key, name="USD Coin", symbol="USDC"),
+            "EURC": await deploy_token(rpc, key, name="EURC", symbol="EURC"),
+        }
+        chain = DevChain(rpc, rpc.chain_id, tokens, key, backend.genesis_hash())
+        await chain.fund_gas(relayer_address, _RELAYER_GAS)
+        await _fund(chain, fund_addresses, token_mint_atomic)
+        if state is not None:
+            await rpc.keep(chain.identity)
+        return chain
+    except BaseException:
+        await rpc.aclose()
+        raise
+
+
+async def _fund(chain: DevChain, addresses: Sequence[str], token_atomic: int) -> None:
+    for address in addresses:
+        await chain.fund_gas(address, _WALLET_GAS)
+        for symbol in chain.tokens:
+            await chain.mint(symbol, address, token_atomic)
+
+
+async def _gas(rpc: DevChainRpc, address: str) -> int:
+    return int(await rpc.request("eth_getBalance", [address, "latest"]), 16)
 
 
 def _block(params: list[Any], index: int) -> int | str:

@@ -22,6 +22,7 @@ __all__ = [
     "Balance",
     "ChainCursor",
     "DepositAddress",
+    "EmbeddedChain",
     "Event",
     "IdempotencyKey",
     "IncomingTransfer",
@@ -401,3 +402,15 @@ class Refund(SQLModel, table=True):
         Index("ix_refunds_merchant_created", "merchant_id", "created_at"),
         Index("ix_refunds_status", "status", "locked_until"),
     )
+
+
+class EmbeddedChain(SQLModel, table=True):
+    """The embedded dev chain this database's records belong to, written when the platform first
+    starts it: a later start refuses a chain with another genesis (a new chain, or none) rather than
+    pair these records with it. Chains reached over JSON-RPC are not recorded."""
+
+    __tablename__ = "embedded_chains"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    genesis_hash: str = Field(max_length=66)
+    tokens: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))  # symbol -> address
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))

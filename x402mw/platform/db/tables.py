@@ -14,6 +14,7 @@ __all__ = [
     "balances",
     "chain_cursors",
     "deposit_addresses",
+    "embedded_chains",
     "events",
     "idempotency_keys",
     "incoming_transfers",
@@ -42,3 +43,4 @@ chain_cursors = _tables["chain_cursors"]
 balances = _tables["balances"]
 ledger_entries = _tables["ledger_entries"]
 refunds = _tables["refunds"]
+embedded_chains = _tables["embedded_chains"]

@@ -1,0 +1,30 @@
+"""embedded chains
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-11-27 10:12:03.118204
+"""
+
+from alembic import op
+import sqlalchemy as sa
+import sqlmodel
+
+
+revision = '0006'
+down_revision = '0005'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table('embedded_chains',
+    sa.Column('chain_id', sa.BigInteger(), autoincrement=False, nullable=False),
+    sa.Column('genesis_hash', sqlmodel.sql.sqltypes.AutoString(length=66), nullable=False),
+    sa.Column('tokens', sa.JSON(), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('chain_id')
+    )
+
+
+def downgrade() -> None:
+    op.drop_table('embedded_chains')
