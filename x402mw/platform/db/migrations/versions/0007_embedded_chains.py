@@ -1,7 +1,7 @@
 """embedded chains
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-27 10:12:03.118204
 """
 
@@ -10,8 +10,8 @@ import sqlalchemy as sa
 import sqlmodel
 
 
-revision = '0006'
-down_revision = '0005'
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
