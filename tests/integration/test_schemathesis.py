@@ -63,7 +63,7 @@ def own_platform(database: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             database_url=url or f"sqlite:///{workdir / 'platform.sqlite3'}",
             data_dir=workdir,
             run_worker=False,
-            database_pool_size=2,
+            database_pool_size=4,
         )
         yield PlatformHarness(stack.enter_context(PlatformServer(settings)))
 

@@ -72,7 +72,7 @@ class Platform:
         treasury_key = load_or_create_key(settings.treasury_key, settings.data_dir / "treasury.key")
         deposit_keys = DepositKeys(load_or_create_key(settings.deposit_seed, settings.data_dir / "deposit.seed"))
         secrets = SecretBox(load_or_create_key(settings.sealing_key, settings.data_dir / "sealing.key"))
-        if settings.database_pool_size < MIN_POOL_SIZE:
+        if settings.database_pool_size < MIN_POOL_SIZE and not settings.database_url.startswith("sqlite"):
             raise ConfigurationError(
                 f"database_pool_size must be at least {MIN_POOL_SIZE} (it is {settings.database_pool_size}): "
                 "each process holds six connections for its batched writes"
