@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import answers
 from tests.harness import (
     DATABASES,
     Deployment,
@@ -99,3 +100,71 @@ def any_chain_platform(request: pytest.FixtureRequest, database: str, _platforms
 def deployment(dev_platform: PlatformHarness) -> Deployment:
     """A merchant on the dev-chain platform with a test key, a fixed-price endpoint and a funded agent."""
     return dev_platform.deploy()
+
+
+# -- every JSON answer of the suite's platforms, against the OpenAPI document (tests/answers.py) ------
+
+_checked = {"answers": 0, "problems": 0}
+_covered: set[tuple[str, str, str]] = set()
+_late: list[str] = []  # problems of answers given after the last test (checked at the session's end)
+
+
+def _check_answers(start: int) -> tuple[int, list[str]]:
+    """Check the answers recorded from the ``start``-th on; the index to start from next time, and
+    what is wrong with them."""
+    found = answers.recorded(start)
+    schemas = answers.schemas() if found else None
+    problems = [problem for answer in found for problem in schemas.problems(answer)] if schemas else []
+    _checked["answers"] += len(found)
+    _checked["problems"] += len(problems)
+    if schemas is not None:
+        _covered.update(schemas.covered)
+    return start + len(found), problems
+
+
+_next_answer = [0]
+
+
+@pytest.fixture(autouse=True)
+def _answers_keep_to_the_document() -> Iterator[None]:
+    """Every JSON answer a platform gave during the test keeps to its schema in the OpenAPI document
+    (a problem fails the test, at teardown)."""
+    yield
+    _next_answer[0], problems = _check_answers(_next_answer[0])
+    if problems:
+        pytest.fail("answers that do not keep to the OpenAPI document:\n" + "\n".join(problems[:20]))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _next_answer[0], problems = _check_answers(_next_answer[0])
+    _late.extend(problems)
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:  # an xdist worker: the controller sums them up
+        output["answers"] = dict(_checked)
+        output["covered"] = sorted(_covered)
+        output["late"] = list(_late)
+    elif _late:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    output = getattr(node, "workeroutput", {})
+    for key, value in output.get("answers", {}).items():
+        _checked[key] += value
+    _covered.update(tuple(entry) for entry in output.get("covered", ()))
+    _late.extend(output.get("late", ()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _checked["answers"]:
+        return
+    documented = answers.schemas().documented
+    if _late:
+        terminalreporter.write_line("answers given after the last test that do not keep to the OpenAPI document:")
+        for problem in _late[:20]:
+            terminalreporter.write_line("  " + problem)
+    terminalreporter.write_line(
+        f"answers checked against the OpenAPI document: {_checked['answers']}, problems: {_checked['problems']}; "
+        f"documented operation answers (operation, status) seen: {len(_covered & documented)} of {len(documented)}"
+    )

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import uvicorn
 
+from tests import answers
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
@@ -155,6 +156,12 @@ class PlatformHarness:
         return Deployment(self, merchant_id, key, key_id, endpoint, agent, agent_key, payout)
 
 
+def platform_server(settings: PlatformSettings) -> PlatformServer:
+    """A platform server for ``settings`` whose every JSON answer is checked against the OpenAPI
+    document (`tests.answers`)."""
+    return PlatformServer(settings, middleware=answers.MIDDLEWARE)
+
+
 @contextlib.contextmanager
 def start_dev_platform(
     workdir: Path, database_url: str | None = None, *, run_worker: bool = True
@@ -164,7 +171,7 @@ def start_dev_platform(
         data_dir=workdir,
         run_worker=run_worker,
     )
-    with PlatformServer(settings) as server:
+    with platform_server(settings) as server:
         yield PlatformHarness(server)
 
 
@@ -189,5 +196,5 @@ def start_anvil_platform(workdir: Path, database_url: str | None = None) -> Iter
             chains=[ChainSettings(rpc_url=anvil.url, tokens=tokens, minter_key=deployer.hex())],
             relayer_key=relayer.hex(),
         )
-        with PlatformServer(settings) as server:
+        with platform_server(settings) as server:
             yield PlatformHarness(server)

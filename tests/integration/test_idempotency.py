@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tests import answers
 from tests.harness import PlatformHarness
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.api.errors import RequestIdMiddleware
@@ -185,7 +186,7 @@ def test_control_characters_in_a_key_are_refused(dev_platform: PlatformHarness) 
     body = json.dumps(_endpoint_body(dev_platform)).encode()
 
     async def send_all(platform: Platform) -> list[httpx.Response]:
-        transport = httpx.ASGITransport(create_app(platform=platform))
+        transport = httpx.ASGITransport(create_app(platform=platform, middleware=answers.MIDDLEWARE))
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver/v1") as client:
             return [
                 await client.post(

@@ -40,9 +40,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import Deployment, PlatformHarness, postgres_database
+from tests.harness import Deployment, PlatformHarness, platform_server, postgres_database
 from x402mw.platform.api.openapi import build_document
-from x402mw.platform.server import PlatformServer
 from x402mw.platform.settings import PlatformSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +64,7 @@ def own_platform(database: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             run_worker=False,
             database_pool_size=4,
         )
-        yield PlatformHarness(stack.enter_context(PlatformServer(settings)))
+        yield PlatformHarness(stack.enter_context(platform_server(settings)))
 
 
 def _objects(deployment: Deployment) -> dict[str, list[str]]:

@@ -24,12 +24,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.harness import Deployment, PlatformHarness, postgres_database
+from tests.harness import Deployment, PlatformHarness, platform_server, postgres_database
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
 from x402mw.client.webhooks import WebhookVerificationError, construct_event
 from x402mw.platform.db import tables
-from x402mw.platform.server import PlatformServer, free_port
+from x402mw.platform.server import free_port
 from x402mw.platform.services.outbox import event_row
 from x402mw.platform.settings import PlatformSettings
 from x402mw.platform.webhooks.delivery import _fan_out, deliver_due
@@ -477,7 +477,7 @@ def test_one_round_fans_out_thousands_of_events_exactly_once(database: str, tmp_
         settings = PlatformSettings(  # no background worker: this test runs the rounds
             database_url=url or f"sqlite:///{tmp_path / 'platform.sqlite3'}", data_dir=tmp_path, run_worker=False
         )
-        harness = PlatformHarness(stack.enter_context(PlatformServer(settings)))
+        harness = PlatformHarness(stack.enter_context(platform_server(settings)))
         busy_id, busy_key, _ = harness.merchant("Busy")
         quiet_id, quiet_key, _ = harness.merchant("Quiet")
         silent_id, _, _ = harness.merchant("Silent")  # no endpoint at all

@@ -10,14 +10,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from x402mw import __version__
@@ -37,8 +36,11 @@ from x402mw.platform.api import (
 )
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers, outage_error
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.clock import Clock
 from x402mw.platform.metrics import MetricsMiddleware
+from x402mw.platform.objects.service import HealthStatus, Reachable, Readiness
 from x402mw.platform.runtime import Platform, settle_heap
 from x402mw.platform.settings import PlatformSettings
 
@@ -47,21 +49,21 @@ __all__ = ["create_app"]
 READINESS_TIMEOUT = 3.0
 
 
-async def health(request: Request) -> JSONResponse:
-    platform: Platform = request.app.state.platform
-    return JSONResponse(
-        {
-            "status": "ok",
-            "version": __version__,
-            "receiptSigner": platform.receipt_address,
-            "networks": [c.network.caip2 for c in platform.chains],
-        }
+async def health(request: Request) -> ModelResponse:
+    platform = platform_of(request)
+    return ModelResponse(
+        HealthStatus(
+            version=__version__,
+            receipt_signer=platform.receipt_address,
+            networks=[c.network.caip2 for c in platform.chains],
+        )
     )
 
 
-async def ready(request: Request) -> JSONResponse:
+async def ready(request: Request) -> ModelResponse:
     """Readiness: 200 when the database answers and every chain's node can be reached, else 503."""
-    platform: Platform = request.app.state.platform
+    platform = platform_of(request)
+    database: Reachable
     try:
         async with asyncio.timeout(READINESS_TIMEOUT), platform.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
@@ -70,10 +72,12 @@ async def ready(request: Request) -> JSONResponse:
         if outage_error(exc) is None and not isinstance(exc, TimeoutError):
             raise
         database = "unavailable"
-    chains = {c.network.caip2: "ok" if c.relayer.available else "unavailable" for c in platform.chains}
+    chains: dict[str, Reachable] = {
+        c.network.caip2: "ok" if c.relayer.available else "unavailable" for c in platform.chains
+    }
     ok = database == "ok" and all(state == "ok" for state in chains.values())
-    body = {"status": "ready" if ok else "not_ready", "database": database, "chains": chains}
-    return JSONResponse(body, status_code=200 if ok else 503, headers=None if ok else {"Retry-After": "2"})
+    body = Readiness(status="ready" if ok else "not_ready", database=database, chains=chains)
+    return ModelResponse(body, status_code=200 if ok else 503, headers=None if ok else {"Retry-After": "2"})
 
 
 def create_app(
@@ -82,12 +86,15 @@ def create_app(
     platform: Platform | None = None,
     clock: Clock | None = None,
     serving_process: bool = False,
+    middleware: Sequence[Middleware] = (),
 ) -> Starlette:
     """Build the app. With ``platform`` given, the caller owns its lifetime; otherwise the app starts
     one from ``settings`` (default: `PlatformSettings.from_env`) and stops it on shutdown.
 
     ``serving_process``: the app is what this process is for (``x402mw platform serve``), so once
-    started it may tune the process's garbage collector (`settle_heap`)."""
+    started it may tune the process's garbage collector (`settle_heap`). ``middleware``: more ASGI
+    middleware, outside the platform's own (they see every request and every answer as the client
+    does; the test suite checks the answers against the OpenAPI document with one)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -126,7 +133,7 @@ def create_app(
             Route("/healthz", health),
             Route("/readyz", ready),
         ],
-        middleware=[Middleware(MetricsMiddleware), Middleware(RequestIdMiddleware)],
+        middleware=[*middleware, Middleware(MetricsMiddleware), Middleware(RequestIdMiddleware)],
         exception_handlers=exception_handlers,
         lifespan=lifespan,
     )

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import TypeVar
 
 import uvicorn
+from starlette.middleware import Middleware
 
 from x402mw.platform.app import create_app
 from x402mw.platform.clock import Clock
@@ -36,10 +37,19 @@ def free_port() -> int:
 
 
 class PlatformServer:
-    def __init__(self, settings: PlatformSettings, *, port: int | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: PlatformSettings,
+        *,
+        port: int | None = None,
+        clock: Clock | None = None,
+        middleware: Sequence[Middleware] = (),
+    ) -> None:
+        """``middleware``: more ASGI middleware around the app (`create_app`'s)."""
         self.settings = settings
         self.port = port or free_port()
         self.clock = clock
+        self.middleware = middleware
         self.platform: Platform | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: uvicorn.Server | None = None
@@ -72,7 +82,7 @@ class PlatformServer:
         self.platform = await Platform.start(self.settings, clock=self.clock)
         try:
             config = uvicorn.Config(
-                create_app(platform=self.platform),
+                create_app(platform=self.platform, middleware=self.middleware),
                 host="127.0.0.1",
                 port=self.port,
                 log_level="warning",

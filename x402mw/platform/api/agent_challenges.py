@@ -12,17 +12,19 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
 from starlette.convertors import StringConvertor, register_url_convertor
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import iso, parse_body, read_json
+from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import MINOR_PATTERN, ChallengeId, Uuid
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.objects.agents import AgentChallenge, AgentChallengeEnvelope, ChallengeBatchResult
 from x402mw.platform.services.challenges import record_challenges
-from x402mw.platform.services.settlement import payment_json
+from x402mw.platform.services.settlement import payment_of
 
 __all__ = ["ChallengeIn", "challenge_row", "insert_challenges", "routes"]
 
@@ -85,12 +87,12 @@ async def insert_challenges(conn: Any, merchant_id: str, livemode: bool, items: 
     return len(rows)
 
 
-async def register_batch(request: Request) -> JSONResponse:
+async def register_batch(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(ChallengeBatch, await read_json(request))
-    async with request.app.state.platform.engine.begin() as conn:
+    async with platform_of(request).engine.begin() as conn:
         count = await insert_challenges(conn, caller.merchant_id, caller.livemode, body.challenges)
-    return JSONResponse({"object": "challenge_batch", "received": count})
+    return ModelResponse(ChallengeBatchResult(received=count))
 
 
 def _status(challenge: Any, payment: AgentPayment | None, now: datetime) -> str:
@@ -100,9 +102,9 @@ def _status(challenge: Any, payment: AgentPayment | None, now: datetime) -> str:
     return "expired" if expires <= now else "open"
 
 
-async def retrieve(request: Request) -> JSONResponse:
+async def retrieve(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     challenge_id = request.path_params["challenge_id"]
     table = tables.agent_challenges
     payments = tables.agent_payments
@@ -130,25 +132,21 @@ async def retrieve(request: Request) -> JSONResponse:
             .first()
         )
     payment = AgentPayment.model_validate(dict(found)) if found else None
-    return JSONResponse(
-        {
-            "challenge": {
-                "challengeId": challenge.id,
-                "object": "agent_challenge",
-                "status": _status(challenge, payment, platform.clock.now()),
-                "endpointId": challenge.endpoint_id,
-                "network": challenge.network,
-                "asset": challenge.asset,
-                "payTo": challenge.pay_to,
-                "amountMinor": str(challenge.amount_minor),
-                "resource": challenge.resource,
-                "expiresAt": iso(challenge.expires_at),
-                "createdAt": iso(challenge.created_at),
-                "livemode": bool(challenge.livemode),
-                "payment": payment_json(payment) if payment else None,
-            }
-        }
+    answer = AgentChallenge(
+        challenge_id=challenge.id,
+        status=_status(challenge, payment, platform.clock.now()),
+        endpoint_id=challenge.endpoint_id,
+        network=challenge.network,
+        asset=challenge.asset,
+        pay_to=challenge.pay_to,
+        amount_minor=challenge.amount_minor,
+        resource=challenge.resource,
+        expires_at=challenge.expires_at,
+        created_at=challenge.created_at,
+        livemode=bool(challenge.livemode),
+        payment=payment_of(payment) if payment else None,
     )
+    return ModelResponse(AgentChallengeEnvelope(challenge=answer))
 
 
 class _ChallengeIdConvertor(StringConvertor):

@@ -7,21 +7,23 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PatchBody, iso, parse_body, path_uuid, read_json
+from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import MINOR_SCHEMA, HttpUrl, NonZeroAddress, http_url, minor_units
 from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentEndpoint, utcnow
+from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.endpoints import find_endpoint
 from x402mw.platform.services.merchants import Caller
 
-__all__ = ["endpoint_json", "load_endpoint", "routes"]
+__all__ = ["endpoint_of", "load_endpoint", "routes"]
 
 MinorUnits = Annotated[int, WithJsonSchema(MINOR_SCHEMA)]
 CURRENCY_PATTERN = "^(?:[Uu][Ss][Dd][Cc]|[Ee][Uu][Rr][Cc])$"
@@ -74,7 +76,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
 
 
 def _chain_for(request: Request, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
-    platform = request.app.state.platform
+    platform = platform_of(request)
     symbol = currency.upper()
     if symbol == "USDT":
         raise ApiError(
@@ -85,7 +87,7 @@ def _chain_for(request: Request, caller: Caller, chain_id: int, currency: str) -
         )
     if symbol not in ("USDC", "EURC"):
         raise ApiError(400, "parameter_invalid", "currency must be USDC or EURC", param="currency")
-    chain: ChainHandle | None = platform.chains.get(chain_id)
+    chain = platform.chains.get(chain_id)
     if chain is None:
         supported = ", ".join(str(c.chain_id) for c in platform.chains)
         raise ApiError(
@@ -109,29 +111,34 @@ def _chain_for(request: Request, caller: Caller, chain_id: int, currency: str) -
     return chain
 
 
-def endpoint_json(row: Any, chain: ChainHandle | None) -> dict[str, Any]:
+def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
+    """The public form of an agent endpoint; its token's details come from ``chain`` (None: a
+    chain the platform no longer serves)."""
     asset = chain.asset(row.currency) if chain else None
-    return {
-        "id": row.id,
-        "object": "agent_endpoint",
-        "name": row.name,
-        "resourceUrl": row.resource_url,
-        "chainId": row.chain_id,
-        "network": f"eip155:{row.chain_id}",
-        "currency": row.currency,
-        "asset": asset.address if asset else None,
-        "assetName": asset.eip712_name if asset else None,
-        "assetVersion": asset.eip712_version if asset else None,
-        "decimals": asset.decimals if asset else 6,
-        "payoutAddress": row.payout_address,
-        "pricingMode": row.pricing_mode,
-        "amountMinor": None if row.amount_minor is None else str(row.amount_minor),
-        "releasePolicy": row.release_policy,
-        "maxTimeoutSeconds": row.max_timeout_seconds,
-        "livemode": bool(row.livemode),
-        "createdAt": iso(row.created_at),
-        "updatedAt": iso(row.updated_at),
-    }
+    return objects.AgentEndpoint(
+        id=row.id,
+        name=row.name,
+        resource_url=row.resource_url,
+        chain_id=row.chain_id,
+        network=f"eip155:{row.chain_id}",
+        currency=row.currency,
+        asset=asset.address if asset else None,
+        asset_name=asset.eip712_name if asset else None,
+        asset_version=asset.eip712_version if asset else None,
+        decimals=asset.decimals if asset else 6,
+        payout_address=row.payout_address,
+        pricing_mode=row.pricing_mode,
+        amount_minor=row.amount_minor,
+        release_policy=row.release_policy,
+        max_timeout_seconds=row.max_timeout_seconds,
+        livemode=bool(row.livemode),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _answer(row: Any, chain: ChainHandle | None, status_code: int = 200) -> ModelResponse:
+    return ModelResponse(objects.AgentEndpointEnvelope(endpoint=endpoint_of(row, chain)), status_code)
 
 
 async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
@@ -142,7 +149,7 @@ async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str)
     return row
 
 
-async def create(request: Request) -> JSONResponse:
+async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(EndpointCreate, await read_json(request))
     chain = _chain_for(request, caller, body.chainId, body.currency)
@@ -165,23 +172,23 @@ async def create(request: Request) -> JSONResponse:
         created_at=now,
         updated_at=now,
     )
-    async with request.app.state.platform.engine.begin() as conn:
+    async with platform_of(request).engine.begin() as conn:
         await conn.execute(tables.agent_endpoints.insert(), row.model_dump())
-    return JSONResponse({"endpoint": endpoint_json(row, chain)}, status_code=201)
+    return _answer(row, chain, 201)
 
 
-async def retrieve(request: Request) -> JSONResponse:
+async def retrieve(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     async with platform.engine.connect() as conn:
         row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
-    return JSONResponse({"endpoint": endpoint_json(row, platform.chains.get(row.chain_id))})
+    return _answer(row, platform.chains.get(row.chain_id))
 
 
-async def update(request: Request) -> JSONResponse:
+async def update(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(EndpointUpdate, await read_json(request))
-    platform = request.app.state.platform
+    platform = platform_of(request)
     table = tables.agent_endpoints
     changes = body.changes()
     async with platform.engine.begin() as conn:
@@ -220,22 +227,18 @@ async def update(request: Request) -> JSONResponse:
         await conn.execute(table.update().where(table.c.id == row.id).values(**values))
         row = await load_endpoint(conn, caller, row.id)
     platform.endpoints.invalidate()
-    return JSONResponse({"endpoint": endpoint_json(row, platform.chains.get(row.chain_id))})
+    return _answer(row, platform.chains.get(row.chain_id))
 
 
-async def list_endpoints(request: Request) -> JSONResponse:
+async def list_endpoints(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     table = tables.agent_endpoints
     async with platform.engine.connect() as conn:
-        page = await list_page(
-            conn,
-            table,
-            caller.owns(table),
-            request,
-            lambda r: endpoint_json(r, platform.chains.get(r.chain_id)),
+        data, more = await list_page(
+            conn, table, caller.owns(table), request, lambda r: endpoint_of(r, platform.chains.get(r.chain_id))
         )
-    return JSONResponse(page)
+    return ModelResponse(objects.AgentEndpointList(data=data, has_more=more))
 
 
 routes = [

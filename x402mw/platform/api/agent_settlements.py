@@ -10,7 +10,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform import metrics
@@ -20,10 +19,14 @@ from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import MAX_MINOR, ChallengeId, Uuid
 from x402mw.platform.api.pagination import list_page, query_id
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.objects import agents as objects
+from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.metering import monthly_usage
-from x402mw.platform.services.settlement import SettleOutcome, SettleRequest, payment_json
+from x402mw.platform.services.settlement import SettleOutcome, SettleRequest, payment_of
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
@@ -51,29 +54,29 @@ def unavailable_error(outcome: SettleOutcome) -> ApiError:
     )
 
 
-def _reply(outcome: SettleOutcome, accepted: dict[str, Any] | None = None) -> JSONResponse:
+def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
-    body: dict[str, Any] = {"status": outcome.status, "settlement": outcome.response.to_wire()}
-    if outcome.message:
-        body["message"] = outcome.message
-    if outcome.payment_id:
-        body["paymentId"] = outcome.payment_id
-    if accepted is not None:
-        body["accepted"] = accepted
-    return JSONResponse(body)
+    result = objects.SettlementResult(
+        status=outcome.status,
+        settlement=outcome.response,
+        message=outcome.message or None,
+        payment_id=outcome.payment_id or None,
+        accepted=accepted,
+    )
+    return ModelResponse(result)
 
 
-async def settle(request: Request) -> JSONResponse:
+async def settle(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(SettleBody, await read_json(request))
-    platform = request.app.state.platform
+    platform = platform_of(request)
     accepted = parse_body(PaymentRequirements, body.accepted, prefix="accepted.")
     payload = parse_body(PaymentPayload, body.paymentPayload, prefix="paymentPayload.")
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
-    refusal = _endpoint_mismatch(endpoint, accepted, platform)
+    refusal = _endpoint_mismatch(endpoint, accepted, platform.chains)
     if refusal is not None:
         metrics.count_settlement(platform.settlement.network_label(accepted.network), "failed", refusal[0])
         return _reply(platform.settlement.failed(accepted.network, *refusal))
@@ -109,15 +112,15 @@ async def settle(request: Request) -> JSONResponse:
             known_only=body.expiresAt <= platform.clock.time(),
         )
     )
-    return _reply(outcome, {"payTo": accepted.pay_to})
+    return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
 
 
-def _endpoint_mismatch(endpoint: Any, accepted: PaymentRequirements, platform: Any) -> tuple[str, str] | None:
+def _endpoint_mismatch(endpoint: Any, accepted: PaymentRequirements, chains: Chains) -> tuple[str, str] | None:
     if not 1 <= accepted.amount <= MAX_MINOR:
         return reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
     if accepted.network != f"eip155:{endpoint.chain_id}":
         return reasons.INVALID_NETWORK, "the payment is for another network than the endpoint's"
-    chain = platform.chains.get(endpoint.chain_id)
+    chain = chains.get(endpoint.chain_id)
     asset = chain.asset(endpoint.currency) if chain else None
     if asset is None or asset.address.lower() != accepted.asset.lower():
         return reasons.INVALID_ASSET, "the payment is in another token than the endpoint's"
@@ -129,27 +132,29 @@ def _endpoint_mismatch(endpoint: Any, accepted: PaymentRequirements, platform: A
     return None
 
 
-async def list_payments(request: Request) -> JSONResponse:
+async def list_payments(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.agent_payments
     filters = caller.owns(table)
     endpoint = query_id(request, "endpointId")
     if endpoint is not None:
         filters.append(table.c.endpoint_id == endpoint)
-    await request.app.state.platform.settlement.recorded()
-    async with request.app.state.platform.engine.connect() as conn:
-        page = await list_page(
-            conn, table, filters, request, lambda r: payment_json(AgentPayment.model_validate(dict(r)))
+    platform = platform_of(request)
+    await platform.settlement.recorded()
+    async with platform.engine.connect() as conn:
+        data, more = await list_page(
+            conn, table, filters, request, lambda r: payment_of(AgentPayment.model_validate(dict(r)))
         )
-    return JSONResponse(page)
+    return ModelResponse(objects.AgentPaymentList(data=data, has_more=more))
 
 
-async def retrieve_payment(request: Request) -> JSONResponse:
+async def retrieve_payment(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.agent_payments
     payment_id = path_uuid(request, "payment_id", "agent payment")
-    await request.app.state.platform.settlement.recorded()
-    async with request.app.state.platform.engine.connect() as conn:
+    platform = platform_of(request)
+    await platform.settlement.recorded()
+    async with platform.engine.connect() as conn:
         found = (
             (
                 await conn.execute(
@@ -164,12 +169,13 @@ async def retrieve_payment(request: Request) -> JSONResponse:
         )
     if found is None:
         raise ApiError.missing("agent payment", payment_id)
-    return JSONResponse({"agentPayment": payment_json(AgentPayment.model_validate(dict(found)))})
+    payment = payment_of(AgentPayment.model_validate(dict(found)))
+    return ModelResponse(objects.AgentPaymentEnvelope(agent_payment=payment))
 
 
-async def usage(request: Request) -> JSONResponse:
+async def usage(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     month = request.query_params.get("month")
     if month is None:
         now = platform.clock.now()
@@ -179,7 +185,8 @@ async def usage(request: Request) -> JSONResponse:
     else:
         raise ApiError(400, "parameter_invalid", "month must look like 2026-11", param="month")
     await platform.settlement.recorded()
-    return JSONResponse({"usage": await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)})
+    answer = await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)
+    return ModelResponse(objects.AgentUsageEnvelope(usage=answer))
 
 
 routes = [

@@ -6,6 +6,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.services.merchants import Caller, KeyRing
 
 __all__ = ["authenticate", "caller_for", "presented_key"]
@@ -13,7 +14,7 @@ __all__ = ["authenticate", "caller_for", "presented_key"]
 
 async def authenticate(request: Request) -> Caller:
     """The calling merchant; 401 ``authentication_error`` when the key is missing, invalid or revoked."""
-    return await caller_for(request.headers, request.app.state.platform.keys)
+    return await caller_for(request.headers, platform_of(request).keys)
 
 
 async def caller_for(headers: Headers, keys: KeyRing) -> Caller:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
+from x402mw.platform.objects.payments import BalanceList
 from x402mw.platform.services.ledger import list_balances
 
 __all__ = ["routes"]
 
 
-async def balances(request: Request) -> JSONResponse:
+async def balances(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    async with request.app.state.platform.engine.connect() as conn:
+    async with platform_of(request).engine.connect() as conn:
         data = await list_balances(conn, caller.merchant_id, caller.livemode)
-    return JSONResponse({"object": "list", "data": data, "hasMore": False})
+    return ModelResponse(BalanceList(data=data, has_more=False))
 
 
 routes = [Route("/balances", balances, methods=["GET"])]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, GetJsonSchemaHandler, ValidationError
@@ -17,19 +16,10 @@ from x402mw.platform.api.errors import ApiError
 from x402mw.protocol import bounded_json
 from x402mw.protocol.prices import json_number
 
-__all__ = ["MAX_BODY_BYTES", "PatchBody", "iso", "parse_body", "path_uuid", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "PatchBody", "parse_body", "path_uuid", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
-
-
-def iso(value: datetime | None) -> str | None:
-    """ISO 8601 UTC with milliseconds: ``2026-11-21T23:25:16.464Z``."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 async def _body(request: Request) -> bytes:

@@ -18,11 +18,13 @@ import httpx
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Mount
 
+from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable
+from x402mw.platform.objects.service import Error, ErrorEnvelope, ErrorType
 from x402mw.platform.services.errors import Refused
 
 __all__ = [
@@ -47,6 +49,9 @@ def current_request_id() -> str:
     return _request_id.get()
 
 
+_TYPES: dict[int, ErrorType] = {401: "authentication_error", 429: "rate_limit_error"}
+
+
 class ApiError(Exception):
     """An error answered in the documented envelope."""
 
@@ -57,7 +62,7 @@ class ApiError(Exception):
         message: str,
         *,
         param: str | None = None,
-        type: str | None = None,
+        type: ErrorType | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -65,9 +70,7 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.param = param
-        self.type = type or {401: "authentication_error", 429: "rate_limit_error"}.get(
-            status, "api_error" if status >= 500 else "invalid_request_error"
-        )
+        self.type: ErrorType = type or _TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         if status == 503 and "Retry-After" not in (headers or {}):
             headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER_SECONDS)}
         self.headers = headers
@@ -77,16 +80,15 @@ class ApiError(Exception):
         return cls(404, "resource_missing", f"No such {what}: '{ident[:80]}'", param=param)
 
 
-def error_response(error: ApiError) -> JSONResponse:
-    body: dict[str, Any] = {
-        "type": error.type,
-        "code": error.code,
-        "message": error.message,
-        "requestId": current_request_id(),
-    }
-    if error.param is not None:  # "" too: the name of a key spelled ""
-        body["param"] = error.param
-    return JSONResponse({"error": body}, status_code=error.status, headers=error.headers)
+def error_response(error: ApiError) -> ModelResponse:
+    body = Error(
+        type=error.type,
+        code=error.code,
+        message=error.message,
+        request_id=current_request_id(),
+        param=error.param,
+    )
+    return ModelResponse(ErrorEnvelope(error=body), status_code=error.status, headers=error.headers)
 
 
 async def _api_error(_request: Request, exc: Exception) -> Response:

@@ -7,35 +7,39 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import iso, path_uuid, read_json
+from x402mw.platform.api.bodies import path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
+from x402mw.platform.objects.webhooks import (
+    EventList,
+    EventWithDeliveries,
+    EventWithDeliveriesEnvelope,
+    Redelivery,
+    WebhookDelivery,
+)
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.webhooks import EVENT_TYPES
-from x402mw.platform.webhooks.delivery import envelope, redeliver
+from x402mw.platform.webhooks.delivery import event_of, redeliver
 
-__all__ = ["event_json", "routes"]
-
-
-def event_json(row: Any) -> dict[str, Any]:
-    return {"object": "event"} | envelope(row)
+__all__ = ["routes"]
 
 
-def _delivery_json(row: Any) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "endpointId": row.endpoint_id,
-        "status": row.status,
-        "attempts": list(row.attempts),
-        "lastStatusCode": row.last_status_code,
-        "nextAttemptAt": iso(row.next_attempt_at),
-        "deliveredAt": iso(row.delivered_at),
-    }
+def _delivery_of(row: Any) -> WebhookDelivery:
+    return WebhookDelivery(
+        id=row.id,
+        endpoint_id=row.endpoint_id,
+        status=row.status,
+        attempts=row.attempts,
+        last_status_code=row.last_status_code,
+        next_attempt_at=row.next_attempt_at,
+        delivered_at=row.delivered_at,
+    )
 
 
 async def _load(conn: AsyncConnection, caller: Caller, event_id: str) -> Any:
@@ -46,7 +50,7 @@ async def _load(conn: AsyncConnection, caller: Caller, event_id: str) -> Any:
     return row
 
 
-async def list_events(request: Request) -> JSONResponse:
+async def list_events(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.events
     filters = caller.owns(table)
@@ -57,32 +61,34 @@ async def list_events(request: Request) -> JSONResponse:
                 400, "parameter_invalid", f"type must be an event type: {', '.join(EVENT_TYPES)}", param="type"
             )
         filters.append(table.c.type == kind)
-    await request.app.state.platform.settlement.recorded()  # agent_payment.settled lands just after its receipt
-    async with request.app.state.platform.engine.connect() as conn:
-        page = await list_page(conn, table, filters, request, event_json)
-    return JSONResponse(page)
+    platform = platform_of(request)
+    await platform.settlement.recorded()  # agent_payment.settled lands just after its receipt
+    async with platform.engine.connect() as conn:
+        data, more = await list_page(conn, table, filters, request, event_of)
+    return ModelResponse(EventList(data=data, has_more=more))
 
 
-async def retrieve(request: Request) -> JSONResponse:
+async def retrieve(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     deliveries = tables.webhook_deliveries
-    async with request.app.state.platform.engine.connect() as conn:
+    async with platform_of(request).engine.connect() as conn:
         row = await _load(conn, caller, path_uuid(request, "event_id", "event"))
         attempts = await conn.execute(
             select(deliveries).where(deliveries.c.event_id == row["id"]).order_by(deliveries.c.created_at)
         )
-    return JSONResponse({"event": event_json(row) | {"deliveries": [_delivery_json(d) for d in attempts]}})
+    event = EventWithDeliveries(**dict(event_of(row)), deliveries=[_delivery_of(d) for d in attempts])
+    return ModelResponse(EventWithDeliveriesEnvelope(event=event))
 
 
-async def redeliver_event(request: Request) -> JSONResponse:
+async def redeliver_event(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     for name in await read_json(request, allow_empty=True):
         raise ApiError(400, "parameter_unknown", f"Received unknown parameter: {name[:80]}", param=name[:80])
-    platform = request.app.state.platform
+    platform = platform_of(request)
     async with platform.engine.connect() as conn:
         row = await _load(conn, caller, path_uuid(request, "event_id", "event"))
     count = await redeliver(platform.engine, row, platform.clock.now())
-    return JSONResponse({"object": "event", "id": row["id"], "redelivered": count})
+    return ModelResponse(Redelivery(id=row["id"], redelivered=count))
 
 
 routes = [

@@ -10,12 +10,9 @@ under the caller, linked to its challenge when it has one.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform import metrics
@@ -23,11 +20,14 @@ from x402mw.platform.api.agent_settlements import unavailable_error
 from x402mw.platform.api.auth import authenticate, presented_key
 from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
+from x402mw.platform.objects.agents import SupportedKind, SupportedKinds
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement import Refusal, SettleRequest
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+from x402mw.protocol.models import PaymentPayload, PaymentRequirements, VerifyResponse
 from x402mw.seller.seal import Sealer, sealed_terms
 
 __all__ = ["routes"]
@@ -50,7 +50,7 @@ async def _challenge_of(request: Request, caller: Caller, requirements: PaymentR
     challenge_id = requirements.extra.get("challengeId")
     if not isinstance(challenge_id, str):
         return None  # requirements of a seller that does not issue x402mw challenges
-    platform = request.app.state.platform
+    platform = platform_of(request)
     challenges, endpoints = tables.agent_challenges, tables.agent_endpoints
     async with platform.engine.connect() as conn:
         owner = (
@@ -89,11 +89,11 @@ def _foreign(challenge_id: str) -> ApiError:
     return ApiError.missing("challenge", challenge_id, param="paymentRequirements.extra.challengeId")
 
 
-async def verify(request: Request) -> JSONResponse:
+async def verify(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = await _body(request)
     await _challenge_of(request, caller, body.paymentRequirements)
-    service = request.app.state.platform.settlement
+    service = platform_of(request).settlement
     payer = body.paymentPayload.payload.authorization.from_address
     network = service.network_label(body.paymentRequirements.network)
     try:
@@ -103,16 +103,16 @@ async def verify(request: Request) -> JSONResponse:
         await service.check_on_chain(verified, body.paymentRequirements.asset)
     except Refusal as refusal:
         metrics.count_verification(network, refusal.reason)
-        return JSONResponse({"isValid": False, "invalidReason": refusal.reason, "payer": payer})
+        return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason, payer=payer))
     metrics.count_verification(network, None)
-    return JSONResponse({"isValid": True, "payer": verified.payer})
+    return ModelResponse(VerifyResponse(is_valid=True, payer=verified.payer))
 
 
-async def settle(request: Request) -> JSONResponse:
+async def settle(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = await _body(request)
     challenge_id = await _challenge_of(request, caller, body.paymentRequirements)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     outcome = await platform.settlement.settle(
         SettleRequest(
             accepted=body.paymentRequirements,
@@ -126,19 +126,18 @@ async def settle(request: Request) -> JSONResponse:
     )
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
-    response: dict[str, Any] = outcome.response.to_wire()
-    return JSONResponse(response)
+    return ModelResponse(outcome.response)
 
 
-async def supported(request: Request) -> JSONResponse:
-    chains = list(request.app.state.platform.chains)
+async def supported(request: Request) -> ModelResponse:
+    chains = list(platform_of(request).chains)
     kinds = [
-        {"x402Version": version, "scheme": "exact", "network": chain.network.caip2}
+        SupportedKind(x402_version=version, scheme="exact", network=chain.network.caip2)
         for chain in chains
         for version in (2,)
     ]
     signers = sorted({chain.relayer.address for chain in chains})
-    return JSONResponse({"kinds": kinds, "extensions": [], "signers": {"eip155:*": signers}})
+    return ModelResponse(SupportedKinds(kinds=kinds, extensions=[], signers={"eip155:*": signers}))
 
 
 routes = [

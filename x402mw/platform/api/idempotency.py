@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from x402mw.platform.api.auth import caller_for
 from x402mw.platform.api.bodies import MAX_BODY_BYTES
 from x402mw.platform.api.errors import ApiError, error_response
+from x402mw.platform.api.state import scope_platform
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.idempotency import DONE, IN_FLIGHT, IdempotencyKeys, KeySlot, KeyTaken
@@ -78,7 +79,7 @@ class IdempotencyMiddleware:
         if key is None:
             await self.app(scope, receive, send)
             return
-        platform = scope["app"].state.platform
+        platform = scope_platform(scope)
         try:
             caller = await caller_for(headers, platform.keys)
         except ApiError:
@@ -95,7 +96,7 @@ class IdempotencyMiddleware:
             body = await _read_body(receive)
             if body is None:
                 return  # the client went away before sending its body
-            keys: IdempotencyKeys = platform.idempotency
+            keys = platform.idempotency
             fingerprint, now = _fingerprint(scope, body), platform.clock.now()
             if scope["path"][len(scope.get("root_path", "")) :] in self.takes_over:
                 slot = KeySlot(new_id(), caller.merchant_id, caller.livemode, key, fingerprint, now, claimed=False)

@@ -1,9 +1,13 @@
 """The OpenAPI 3.1 document of the platform API, served at ``GET /v1/openapi.json`` (no API key).
 
-Request bodies come from the pydantic models the handlers validate with; response objects are
-written here to match what the handlers answer. ``tests/integration/test_openapi.py`` checks that
-the documented operations and the app's routes are the same set, and ``docs/api-reference.md`` is
-rendered from this document (`x402mw.platform.api.reference`).
+Every schema is generated: request bodies from the pydantic models the handlers validate with
+(`x402mw.platform.api.openapi_models`), answers from the response models the handlers serialise
+(`x402mw.platform.objects`, through `x402mw.platform.api.openapi_answers`). What is written here and
+in the ``openapi_*`` modules is the operations' metadata: ids, tags, summaries, descriptions, the
+errors each documents, and links. ``tests/integration/test_openapi.py`` checks that the documented
+operations and the app's routes are the same set, ``tests/answers.py`` that every answer the test
+suite receives keeps to its operation's schema, and ``docs/api-reference.md`` is rendered from this
+document (`x402mw.platform.api.reference`).
 
 >>> from x402mw.platform.api.openapi import build_document
 >>> build_document()["paths"]["/v1/agent/endpoints"]["post"]["operationId"]
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,9 +28,13 @@ from starlette.routing import Route
 from x402mw import __version__
 from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_payments as money
+from x402mw.platform.api.openapi_answers import answer_schemas
 from x402mw.platform.api.openapi_models import model_schemas
 from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
-from x402mw.platform.api.openapi_schemas import STRING, Schema, ref, response_schemas
+from x402mw.platform.api.openapi_schemas import STRING, Schema, ref
+from x402mw.platform.api.responses import answer_body
+from x402mw.platform.api.state import platform_of
+from x402mw.platform.objects.service import ErrorEnvelope, OpenApiDocument
 from x402mw.platform.services.chains import ChainHandle
 
 __all__ = ["ServedChain", "build_document", "routes"]
@@ -35,17 +42,18 @@ __all__ = ["ServedChain", "build_document", "routes"]
 IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
 
 
-def _components() -> Schema:
+def _components(answers: dict[str, Schema]) -> Schema:
     request_id = {"$ref": "#/components/headers/Request-Id"}
+    schemas = model_schemas(
+        [*money.BODY_MODELS, *checkout.BODY_MODELS],
+        money.FIELD_NOTES | checkout.FIELD_NOTES,
+        money.PROPERTY_OVERRIDES,
+    )
+    for name, schema in answers.items():
+        if schemas.setdefault(name, schema) != schema:
+            raise RuntimeError(f"a request body and an answer are both named {name}")
     return {
-        "schemas": model_schemas(
-            [*money.BODY_MODELS, *checkout.BODY_MODELS],
-            money.FIELD_NOTES | checkout.FIELD_NOTES,
-            money.PROPERTY_OVERRIDES,
-        )
-        | response_schemas()
-        | money.schemas()
-        | checkout.schemas(),
+        "schemas": schemas,
         "securitySchemes": {
             "bearerAuth": {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer sk_test_…`"},
             "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "x-api-key"},
@@ -86,7 +94,7 @@ def _components() -> Schema:
             name: {
                 "description": text,
                 "headers": {"Request-Id": request_id},
-                "content": {"application/json": {"schema": ref("ErrorEnvelope")}},
+                "content": {"application/json": {"schema": ref(ErrorEnvelope.__name__)}},
             }
             for name, text in ERRORS.values()
         },
@@ -167,11 +175,29 @@ def _add_links(paths: dict[str, Schema]) -> None:
             links[name] = {"operationId": target, "parameters": {parameter: f"$response.body#{pointer}"}}
 
 
+def _with_answers(paths: dict[str, Schema]) -> dict[str, Schema]:
+    """Puts in place of each operation's response model (`operation`'s ``answer``) the schema
+    generated from it; the components those schemas reference, by name."""
+    contents = [
+        response["content"]["application/json"]
+        for item in paths.values()
+        for op in item.values()
+        for response in op["responses"].values()
+        if "content" in response
+    ]
+    models = list(dict.fromkeys([ErrorEnvelope, *(content["schema"] for content in contents)]))
+    components, answers = answer_schemas(models)
+    for content in contents:
+        content["schema"] = answers[content["schema"]]
+    return components
+
+
 @functools.cache
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
     for method, path, operation in [*money.operations(), *operations(), *checkout.operations()]:
         paths.setdefault(path, {})[method] = operation
+    answers = _with_answers(paths)
     _add_links(paths)
     return {
         "openapi": "3.1.0",
@@ -185,7 +211,7 @@ def _document() -> Schema:
         ],
         "tags": [{"name": name, "description": text} for name, text in _TAGS],
         "paths": paths,
-        "components": _components(),
+        "components": _components(answers),
     }
 
 
@@ -234,11 +260,11 @@ def build_document(chains: Sequence[ServedChain] | None = None) -> Schema:
 
 @functools.cache
 def _document_bytes(chains: tuple[ServedChain, ...]) -> bytes:
-    return json.dumps(build_document(chains), ensure_ascii=False, separators=(",", ":")).encode()
+    return answer_body(OpenApiDocument.model_validate(build_document(chains)))
 
 
 async def openapi_json(request: Request) -> Response:
-    chains = tuple(ServedChain.of(chain) for chain in request.app.state.platform.chains)
+    chains = tuple(ServedChain.of(chain) for chain in platform_of(request).chains)
     return Response(_document_bytes(chains), media_type="application/json")
 
 

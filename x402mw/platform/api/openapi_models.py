@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from x402mw.platform.api.agent_challenges import ChallengeBatch
@@ -18,7 +18,6 @@ from x402mw.platform.api.fields import MINOR_SCHEMA, NO_NUL, minor_units
 from x402mw.platform.api.openapi_schemas import REF, TEXT, Schema, ref
 from x402mw.platform.api.sandbox import FaucetBody
 from x402mw.platform.api.webhook_endpoints import SecretRotation, WebhookEndpointCreate, WebhookEndpointUpdate
-from x402mw.protocol.models import SettlementResponse, VerifyResponse
 
 __all__ = ["JSON_VALUE", "model_schemas"]
 
@@ -103,18 +102,16 @@ class _WireJsonSchema(GenerateJsonSchema):
         return answer
 
 
-_BODY_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
-    (EndpointCreate, "validation"),
-    (EndpointUpdate, "validation"),
-    (ChallengeBatch, "validation"),
-    (FacilitatorBody, "validation"),
-    (SettleBody, "validation"),
-    (FaucetBody, "validation"),
-    (WebhookEndpointCreate, "validation"),
-    (WebhookEndpointUpdate, "validation"),
-    (SecretRotation, "validation"),
-    (SettlementResponse, "serialization"),
-    (VerifyResponse, "serialization"),
+_BODY_MODELS: list[type[BaseModel]] = [
+    EndpointCreate,
+    EndpointUpdate,
+    ChallengeBatch,
+    FacilitatorBody,
+    SettleBody,
+    FaucetBody,
+    WebhookEndpointCreate,
+    WebhookEndpointUpdate,
+    SecretRotation,
 ]
 
 _ENDPOINT_FIELDS = {
@@ -199,14 +196,6 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
         "validBefore": "Unix time (seconds) as a string",
         "nonce": "0x followed by 64 hex digits",
     },
-    "SettlementResponse": {
-        "errorReason": "x402 reason code when `success` is false",
-        "payer": "payer address",
-        "transaction": "transaction hash",
-        "amount": "settled amount in atomic units",
-        "extensions": "`receipt`: the platform's signed receipt",
-    },
-    "VerifyResponse": {"invalidReason": "x402 reason code when `isValid` is false", "payer": "payer address"},
 }
 # SettleBody reads these two as dicts and validates them itself, with the models referenced here.
 _PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
@@ -223,11 +212,11 @@ def model_schemas(
     notes: Mapping[str, Mapping[str, str]] | None = None,
     overrides: Mapping[str, Mapping[str, Schema]] | None = None,
 ) -> dict[str, Schema]:
-    """The request bodies' schemas: this module's and ``models`` (validation mode), with field
+    """The request bodies' schemas: this module's and ``models``, with field
     ``notes`` and property ``overrides`` (e.g. for amounts parsed before validation)."""
     found: dict[str, Schema] = {}
-    for model, mode in [*_BODY_MODELS, *((m, "validation") for m in models)]:
-        schema = model.model_json_schema(by_alias=True, ref_template=REF, schema_generator=_WireJsonSchema, mode=mode)
+    for model in [*_BODY_MODELS, *models]:
+        schema = model.model_json_schema(by_alias=True, ref_template=REF, schema_generator=_WireJsonSchema)
         schema = _with_json_value(schema)
         for name, sub in {**schema.pop("$defs", {}), model.__name__: schema}.items():
             if found.setdefault(name, sub) != sub:

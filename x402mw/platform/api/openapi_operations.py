@@ -1,21 +1,46 @@
-"""The operations of the OpenAPI document: one entry per route, with its parameters, body, responses
-and documented errors (see `x402mw.platform.api.openapi`)."""
+"""The operations of the OpenAPI document: one entry per route, with its parameters, body, the
+response model it answers and the errors it documents (see `x402mw.platform.api.openapi`, which
+puts the models' generated schemas in place)."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from x402mw.platform.api.agent_settlements import MONTH
 from x402mw.platform.api.fields import CHALLENGE_ID_SCHEMA, UUID_PATTERN
-from x402mw.platform.api.openapi_schemas import STRING, Schema, object_schema, ref
+from x402mw.platform.api.openapi_schemas import STRING, Schema, ref
+from x402mw.platform.objects.agents import (
+    AgentChallengeEnvelope,
+    AgentEndpointEnvelope,
+    AgentEndpointList,
+    AgentPaymentEnvelope,
+    AgentPaymentList,
+    AgentUsageEnvelope,
+    ChallengeBatchResult,
+    SettlementResult,
+    SupportedKinds,
+)
+from x402mw.platform.objects.payments import FaucetTransfer
+from x402mw.platform.objects.service import HealthStatus, OpenApiDocument, Readiness
+from x402mw.platform.objects.webhooks import (
+    DeletedWebhookEndpoint,
+    EventList,
+    EventWithDeliveriesEnvelope,
+    Redelivery,
+    WebhookEndpointEnvelope,
+    WebhookEndpointList,
+)
 from x402mw.platform.webhooks import EVENT_TYPES
+from x402mw.protocol.models import SettlementResponse, VerifyResponse
 
-__all__ = ["ERRORS", "LIST_PARAMS", "UUID", "operation", "operations", "query", "wrapped"]
+__all__ = ["ERRORS", "LIST_PARAMS", "UUID", "operation", "operations", "query"]
 
 ERRORS = {
     400: (
         "BadRequest",
-        "Invalid request: a parameter is missing, unknown or invalid (`param` names it), an "
-        "`Idempotency-Key` was reused with another request (`idempotency_error`), or the URL path holds "
-        "a control character (`url_invalid`).",
+        "Invalid request: a parameter is missing, unknown or invalid (`param` names it; a NUL character "
+        "in any query parameter too), an `Idempotency-Key` was reused with another request "
+        "(`idempotency_error`), or the URL path holds a control character (`url_invalid`).",
     ),
     401: ("Unauthorized", "The API key is missing, invalid or revoked."),
     404: ("NotFound", "No such object, or it belongs to another merchant (`resource_missing`)."),
@@ -58,7 +83,7 @@ def operation(
     tag: str,
     summary: str,
     description: str,
-    answer: Schema,
+    answer: type[BaseModel],
     *,
     status: int = 200,
     public: bool = False,
@@ -66,6 +91,8 @@ def operation(
     query: list[Schema] | None = None,
     errors: tuple[int, ...] = (),
 ) -> tuple[str, str, Schema]:
+    """The operation ``operation_id``; its ``status`` answers the model ``answer``, whose schema
+    the document puts in place of the class (`x402mw.platform.api.openapi`)."""
     idempotent = method == "POST" and not public
     parameters = list(query or [])
     if idempotent:
@@ -86,7 +113,9 @@ def operation(
         *(() if public else (401,)),
         *((400, 413) if body else ()),
         *((400, 409) if idempotent else ()),
-        *((400,) if parameters else ()),  # a parameter its schema refuses (a path's control character: url_invalid)
+        # a parameter its schema refuses; and for every operation, a NUL in the query or a control
+        # character in the path (refused before any handler runs)
+        400,
         *(() if path in _NO_DEPENDENCY else (503,)),
     )
     for code in sorted({*errors, *implied}):
@@ -112,13 +141,9 @@ def _not_ready(entry: tuple[str, str, Schema]) -> tuple[str, str, Schema]:
     operation["responses"]["503"] = {
         "description": "Not ready: what cannot be reached is named",
         "headers": {"Request-Id": {"$ref": "#/components/headers/Request-Id"}},
-        "content": {"application/json": {"schema": ref("Readiness")}},
+        "content": {"application/json": {"schema": Readiness}},
     }
     return method, path, operation
-
-
-def wrapped(key: str, name: str) -> Schema:
-    return object_schema({key: ref(name)})
 
 
 def operations() -> list[tuple[str, str, Schema]]:
@@ -132,7 +157,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             endpoints,
             "Create an agent endpoint",
             "A test key may only use test networks, a live key only live ones (`400 livemode_mismatch`).",
-            wrapped("endpoint", "AgentEndpoint"),
+            AgentEndpointEnvelope,
             status=201,
             body="EndpointCreate",
         ),
@@ -143,7 +168,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             endpoints,
             "List agent endpoints",
             "Newest first. An unknown cursor id is a 404.",
-            ref("AgentEndpointList"),
+            AgentEndpointList,
             query=LIST_PARAMS,
             errors=(400, 404),
         ),
@@ -154,7 +179,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             endpoints,
             "Retrieve an agent endpoint",
             "",
-            wrapped("endpoint", "AgentEndpoint"),
+            AgentEndpointEnvelope,
             errors=(404,),
         ),
         operation(
@@ -166,7 +191,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Any field but `chainId` and `currency`. A new `payoutAddress` applies to challenges issued "
             "afterwards; payments of challenges issued before still settle to the old one. 409 "
             "`endpoint_needs_amount` when the endpoint would be `fixed` without `amountMinor`.",
-            wrapped("endpoint", "AgentEndpoint"),
+            AgentEndpointEnvelope,
             body="EndpointUpdate",
             errors=(404, 409),
         ),
@@ -177,7 +202,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             challenges,
             "Record issued challenges",
             "The seller middleware issues challenges locally and sends them here in background batches.",
-            ref("ChallengeBatchResult"),
+            ChallengeBatchResult,
             body="ChallengeBatch",
             errors=(404,),
         ),
@@ -188,7 +213,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             challenges,
             "Retrieve a challenge and its payment",
             "",
-            wrapped("challenge", "AgentChallenge"),
+            AgentChallengeEnvelope,
             errors=(404,),
         ),
         operation(
@@ -199,7 +224,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Retrieve a challenge (legacy path)",
             "Legacy alias `{api_host}/merchant/v1/agent/challenges/{challenge_id}` of "
             "`GET /v1/agent/challenges/{challenge_id}`, with the same answer.",
-            wrapped("challenge", "AgentChallenge"),
+            AgentChallengeEnvelope,
             errors=(404,),
         ),
         operation(
@@ -212,7 +237,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "on-chain with the relayer paying the gas, and answers a signed receipt. A refused "
             "payment is a 200 with `status: failed` and the reason in `settlement.errorReason`; "
             "the same signed payload sent again answers the original outcome.",
-            ref("SettlementResult"),
+            SettlementResult,
             body="SettleBody",
             errors=(404,),
         ),
@@ -223,7 +248,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             payments,
             "List agent payments",
             "Settled and failed agent payments, newest first.",
-            ref("AgentPaymentList"),
+            AgentPaymentList,
             query=[
                 *LIST_PARAMS,
                 query("endpointId", "only this endpoint's payments", UUID),
@@ -237,7 +262,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             payments,
             "Retrieve an agent payment",
             "",
-            wrapped("agentPayment", "AgentPayment"),
+            AgentPaymentEnvelope,
             errors=(404,),
         ),
         operation(
@@ -249,7 +274,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Settlements, volume per coin and the planned fee: the first 1,000 settlements a month are "
             "free, then per settlement the larger of 0.005 and 0.3 % of its amount. Nothing is billed "
             "during the beta.",
-            wrapped("usage", "AgentUsage"),
+            AgentUsageEnvelope,
             query=[query("month", "`YYYY-MM`; default the current month", STRING | {"pattern": f"^{MONTH.pattern}$"})],
             errors=(400,),
         ),
@@ -261,7 +286,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Verify a payment (x402 facilitator)",
             "Checks the signature, terms and the payer's balance without settling. A payment it refuses is "
             "a 200 with `isValid: false` and the reason in `invalidReason`.",
-            ref("VerifyResponse"),
+            VerifyResponse,
             body="FacilitatorBody",
         ),
         operation(
@@ -273,7 +298,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "A refused payment is a 200 with `success: false` and the reason in `errorReason`. A "
             "settlement still pending after 30 s answers `success: false`, `errorReason: "
             "settlement_pending` with the transaction; the same request later answers the final result.",
-            ref("SettlementResponse"),
+            SettlementResponse,
             body="FacilitatorBody",
         ),
         operation(
@@ -283,7 +308,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Facilitator",
             "List supported payment kinds (x402 facilitator)",
             "",
-            ref("SupportedKinds"),
+            SupportedKinds,
             public=True,
         ),
         operation(
@@ -294,10 +319,10 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Mint test coins",
             "Test keys only. Mints test USDC or EURC on the dev chain or on a local node whose token "
             "minter the platform holds.",
-            ref("FaucetTransfer"),
+            FaucetTransfer,
             body="FaucetBody",
         ),
-        operation("GET", "/v1/health", "getHealth", "Health", "Platform health", "", ref("HealthStatus"), public=True),
+        operation("GET", "/v1/health", "getHealth", "Health", "Platform health", "", HealthStatus, public=True),
         operation(
             "GET",
             "/healthz",
@@ -305,7 +330,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Health",
             "Platform health (probe path)",
             "",
-            ref("HealthStatus"),
+            HealthStatus,
             public=True,
         ),
         _not_ready(
@@ -318,7 +343,7 @@ def operations() -> list[tuple[str, str, Schema]]:
                 "Whether the platform can take payments now: its database answers and each chain's node can be "
                 "reached. 200 when all can, else 503 with the same body naming what cannot (new payments, orders "
                 "and refunds are answered 503 with `Retry-After` meanwhile).",
-                ref("Readiness"),
+                Readiness,
                 public=True,
             )
         ),
@@ -329,7 +354,7 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Health",
             "This OpenAPI document",
             "",
-            {"type": "object", "description": "an OpenAPI 3.1 document"},
+            OpenApiDocument,
             public=True,
         ),
     ]
@@ -346,7 +371,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             hooks,
             "Create a webhook endpoint",
             "Answers the signing `secret` (`whsec_…`): store it now, reads never show it again.",
-            wrapped("webhookEndpoint", "WebhookEndpoint"),
+            WebhookEndpointEnvelope,
             status=201,
             body="WebhookEndpointCreate",
         ),
@@ -357,7 +382,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             hooks,
             "List webhook endpoints",
             "Newest first.",
-            ref("WebhookEndpointList"),
+            WebhookEndpointList,
             query=LIST_PARAMS,
             errors=(400, 404),
         ),
@@ -368,7 +393,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             hooks,
             "Retrieve a webhook endpoint",
             "",
-            wrapped("webhookEndpoint", "WebhookEndpoint"),
+            WebhookEndpointEnvelope,
             errors=(404,),
         ),
         operation(
@@ -378,7 +403,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             hooks,
             "Update a webhook endpoint",
             "An endpoint answering 410 is disabled by the platform; enable it again here.",
-            wrapped("webhookEndpoint", "WebhookEndpoint"),
+            WebhookEndpointEnvelope,
             body="WebhookEndpointUpdate",
             errors=(404,),
         ),
@@ -389,7 +414,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             hooks,
             "Delete a webhook endpoint",
             "Its pending deliveries are dropped.",
-            ref("DeletedWebhookEndpoint"),
+            DeletedWebhookEndpoint,
             errors=(404,),
         ),
         operation(
@@ -400,7 +425,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             "Rotate the signing secret",
             "Answers the new secret. Until `expiresInSeconds` have passed, deliveries carry one signature "
             "per valid secret, so receivers can switch without dropping events.",
-            wrapped("webhookEndpoint", "WebhookEndpoint"),
+            WebhookEndpointEnvelope,
             body="SecretRotation",
             errors=(404,),
         ),
@@ -411,7 +436,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             events,
             "List events",
             "Newest first.",
-            ref("EventList"),
+            EventList,
             query=[
                 *LIST_PARAMS,
                 query("type", "only events of this type", {"type": "string", "enum": list(EVENT_TYPES)}),
@@ -425,7 +450,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             events,
             "Retrieve an event and its deliveries",
             "",
-            wrapped("event", "EventWithDeliveries"),
+            EventWithDeliveriesEnvelope,
             errors=(404,),
         ),
         operation(
@@ -436,7 +461,7 @@ def _webhook_operations() -> list[tuple[str, str, Schema]]:
             "Redeliver an event",
             "Owes the event again, from now and for three more days, to every enabled endpoint whose "
             "filter matches; `redelivered` counts them. Takes no parameters.",
-            ref("Redelivery"),
+            Redelivery,
             errors=(404,),
         ),
     ]

@@ -1,34 +1,27 @@
 """The OpenAPI document's money resources: payment intents, refunds, balances and the sandbox's
-simulated payments (request models, response schemas and operations; see `x402mw.platform.api.openapi`)."""
+simulated payments (request models, their field notes, and operations; see `x402mw.platform.api.openapi`)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
 from x402mw.platform.api.fields import amount_schema
-from x402mw.platform.api.openapi_operations import LIST_PARAMS, UUID, operation, query, wrapped
-from x402mw.platform.api.openapi_schemas import (
-    ADDRESS,
-    BOOLEAN,
-    DECIMAL,
-    INTEGER,
-    STRING,
-    TEXT,
-    TIMESTAMP,
-    Schema,
-    const,
-    enum,
-    list_of,
-    nullable,
-    object_schema,
-    ref,
-)
+from x402mw.platform.api.openapi_operations import LIST_PARAMS, UUID, operation, query
+from x402mw.platform.api.openapi_schemas import TEXT, Schema
 from x402mw.platform.api.payment_intents import PaymentIntentCreate
 from x402mw.platform.api.refunds import RefundCreate
 from x402mw.platform.api.sandbox import SimulatePaymentBody
+from x402mw.platform.objects.payments import (
+    BalanceList,
+    PaymentIntentEnvelope,
+    PaymentIntentList,
+    RefundEnvelope,
+    RefundList,
+    SandboxPayment,
+)
 from x402mw.platform.services.payment_intents import ORDER_AMOUNTS
 
-__all__ = ["BODY_MODELS", "FIELD_NOTES", "PROPERTY_OVERRIDES", "operations", "schemas"]
+__all__ = ["BODY_MODELS", "FIELD_NOTES", "PROPERTY_OVERRIDES", "operations"]
 
 BODY_MODELS: list[type[BaseModel]] = [PaymentIntentCreate, RefundCreate, SimulatePaymentBody]
 FIELD_NOTES: dict[str, dict[str, str]] = {
@@ -67,108 +60,6 @@ PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
 }
 
 
-def schemas() -> dict[str, Schema]:
-    return {
-        "PaymentIntent": _payment_intent_schema(),
-        "PaymentIntentList": list_of("PaymentIntent"),
-        "Refund": _refund_schema(),
-        "RefundList": list_of("Refund"),
-        "Balance": object_schema(
-            {
-                "object": const("balance"),
-                "network": STRING,
-                "chainId": INTEGER,
-                "currency": enum("USDC", "USDT", "EURC"),
-                "available": DECIMAL | {"description": "credited payments, less refunds; what a refund can use"},
-                "reserved": DECIMAL | {"description": "held by refunds being sent"},
-                "livemode": BOOLEAN,
-            },
-            description="The merchant's money on one chain in one coin.",
-        ),
-        "BalanceList": list_of("Balance"),
-        "SandboxPayment": object_schema(
-            {
-                "object": const("sandbox_payment"),
-                "scenario": enum("exact", "underpaid", "overpaid", "late", "wrong_asset"),
-                "network": STRING,
-                "currency": STRING,
-                "amount": DECIMAL,
-                "payer": ADDRESS | {"description": "a fresh wallet the sandbox funded"},
-                "depositAddress": ADDRESS,
-                "txHash": STRING,
-                "paymentIntent": ref("PaymentIntent"),
-            },
-            description="A payment the sandbox made, and the order once the platform has seen it.",
-        ),
-    }
-
-
-def _payment_intent_schema() -> Schema:
-    currency = enum("USDC", "USDT", "EURC")
-    url = nullable(STRING | {"format": "uri"})
-    return object_schema(
-        {
-            "paymentId": STRING | {"format": "uuid", "description": "bare UUID; use it in API calls"},
-            "id": STRING | {"format": "uuid", "description": "same as `paymentId`"},
-            "object": const("payment_intent"),
-            "status": enum("requires_payment", "processing", "succeeded", "canceled", "expired", "refunded"),
-            "orderId": STRING,
-            "amount": DECIMAL,
-            "amountReceived": DECIMAL | {"description": "received so far (an underpaid order shows it)"},
-            "currency": currency,
-            "acceptedCurrencies": {"type": "array", "items": currency},
-            "paymentMethods": object_schema({"wallet": BOOLEAN, "transfer": BOOLEAN, "transferDefaultOpen": BOOLEAN}),
-            "checkoutUrl": STRING
-            | {
-                "format": "uri",
-                "description": "`{checkout_url_base}/pi_<uuid>`: hand it to the buyer exactly as returned",
-            },
-            "successUrl": url,
-            "cancelUrl": url,
-            "customer": object_schema({"email": nullable(STRING), "name": nullable(STRING)}),
-            "metadata": {"type": "object", "additionalProperties": STRING},
-            "exceptions": {
-                "type": "array",
-                "items": enum("underpaid", "overpaid", "paid_late", "wrong_asset"),
-                "description": "irregularities of the payment; never statuses",
-            },
-            "network": nullable(STRING | {"description": "`eip155:<chainId>` of the payment; null until paid"}),
-            "paidCurrency": nullable(currency | {"description": "the coin the buyer paid with; null until paid"}),
-            "payer": nullable(ADDRESS | {"description": "the paying wallet, where a refund goes"}),
-            "txHash": nullable(STRING),
-            "paidAt": nullable(TIMESTAMP),
-            "expiresAt": nullable(TIMESTAMP),
-            "livemode": BOOLEAN,
-            "createdAt": TIMESTAMP,
-            "updatedAt": TIMESTAMP,
-        },
-        description="A payment order: an amount the merchant asks a buyer to pay at checkout.",
-    )
-
-
-def _refund_schema() -> Schema:
-    return object_schema(
-        {
-            "id": STRING | {"format": "uuid"},
-            "object": const("refund"),
-            "paymentId": STRING | {"format": "uuid", "description": "the refunded payment intent"},
-            "status": enum("processing", "completed", "failed"),
-            "amount": DECIMAL | {"description": "everything the order received"},
-            "currency": enum("USDC", "USDT", "EURC"),
-            "network": STRING,
-            "destination": ADDRESS | {"description": "the wallet that paid the order"},
-            "reason": nullable(STRING),
-            "txHash": nullable(STRING),
-            "failureReason": nullable(STRING),
-            "livemode": BOOLEAN,
-            "createdAt": TIMESTAMP,
-            "updatedAt": TIMESTAMP,
-            "completedAt": nullable(TIMESTAMP),
-        },
-        description="A full refund of a paid order, sent from the treasury to the payer.",
-    )
-
-
 def operations() -> list[tuple[str, str, Schema]]:
     return [*_payment_intent_operations(), *_refund_operations()]
 
@@ -185,7 +76,7 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
             "Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
             "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
             "another open order holds `metadata.fixed_transfer_customer_id`.",
-            wrapped("paymentIntent", "PaymentIntent"),
+            PaymentIntentEnvelope,
             status=201,
             body="PaymentIntentCreate",
         ),
@@ -196,7 +87,7 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
             tag,
             "List payment intents",
             "Newest first; with `orderId`, the merchant's order with that id (a list of at most one).",
-            ref("PaymentIntentList"),
+            PaymentIntentList,
             query=[
                 *LIST_PARAMS,
                 query("orderId", "only the order with this id", TEXT | {"minLength": 1, "maxLength": 200}),
@@ -210,7 +101,7 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
             tag,
             "Retrieve a payment intent",
             "",
-            wrapped("paymentIntent", "PaymentIntent"),
+            PaymentIntentEnvelope,
             errors=(404,),
         ),
         operation(
@@ -221,7 +112,7 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
             "Cancel a payment intent",
             "Only from `requires_payment` (otherwise 409 `payment_intent_unexpected_state`); writes "
             "`payment_intent.canceled` and releases a fixed transfer address.",
-            wrapped("paymentIntent", "PaymentIntent"),
+            PaymentIntentEnvelope,
             errors=(404, 409),
         ),
     ]
@@ -241,7 +132,7 @@ def _refund_operations() -> list[tuple[str, str, Schema]]:
             "`insufficient_balance`), then answers `processing` or, once the transfer has its "
             "confirmations, `completed`. 409 `payment_intent_unexpected_state` unless the order "
             "`succeeded`; 409 `payment_intent_already_refunded` while another refund is live.",
-            wrapped("refund", "Refund"),
+            RefundEnvelope,
             status=201,
             body="RefundCreate",
             errors=(404, 409, 422),
@@ -253,7 +144,7 @@ def _refund_operations() -> list[tuple[str, str, Schema]]:
             refunds,
             "List refunds",
             "Newest first; with `paymentId`, the refunds of that payment intent.",
-            ref("RefundList"),
+            RefundList,
             query=[
                 *LIST_PARAMS,
                 query("paymentId", "only this order's refunds", UUID),
@@ -267,7 +158,7 @@ def _refund_operations() -> list[tuple[str, str, Schema]]:
             refunds,
             "Retrieve a refund",
             "",
-            wrapped("refund", "Refund"),
+            RefundEnvelope,
             errors=(404,),
         ),
         operation(
@@ -277,7 +168,7 @@ def _refund_operations() -> list[tuple[str, str, Schema]]:
             "Balances",
             "List balances",
             "One per chain and coin the merchant has been paid in.",
-            ref("BalanceList"),
+            BalanceList,
         ),
         operation(
             "POST",
@@ -288,7 +179,7 @@ def _refund_operations() -> list[tuple[str, str, Schema]]:
             "Test keys only. Sends a real transfer from a fresh wallet to the order's deposit address on a "
             "test chain and answers once the platform has seen it. 409 `payment_intent_unexpected_state` "
             "unless the order awaits payment.",
-            ref("SandboxPayment"),
+            SandboxPayment,
             body="SimulatePaymentBody",
             errors=(404, 409),
         ),

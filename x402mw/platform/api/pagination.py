@@ -1,11 +1,12 @@
 """Cursor pagination shared by every list endpoint: ``limit`` (1-100, default 10),
 ``starting_after`` / ``ending_before`` ids (either, or both for the objects between them), newest
-first; answers ``{object, data, hasMore}``."""
+first; the handler answers the page as its list model (`x402mw.platform.objects.base.ListPage`:
+``{object, data, hasMore}``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Table, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -16,6 +17,8 @@ from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import is_uuid
 
 __all__ = ["list_page", "page_params", "query_id"]
+
+T = TypeVar("T")
 
 
 def page_params(request: Request) -> tuple[int, str | None, str | None]:
@@ -43,10 +46,11 @@ async def list_page(
     table: Table,
     filters: Sequence[ColumnElement[bool]],
     request: Request,
-    render: Callable[[Any], dict[str, Any]],
-) -> dict[str, Any]:
-    """One page of ``table`` rows matching ``filters`` (which must include the merchant filter).
-    With both cursors, the rows between them, newest first from ``starting_after``."""
+    render: Callable[[Any], T],
+) -> tuple[list[T], bool]:
+    """One page of ``table`` rows matching ``filters`` (which must include the merchant filter),
+    each rendered, and whether more follow. With both cursors, the rows between them, newest first
+    from ``starting_after``."""
     limit, after, before = page_params(request)
     created, ident = table.c.created_at, table.c.id
     query = select(table).where(*filters)
@@ -68,4 +72,4 @@ async def list_page(
         rows = list((await conn.execute(query.order_by(created.desc(), ident.desc()).limit(limit + 1))).mappings())
         more = len(rows) > limit
         rows = rows[:limit]
-    return {"object": "list", "data": [render(r) for r in rows], "hasMore": more}
+    return [render(r) for r in rows], more

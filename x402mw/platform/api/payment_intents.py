@@ -15,7 +15,6 @@ from pydantic import (
     model_validator,
 )
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
@@ -24,13 +23,16 @@ from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import NO_NUL, Email, HttpUrl, http_url
 from x402mw.platform.api.idempotency import key_slot
 from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.objects.payments import PaymentIntent, PaymentIntentEnvelope, PaymentIntentList
 from x402mw.platform.services.payment_intents import (
     cancel_payment_intent,
     find_payment_intent,
     parse_amount,
-    payment_intent_json,
+    payment_intent_of,
 )
 
 __all__ = ["PaymentIntentCreate", "routes"]
@@ -185,10 +187,10 @@ def _customer(body: PaymentIntentCreate) -> tuple[str | None, str | None]:
     return found[0], found[1]
 
 
-async def create(request: Request) -> JSONResponse:
+async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(PaymentIntentCreate, await read_json(request))
-    platform = request.app.state.platform
+    platform = platform_of(request)
     now = platform.clock.now()
     accepted: list[str] = list(dict.fromkeys(body.acceptedCurrencies or [body.currency]))
     if body.currency not in accepted:
@@ -222,31 +224,35 @@ async def create(request: Request) -> JSONResponse:
     }
     writer = platform.payment_intents
     order = writer.new_order(row)
-    response = JSONResponse({"paymentIntent": payment_intent_json(order, writer.checkout_url_base)}, status_code=201)
+    response = _answer(payment_intent_of(order, writer.checkout_url_base), status_code=201)
     # The Idempotency-Key, if any, is written with the order, in its transaction, done with this answer.
     await writer.create(order, key=key_slot(request.scope), answer=(201, response.raw_headers, bytes(response.body)))
     return response
+
+
+def _answer(order: PaymentIntent, status_code: int = 200) -> ModelResponse:
+    return ModelResponse(PaymentIntentEnvelope(payment_intent=order), status_code)
 
 
 def _payment_id(request: Request) -> str:
     return path_uuid(request, "payment_id", "payment intent")
 
 
-async def retrieve(request: Request) -> JSONResponse:
+async def retrieve(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     payment_id = _payment_id(request)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     async with platform.engine.connect() as conn:
         row = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
     if row is None:
         raise ApiError.missing("payment intent", payment_id)
-    return JSONResponse({"paymentIntent": payment_intent_json(row, platform.settings.checkout_url_base)})
+    return _answer(payment_intent_of(row, platform.settings.checkout_url_base))
 
 
-async def cancel(request: Request) -> JSONResponse:
+async def cancel(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     payment_id = _payment_id(request)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     answer = await cancel_payment_intent(
         platform.engine,
         caller.merchant_id,
@@ -257,12 +263,12 @@ async def cancel(request: Request) -> JSONResponse:
     )
     if answer is None:
         raise ApiError.missing("payment intent", payment_id)
-    return JSONResponse({"paymentIntent": answer})
+    return _answer(answer)
 
 
-async def list_payment_intents(request: Request) -> JSONResponse:
+async def list_payment_intents(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    platform = request.app.state.platform
+    platform = platform_of(request)
     table = tables.payment_intents
     filters = caller.owns(table)
     order_id = request.query_params.get("orderId")
@@ -272,12 +278,12 @@ async def list_payment_intents(request: Request) -> JSONResponse:
         filters.append(table.c.order_id == order_id)
     base = platform.settings.checkout_url_base
 
-    def render(row: Any) -> dict[str, Any]:
-        return payment_intent_json(row, base)
+    def render(row: Any) -> PaymentIntent:
+        return payment_intent_of(row, base)
 
     async with platform.engine.connect() as conn:
-        page = await list_page(conn, table, filters, request, render)
-    return JSONResponse(page)
+        data, more = await list_page(conn, table, filters, request, render)
+    return ModelResponse(PaymentIntentList(data=data, has_more=more))
 
 
 routes = [

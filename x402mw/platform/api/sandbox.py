@@ -10,11 +10,11 @@
 from __future__ import annotations
 
 import secrets
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.errors import PriceError
@@ -23,12 +23,16 @@ from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import NonZeroAddress, amount_schema
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.chain.token import mint
+from x402mw.platform.objects.base import money
+from x402mw.platform.objects.payments import FaucetTransfer, SandboxPayment
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.deposits import assign_deposit_address, authorization_call
-from x402mw.platform.services.payment_intents import find_payment_intent, payment_intent_json, transition
+from x402mw.platform.services.payment_intents import find_payment_intent, payment_intent_of, transition
 from x402mw.protocol.networks import Asset
-from x402mw.protocol.prices import AmountFormat, JsonNumber, format_amount
+from x402mw.protocol.prices import AmountFormat, JsonNumber
 
 __all__ = ["routes"]
 
@@ -45,12 +49,12 @@ class FaucetBody(BaseModel):
     amount: Annotated[Any, WithJsonSchema(amount_schema(FAUCET_AMOUNTS))]  # read by FAUCET_AMOUNTS
 
 
-async def faucet(request: Request) -> JSONResponse:
+async def faucet(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     if caller.livemode:
         raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
     body = parse_body(FaucetBody, await read_json(request))
-    platform = request.app.state.platform
+    platform = platform_of(request)
     chain = platform.chains.by_network(body.network)
     if chain is None or chain.livemode:
         raise ApiError(400, "unsupported_chain", f"no test network {body.network} here", param="network")
@@ -66,16 +70,15 @@ async def faucet(request: Request) -> JSONResponse:
         raise ApiError(400, "parameter_invalid", f"Invalid amount: {message}", param="amount")
     amount = micro * 10**asset.decimals // 10**FAUCET_AMOUNTS.decimals
     tx = await _mint(chain, asset, body.address, amount)
-    return JSONResponse(
-        {
-            "object": "faucet_transfer",
-            "network": body.network,
-            "currency": asset.symbol,
-            "address": body.address,
+    return ModelResponse(
+        FaucetTransfer(
+            network=body.network,
+            currency=asset.symbol,
+            address=body.address,
             # the text as sent; a JSON number (whose spelling may have an exponent) as a plain decimal
-            "amount": body.amount if _as_text(body.amount) else format_amount(micro, FAUCET_AMOUNTS.decimals),
-            "transaction": tx,
-        }
+            amount=Decimal(body.amount) if _as_text(body.amount) else money(micro, FAUCET_AMOUNTS.decimals),
+            transaction=tx,
+        )
     )
 
 
@@ -92,11 +95,11 @@ async def _mint(chain: ChainHandle, asset: Asset, address: str, amount: int) -> 
 
 
 def _test_chain(request: Request, network: str | None) -> ChainHandle:
-    chains = request.app.state.platform.chains
+    chains = platform_of(request).chains
     chain = chains.by_network(network) if network else next((c for c in chains if not c.livemode), None)
     if chain is None or chain.livemode:
         raise ApiError(400, "unsupported_chain", f"no test network {network or ''} here".strip(), param="network")
-    return chain  # type: ignore[no-any-return]
+    return chain
 
 
 Scenario = Literal["exact", "underpaid", "overpaid", "late", "wrong_asset"]
@@ -133,13 +136,13 @@ def _amount(order: Any, scenario: Scenario) -> int:
     return remaining
 
 
-async def simulate_payment(request: Request) -> JSONResponse:
+async def simulate_payment(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     if caller.livemode:
         raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
     payment_id = path_uuid(request, "payment_id", "payment intent")
     body = parse_body(SimulatePaymentBody, await read_json(request, allow_empty=True) or {})
-    platform = request.app.state.platform
+    platform = platform_of(request)
     chain = _test_chain(request, body.network)
     base = platform.settings.checkout_url_base
     async with platform.engine.begin() as conn:
@@ -168,18 +171,17 @@ async def simulate_payment(request: Request) -> JSONResponse:
     async with platform.engine.connect() as conn:
         seen = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
     assert seen is not None
-    return JSONResponse(
-        {
-            "object": "sandbox_payment",
-            "scenario": body.scenario,
-            "network": chain.network.caip2,
-            "currency": asset.symbol,
-            "amount": format_amount(amount, asset.decimals),
-            "payer": payer,
-            "depositAddress": deposit,
-            "txHash": tx,
-            "paymentIntent": payment_intent_json(seen, base),
-        }
+    return ModelResponse(
+        SandboxPayment(
+            scenario=body.scenario,
+            network=chain.network.caip2,
+            currency=asset.symbol,
+            amount=money(amount, asset.decimals),
+            payer=payer,
+            deposit_address=deposit,
+            tx_hash=tx,
+            payment_intent=payment_intent_of(seen, base),
+        )
     )
 
 

@@ -14,17 +14,25 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, fi
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PatchBody, iso, parse_body, path_uuid, read_json
+from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import HttpUrl, http_url
 from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id, utcnow
+from x402mw.platform.objects.webhooks import (
+    DeletedWebhookEndpoint,
+    WebhookEndpoint,
+    WebhookEndpointEnvelope,
+    WebhookEndpointList,
+)
 from x402mw.platform.services.merchants import Caller
+from x402mw.platform.timestamps import iso
 from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import new_secret
 from x402mw.platform.webhooks.destinations import blocked_reason
@@ -88,21 +96,23 @@ class SecretRotation(BaseModel):
     expiresInSeconds: StrictInt = Field(default=86400, ge=0, le=604800)
 
 
-def webhook_endpoint_json(row: Any, *, secret: str | None = None) -> dict[str, Any]:
-    answer = {
-        "id": row.id,
-        "object": "webhook_endpoint",
-        "url": row.url,
-        "enabledEvents": list(row.enabled_events),
-        "description": row.description,
-        "status": row.status,
-        "livemode": bool(row.livemode),
-        "createdAt": iso(row.created_at),
-        "updatedAt": iso(row.updated_at),
-    }
-    if secret is not None:
-        answer["secret"] = secret
-    return answer
+def webhook_endpoint_of(row: Any, *, secret: str | None = None) -> WebhookEndpoint:
+    """The public form of a webhook endpoint; with ``secret`` (create and rotate-secret only)."""
+    return WebhookEndpoint(
+        id=row.id,
+        url=row.url,
+        enabled_events=row.enabled_events,
+        description=row.description,
+        status=row.status,
+        livemode=bool(row.livemode),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        secret=secret,
+    )
+
+
+def _answer(row: Any, *, secret: str | None = None, status_code: int = 200) -> ModelResponse:
+    return ModelResponse(WebhookEndpointEnvelope(webhook_endpoint=webhook_endpoint_of(row, secret=secret)), status_code)
 
 
 async def _load(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
@@ -114,7 +124,7 @@ async def _load(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
 
 
 def _allowed(request: Request, url: str, livemode: bool) -> None:
-    allow_private = request.app.state.platform.settings.private_webhooks_allowed
+    allow_private = platform_of(request).settings.private_webhooks_allowed
     reason = blocked_reason(url, livemode=livemode, allow_private=allow_private)
     if reason is None:
         try:
@@ -125,7 +135,7 @@ def _allowed(request: Request, url: str, livemode: bool) -> None:
         raise ApiError(400, "url_not_allowed", f"Webhooks cannot be sent there: {reason}", param="url")
 
 
-async def create(request: Request) -> JSONResponse:
+async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointCreate, await read_json(request))
     _allowed(request, body.url, caller.livemode)
@@ -141,25 +151,25 @@ async def create(request: Request) -> JSONResponse:
         "enabled_events": body.enabledEvents,
         "description": body.description,
         "status": "enabled",
-        "secret": request.app.state.platform.secrets.seal(secret),
+        "secret": platform_of(request).secrets.seal(secret),
         "previous_secrets": [],
         "created_at": now,
         "updated_at": now,
     }
-    async with request.app.state.platform.engine.begin() as conn:
+    async with platform_of(request).engine.begin() as conn:
         await conn.execute(table.insert(), values)
         row = await _load(conn, caller, endpoint_id)
-    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row, secret=secret)}, status_code=201)
+    return _answer(row, secret=secret, status_code=201)
 
 
-async def retrieve(request: Request) -> JSONResponse:
+async def retrieve(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    async with request.app.state.platform.engine.connect() as conn:
+    async with platform_of(request).engine.connect() as conn:
         row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
-    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row)})
+    return _answer(row)
 
 
-async def update(request: Request) -> JSONResponse:
+async def update(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointUpdate, await read_json(request))
     names = {"url": "url", "enabledEvents": "enabled_events", "description": "description", "status": "status"}
@@ -169,31 +179,31 @@ async def update(request: Request) -> JSONResponse:
     if "url" in values:
         _allowed(request, values["url"], caller.livemode)
     table = tables.webhook_endpoints
-    async with request.app.state.platform.engine.begin() as conn:
+    async with platform_of(request).engine.begin() as conn:
         row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
         await conn.execute(table.update().where(table.c.id == row.id).values(**values))
         row = await _load(conn, caller, row.id)
-    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row)})
+    return _answer(row)
 
 
-async def remove(request: Request) -> JSONResponse:
+async def remove(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.webhook_endpoints
-    async with request.app.state.platform.engine.begin() as conn:
+    async with platform_of(request).engine.begin() as conn:
         row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
         deliveries = tables.webhook_deliveries
         await conn.execute(delete(deliveries).where(deliveries.c.endpoint_id == row.id))
         await conn.execute(delete(table).where(table.c.id == row.id))
-    return JSONResponse({"id": row.id, "object": "webhook_endpoint", "deleted": True})
+    return ModelResponse(DeletedWebhookEndpoint(id=row.id))
 
 
-async def rotate_secret(request: Request) -> JSONResponse:
+async def rotate_secret(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(SecretRotation, await read_json(request, allow_empty=True))
     now = utcnow()
     secret = new_secret()
     table = tables.webhook_endpoints
-    platform = request.app.state.platform
+    platform = platform_of(request)
     async with platform.engine.begin() as conn:
         row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
         previous = [old for old in row.previous_secrets or () if old["expiresAt"] > iso(now)]
@@ -207,15 +217,15 @@ async def rotate_secret(request: Request) -> JSONResponse:
             .values(secret=platform.secrets.seal(secret), previous_secrets=previous, updated_at=now)
         )
         row = await _load(conn, caller, row.id)
-    return JSONResponse({"webhookEndpoint": webhook_endpoint_json(row, secret=secret)})
+    return _answer(row, secret=secret)
 
 
-async def list_webhook_endpoints(request: Request) -> JSONResponse:
+async def list_webhook_endpoints(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.webhook_endpoints
-    async with request.app.state.platform.engine.connect() as conn:
-        page = await list_page(conn, table, caller.owns(table), request, webhook_endpoint_json)
-    return JSONResponse(page)
+    async with platform_of(request).engine.connect() as conn:
+        data, more = await list_page(conn, table, caller.owns(table), request, webhook_endpoint_of)
+    return ModelResponse(WebhookEndpointList(data=data, has_more=more))
 
 
 routes = [

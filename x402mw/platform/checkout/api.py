@@ -14,20 +14,23 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.attempts import prepare_attempt
-from x402mw.platform.checkout.orders import find_order, parse_payment_id, payment_options, public_order_json
-from x402mw.platform.runtime import Platform
+from x402mw.platform.checkout.orders import find_order, parse_payment_id, payment_options, public_order_of
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.payment_intents import PaymentIntentError
+
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
 
 __all__ = ["AttemptBody", "SyncBody", "TransferStatusBody", "routes"]
 
@@ -52,11 +55,6 @@ class SyncBody(BaseModel):
     network: str = Field(max_length=64)
 
 
-def _platform(request: Request) -> Platform:
-    platform: Platform = request.app.state.platform
-    return platform
-
-
 async def load_order(platform: Platform, raw_id: str) -> Mapping[Any, Any]:
     """The order a checkout path names; 404 ``resource_missing`` for an unknown or malformed id."""
     payment_id = parse_payment_id(raw_id)
@@ -69,17 +67,17 @@ async def load_order(platform: Platform, raw_id: str) -> Mapping[Any, Any]:
     return order
 
 
-async def _answer(platform: Platform, payment_id: str) -> JSONResponse:
+async def _answer(platform: Platform, payment_id: str) -> ModelResponse:
     order = await load_order(platform, payment_id)
-    return JSONResponse(public_order_json(order, platform.chains))
+    return ModelResponse(public_order_of(order, platform.chains))
 
 
-async def retrieve(request: Request) -> JSONResponse:
-    return await _answer(_platform(request), request.path_params["payment_id"])
+async def retrieve(request: Request) -> ModelResponse:
+    return await _answer(platform_of(request), request.path_params["payment_id"])
 
 
-async def attempt(request: Request) -> JSONResponse:
-    platform = _platform(request)
+async def attempt(request: Request) -> ModelResponse:
+    platform = platform_of(request)
     order = await load_order(platform, request.path_params["payment_id"])
     body = parse_body(AttemptBody, await read_json(request))
     try:
@@ -95,7 +93,7 @@ async def attempt(request: Request) -> JSONResponse:
         )
     except PaymentIntentError as exc:
         raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
-    return JSONResponse(answer)
+    return ModelResponse(answer)
 
 
 async def look_for_payment(platform: Platform, order: Mapping[Any, Any], chains: list[ChainHandle]) -> None:
@@ -121,8 +119,8 @@ def order_chains(platform: Platform, order: Mapping[Any, Any]) -> list[ChainHand
     return list(seen.values())
 
 
-async def transfer_status(request: Request) -> JSONResponse:
-    platform = _platform(request)
+async def transfer_status(request: Request) -> ModelResponse:
+    platform = platform_of(request)
     raw_id = request.path_params["payment_id"]
     order = await load_order(platform, raw_id)
     parse_body(TransferStatusBody, await read_json(request, allow_empty=True))
@@ -130,8 +128,8 @@ async def transfer_status(request: Request) -> JSONResponse:
     return await _answer(platform, raw_id)
 
 
-async def sync(request: Request) -> JSONResponse:
-    platform = _platform(request)
+async def sync(request: Request) -> ModelResponse:
+    platform = platform_of(request)
     raw_id = request.path_params["payment_id"]
     order = await load_order(platform, raw_id)
     body = parse_body(SyncBody, await read_json(request))

@@ -22,7 +22,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.eip712 import TYPED_DATA_TYPES
-from x402mw.platform.api.bodies import iso
 from x402mw.platform.checkout.orders import (
     PaymentOption,
     amount_due,
@@ -31,10 +30,17 @@ from x402mw.platform.checkout.orders import (
     expires_at,
     payment_options,
 )
+from x402mw.platform.objects.base import money
+from x402mw.platform.objects.checkout import (
+    AuthorizationDomain,
+    AuthorizationMessage,
+    AuthorizationTypedData,
+    CheckoutAttempt,
+    WalletTransaction,
+)
 from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.deposits import DepositKeys, assign_deposit_address
 from x402mw.platform.services.payment_intents import DECIMALS, PaymentIntentError
-from x402mw.protocol.prices import format_amount
 
 __all__ = ["AUTHORIZATION_LIFETIME", "choose_option", "payment_uri", "prepare_attempt"]
 
@@ -81,7 +87,9 @@ def _transfer_calldata(to: str, amount: int) -> str:
     return "0x" + _TRANSFER_SELECTOR + to[2:].lower().rjust(64, "0") + format(amount, "064x")
 
 
-def _authorization(option: PaymentOption, to: str, amount: int, order: Mapping[Any, Any], now: datetime) -> Any:
+def _authorization(
+    option: PaymentOption, to: str, amount: int, order: Mapping[Any, Any], now: datetime
+) -> AuthorizationTypedData | None:
     domain = option.chain.domain(option.asset.address)
     if not option.asset.eip3009 or domain is None:
         return None
@@ -89,23 +97,22 @@ def _authorization(option: PaymentOption, to: str, amount: int, order: Mapping[A
     expires = expires_at(order)
     if expires is not None:
         valid_before = min(valid_before, int(expires.timestamp()))
-    return {
-        "primaryType": "TransferWithAuthorization",
-        "types": TYPED_DATA_TYPES,
-        "domain": {
-            "name": domain.name,
-            "version": domain.version,
-            "chainId": domain.chain_id,
-            "verifyingContract": domain.verifying_contract,
-        },
-        "message": {
-            "to": to,
-            "value": str(amount),
-            "validAfter": "0",
-            "validBefore": str(valid_before),
-            "nonce": "0x" + secrets.token_hex(32),
-        },
-    }
+    return AuthorizationTypedData(
+        types=TYPED_DATA_TYPES,
+        domain=AuthorizationDomain(
+            name=domain.name,
+            version=domain.version,
+            chain_id=domain.chain_id,
+            verifying_contract=domain.verifying_contract,
+        ),
+        message=AuthorizationMessage(
+            to=to,
+            value=amount,
+            valid_after="0",
+            valid_before=str(valid_before),
+            nonce="0x" + secrets.token_hex(32),
+        ),
+    )
 
 
 async def prepare_attempt(
@@ -118,7 +125,7 @@ async def prepare_attempt(
     currency: str,
     method: str,
     now: datetime,
-) -> dict[str, Any]:
+) -> CheckoutAttempt:
     """The payment configuration for the buyer's choice (giving the order its deposit address on first
     need). Raises `PaymentIntentError`: 400 for a choice the order or the platform cannot take, 409
     ``payment_intent_unexpected_state`` once the order no longer awaits payment."""
@@ -134,28 +141,24 @@ async def prepare_attempt(
     deposit = await assign_deposit_address(engine, keys, order)
     asset, chain = option.asset, option.chain
     wallet = method == "wallet"
-    return {
-        "object": "checkout_attempt",
-        "paymentId": order["id"],
-        "method": method,
-        "network": option.network,
-        "chainId": chain.chain_id,
-        "networkName": chain.network.name,
-        "currency": asset.symbol,
-        "tokenAddress": asset.address,
-        "decimals": asset.decimals,
-        "depositAddress": deposit,
-        "amountDue": format_amount(due, DECIMALS),
-        "amountDueMinor": str(due),
-        "paymentUri": payment_uri(asset.address, chain.chain_id, deposit, due),
-        "expiresAt": iso(order["expires_at"]),
-        "transaction": {
-            "to": asset.address,
-            "data": _transfer_calldata(deposit, due),
-            "value": "0x0",
-            "chainId": hex(chain.chain_id),
-        }
+    return CheckoutAttempt(
+        payment_id=order["id"],
+        method=method,
+        network=option.network,
+        chain_id=chain.chain_id,
+        network_name=chain.network.name,
+        currency=asset.symbol,
+        token_address=asset.address,
+        decimals=asset.decimals,
+        deposit_address=deposit,
+        amount_due=money(due, DECIMALS),
+        amount_due_minor=due,
+        payment_uri=payment_uri(asset.address, chain.chain_id, deposit, due),
+        expires_at=order["expires_at"],
+        transaction=WalletTransaction(
+            to=asset.address, data=_transfer_calldata(deposit, due), value="0x0", chain_id=hex(chain.chain_id)
+        )
         if wallet
         else None,
-        "authorization": _authorization(option, deposit, due, order, now) if wallet else None,
-    }
+        authorization=_authorization(option, deposit, due, order, now) if wallet else None,
+    )

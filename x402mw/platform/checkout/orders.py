@@ -17,12 +17,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from x402mw.platform.api.bodies import iso
 from x402mw.platform.db import tables
+from x402mw.platform.objects.base import money
+from x402mw.platform.objects.checkout import CheckoutCurrency, CheckoutNetwork, CheckoutPaymentIntent, Merchant
+from x402mw.platform.objects.payments import PaymentMethods
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.payment_intents import DECIMALS
 from x402mw.protocol.networks import Asset
-from x402mw.protocol.prices import format_amount
 
 __all__ = [
     "METHODS",
@@ -34,7 +35,7 @@ __all__ = [
     "find_order",
     "parse_payment_id",
     "payment_options",
-    "public_order_json",
+    "public_order_of",
 ]
 
 METHODS = ("transfer", "wallet")
@@ -128,59 +129,58 @@ def payment_options(chains: Chains, order: Mapping[Any, Any]) -> list[PaymentOpt
     return options
 
 
-def _networks_json(options: list[PaymentOption]) -> list[dict[str, Any]]:
-    networks: dict[str, dict[str, Any]] = {}
+def _networks(options: list[PaymentOption]) -> list[CheckoutNetwork]:
+    networks: dict[str, CheckoutNetwork] = {}
     for option in options:
         network = option.chain.network
         entry = networks.setdefault(
             option.network,
-            {
-                "network": option.network,
-                "chainId": network.chain_id,
-                "name": network.name,
-                "testnet": network.testnet or network.local,
-                "currencies": [],
-            },
+            CheckoutNetwork(
+                network=option.network,
+                chain_id=network.chain_id,
+                name=network.name,
+                testnet=network.testnet or network.local,
+                currencies=[],
+            ),
         )
-        entry["currencies"].append(
-            {
-                "currency": option.asset.symbol,
-                "tokenAddress": option.asset.address,
-                "decimals": option.asset.decimals,
-                "methods": list(option.methods),
-                "gasless": option.asset.eip3009,
-            }
+        entry.currencies.append(
+            CheckoutCurrency(
+                currency=option.asset.symbol,
+                token_address=option.asset.address,
+                decimals=option.asset.decimals,
+                methods=list(option.methods),
+                gasless=option.asset.eip3009,
+            )
         )
     return list(networks.values())
 
 
-def public_order_json(order: Mapping[Any, Any], chains: Chains) -> dict[str, Any]:
+def public_order_of(order: Mapping[Any, Any], chains: Chains) -> CheckoutPaymentIntent:
     """What checkout shows of an order (``GET /checkout/v1/payment-intents/:paymentId``)."""
     methods = order["payment_methods"] or {}
-    return {
-        "id": order["id"],
-        "paymentId": order["id"],
-        "object": "checkout_payment_intent",
-        "status": order["status"],
-        "amount": format_amount(int(order["amount_minor"]), DECIMALS),
-        "amountReceived": format_amount(int(order["amount_received_minor"]), DECIMALS),
-        "amountDue": format_amount(amount_due(order), DECIMALS),
-        "currency": order["currency"],
-        "acceptedCurrencies": list(order["accepted_currencies"]),
-        "paymentMethods": {
-            "wallet": bool(methods.get("wallet", True)),
-            "transfer": bool(methods.get("transfer", True)),
-            "transferDefaultOpen": bool(methods.get("transferDefaultOpen", False)),
-        },
-        "merchant": {"name": order["merchant_name"]},
-        "successUrl": order["success_url"],
-        "cancelUrl": order["cancel_url"],
-        "exceptions": list(order["exceptions"]),
-        "network": None if order["chain_id"] is None else f"eip155:{order['chain_id']}",
-        "paidCurrency": order["paid_currency"],
-        "txHash": order["tx_hash"],
-        "paidAt": iso(order["paid_at"]),
-        "expiresAt": iso(order["expires_at"]),
-        "livemode": bool(order["livemode"]),
-        "networks": _networks_json(payment_options(chains, order)),
-    }
+    return CheckoutPaymentIntent(
+        id=order["id"],
+        payment_id=order["id"],
+        status=order["status"],
+        amount=money(int(order["amount_minor"]), DECIMALS),
+        amount_received=money(int(order["amount_received_minor"]), DECIMALS),
+        amount_due=money(amount_due(order), DECIMALS),
+        currency=order["currency"],
+        accepted_currencies=order["accepted_currencies"],
+        payment_methods=PaymentMethods(
+            wallet=bool(methods.get("wallet", True)),
+            transfer=bool(methods.get("transfer", True)),
+            transfer_default_open=bool(methods.get("transferDefaultOpen", False)),
+        ),
+        merchant=Merchant(name=order["merchant_name"]),
+        success_url=order["success_url"],
+        cancel_url=order["cancel_url"],
+        exceptions=order["exceptions"],
+        network=None if order["chain_id"] is None else f"eip155:{order['chain_id']}",
+        paid_currency=order["paid_currency"],
+        tx_hash=order["tx_hash"],
+        paid_at=order["paid_at"],
+        expires_at=order["expires_at"],
+        livemode=bool(order["livemode"]),
+        networks=_networks(payment_options(chains, order)),
+    )

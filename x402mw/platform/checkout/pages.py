@@ -27,8 +27,8 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from x402mw import __version__
-from x402mw.platform.api.bodies import iso
 from x402mw.platform.api.errors import current_request_id
+from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.attempts import prepare_attempt
 from x402mw.platform.checkout.orders import (
     PaymentOption,
@@ -36,10 +36,10 @@ from x402mw.platform.checkout.orders import (
     find_order,
     parse_payment_id,
     payment_options,
-    public_order_json,
+    public_order_of,
 )
-from x402mw.platform.runtime import Platform
 from x402mw.platform.services.payment_intents import PaymentIntentError
+from x402mw.platform.timestamps import iso
 
 __all__ = ["routes"]
 
@@ -110,7 +110,7 @@ def _chosen(options: list[PaymentOption], request: Request) -> PaymentOption | N
 
 async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
     """The checkout page of the order ``raw_id`` names (``pi_<uuid>`` or a UUID), or the 404 page."""
-    platform: Platform = request.app.state.platform
+    platform = platform_of(request)
     payment_id = parse_payment_id(raw_id)
     order = None
     if payment_id is not None:
@@ -119,7 +119,7 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
     if order is None:
         return not_found_page(request)
     now = platform.clock.now()
-    public = public_order_json(order, platform.chains)
+    public = public_order_of(order, platform.chains).model_dump(mode="json")  # as the checkout API answers it
     methods = public["paymentMethods"]
     payable = awaiting_payment(order, now)
     options = payment_options(platform.chains, order)
@@ -133,7 +133,7 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
     elif payable and chosen is not None:
         if methods["transfer"]:
             try:
-                transfer = await prepare_attempt(
+                attempt = await prepare_attempt(
                     platform.engine,
                     platform.deposit_keys,
                     platform.chains,
@@ -143,6 +143,7 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
                     method="transfer",
                     now=now,
                 )
+                transfer = attempt.model_dump(mode="json")
             except PaymentIntentError as exc:  # it changed since it was read: say why
                 problem = exc.message
         if methods["wallet"]:

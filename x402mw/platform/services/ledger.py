@@ -27,9 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
-from x402mw.protocol.prices import format_amount
+from x402mw.platform.objects.base import money
+from x402mw.platform.objects.payments import Balance
 
-__all__ = ["DECIMALS", "InsufficientBalance", "apply_entry", "balance_json", "list_balances"]
+__all__ = ["DECIMALS", "InsufficientBalance", "apply_entry", "balance_of", "list_balances"]
 
 DECIMALS = 6
 
@@ -109,23 +110,22 @@ async def apply_entry(
     )
 
 
-def balance_json(row: Any) -> dict[str, Any]:
-    return {
-        "object": "balance",
-        "network": f"eip155:{row['chain_id']}",
-        "chainId": row["chain_id"],
-        "currency": row["currency"],
-        "available": format_amount(row["available_minor"], DECIMALS),
-        "reserved": format_amount(row["reserved_minor"], DECIMALS),
-        "livemode": bool(row["livemode"]),
-    }
+def balance_of(row: Any) -> Balance:
+    return Balance(
+        network=f"eip155:{row['chain_id']}",
+        chain_id=row["chain_id"],
+        currency=row["currency"],
+        available=money(row["available_minor"], DECIMALS),
+        reserved=money(row["reserved_minor"], DECIMALS),
+        livemode=bool(row["livemode"]),
+    )
 
 
-async def list_balances(conn: AsyncConnection, merchant_id: str, livemode: bool) -> list[dict[str, Any]]:
+async def list_balances(conn: AsyncConnection, merchant_id: str, livemode: bool) -> list[Balance]:
     balances = tables.balances
     rows = await conn.execute(
         select(balances)
         .where(balances.c.merchant_id == merchant_id, balances.c.livemode == livemode)
         .order_by(balances.c.chain_id, balances.c.currency)
     )
-    return [balance_json(row) for row in rows.mappings()]
+    return [balance_of(row) for row in rows.mappings()]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
-from x402mw.protocol.prices import format_amount
+from x402mw.platform.objects.agents import AgentUsage
+from x402mw.platform.objects.base import money
 
 __all__ = ["FREE_SETTLEMENTS", "monthly_usage", "settlement_fee"]
 
@@ -30,7 +30,7 @@ def _next_month(start: datetime) -> datetime:
     return start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
 
 
-async def monthly_usage(engine: AsyncEngine, merchant_id: str, livemode: bool, start: datetime) -> dict[str, Any]:
+async def monthly_usage(engine: AsyncEngine, merchant_id: str, livemode: bool, start: datetime) -> AgentUsage:
     table = tables.agent_payments
     async with engine.connect() as conn:
         rows = (
@@ -52,13 +52,12 @@ async def monthly_usage(engine: AsyncEngine, merchant_id: str, livemode: bool, s
         volume[currency] += amount
         if index >= FREE_SETTLEMENTS:
             fees[currency] += settlement_fee(amount)
-    return {
-        "object": "agent_usage",
-        "month": f"{start.year:04d}-{start.month:02d}",  # strftime's %Y drops a year's leading zeros
-        "livemode": livemode,
-        "settlements": len(rows),
-        "freeSettlements": min(len(rows), FREE_SETTLEMENTS),
-        "volume": {c: format_amount(v) for c, v in sorted(volume.items())},
-        "plannedFee": {c: format_amount(v) for c, v in sorted(fees.items())},
-        "billed": False,
-    }
+    return AgentUsage(
+        month=f"{start.year:04d}-{start.month:02d}",  # strftime's %Y drops a year's leading zeros
+        livemode=livemode,
+        settlements=len(rows),
+        free_settlements=min(len(rows), FREE_SETTLEMENTS),
+        volume={c: money(v) for c, v in sorted(volume.items())},
+        planned_fee={c: money(v) for c, v in sorted(fees.items())},
+        billed=False,
+    )

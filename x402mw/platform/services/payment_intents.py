@@ -28,10 +28,12 @@ from x402mw.errors import PriceError
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
+from x402mw.platform.objects.base import money
+from x402mw.platform.objects.payments import Customer, PaymentIntent, PaymentIntentEnvelope, PaymentMethods
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.idempotency import KeySlot, KeyTaken, insert_keys, key_rows
 from x402mw.platform.services.outbox import event_row, insert_events, record_event
-from x402mw.protocol.prices import AmountFormat, format_amount
+from x402mw.protocol.prices import AmountFormat
 
 __all__ = [
     "CURRENCIES",
@@ -45,7 +47,7 @@ __all__ = [
     "expire_due_payment_intents",
     "find_payment_intent",
     "parse_amount",
-    "payment_intent_json",
+    "payment_intent_of",
     "record_intent_event",
     "transition",
 ]
@@ -86,37 +88,39 @@ def parse_amount(value: object) -> int:
         raise ValueError(exc.message) from None
 
 
-def payment_intent_json(row: Mapping[Any, Any], checkout_url_base: str) -> dict[str, Any]:
+def payment_intent_of(row: Mapping[Any, Any], checkout_url_base: str) -> PaymentIntent:
     """The public form of an order: the API's ``paymentIntent`` and the events' ``data.paymentIntent``."""
-    from x402mw.platform.api.bodies import iso
+    return PaymentIntent(
+        payment_id=row["id"],
+        id=row["id"],
+        status=row["status"],
+        order_id=row["order_id"],
+        amount=money(row["amount_minor"], DECIMALS),
+        amount_received=money(row["amount_received_minor"], DECIMALS),
+        currency=row["currency"],
+        accepted_currencies=row["accepted_currencies"],
+        payment_methods=PaymentMethods.model_validate(row["payment_methods"]),
+        checkout_url=f"{checkout_url_base}/pi_{row['id']}",
+        success_url=row["success_url"],
+        cancel_url=row["cancel_url"],
+        customer=Customer(email=row["customer_email"], name=row["customer_name"]),
+        metadata=row["order_metadata"],
+        exceptions=row["exceptions"],
+        network=None if row.get("chain_id") is None else f"eip155:{row['chain_id']}",
+        paid_currency=row.get("paid_currency"),
+        payer=row.get("payer"),
+        tx_hash=row["tx_hash"],
+        paid_at=row["paid_at"],
+        expires_at=row["expires_at"],
+        livemode=bool(row["livemode"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
 
-    return {
-        "paymentId": row["id"],
-        "id": row["id"],
-        "object": "payment_intent",
-        "status": row["status"],
-        "orderId": row["order_id"],
-        "amount": format_amount(row["amount_minor"], DECIMALS),
-        "amountReceived": format_amount(row["amount_received_minor"], DECIMALS),
-        "currency": row["currency"],
-        "acceptedCurrencies": list(row["accepted_currencies"]),
-        "paymentMethods": dict(row["payment_methods"]),
-        "checkoutUrl": f"{checkout_url_base}/pi_{row['id']}",
-        "successUrl": row["success_url"],
-        "cancelUrl": row["cancel_url"],
-        "customer": {"email": row["customer_email"], "name": row["customer_name"]},
-        "metadata": dict(row["order_metadata"]),
-        "exceptions": list(row["exceptions"]),
-        "network": None if row.get("chain_id") is None else f"eip155:{row['chain_id']}",
-        "paidCurrency": row.get("paid_currency"),
-        "payer": row.get("payer"),
-        "txHash": row["tx_hash"],
-        "paidAt": iso(row["paid_at"]),
-        "expiresAt": iso(row["expires_at"]),
-        "livemode": bool(row["livemode"]),
-        "createdAt": iso(row["created_at"]),
-        "updatedAt": iso(row["updated_at"]),
-    }
+
+def _event_data(row: Mapping[Any, Any], checkout_url_base: str) -> dict[str, Any]:
+    """An order event's ``data``: ``{"paymentIntent": <the order>}``."""
+    return PaymentIntentEnvelope(payment_intent=payment_intent_of(row, checkout_url_base)).model_dump(mode="json")
 
 
 async def record_intent_event(
@@ -128,7 +132,7 @@ async def record_intent_event(
         merchant_id=row["merchant_id"],
         livemode=row["livemode"],
         type=f"payment_intent.{kind}",
-        data={"paymentIntent": payment_intent_json(row, base)},
+        data=_event_data(row, base),
         at=at,
     )
 
@@ -174,7 +178,7 @@ class PaymentIntentWriter:
 
     def new_order(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The stored form of the new order ``row`` (every ``payment_intents`` column but those of
-        `UNPAID`); `payment_intent_json` of it is the order's public form."""
+        `UNPAID`); `payment_intent_of` it is the order's public form."""
         return {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
 
     async def create(
@@ -219,7 +223,7 @@ class PaymentIntentWriter:
                     merchant_id=row["merchant_id"],
                     livemode=row["livemode"],
                     type="payment_intent.created",
-                    data={"paymentIntent": payment_intent_json(row, self.checkout_url_base)},
+                    data=_event_data(row, self.checkout_url_base),
                     at=row["created_at"],
                 )
                 for row in rows
@@ -301,8 +305,9 @@ async def transition(
 
 async def cancel_payment_intent(
     engine: AsyncEngine, merchant_id: str, livemode: bool, payment_id: str, now: datetime, checkout_url_base: str
-) -> dict[str, Any] | None:
-    """Cancel an order awaiting payment; None when the merchant has no such order. Raises
+) -> PaymentIntent | None:
+    """Cancel an order awaiting payment: the order as it now is, or None when the merchant has no
+    such order. Raises
     `PaymentIntentError` 409 ``payment_intent_unexpected_state`` in any other status."""
     async with engine.begin() as conn:
         row = await find_payment_intent(conn, merchant_id, livemode, payment_id)
@@ -317,7 +322,7 @@ async def cancel_payment_intent(
                 "payment_intent_unexpected_state",
                 f"This payment intent's status is {status}; only one in requires_payment can be canceled",
             )
-    return payment_intent_json(moved, checkout_url_base)
+    return payment_intent_of(moved, checkout_url_base)
 
 
 async def expire_due_payment_intents(

@@ -36,6 +36,8 @@ from x402mw.platform.chain.token import authorization_state
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.objects.base import money
+from x402mw.platform.objects.payments import Refund, RefundEnvelope
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys, authorization_call, sweep_order
 from x402mw.platform.services.errors import Refused
@@ -45,7 +47,7 @@ from x402mw.platform.services.payment_intents import transition
 from x402mw.platform.services.watcher import address_topic
 from x402mw.protocol.prices import format_amount
 
-__all__ = ["RefundError", "RefundService", "refund_json"]
+__all__ = ["RefundError", "RefundService", "refund_of"]
 
 logger = logging.getLogger("x402mw.platform.refunds")
 
@@ -57,26 +59,24 @@ class RefundError(Refused):
     """A refund request the rules refuse (404, 409, 422)."""
 
 
-def refund_json(row: Mapping[Any, Any]) -> dict[str, Any]:
-    from x402mw.platform.api.bodies import iso
-
-    return {
-        "id": row["id"],
-        "object": "refund",
-        "paymentId": row["payment_intent_id"],
-        "status": row["status"],
-        "amount": format_amount(row["amount_minor"], 6),
-        "currency": row["currency"],
-        "network": f"eip155:{row['chain_id']}",
-        "destination": row["destination"],
-        "reason": row["reason"],
-        "txHash": row["tx_hash"],
-        "failureReason": row["failure_reason"],
-        "livemode": bool(row["livemode"]),
-        "createdAt": iso(row["created_at"]),
-        "updatedAt": iso(row["updated_at"]),
-        "completedAt": iso(row["completed_at"]),
-    }
+def refund_of(row: Mapping[Any, Any]) -> Refund:
+    """The public form of a refund: the API's ``refund`` and the events' ``data.refund``."""
+    return Refund(
+        id=row["id"],
+        payment_id=row["payment_intent_id"],
+        status=row["status"],
+        amount=money(row["amount_minor"], 6),
+        currency=row["currency"],
+        network=f"eip155:{row['chain_id']}",
+        destination=row["destination"],
+        reason=row["reason"],
+        tx_hash=row["tx_hash"],
+        failure_reason=row["failure_reason"],
+        livemode=bool(row["livemode"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        completed_at=row["completed_at"],
+    )
 
 
 @dataclass
@@ -95,7 +95,7 @@ class RefundService:
 
     async def create(
         self, merchant_id: str, livemode: bool, payment_id: str, reason: str | None, *, wait: float = 10.0
-    ) -> dict[str, Any]:
+    ) -> Refund:
         """Refund the order in full; the refund as it stands after up to ``wait`` seconds of sending.
         Raises `RefundError` (404, 409, 422)."""
         await self._chain_reachable(payment_id)
@@ -107,7 +107,7 @@ class RefundService:
             await self._release_claim(refund)
         except Exception:
             logger.exception("sending refund %s failed; the worker will retry", refund["id"])
-        return refund_json(await self.get(refund["id"]))
+        return refund_of(await self.get(refund["id"]))
 
     async def _chain_reachable(self, payment_id: str) -> None:
         """503 ``chain_unavailable`` when the chain the order was paid on cannot be reached: nothing
@@ -359,7 +359,7 @@ class RefundService:
             merchant_id=refund["merchant_id"],
             livemode=refund["livemode"],
             type=f"refund.{kind}",
-            data={"refund": refund_json(refund)},
+            data=RefundEnvelope(refund=refund_of(refund)).model_dump(mode="json"),
             at=at,
         )
 

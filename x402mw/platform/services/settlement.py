@@ -37,6 +37,7 @@ from x402mw.platform.chain.token import authorization_state, transfer_calldata
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
+from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.outbox import event_row
 from x402mw.platform.services.settlement_checks import (
@@ -48,10 +49,11 @@ from x402mw.platform.services.settlement_checks import (
 )
 from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement_writes import SettlementWrites
+from x402mw.platform.timestamps import iso
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 
-__all__ = ["Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_json"]
+__all__ = ["Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
 
 logger = logging.getLogger("x402mw.platform.settlement")
 
@@ -128,30 +130,27 @@ class SettleOutcome:
     payment_id: str | None = None
 
 
-def payment_json(row: Payment) -> dict[str, Any]:
+def payment_of(row: Payment) -> objects.AgentPayment:
     """The public form of an agent payment (``agent_payment.settled`` data, challenge status)."""
-    from x402mw.platform.api.bodies import iso
-
-    return {
-        "id": row.id,
-        "object": "agent_payment",
-        "status": row.status,
-        "challengeId": row.challenge_id,
-        "endpointId": row.endpoint_id,
-        "network": f"eip155:{row.chain_id}",
-        "asset": row.asset,
-        "currency": row.currency,
-        "amountMinor": str(row.amount_minor),
-        "payer": row.payer,
-        "payTo": row.pay_to,
-        "transaction": row.transaction,
-        "blockNumber": row.block_number,
-        "errorReason": row.error_reason,
-        "receipt": row.receipt,
-        "livemode": row.livemode,
-        "createdAt": iso(row.created_at),
-        "settledAt": iso(row.settled_at),
-    }
+    return objects.AgentPayment(
+        id=row.id,
+        status=row.status,
+        challenge_id=row.challenge_id,
+        endpoint_id=row.endpoint_id,
+        network=f"eip155:{row.chain_id}",
+        asset=row.asset,
+        currency=row.currency,
+        amount_minor=row.amount_minor,
+        payer=row.payer,
+        pay_to=row.pay_to,
+        transaction=row.transaction,
+        block_number=row.block_number,
+        error_reason=row.error_reason,
+        receipt=row.receipt,
+        livemode=row.livemode,
+        created_at=row.created_at,
+        settled_at=row.settled_at,
+    )
 
 
 def _authorization_key(chain_id: int, token: str, payer: str, nonce: bytes) -> str:
@@ -519,8 +518,6 @@ class SettlementService:
         challenge: dict[str, Any] | None = None,
     ) -> SettleOutcome:
         """Sign the receipt and answer with it; record the release meanwhile (`_record`)."""
-        from x402mw.platform.api.bodies import iso
-
         settled_at = self.clock.now()
         fields = {
             "challengeId": row.challenge_id or "",
@@ -531,7 +528,7 @@ class SettlementService:
             "payer": row.payer,
             "payTo": row.pay_to,
             "transaction": tx,
-            "settledAt": iso(settled_at) or "",
+            "settledAt": iso(settled_at),
         }
         receipt = sign_receipt({k: v for k, v in fields.items() if v}, self.receipt_key)
         row.status, row.receipt, row.settled_at, row.block_number = "settled", receipt, settled_at, block
@@ -544,7 +541,7 @@ class SettlementService:
                 merchant_id=row.merchant_id,
                 livemode=row.livemode,
                 type="agent_payment.settled",
-                data={"agentPayment": payment_json(row)},
+                data=objects.AgentPaymentEnvelope(agent_payment=payment_of(row)).model_dump(mode="json"),
                 at=settled_at,
             )
         outcome = self.outcome_for(row)

@@ -29,11 +29,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw import __version__
 from x402mw.client.webhooks import sign_payload
-from x402mw.platform.api.bodies import iso
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
+from x402mw.platform.objects.webhooks import Event
 from x402mw.platform.sealing import SecretBox
+from x402mw.platform.timestamps import iso
 from x402mw.platform.webhooks.destinations import resolved_blocked_reason
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "backoff_seconds",
     "deliver_due",
     "envelope",
+    "event_of",
     "matches",
     "new_secret",
     "redeliver",
@@ -80,15 +82,21 @@ def backoff_seconds(attempt: int, rng: random.Random | None = None) -> float:
     return float(base * (rng or _JITTER).uniform(0.8, 1.2))
 
 
+def event_of(event: Mapping[Any, Any]) -> Event:
+    """The public form of an ``events`` row (``GET /events``)."""
+    return Event(
+        id=event["id"],
+        type=event["type"],
+        created_at=event["created_at"],
+        livemode=bool(event["livemode"]),
+        data=event["data"],
+    )
+
+
 def envelope(event: Mapping[Any, Any]) -> dict[str, Any]:
-    """The delivered body: ``{id, type, createdAt, livemode, data}``."""
-    return {
-        "id": event["id"],
-        "type": event["type"],
-        "createdAt": iso(event["created_at"]),
-        "livemode": bool(event["livemode"]),
-        "data": event["data"],
-    }
+    """The delivered body: the event as the API answers it, but for ``object``:
+    ``{id, type, createdAt, livemode, data}``."""
+    return event_of(event).model_dump(mode="json", exclude={"object"})
 
 
 def _aware(value: datetime) -> datetime:

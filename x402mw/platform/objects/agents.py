@@ -1,0 +1,198 @@
+"""The agent-payment objects of the API: endpoints, challenges, payments, usage, and the answers of
+settlement and of the x402 facilitator."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, PlainSerializer, RootModel
+
+from x402mw.platform.objects.base import (
+    Envelope,
+    EvmAddress,
+    ListPage,
+    Minor,
+    Money,
+    ResponseModel,
+    Timestamp,
+    omitted_if_none,
+)
+from x402mw.protocol.models import SettlementResponse
+
+__all__ = [
+    "AcceptedTerms",
+    "AgentChallenge",
+    "AgentChallengeEnvelope",
+    "AgentEndpoint",
+    "AgentEndpointEnvelope",
+    "AgentEndpointList",
+    "AgentPayment",
+    "AgentPaymentEnvelope",
+    "AgentPaymentList",
+    "AgentUsage",
+    "AgentUsageEnvelope",
+    "ChallengeBatchResult",
+    "Receipt",
+    "SettlementResult",
+    "SupportedKind",
+    "SupportedKinds",
+]
+
+
+class AgentEndpoint(ResponseModel):
+    """A resource the merchant sells to agents per request."""
+
+    id: str
+    object: Literal["agent_endpoint"] = "agent_endpoint"
+    name: str
+    resource_url: str
+    chain_id: int
+    network: str = Field(description="`eip155:<chainId>`")
+    currency: Literal["USDC", "EURC"]
+    asset: EvmAddress | None
+    asset_name: str | None = Field(description="the token's EIP-712 domain name")
+    asset_version: str | None = Field(description="the token's EIP-712 domain version")
+    decimals: int
+    payout_address: EvmAddress
+    pricing_mode: Literal["fixed", "dynamic"]
+    amount_minor: Minor | None
+    release_policy: Literal["included", "confirmed"]
+    max_timeout_seconds: int
+    livemode: bool
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class AgentEndpointEnvelope(Envelope):
+    """An agent endpoint, as its operations answer it."""
+
+    endpoint: AgentEndpoint
+
+
+class AgentEndpointList(ListPage[AgentEndpoint]):
+    """A page of AgentEndpoint objects, newest first."""
+
+
+class Receipt(RootModel[dict[str, str]]):
+    """Settlement receipt signed with EIP-191 by the receipt key (`signer`, `signature`, and the
+    signed fields); verify it with `x402mw.evm.receipts.verify_receipt`."""
+
+
+class AgentPayment(ResponseModel):
+    """One EIP-3009 authorization settled (or refused) by the platform."""
+
+    id: str
+    object: Literal["agent_payment"] = "agent_payment"
+    status: Literal["claimed", "submitted", "settled", "failed"]
+    challenge_id: str | None
+    endpoint_id: str | None
+    network: str
+    asset: EvmAddress
+    currency: str
+    amount_minor: Minor
+    payer: EvmAddress
+    pay_to: EvmAddress
+    transaction: str | None
+    block_number: int | None
+    error_reason: str | None = Field(description="x402 reason code of a failed payment")
+    receipt: Receipt | None
+    livemode: bool
+    created_at: Timestamp
+    settled_at: Timestamp | None
+
+
+class AgentPaymentEnvelope(Envelope):
+    """An agent payment: the answer of its operation, and the data of ``agent_payment.settled``."""
+
+    agent_payment: AgentPayment
+
+
+class AgentPaymentList(ListPage[AgentPayment]):
+    """A page of AgentPayment objects, newest first."""
+
+
+class AgentChallenge(ResponseModel):
+    """A challenge issued by the seller middleware, with the payment that answered it."""
+
+    challenge_id: str
+    object: Literal["agent_challenge"] = "agent_challenge"
+    status: Literal["open", "expired", "processing", "settled", "failed"]
+    endpoint_id: str
+    network: str
+    asset: EvmAddress
+    pay_to: EvmAddress
+    amount_minor: Minor
+    resource: str
+    expires_at: Timestamp
+    created_at: Timestamp
+    livemode: bool
+    payment: AgentPayment | None
+
+
+class AgentChallengeEnvelope(Envelope):
+    """A challenge, as its operations answer it."""
+
+    challenge: AgentChallenge
+
+
+class AgentUsage(ResponseModel):
+    """Settlements of one month and the planned fee (first 1,000 free)."""
+
+    object: Literal["agent_usage"] = "agent_usage"
+    month: str = Field(pattern="^[0-9]{4}-[0-9]{2}$")
+    livemode: bool
+    settlements: int
+    free_settlements: int
+    volume: dict[str, Money] = Field(description="settled amount per coin")
+    planned_fee: dict[str, Money] = Field(description="fee per coin")
+    billed: bool = Field(description="always false during the beta")
+
+
+class AgentUsageEnvelope(Envelope):
+    """Monthly usage, as its operation answers it."""
+
+    usage: AgentUsage
+
+
+class AcceptedTerms(ResponseModel):
+    """The terms the payment was settled on."""
+
+    pay_to: EvmAddress
+
+
+# x402's own wire form, nulls left out (no return type on the serializer: the document describes
+# the model itself)
+WireSettlement = Annotated[SettlementResponse, PlainSerializer(lambda response: response.to_wire())]
+
+
+class SettlementResult(ResponseModel):
+    """The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`."""
+
+    status: Literal["settled", "pending", "failed"]
+    settlement: WireSettlement
+    message: str | None = omitted_if_none()
+    payment_id: str | None = omitted_if_none()
+    accepted: AcceptedTerms | None = omitted_if_none()
+
+
+class ChallengeBatchResult(ResponseModel):
+    """How many issued challenges a batch carried."""
+
+    object: Literal["challenge_batch"] = "challenge_batch"
+    received: int
+
+
+class SupportedKind(ResponseModel):
+    """A payment kind the facilitator settles."""
+
+    x402_version: int
+    scheme: str
+    network: str
+
+
+class SupportedKinds(ResponseModel):
+    """What the facilitator settles, and the addresses that send its transactions."""
+
+    kinds: list[SupportedKind]
+    extensions: list[str]
+    signers: dict[str, list[EvmAddress]]

@@ -1,0 +1,141 @@
+"""The objects of the public checkout API (``/checkout/v1``): what a buyer may see of an order, and
+how to pay it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from x402mw.platform.objects.base import Currency, EvmAddress, Minor, Money, ResponseModel, Timestamp, Url, Uuid
+from x402mw.platform.objects.payments import PaymentException, PaymentIntentStatus, PaymentMethods
+
+__all__ = [
+    "AuthorizationDomain",
+    "AuthorizationMessage",
+    "AuthorizationTypedData",
+    "CheckoutAttempt",
+    "CheckoutCurrency",
+    "CheckoutNetwork",
+    "CheckoutPaymentIntent",
+    "Merchant",
+    "PaymentMethod",
+    "WalletTransaction",
+]
+
+PaymentMethod = Literal["transfer", "wallet"]
+
+
+class CheckoutCurrency(ResponseModel):
+    """A coin of the network that can pay the order."""
+
+    currency: Currency
+    token_address: EvmAddress
+    decimals: int
+    methods: list[PaymentMethod]
+    gasless: bool = Field(description="EIP-3009: a wallet can pay by signature, without gas")
+
+
+class CheckoutNetwork(ResponseModel):
+    """A chain that can take the payment, and its coins the payment accepts."""
+
+    network: str = Field(description="`eip155:<chainId>`")
+    chain_id: int
+    name: str
+    testnet: bool
+    currencies: list[CheckoutCurrency]
+
+
+class Merchant(ResponseModel):
+    """The merchant a buyer pays."""
+
+    name: str = Field(description="the merchant's display name")
+
+
+class CheckoutPaymentIntent(ResponseModel):
+    """What checkout shows of a payment intent: never its `orderId`, metadata or customer."""
+
+    id: Uuid
+    payment_id: Uuid = Field(description="same as `id`")
+    object: Literal["checkout_payment_intent"] = "checkout_payment_intent"
+    status: PaymentIntentStatus
+    amount: Money
+    amount_received: Money = Field(description="received so far")
+    amount_due: Money = Field(description="`amount` less `amountReceived` (at least 0)")
+    currency: Currency
+    accepted_currencies: list[Currency]
+    payment_methods: PaymentMethods
+    merchant: Merchant
+    success_url: Url | None
+    cancel_url: Url | None
+    exceptions: list[PaymentException]
+    network: str | None = Field(description="`eip155:<chainId>` it was paid on; null until paid")
+    paid_currency: Currency | None
+    tx_hash: str | None
+    paid_at: Timestamp | None
+    expires_at: Timestamp | None
+    livemode: bool = Field(description="false: a test payment on a test network")
+    networks: list[CheckoutNetwork] = Field(
+        description="where the platform can take this payment (once part is paid: only that chain and coin)"
+    )
+
+
+class WalletTransaction(ResponseModel):
+    """`wallet`: an ordinary token transfer for `eth_sendTransaction`; report it with `sync`."""
+
+    to: EvmAddress
+    data: str
+    value: str
+    chain_id: str = Field(description="hex")
+
+
+class AuthorizationDomain(ResponseModel):
+    """The token's EIP-712 domain."""
+
+    name: str
+    version: str
+    chain_id: int
+    verifying_contract: EvmAddress
+
+
+class AuthorizationMessage(ResponseModel):
+    """The authorization to sign, but for `from` (the wallet's account)."""
+
+    to: EvmAddress
+    value: Minor
+    valid_after: str
+    valid_before: str
+    nonce: str
+
+
+class AuthorizationTypedData(ResponseModel):
+    """`wallet` with an EIP-3009 coin: EIP-712 typed data for `eth_signTypedData_v4`, with
+    `message.from` set to the wallet's account."""
+
+    primary_type: Literal["TransferWithAuthorization"] = "TransferWithAuthorization"
+    types: dict[str, Any]
+    domain: AuthorizationDomain
+    message: AuthorizationMessage
+
+
+class CheckoutAttempt(ResponseModel):
+    """How to pay a payment intent with the chosen network, coin and method."""
+
+    object: Literal["checkout_attempt"] = "checkout_attempt"
+    payment_id: Uuid
+    method: PaymentMethod
+    network: str
+    chain_id: int
+    network_name: str
+    currency: Currency
+    token_address: EvmAddress
+    decimals: int
+    deposit_address: EvmAddress = Field(description="the payment's own address: send the coin here")
+    amount_due: Money = Field(description="what is still to pay")
+    amount_due_minor: Minor
+    payment_uri: str = Field(
+        description="EIP-681: `ethereum:<token>@<chainId>/transfer?address=<deposit>&uint256=<amount>`"
+    )
+    expires_at: Timestamp | None
+    transaction: WalletTransaction | None
+    authorization: AuthorizationTypedData | None

@@ -1,0 +1,33 @@
+"""How the platform writes an instant: ISO 8601 in UTC with milliseconds, ``2026-11-21T23:25:16.464Z``.
+
+Every timestamp the API answers, every event and every receipt is written by `iso`. A naive
+datetime is UTC (SQLite gives stored instants back without their zone).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import overload
+
+__all__ = ["iso"]
+
+
+@overload
+def iso(value: datetime) -> str: ...
+
+
+@overload
+def iso(value: None) -> None: ...
+
+
+def iso(value: datetime | None) -> str | None:
+    """ISO 8601 UTC with milliseconds: ``2026-11-21T23:25:16.464Z`` (None stays None).
+
+    >>> iso(datetime(2026, 11, 21, 23, 25, 16, 464999))
+    '2026-11-21T23:25:16.464Z'
+    """
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
