@@ -65,10 +65,12 @@ def recorded(start: int = 0) -> list[Answer]:
 
 
 class AnswerRecorder:
-    """Pure ASGI: keeps every ``application/json`` answer of the app it wraps (see `recorded`)."""
+    """Pure ASGI: keeps every ``application/json`` answer of the app it wraps, in ``sink`` (by
+    default, the answers `recorded` gives and the suite checks)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, sink: list[Answer] | None = None) -> None:
         self.app = app
+        self.sink = _recorded if sink is None else sink
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] == "HEAD":
@@ -87,7 +89,7 @@ class AnswerRecorder:
                 body.extend(message.get("body", b""))
                 if not message.get("more_body", False):
                     with _lock:
-                        _recorded.append(Answer(scope["method"], scope["path"], status, bytes(body)))
+                        self.sink.append(Answer(scope["method"], scope["path"], status, bytes(body)))
             await send(message)
 
         await self.app(scope, receive, record)
