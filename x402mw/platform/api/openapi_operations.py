@@ -285,9 +285,11 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Facilitator",
             "Verify a payment (x402 facilitator)",
             "Checks the signature, terms and the payer's balance without settling. A payment it refuses is "
-            "a 200 with `isValid: false` and the reason in `invalidReason`.",
+            "a 200 with `isValid: false` and the reason in `invalidReason`. Requirements carrying another "
+            "merchant's x402mw challenge (`extra.challengeId`) are a 404, and nothing is verified.",
             VerifyResponse,
             body="FacilitatorBody",
+            errors=(404,),
         ),
         operation(
             "POST",
@@ -297,9 +299,12 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Settle a payment (x402 facilitator)",
             "A refused payment is a 200 with `success: false` and the reason in `errorReason`. A "
             "settlement still pending after 30 s answers `success: false`, `errorReason: "
-            "settlement_pending` with the transaction; the same request later answers the final result.",
+            "settlement_pending` with the transaction; the same request later answers the final result. "
+            "Requirements carrying another merchant's x402mw challenge (`extra.challengeId`) are a 404, and "
+            "nothing is settled.",
             SettlementResponse,
             body="FacilitatorBody",
+            errors=(404,),
         ),
         operation(
             "GET",
