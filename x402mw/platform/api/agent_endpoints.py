@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.routing import Route
@@ -141,7 +142,7 @@ def _answer(row: Any, chain: ChainHandle | None, status_code: int = 200) -> Mode
     return ModelResponse(objects.AgentEndpointEnvelope(endpoint=endpoint_of(row, chain)), status_code)
 
 
-async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
+async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Row[Any]:
     """The caller's endpoint, or 404 (another merchant's endpoint is indistinguishable from none)."""
     row = await find_endpoint(conn, caller.merchant_id, caller.livemode, endpoint_id)
     if row is None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -115,7 +115,7 @@ async def settle(request: Request) -> ModelResponse:
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
 
 
-def _endpoint_mismatch(endpoint: Any, accepted: PaymentRequirements, chains: Chains) -> tuple[str, str] | None:
+def _endpoint_mismatch(endpoint: Row[Any], accepted: PaymentRequirements, chains: Chains) -> tuple[str, str] | None:
     if not 1 <= accepted.amount <= MAX_MINOR:
         return reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
     if accepted.network != f"eip155:{endpoint.chain_id}":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.platform.db import tables
@@ -13,7 +13,7 @@ from x402mw.platform.services.cache import TTLCache
 __all__ = ["EndpointDirectory", "find_endpoint"]
 
 
-async def find_endpoint(conn: AsyncConnection, merchant_id: str, livemode: bool, endpoint_id: str) -> Any:
+async def find_endpoint(conn: AsyncConnection, merchant_id: str, livemode: bool, endpoint_id: str) -> Row[Any] | None:
     """The merchant's endpoint row, or None (another merchant's endpoint is indistinguishable from none)."""
     table = tables.agent_endpoints
     return (
@@ -30,10 +30,12 @@ class EndpointDirectory:
 
     def __init__(self, engine: AsyncEngine, *, ttl: float = 2.0) -> None:
         self.engine = engine
-        self._cache: TTLCache[tuple[str, bool, str], Any] = TTLCache(ttl)
+        self._cache: TTLCache[tuple[str, bool, str], Row[Any] | None] = TTLCache(ttl)
 
-    async def get(self, merchant_id: str, livemode: bool, endpoint_id: str) -> Any:
-        async def load() -> Any:
+    async def get(self, merchant_id: str, livemode: bool, endpoint_id: str) -> Row[Any] | None:
+        """The merchant's endpoint row (read at most ``ttl`` seconds ago), or None."""
+
+        async def load() -> Row[Any] | None:
             async with self.engine.connect() as conn:
                 return await find_endpoint(conn, merchant_id, livemode, endpoint_id)
 
