@@ -224,9 +224,11 @@ async def create(request: Request) -> ModelResponse:
     }
     writer = platform.payment_intents
     order = writer.new_order(row)
-    response = _answer(payment_intent_of(order, writer.checkout_url_base), status_code=201)
+    public = payment_intent_of(order, writer.checkout_url_base)
+    response = _answer(public, status_code=201)
     # The Idempotency-Key, if any, is written with the order, in its transaction, done with this answer.
-    await writer.create(order, key=key_slot(request.scope), answer=(201, response.raw_headers, bytes(response.body)))
+    answer = (201, response.raw_headers, bytes(response.body))
+    await writer.create(order, public=public, key=key_slot(request.scope), answer=answer)
     return response
 
 

@@ -160,6 +160,10 @@ UNPAID = {
 """The columns of a new order that only its payment sets."""
 
 
+_Creation = tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]
+"""An order to insert, its idempotency key's row (or None), and its created event's data."""
+
+
 class PaymentIntentWriter:
     """Creates orders. Concurrent creations in this process share one transaction (`Coalescer`, on a
     `HeldConnection`): each order is inserted unless it conflicts, with its ``payment_intent.created``
@@ -174,7 +178,7 @@ class PaymentIntentWriter:
         self._insert = insert_for(table).on_conflict_do_nothing().returning(table.c.id)
         self._insert_keys = insert_keys(engine)
         self._conn = HeldConnection(engine)
-        self._batch: Coalescer[tuple[dict[str, Any], dict[str, Any] | None], str] = Coalescer(self._write)
+        self._batch: Coalescer[_Creation, str] = Coalescer(self._write)
 
     def new_order(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The stored form of the new order ``row`` (every ``payment_intents`` column but those of
@@ -185,10 +189,12 @@ class PaymentIntentWriter:
         self,
         order: dict[str, Any],
         *,
+        public: PaymentIntent | None = None,
         key: KeySlot | None = None,
         answer: tuple[int, list[tuple[bytes, bytes]], bytes] | None = None,
     ) -> None:
-        """Store ``order`` (from `new_order`) and its ``payment_intent.created`` event. With a ``key``
+        """Store ``order`` (from `new_order`) and its ``payment_intent.created`` event (whose data is
+        ``public``, `payment_intent_of` the order, when the caller has made it already). With a ``key``
         not claimed yet (one `IdempotencyMiddleware` lets this endpoint take over), insert the key
         in the same transaction, done with ``answer`` (status, headers, body); a claimed key is left
         to the middleware.
@@ -198,7 +204,9 @@ class PaymentIntentWriter:
         this mode, and 409 ``fixed_transfer_active_payment`` when another open order holds the
         customer's fixed transfer address."""
         done = key.done_row(*answer) if key is not None and not key.claimed and answer is not None else None
-        outcome = await self._batch.submit((order, done))
+        public = public or payment_intent_of(order, self.checkout_url_base)
+        data = PaymentIntentEnvelope(payment_intent=public).model_dump(mode="json")
+        outcome = await self._batch.submit((order, done, data))
         if outcome == _TAKEN:
             raise KeyTaken()
         if outcome == _CONFLICT:
@@ -206,34 +214,34 @@ class PaymentIntentWriter:
         if key is not None and done is not None:
             key.stored = True
 
-    async def _write(self, items: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[str]:
+    async def _write(self, items: list[_Creation]) -> list[str]:
         """Write what the batch can in one transaction: first the new keys (an order whose key is
         used already is left out), then the orders that conflict with none (stored or earlier in the
         batch) with their events. A key whose order conflicted is taken back, so that the conflict
         can be stored as its answer."""
-        new_keys = [key for _order, key in items if key is not None]
+        new_keys = [key for _order, key, _data in items if key is not None]
 
         def write(conn: Connection) -> tuple[set[str], set[str]]:
             won = set(conn.execute(self._insert_keys, key_rows(new_keys)).scalars()) if new_keys else set()
-            taken = {order["id"] for order, key in items if key is not None and key["id"] not in won}
-            rows = [order for order, _key in items if order["id"] not in taken]
+            taken = {order["id"] for order, key, _data in items if key is not None and key["id"] not in won}
+            rows = [order for order, _key, _data in items if order["id"] not in taken]
             inserted = set(conn.execute(self._insert, rows).scalars()) if rows else set()
             events = [
                 event_row(
                     merchant_id=row["merchant_id"],
                     livemode=row["livemode"],
                     type="payment_intent.created",
-                    data=_event_data(row, self.checkout_url_base),
+                    data=data,
                     at=row["created_at"],
                 )
-                for row in rows
+                for row, _key, data in items
                 if row["id"] in inserted
             ]
             if events:
                 insert_events(conn, events)
             unused = [
                 {"row_id": key["id"]}
-                for order, key in items
+                for order, key, _data in items
                 if key is not None and key["id"] in won and order["id"] not in inserted
             ]
             if unused:
@@ -241,7 +249,7 @@ class PaymentIntentWriter:
             return taken, inserted
 
         taken, inserted = await self._conn.run(write)
-        return [_TAKEN if o["id"] in taken else _CREATED if o["id"] in inserted else _CONFLICT for o, _k in items]
+        return [_TAKEN if o["id"] in taken else _CREATED if o["id"] in inserted else _CONFLICT for o, _k, _d in items]
 
     async def aclose(self) -> None:
         """Give the held connection back (before the engine is disposed)."""
