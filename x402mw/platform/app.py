@@ -123,6 +123,7 @@ def create_app(
             Mount("/v1", routes=v1, middleware=[Middleware(IdempotencyMiddleware, takes_over={"/payment-intents"})]),
             Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
             Mount("/checkout", routes=checkout.routes),
+            *checkout.agent_routes,
             Route("/healthz", health),
             Route("/readyz", ready),
         ],
