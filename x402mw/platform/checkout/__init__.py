@@ -12,12 +12,12 @@ from pathlib import Path
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from x402mw.platform.checkout import agent_pay, api, pages
+from x402mw.platform.checkout import agent_pay, api, links, pages
 
 __all__ = ["agent_routes", "routes"]
 
 routes: list[BaseRoute] = [
-    Mount("/v1", routes=api.routes),
+    Mount("/v1", routes=[*api.routes, *links.routes]),
     Mount("/static", app=StaticFiles(directory=Path(__file__).parent / "static"), name="checkout-static"),
     *pages.routes,
 ]
