@@ -55,8 +55,8 @@ class CheckoutRateLimits:
     ``redis_url`` (``redis://host:port/db``) shares them between processes; None counts in memory
     (or in the platform's ``redis_url`` setting, when the middleware is not given one)."""
 
-    per_address: str = "300/minute"
-    per_order: str = "120/minute"
+    per_address: str = "600/minute"
+    per_order: str = "300/minute"
     link_openings: str = "60/hour"
     redis_url: str | None = None
     key_prefix: str = "x402mw"
