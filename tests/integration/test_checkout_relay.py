@@ -151,24 +151,24 @@ def test_foreign_replayed_and_malformed_authorizations_are_refused_and_nothing_m
     stranger = Account.create()
     cases: list[tuple[dict[str, Any], dict[str, Any], int, str, str]] = [
         # another order's authorization (to its deposit address)
-        (_sign(other_typed, wallet), {}, 400, "authorization_wrong_recipient", "authorization.to"),
+        (_sign(other_typed, wallet), {}, 409, "authorization_wrong_recipient", "authorization.to"),
         # another amount
-        (_sign(typed, wallet, value="1000000"), {}, 400, "authorization_wrong_amount", "authorization.value"),
+        (_sign(typed, wallet, value="1000000"), {}, 409, "authorization_wrong_amount", "authorization.value"),
         # signed by someone else than `from`
         (
             {**_sign(typed, stranger), "authorization": {**typed["message"], "from": wallet.address}},
             {},
-            400,
+            409,
             "authorization_signature_invalid",
             "signature",
         ),
         # expired
-        (_sign(typed, wallet, validBefore="1"), {}, 400, "authorization_expired", "authorization.validBefore"),
+        (_sign(typed, wallet, validBefore="1"), {}, 409, "authorization_expired", "authorization.validBefore"),
         # signed for EURC, posted as USDC: not the USDC domain's signature
         (
             _sign({**typed, "domain": {**typed["domain"], "verifyingContract": eurc}}, wallet),
             {},
-            400,
+            409,
             "authorization_signature_invalid",
             "signature",
         ),

@@ -110,7 +110,8 @@ def _ok(reply: httpx.Response) -> Any:
 
 def _config(objects: dict[str, list[str]]) -> str:
     """schemathesis.toml: what a refusal of valid data may be, and where path ids come from."""
-    lines = ["[checks.positive_data_acceptance]", 'expected-statuses = ["2xx", "404", "409"]', ""]
+    # 402: an order's x402Url answers its price; 429: the public checkout endpoints' rate limits
+    lines = ["[checks.positive_data_acceptance]", 'expected-statuses = ["2xx", "402", "404", "409", "429"]', ""]
     for name, values in objects.items():
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(values)}", ""]
     # Every operation taking one of these ids draws it from the real ones, but for those that wait on the

@@ -24,6 +24,7 @@ from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import UUID_PATTERN, HttpUrl, http_url, is_uuid
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.api.payment_intents import (
+    _CREATE_RULES,
     _METADATA_SCHEMA,
     Currency,
     PaymentMethodsIn,
@@ -63,8 +64,12 @@ def _link_metadata(value: object) -> dict[str, str]:
     return found
 
 
+_LINK_METADATA_SCHEMA = _METADATA_SCHEMA | {"not": {"required": [FIXED_TRANSFER_KEY]}}
+
+
 class PaymentLinkCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # acceptedCurrencies must include currency, as for payment intents
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [_CREATE_RULES[0]]})
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")
     amount: int
@@ -73,7 +78,7 @@ class PaymentLinkCreate(BaseModel):
     paymentMethods: PaymentMethodsIn | None = None
     successUrl: HttpUrl | None = None
     cancelUrl: HttpUrl | None = None
-    metadata: Annotated[dict[str, str], WithJsonSchema(_METADATA_SCHEMA)] | None = None
+    metadata: Annotated[dict[str, str], WithJsonSchema(_LINK_METADATA_SCHEMA)] | None = None
     slug: Slug | None = None
 
     _v_amount = field_validator("amount", mode="before")(parse_amount)

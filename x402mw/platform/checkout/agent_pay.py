@@ -208,4 +208,4 @@ def _pending(response: SettlementResponse) -> Response:
     return JSONResponse(body, status_code=402, headers=headers)
 
 
-routes = [Route("/x402/pay/{payment_id}", pay, methods=["GET", "POST"], name="x402-pay")]
+routes = [Route("/x402/pay/{payment_id}", pay, methods=["GET"], name="x402-pay")]

@@ -38,7 +38,9 @@ from x402mw.protocol.models import PaymentPayload
 
 __all__ = ["AuthorizationBody", "WalletAuthorization", "authorizations", "relayed_answer"]
 
-UINT_PATTERN = r"^(?:0|[1-9][0-9]{0,76})$"
+UINT_PATTERN = r"^(?:0|[1-9][0-9]{0,17})$"
+"""What the document promises for a uint256 field (below 10**18: values and Unix times); larger ones
+up to 2**256 - 1 are read too."""
 
 
 def _uint(value: object) -> str:
@@ -54,7 +56,12 @@ Uint = Annotated[
     str,
     BeforeValidator(_uint),
     WithJsonSchema(
-        {"anyOf": [{"type": "string", "pattern": UINT_PATTERN}, {"type": "integer", "minimum": 0}]},
+        {
+            "anyOf": [
+                {"type": "string", "pattern": UINT_PATTERN},
+                {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
+            ]
+        },
     ),
 ]
 
@@ -110,7 +117,7 @@ async def authorizations(request: Request) -> JSONResponse:
     wire: dict[str, Any] = body.authorization.model_dump(by_alias=True)
     if deposit is None:
         raise ApiError(
-            400,
+            409,
             "authorization_wrong_recipient",
             "This payment has no deposit address yet: ask attempts (method wallet) for what to sign",
             param="authorization.to",

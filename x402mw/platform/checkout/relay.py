@@ -49,15 +49,17 @@ MAX_TIMEOUT_SECONDS = 300
 """How long an agent may take to sign after a 402 (``maxTimeoutSeconds``)."""
 WAIT_SECONDS = 20.0  # how long a request waits for its transfer to be included
 
-# A refusal's reason code -> (status, code, param) of the checkout API's answer.
+# A refusal's reason code -> (status, code, param) of the checkout API's answer. A well-formed
+# authorization that this order cannot take is a 409, as checkout answers a choice the order does
+# not offer (the request's form is right; it conflicts with the order and its terms).
 _REFUSALS: dict[str, tuple[int, str, str | None]] = {
-    reasons.INVALID_SIGNATURE: (400, "authorization_signature_invalid", "signature"),
-    reasons.INVALID_VALID_BEFORE: (400, "authorization_expired", "authorization.validBefore"),
-    reasons.INVALID_VALID_AFTER: (400, "authorization_not_yet_valid", "authorization.validAfter"),
-    reasons.INVALID_RECIPIENT: (400, "authorization_wrong_recipient", "authorization.to"),
-    reasons.INVALID_VALUE: (400, "authorization_wrong_amount", "authorization.value"),
-    reasons.INVALID_ASSET: (400, "unsupported_currency", "currency"),
-    reasons.INVALID_NETWORK: (400, "unsupported_chain", "network"),
+    reasons.INVALID_SIGNATURE: (409, "authorization_signature_invalid", "signature"),
+    reasons.INVALID_VALID_BEFORE: (409, "authorization_expired", "authorization.validBefore"),
+    reasons.INVALID_VALID_AFTER: (409, "authorization_not_yet_valid", "authorization.validAfter"),
+    reasons.INVALID_RECIPIENT: (409, "authorization_wrong_recipient", "authorization.to"),
+    reasons.INVALID_VALUE: (409, "authorization_wrong_amount", "authorization.value"),
+    reasons.INVALID_ASSET: (409, "unsupported_currency", "currency"),
+    reasons.INVALID_NETWORK: (409, "unsupported_chain", "network"),
     reasons.NONCE_USED: (409, "authorization_used", "authorization.nonce"),
     reasons.INSUFFICIENT_FUNDS: (422, "insufficient_funds", "authorization.from"),
 }
