@@ -132,6 +132,7 @@ async def relay_authorization(
     tag = f"pi_{order['id']}"
     now = platform.clock.now()
     replay = order["relay_hash"] == digest
+    known = None
     if replay:
         known = await _payment(platform.engine, tag, digest)
         if known is not None and known.status == "settled":
@@ -185,6 +186,9 @@ async def relay_authorization(
     except BaseException:
         await _give_back(platform, order["id"], tag, digest)
         raise
+    if outcome.status == "failed" and outcome.payment_id is None and known is not None and known.status != "failed":
+        # a replay refused before it reached the chain (it has expired since): the first send's outcome
+        outcome = platform.settlement.outcome_for(known)
     if outcome.status in ("failed", "unavailable"):
         await _give_back(platform, order["id"], tag, digest)
     return Relayed(outcome, await _reload(platform.engine, order["id"]))
