@@ -126,6 +126,8 @@ class RateLimitMiddleware:
     async def _over(self, scope: Scope, counted: list[tuple[str, str]]) -> ApiError | None:
         limiter = self._setup(scope)
         try:
+            # One budget after the other: gathering them was measured slower (tasks cost more than the
+            # round trip they overlap: 13 against 90 µs a request in memory, 153 against 369 in Redis).
             for budget, identifier in counted:
                 item = self._items[budget]
                 if not await limiter.hit(item, budget, identifier):
