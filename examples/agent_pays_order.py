@@ -15,9 +15,10 @@ Without ``X402MW_API_KEY`` it starts an embedded platform (SQLite, in-process de
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -50,13 +51,29 @@ def run(base_url: str, api_key: str, say: Callable[[str], None] = print) -> dict
         return {"order": seen, "paid": paid, "again": again, "payments": list(auth.payments)}
 
 
+@contextlib.contextmanager
+def embedded_platform() -> Iterator[tuple[str, str]]:
+    """A platform of our own on the embedded defaults, and a test key for a new merchant."""
+    import tempfile
+    from pathlib import Path
+
+    from x402mw.platform.server import PlatformServer
+    from x402mw.platform.services.merchants import create_api_key, create_merchant
+    from x402mw.platform.settings import PlatformSettings
+
+    with tempfile.TemporaryDirectory() as workdir:
+        settings = PlatformSettings(database_url=f"sqlite:///{Path(workdir) / 'p.sqlite3'}", data_dir=Path(workdir))
+        with PlatformServer(settings) as server:
+            merchant = server.call(lambda p: create_merchant(p.engine, "Agent shop"))
+            _, key = server.call(lambda p: create_api_key(p.engine, merchant.id))
+            yield server.url, key
+
+
 def main() -> None:
     key = os.environ.get("X402MW_API_KEY")
     if key:
         run(os.environ.get("X402MW_BASE_URL", "http://127.0.0.1:4402/v1"), key)
         return
-    from examples.merchant_quickstart import embedded_platform
-
     with embedded_platform() as (base_url, api_key):
         run(base_url, api_key)
 

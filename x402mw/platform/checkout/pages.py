@@ -2,7 +2,10 @@
 
 ``{checkout_url_base}/pi_<uuid>`` is the form the API hands out. Older links stay valid and render
 the same page, without a redirect: ``/payment-intents/<uuid>`` and ``/paylink/<slug>`` (a slug of
-``pi_<uuid>`` or a bare UUID). Anything else is a 404 page.
+``pi_<uuid>`` or a bare UUID). ``{checkout_url_base}/<prefix><id>`` is dispatched by prefix
+(`PAGES`): ``pl_<uuid>``, a payment link, sends its buyer on to an order of their own
+(`x402mw.platform.checkout.links`), as ``/paylink/<slug>`` does for a link's slug. Anything else is a
+404 page.
 
 The page works without JavaScript: the coin picker is a form that reloads the page for the chosen
 network and coin, and the transfer panel (deposit address, amount, EIP-681 QR code) is in the HTML.
