@@ -13,7 +13,7 @@ network and coin, and the transfer panel (deposit address, amount, EIP-681 QR co
 page to "Paid" once the money has arrived and been confirmed, and, where the order allows wallet
 payment and the browser has a wallet (EIP-1193), a button that has the wallet send the transfer and
 reports it through ``sync``. (Gasless wallet payment, where the wallet signs the EIP-3009
-authorization that ``attempts`` answers and the platform relays it, needs a relay endpoint: not yet.)
+authorization that ``attempts`` answers, is relayed by ``POST …/authorizations``.)
 """
 
 from __future__ import annotations
