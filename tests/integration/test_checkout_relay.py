@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -332,3 +333,27 @@ def test_an_x402_payment_of_the_wrong_amount_gets_a_new_offer_and_moves_nothing(
             assert _error(missing, 404)["code"] == "resource_missing"
     assert dev_platform.balance(agent.address) == 1_000_000
     assert _relayed_payments(dev_platform, order["id"]) == []
+
+
+def test_concurrent_sends_of_one_authorization_and_of_two_pay_the_order_once(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant()
+    order = _order(dev_platform, key, amount="1")
+    first, second = _buyer(dev_platform, key, "1"), _buyer(dev_platform, key, "1")
+    typed = _typed_data(dev_platform, order["id"])
+    mine, theirs = _sign(typed, first), _sign(_typed_data_of_paid(dev_platform, typed), second)
+    sends = [mine, mine, theirs, mine, theirs]
+    with ThreadPoolExecutor(len(sends)) as pool:
+        replies = list(pool.map(lambda signed: _relay(dev_platform, order["id"], signed), sends))
+    statuses = sorted(reply.status_code for reply in replies)
+    assert set(statuses) <= {200, 409}, [r.text for r in replies]
+    paid_by = {first.address: 1_000_000 - dev_platform.balance(first.address)}
+    paid_by[second.address] = 1_000_000 - dev_platform.balance(second.address)
+    assert sorted(paid_by.values()) == [0, 1_000_000], "exactly one wallet paid, once"
+    winner = next(address for address, paid in paid_by.items() if paid)
+    for signed, reply in zip(sends, replies, strict=True):
+        if signed["authorization"]["from"] == winner:
+            assert reply.status_code == 200 and reply.json()["status"] == "succeeded", reply.text
+        else:
+            assert reply.json()["error"]["code"] in ("payment_in_progress", "payment_intent_unexpected_state")
+    assert _balance(dev_platform, key) == "1"
+    assert len([p for p in _relayed_payments(dev_platform, order["id"]) if p["status"] == "settled"]) == 1
