@@ -42,6 +42,8 @@ def _order() -> dict[str, Any]:
         accepted_currencies=["USDC"],
         payment_methods=PaymentMethods(wallet=True, transfer=True, transfer_default_open=False),
         checkout_url=f"https://pay.example/checkout/pi_{ORDER_ID}",
+        x402_url=f"https://pay.example/x402/pay/pi_{ORDER_ID}",
+        payment_link_id=None,
         success_url=None,
         cancel_url=None,
         customer=Customer(email=None, name=None),

@@ -3,8 +3,9 @@
 
 Each model is described in serialisation mode: camelCase members, money and minor units as the
 strings they are answered as, every member required but those left out while ``None``, which are
-never ``null``. An `Envelope` (``{"paymentIntent": {...}}``) is written inline in its operations;
-every other model is a component of its own, referenced by name.
+never ``null``. An `Envelope` (``{"paymentIntent": {...}}``) and a ``RootModel`` (an answer that is
+one of several objects) are written inline in their operations; every other model is a component of
+its own, referenced by name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
@@ -59,10 +60,14 @@ class _AnswerJsonSchema(GenerateJsonSchema):
         return answer
 
 
+def _inline(model: type[BaseModel]) -> bool:
+    return issubclass(model, Envelope | RootModel)
+
+
 def answer_schemas(models: Sequence[type[BaseModel]]) -> tuple[dict[str, Schema], dict[type[BaseModel], Schema]]:
     """The component schemas of ``models`` and of every model they hold, by class name; and for
     each of ``models``, the schema an operation answering it names: a reference to its component,
-    or, for an `Envelope`, its own schema (whose members reference components)."""
+    or, for an `Envelope` or a ``RootModel``, its own schema (which references components)."""
     _keys, document = models_json_schema(
         [(model, "serialization") for model in models], ref_template=REF, schema_generator=_AnswerJsonSchema
     )
@@ -73,11 +78,11 @@ def answer_schemas(models: Sequence[type[BaseModel]]) -> tuple[dict[str, Schema]
             raise RuntimeError(
                 f"pydantic named the schema of {model.__qualname__} otherwise: two models share its name"
             )
-        answers[model] = components.pop(model.__name__) if issubclass(model, Envelope) else ref(model.__name__)
+        answers[model] = components.pop(model.__name__) if _inline(model) else ref(model.__name__)
     written = json.dumps(components)
     for model in models:
-        if issubclass(model, Envelope) and json.dumps(ref(model.__name__))[1:-1] in written:
-            raise RuntimeError(f"{model.__qualname__} is an Envelope, written inline: no object may hold one")
+        if _inline(model) and json.dumps(ref(model.__name__))[1:-1] in written:
+            raise RuntimeError(f"{model.__qualname__} is written inline in its operations: no object may hold one")
     for name, fields in _NOTES.items():
         for field, note in fields.items():
             if name in components:

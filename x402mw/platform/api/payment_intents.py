@@ -34,8 +34,9 @@ from x402mw.platform.services.payment_intents import (
     parse_amount,
     payment_intent_of,
 )
+from x402mw.protocol.prices import JsonNumber
 
-__all__ = ["PaymentIntentCreate", "routes"]
+__all__ = ["PaymentIntentCreate", "routes", "sent_text"]
 
 Currency = Literal["USDC", "USDT", "EURC"]
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 50, 40, 500
@@ -56,6 +57,12 @@ def _metadata(value: object) -> dict[str, str]:
         if len(item) > MAX_METADATA_VALUE:
             raise ValueError(f"the value of {key[:40]!r} is longer than {MAX_METADATA_VALUE} characters")
     return value
+
+
+def sent_text(amount: object) -> str | None:
+    """An amount sent as a string, kept to be answered as sent (it passed the amount grammar); None
+    for a JSON number, answered as its plain decimal."""
+    return amount if isinstance(amount, str) and not isinstance(amount, JsonNumber) else None
 
 
 def _timestamp(value: object) -> datetime | None:
@@ -189,7 +196,8 @@ def _customer(body: PaymentIntentCreate) -> tuple[str | None, str | None]:
 
 async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    body = parse_body(PaymentIntentCreate, await read_json(request))
+    data = await read_json(request)
+    body = parse_body(PaymentIntentCreate, data)
     platform = platform_of(request)
     now = platform.clock.now()
     accepted: list[str] = list(dict.fromkeys(body.acceptedCurrencies or [body.currency]))
@@ -208,6 +216,7 @@ async def create(request: Request) -> ModelResponse:
         "order_id": body.orderId,
         "status": "requires_payment",
         "amount_minor": body.amount,
+        "amount_text": sent_text(data["amount"]),
         "amount_received_minor": 0,
         "currency": body.currency,
         "accepted_currencies": accepted,
@@ -248,7 +257,7 @@ async def retrieve(request: Request) -> ModelResponse:
         row = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
     if row is None:
         raise ApiError.missing("payment intent", payment_id)
-    return _answer(payment_intent_of(row, platform.settings.checkout_url_base))
+    return _answer(payment_intent_of(row, platform.payment_intents.checkout_url_base))
 
 
 async def cancel(request: Request) -> ModelResponse:
@@ -261,7 +270,7 @@ async def cancel(request: Request) -> ModelResponse:
         caller.livemode,
         payment_id,
         platform.clock.now(),
-        platform.settings.checkout_url_base,
+        platform.payment_intents.checkout_url_base,
     )
     if answer is None:
         raise ApiError.missing("payment intent", payment_id)
@@ -278,7 +287,7 @@ async def list_payment_intents(request: Request) -> ModelResponse:
         if not 1 <= len(order_id) <= 200:
             raise ApiError(400, "parameter_invalid", "orderId must be 1-200 characters", param="orderId")
         filters.append(table.c.order_id == order_id)
-    base = platform.settings.checkout_url_base
+    base = platform.payment_intents.checkout_url_base
 
     def render(row: Any) -> PaymentIntent:
         return payment_intent_of(row, base)

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
@@ -22,7 +23,7 @@ from x402mw.platform.objects.base import money
 from x402mw.platform.objects.checkout import CheckoutCurrency, CheckoutNetwork, CheckoutPaymentIntent, Merchant
 from x402mw.platform.objects.payments import PaymentMethods
 from x402mw.platform.services.chains import ChainHandle, Chains
-from x402mw.platform.services.payment_intents import DECIMALS
+from x402mw.platform.services.payment_intents import DECIMALS, amount_text
 from x402mw.protocol.networks import Asset
 
 __all__ = [
@@ -162,7 +163,7 @@ def public_order_of(order: Mapping[Any, Any], chains: Chains) -> CheckoutPayment
         id=order["id"],
         payment_id=order["id"],
         status=order["status"],
-        amount=money(int(order["amount_minor"]), DECIMALS),
+        amount=Decimal(amount_text(order)),
         amount_received=money(int(order["amount_received_minor"]), DECIMALS),
         amount_due=money(amount_due(order), DECIMALS),
         currency=order["currency"],

@@ -5,9 +5,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, RootModel
 
-from x402mw.platform.objects.base import Currency, EvmAddress, Minor, Money, ResponseModel, Timestamp, Url, Uuid
+from x402mw.platform.objects.base import (
+    Currency,
+    EvmAddress,
+    Minor,
+    Money,
+    ResponseModel,
+    Timestamp,
+    Url,
+    Uuid,
+    omitted_if_none,
+)
 from x402mw.platform.objects.payments import PaymentException, PaymentIntentStatus, PaymentMethods
 
 __all__ = [
@@ -21,6 +31,12 @@ __all__ = [
     "Merchant",
     "PaymentMethod",
     "WalletTransaction",
+    "X402Offer",
+    "X402PaymentPending",
+    "X402PaymentRequired",
+    "X402PaymentRequiredOrPending",
+    "X402PendingError",
+    "X402Resource",
 ]
 
 PaymentMethod = Literal["transfer", "wallet"]
@@ -139,3 +155,52 @@ class CheckoutAttempt(ResponseModel):
     expires_at: Timestamp | None
     transaction: WalletTransaction | None
     authorization: AuthorizationTypedData | None
+
+
+class X402Offer(ResponseModel):
+    """One way to pay an order over x402 (an x402 v2 `PaymentRequirements`)."""
+
+    scheme: Literal["exact"]
+    network: str
+    amount: Minor
+    asset: EvmAddress
+    pay_to: EvmAddress = Field(description="the order's deposit address")
+    max_timeout_seconds: int
+    extra: dict[str, Any] = Field(description="`name`, `version` (the token's EIP-712 domain), `paymentId`")
+
+
+class X402Resource(ResponseModel):
+    """What an x402 payment pays for."""
+
+    url: str
+    description: str
+    mime_type: str
+
+
+class X402PaymentRequired(ResponseModel):
+    """x402 v2 `PaymentRequired` (also base64 in the `PAYMENT-REQUIRED` header): pay the amount due, once."""
+
+    x402_version: Literal[2] = 2
+    error: str | None = omitted_if_none(description="why the payment sent was not taken (an x402 reason code)")
+    resource: X402Resource
+    accepts: list[X402Offer] = Field(min_length=1)
+    message: str | None = omitted_if_none()
+
+
+class X402PendingError(ResponseModel):
+    """A payment sent and not final yet."""
+
+    type: Literal["payment_error"] = "payment_error"
+    code: Literal["settlement_pending"] = "settlement_pending"
+    message: str
+    transaction: str
+
+
+class X402PaymentPending(ResponseModel):
+    """The payment is on its way and not final: send the same `PAYMENT-SIGNATURE` again."""
+
+    error: X402PendingError
+
+
+class X402PaymentRequiredOrPending(RootModel[X402PaymentRequired | X402PaymentPending]):
+    """A 402 of an order's `x402Url`: what to pay, or a payment not final yet."""

@@ -28,6 +28,9 @@ __all__ = [
     "PaymentIntentEnvelope",
     "PaymentIntentList",
     "PaymentIntentStatus",
+    "PaymentLink",
+    "PaymentLinkEnvelope",
+    "PaymentLinkList",
     "PaymentMethods",
     "Refund",
     "RefundEnvelope",
@@ -62,12 +65,16 @@ class PaymentIntent(ResponseModel):
     object: Literal["payment_intent"] = "payment_intent"
     status: PaymentIntentStatus
     order_id: str
-    amount: Money
+    amount: Money = Field(description='as sent (`"25.00"` stays `"25.00"`)')
     amount_received: Money = Field(description="received so far (an underpaid order shows it)")
     currency: Currency
     accepted_currencies: list[Currency]
     payment_methods: PaymentMethods
     checkout_url: Url = Field(description="`{checkout_url_base}/pi_<uuid>`: hand it to the buyer exactly as returned")
+    x402_url: Url = Field(
+        description="`{api_host}/x402/pay/pi_<uuid>`: an x402 v2 resource any agent can pay the amount due at, once"
+    )
+    payment_link_id: Uuid | None = Field(description="the payment link it was opened from")
     success_url: Url | None
     cancel_url: Url | None
     customer: Customer
@@ -163,3 +170,35 @@ class FaucetTransfer(ResponseModel):
     address: EvmAddress
     amount: Money = Field(description="the amount as sent (a JSON number as a plain decimal)")
     transaction: str
+
+
+class PaymentLink(ResponseModel):
+    """A reusable priced link; each buyer who opens it gets a payment intent with `paymentLinkId` set."""
+
+    id: Uuid
+    object: Literal["payment_link"] = "payment_link"
+    name: str
+    slug: str | None
+    active: bool
+    amount: Money = Field(description="as sent")
+    currency: Currency
+    accepted_currencies: list[Currency]
+    payment_methods: PaymentMethods
+    checkout_url: Url = Field(description="`{checkout_url_base}/pl_<id>`")
+    slug_url: Url | None = Field(description="`{checkout_url_base}/paylink/<slug>`")
+    success_url: Url | None
+    cancel_url: Url | None
+    metadata: dict[str, str]
+    livemode: bool
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class PaymentLinkEnvelope(Envelope):
+    """A payment link, as its operations answer it."""
+
+    payment_link: PaymentLink
+
+
+class PaymentLinkList(ListPage[PaymentLink]):
+    """A page of PaymentLink objects, newest first."""

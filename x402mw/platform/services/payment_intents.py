@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -33,7 +35,7 @@ from x402mw.platform.objects.payments import Customer, PaymentIntent, PaymentInt
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.idempotency import KeySlot, KeyTaken, insert_keys, key_rows
 from x402mw.platform.services.outbox import event_row, insert_events, record_event
-from x402mw.protocol.prices import AmountFormat
+from x402mw.protocol.prices import AmountFormat, format_amount
 
 __all__ = [
     "CURRENCIES",
@@ -41,8 +43,11 @@ __all__ = [
     "ORDER_AMOUNTS",
     "STATUSES",
     "TRANSITIONS",
+    "OrderLinks",
     "PaymentIntentError",
     "PaymentIntentWriter",
+    "amount_text",
+    "api_host_of",
     "cancel_payment_intent",
     "expire_due_payment_intents",
     "find_payment_intent",
@@ -74,6 +79,35 @@ class PaymentIntentError(Refused):
     """A payment order request the rules refuse."""
 
 
+class OrderLinks(str):
+    """The checkout URL base (``{checkout_url_base}``, what `payment_intent_of` and the services take
+    as ``checkout_url_base``), also knowing ``api_host``, the origin an order's ``x402Url`` is on
+    (``{api_host}/x402/pay/pi_<uuid>``). A plain ``str`` base stands for the default layout, where
+    checkout is served at ``{api_host}/checkout``."""
+
+    api_host: str
+
+    def __new__(cls, checkout_url_base: str, api_host: str) -> OrderLinks:
+        links = super().__new__(cls, checkout_url_base.rstrip("/"))
+        links.api_host = api_host.rstrip("/")
+        return links
+
+
+def api_host_of(checkout_url_base: str) -> str:
+    """The origin ``x402Url`` is on, for a checkout URL base (`OrderLinks` carries it)."""
+    if isinstance(checkout_url_base, OrderLinks):
+        return checkout_url_base.api_host
+    parts = urlsplit(checkout_url_base)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def amount_text(row: Mapping[Any, Any], minor_key: str = "amount_minor") -> str:
+    """An amount as the merchant sent it (``"25.00"`` stays ``"25.00"``), or, for one sent as a JSON
+    number, its plain decimal."""
+    text: str | None = row.get("amount_text")
+    return text if text else format_amount(int(row[minor_key]), DECIMALS)
+
+
 def parse_amount(value: object) -> int:
     """An order's amount in minor units: `ORDER_AMOUNTS` (greater than 0, at most 1,000,000,000, at
     most 6 decimals), as a decimal string in the amount grammar, an int, or a JSON number read by
@@ -95,12 +129,14 @@ def payment_intent_of(row: Mapping[Any, Any], checkout_url_base: str) -> Payment
         id=row["id"],
         status=row["status"],
         order_id=row["order_id"],
-        amount=money(row["amount_minor"], DECIMALS),
+        amount=Decimal(amount_text(row)),
         amount_received=money(row["amount_received_minor"], DECIMALS),
         currency=row["currency"],
         accepted_currencies=row["accepted_currencies"],
         payment_methods=PaymentMethods.model_validate(row["payment_methods"]),
         checkout_url=f"{checkout_url_base}/pi_{row['id']}",
+        x402_url=f"{api_host_of(checkout_url_base)}/x402/pay/pi_{row['id']}",
+        payment_link_id=row.get("payment_link_id"),
         success_url=row["success_url"],
         cancel_url=row["cancel_url"],
         customer=Customer(email=row["customer_email"], name=row["customer_name"]),
@@ -156,6 +192,8 @@ UNPAID = {
     "paid_currency": None,
     "payer": None,
     "swept_at": None,
+    "relay_hash": None,
+    "relay_claimed_at": None,
 }
 """The columns of a new order that only its payment sets."""
 
@@ -183,7 +221,13 @@ class PaymentIntentWriter:
     def new_order(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The stored form of the new order ``row`` (every ``payment_intents`` column but those of
         `UNPAID`); `payment_intent_of` it is the order's public form."""
-        return {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
+        return {
+            **UNPAID,
+            "amount_text": None,
+            "payment_link_id": None,
+            **row,
+            "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None,
+        }
 
     async def create(
         self,
