@@ -34,7 +34,7 @@ def _settings(data_dir: Path, database: Path | None = None) -> PlatformSettings:
 
 
 def _recorded(settings: PlatformSettings) -> list[tuple[int, str, dict[str, str]]]:
-    engine = create_engine(sync_url(settings.database_url))
+    engine = create_engine(sync_url(settings.database_url.get_secret_value()))
     try:
         with engine.connect() as conn:
             chains = tables.embedded_chains
@@ -116,8 +116,8 @@ async def test_a_new_database_adopts_a_kept_chain(tmp_path: Path) -> None:
 
 async def test_records_from_before_the_chain_was_kept_are_refused(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    migrate(settings.database_url)
-    engine = create_engine(sync_url(settings.database_url))
+    migrate(settings.database_url.get_secret_value())
+    engine = create_engine(sync_url(settings.database_url.get_secret_value()))
     with engine.begin() as conn:  # the deposit watcher had read the old chain up to block 40
         conn.execute(
             insert(tables.chain_cursors).values(
