@@ -208,8 +208,13 @@ def serve(settings: PlatformSettings) -> None:
     if settings.workers == 1:
         with _metrics_served(settings):
             app = create_app(settings, serving_process=True)
-            logging = logs or LOGGING_CONFIG
-            uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, log_config=logging)
+            uvicorn.run(
+                app,
+                host=settings.host,
+                port=settings.port,
+                log_level=settings.log_level,
+                log_config=logs or LOGGING_CONFIG,
+            )
         return
     os.environ.update(settings.as_environment())  # what each worker reads (worker_app)
     from x402mw.platform.metrics import MultiprocessMetrics

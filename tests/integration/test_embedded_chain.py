@@ -4,7 +4,6 @@ database belongs to, and refuses to pair its records with any other chain (or wi
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -135,6 +134,6 @@ async def test_a_second_process_on_the_same_data_dir_is_refused(tmp_path: Path) 
     platform = await Platform.start(settings)
     try:
         with pytest.raises(ConfigurationError, match="in use by another process"):
-            await Platform.start(replace(settings))
+            await Platform.start(settings.model_copy())
     finally:
         await platform.aclose()
