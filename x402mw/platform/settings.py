@@ -62,6 +62,15 @@ class PlatformSettings:
     takeover_seconds: float = 20.0
     # Test-mode webhooks to loopback and private addresses; None: only on the embedded default.
     webhooks_allow_private: bool | None = None
+    # Subscriptions: days a past-due subscription is kept before it expires (a plan may set its own).
+    subscription_grace_days: int = 7
+    # Reminder emails over SMTP; without a host each email is written to <data_dir>/emails as a .eml file.
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_security: str = "starttls"  # starttls | tls (implicit, port 465) | none
+    smtp_username: str | None = None
+    smtp_password: str | None = field(default=None, repr=False)
+    smtp_sender: str = "x402mw billing <billing@localhost>"
 
     def __post_init__(self) -> None:
         if not self.checkout_url_base:
@@ -89,7 +98,10 @@ class PlatformSettings:
         ``X402MW_RPC_URL`` (comma-separated), ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``,
         ``X402MW_TREASURY_KEY``, ``X402MW_DEPOSIT_SEED``, ``X402MW_SEALING_KEY``, ``X402MW_BASE_URL``,
         ``X402MW_CHECKOUT_URL_BASE``, ``X402MW_TAKEOVER_SECONDS``, ``X402MW_WEBHOOKS_ALLOW_PRIVATE``
-        (``true``/``false``, ``1``/``0``); ``overrides`` win."""
+        (``true``/``false``, ``1``/``0``), ``X402MW_SUBSCRIPTION_GRACE_DAYS``, and for reminder emails
+        ``X402MW_SMTP_HOST``, ``X402MW_SMTP_PORT``, ``X402MW_SMTP_SECURITY`` (``starttls``, ``tls``,
+        ``none``), ``X402MW_SMTP_USERNAME``, ``X402MW_SMTP_PASSWORD``, ``X402MW_SMTP_SENDER``;
+        ``overrides`` win."""
         env = os.environ
         settings = cls()
         if env.get("X402MW_DATA_DIR"):
@@ -110,6 +122,15 @@ class PlatformSettings:
             settings.takeover_seconds = float(env["X402MW_TAKEOVER_SECONDS"])
         if allow_private := env.get("X402MW_WEBHOOKS_ALLOW_PRIVATE"):
             settings.webhooks_allow_private = _flag("X402MW_WEBHOOKS_ALLOW_PRIVATE", allow_private)
+        if env.get("X402MW_SUBSCRIPTION_GRACE_DAYS"):
+            settings.subscription_grace_days = int(env["X402MW_SUBSCRIPTION_GRACE_DAYS"])
+        settings.smtp_host = env.get("X402MW_SMTP_HOST") or None
+        if env.get("X402MW_SMTP_PORT"):
+            settings.smtp_port = int(env["X402MW_SMTP_PORT"])
+        settings.smtp_security = env.get("X402MW_SMTP_SECURITY", settings.smtp_security)
+        settings.smtp_username = env.get("X402MW_SMTP_USERNAME") or None
+        settings.smtp_password = env.get("X402MW_SMTP_PASSWORD") or None
+        settings.smtp_sender = env.get("X402MW_SMTP_SENDER") or settings.smtp_sender
         for name, value in overrides.items():
             if value is not None:
                 setattr(settings, name, value)

@@ -22,6 +22,11 @@ __all__ = [
     "merchants",
     "payment_intents",
     "refunds",
+    "subscription_emails",
+    "subscription_invoices",
+    "subscription_plans",
+    "subscriptions",
+    "test_clocks",
     "webhook_deliveries",
     "webhook_endpoints",
 ]
@@ -44,3 +49,8 @@ balances = _tables["balances"]
 ledger_entries = _tables["ledger_entries"]
 refunds = _tables["refunds"]
 embedded_chains = _tables["embedded_chains"]
+subscription_plans = _tables["subscription_plans"]
+subscriptions = _tables["subscriptions"]
+subscription_invoices = _tables["subscription_invoices"]
+subscription_emails = _tables["subscription_emails"]
+test_clocks = _tables["test_clocks"]
