@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
@@ -127,7 +127,9 @@ class EmailOutbox:
             invoice = None
             if email["invoice_id"] is not None:
                 invoice = (
-                    (await conn.execute(select(invoices).where(invoices.c.id == email["invoice_id"]))).mappings().first()
+                    (await conn.execute(select(invoices).where(invoices.c.id == email["invoice_id"])))
+                    .mappings()
+                    .first()
                 )
         if found is None or invoice is None or invoice["status"] != "open":
             return None

@@ -86,6 +86,10 @@ def transport_for(settings: PlatformSettings) -> EmailTransport:
     """SMTP when ``smtp_host`` is set, else ``.eml`` files under ``<data_dir>/emails``."""
     if settings.smtp_host:
         return SmtpTransport(
-            settings.smtp_host, settings.smtp_port, settings.smtp_security, settings.smtp_username, settings.smtp_password
+            settings.smtp_host,
+            settings.smtp_port,
+            settings.smtp_security,
+            settings.smtp_username,
+            settings.smtp_password,
         )
     return FileTransport(settings.data_dir / "emails")

@@ -76,5 +76,6 @@ class CustomerLinks:
         age = now.timestamp() - issued
         if not -300 <= age <= FORM_LIFETIME.total_seconds():
             return False
-        return hmac.compare_digest(token.encode(), self.form_token(purpose, datetime.fromtimestamp(issued, UTC)).encode())
-
+        return hmac.compare_digest(
+            token.encode(), self.form_token(purpose, datetime.fromtimestamp(issued, UTC)).encode()
+        )

@@ -79,7 +79,9 @@ class RenewalRunner:
     links: CustomerLinks
     grace_days: int  # the platform's default; a plan may set its own
 
-    async def run_due(self, *, test_clock_id: str | None = None, now: datetime | None = None, batch: int = BATCH) -> int:
+    async def run_due(
+        self, *, test_clock_id: str | None = None, now: datetime | None = None, batch: int = BATCH
+    ) -> int:
         """Run every action due at or before ``now`` (default: the platform's clock) of the platform's
         subscriptions, or of the test clock ``test_clock_id``'s; how many actions ran. Returns once
         nothing is due any more (that other workers have not claimed)."""

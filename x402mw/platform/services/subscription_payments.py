@@ -34,7 +34,9 @@ from x402mw.platform.services.subscriptions import clock_time, void_open_invoice
 __all__ = ["follow_order"]
 
 
-async def follow_order(conn: AsyncConnection, order: Mapping[str, Any], previous: str, now: datetime, base: str) -> None:
+async def follow_order(
+    conn: AsyncConnection, order: Mapping[str, Any], previous: str, now: datetime, base: str
+) -> None:
     """Move the subscription whose invoice ``order`` pays, if any: ``order`` has just gone from
     ``previous`` to its status, at ``now`` (the platform's clock)."""
     if order["status"] == "succeeded":

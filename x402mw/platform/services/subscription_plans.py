@@ -18,7 +18,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.subscription_steps import aware
 
-__all__ = ["PlanError", "create_plan", "find_plan_by_ref", "update_plan"]
+__all__ = ["PlanError", "create_plan", "find_plan", "find_plan_by_ref", "update_plan"]
 
 
 class PlanError(Refused):
@@ -44,8 +44,8 @@ async def create_plan(engine: AsyncEngine, row: Mapping[str, Any]) -> dict[str, 
 async def update_plan(
     engine: AsyncEngine, merchant_id: str, livemode: bool, plan_id: str, changes: Mapping[str, Any], now: datetime
 ) -> dict[str, Any] | None:
-    """Apply ``changes`` (``name``, ``amount_minor``, ``active``, ``grace_days``) to the merchant's plan;
-    the plan as it now is, or None when the merchant has no such plan."""
+    """Apply ``changes`` (``name``, ``amount_minor``, ``active``, ``grace_days``; none: only read it) to
+    the merchant's plan; the plan as it now is, or None when the merchant has no such plan."""
     plans = tables.subscription_plans
     owned = (plans.c.id == plan_id) & (plans.c.merchant_id == merchant_id) & (plans.c.livemode == livemode)
     async with engine.begin() as conn:
@@ -53,6 +53,11 @@ async def update_plan(
             await conn.execute(update(plans).where(owned).values(**changes, updated_at=now))
         found = (await conn.execute(select(plans).where(owned))).mappings().first()
     return None if found is None else aware(found)
+
+
+async def find_plan(engine: AsyncEngine, merchant_id: str, livemode: bool, plan_id: str) -> dict[str, Any] | None:
+    """The merchant's plan, or None (another merchant's plan is indistinguishable from none)."""
+    return await update_plan(engine, merchant_id, livemode, plan_id, {}, datetime.min)
 
 
 async def find_plan_by_ref(engine: AsyncEngine, ref: str) -> dict[str, Any] | None:
