@@ -36,6 +36,16 @@ from x402mw.client.merchant.payment_intents import Customer, PaymentIntent, Paym
 from x402mw.client.merchant.refunds import Refund, Refunds
 from x402mw.client.merchant.resource import NOT_GIVEN, APIObject, Async, NotGiven, Resource, Sync
 from x402mw.client.merchant.sandbox import FaucetTransfer, Sandbox, SandboxPayment
+from x402mw.client.merchant.subscriptions import (
+    Invoice,
+    OpenedSubscription,
+    Subscription,
+    SubscriptionPlan,
+    SubscriptionPlans,
+    Subscriptions,
+    TestClock,
+    TestClocks,
+)
 from x402mw.client.merchant.webhook_endpoints import DeletedWebhookEndpoint, WebhookEndpoint, WebhookEndpoints
 
 __all__ = [
@@ -63,9 +73,11 @@ __all__ = [
     "FaucetTransfer",
     "IdempotencyError",
     "InvalidRequestError",
+    "Invoice",
     "MerchantClient",
     "NotFoundError",
     "NotGiven",
+    "OpenedSubscription",
     "Page",
     "PaymentIntent",
     "PaymentIntents",
@@ -77,7 +89,13 @@ __all__ = [
     "Sandbox",
     "SandboxPayment",
     "ServerError",
+    "Subscription",
+    "SubscriptionPlan",
+    "SubscriptionPlans",
+    "Subscriptions",
     "Sync",
+    "TestClock",
+    "TestClocks",
     "UnprocessableEntityError",
     "WebhookEndpoint",
     "WebhookEndpoints",
