@@ -9,8 +9,8 @@
   transactions, and a form to cancel at the end of the period.
 
 Both work without JavaScript (they have none). Forms are protected from cross-site posting by a
-token bound to the form's purpose and time (`CustomerLinks.form_token`) and, where the browser sends
-one, by the ``Origin`` header, which must be the checkout's own.
+token bound to the form's purpose and time (`CustomerLinks.form_token`) and by what the browser says
+of the post's origin (``Sec-Fetch-Site``, or ``Origin``), which must be the checkout's own.
 """
 
 from __future__ import annotations
@@ -104,14 +104,16 @@ async def _form(request: Request) -> dict[str, str] | None:
 
 
 def _same_origin(request: Request, platform: Platform) -> bool:
-    """False when the browser says the form was posted from another site."""
+    """False when the browser says the form was posted from another site: by ``Sec-Fetch-Site``, or
+    else by ``Origin`` (which is ``null`` under the pages' ``no-referrer`` policy, saying nothing)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
-        return origin is None
+        return True
     checkout = urlsplit(platform.settings.checkout_url_base)
-    return (
-        origin == f"{checkout.scheme}://{checkout.netloc}" or origin == f"{request.url.scheme}://{request.url.netloc}"
-    )
+    return origin in (f"{checkout.scheme}://{checkout.netloc}", f"{request.url.scheme}://{request.url.netloc}")
 
 
 def _refused_page(request: Request, title: str, message: str, status: int) -> HTMLResponse:
