@@ -5,6 +5,7 @@ with real transfers, move test clocks and wait for verified webhooks."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email
 import secrets
@@ -32,6 +33,7 @@ from x402mw.client.webhooks import Event, construct_event
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
+from x402mw.platform.clock import Clock
 from x402mw.platform.server import PlatformServer, free_port
 from x402mw.platform.services.deposits import authorization_call
 from x402mw.platform.settings import ChainSettings, PlatformSettings
@@ -53,15 +55,21 @@ def wait_for(what: Callable[[], T | None], description: str, timeout: float = WA
 
 
 class Mailbox:
-    """A real SMTP server on loopback (aiosmtpd) keeping what it receives."""
+    """A real SMTP server on loopback (aiosmtpd) keeping what it receives. It can be stopped and started
+    again on its port, and held (``gate.clear()``): a message then waits, unanswered, until it is
+    released (``gate.set()``)."""
 
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
+        self.gate = threading.Event()
+        self.gate.set()
         self._lock = threading.Lock()
         self.port = free_port()
-        self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        self._controller: Controller | None = None
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 (aiosmtpd's name)
+        while not self.gate.is_set():
+            await asyncio.sleep(0.05)
         message = email.message_from_bytes(envelope.content, policy=default_policy)
         assert isinstance(message, EmailMessage)
         with self._lock:
@@ -69,11 +77,14 @@ class Mailbox:
         return "250 Message accepted for delivery"
 
     def start(self) -> Mailbox:
+        self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
         self._controller.start()
         return self
 
     def stop(self) -> None:
-        self._controller.stop()
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller = None
 
     def find(self, to: str, subject_part: str) -> list[EmailMessage]:
         with self._lock:
@@ -81,17 +92,20 @@ class Mailbox:
 
 
 class Inbox:
-    """A real webhook receiver: every POST to ``/hooks/<name>`` is kept, raw, for `construct_event`."""
+    """A real webhook receiver: every POST to ``/hooks/<name>`` is kept, raw, for `construct_event`,
+    with the time it arrived (by ``clock``: the platform's, when a test moves it)."""
 
-    def __init__(self) -> None:
-        self.deliveries: dict[str, list[tuple[bytes, list[tuple[str, str]]]]] = {}
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.deliveries: dict[str, list[tuple[bytes, list[tuple[str, str]], float]]] = {}
         self._lock = threading.Lock()
+        self._clock = clock
         self.url = ""
 
     async def _receive(self, request: Request) -> Response:
         body = await request.body()
+        arrived = (body, list(request.headers.items()), self._clock())
         with self._lock:
-            self.deliveries.setdefault(request.path_params["name"], []).append((body, list(request.headers.items())))
+            self.deliveries.setdefault(request.path_params["name"], []).append(arrived)
         return Response(status_code=200)
 
     @contextlib.contextmanager
@@ -102,12 +116,13 @@ class Inbox:
             yield self
 
     def events(self, name: str, secret: str) -> list[Event]:
-        """The verified events delivered to ``/hooks/<name>`` (each verified with ``secret``), once each."""
+        """The verified events delivered to ``/hooks/<name>`` (each verified with ``secret`` as it
+        arrived), once each."""
         with self._lock:
             raw = list(self.deliveries.get(name, []))
         found: dict[str, Event] = {}
-        for body, headers in raw:
-            event = construct_event(body, headers, secret)
+        for body, headers, arrived in raw:
+            event = construct_event(body, headers, secret, now=arrived)
             found.setdefault(event.id, event)
         return list(found.values())
 
@@ -230,12 +245,19 @@ def iso_day(value: str) -> datetime:
 
 @contextlib.contextmanager
 def subscription_platform(
-    workdir: Path, database: str, *, chain: str = "dev", smtp: bool = True, run_worker: bool = True
+    workdir: Path,
+    database: str,
+    *,
+    chain: str = "dev",
+    smtp: bool = True,
+    run_worker: bool = True,
+    clock: Clock | None = None,
 ) -> Iterator[SubscriptionPlatform]:
     """A platform of the tests' own on ``database`` and ``chain`` (``dev`` or ``anvil``), sending its
-    webhooks to a receiver and, with ``smtp``, its emails to an SMTP server of their own."""
+    webhooks to a receiver and, with ``smtp``, its emails to an SMTP server of their own; on
+    ``clock`` when given (the platform's one clock)."""
     with contextlib.ExitStack() as stack:
-        inbox = stack.enter_context(Inbox().serving())
+        inbox = stack.enter_context(Inbox(time.time if clock is None else clock.time).serving())
         mailbox = Mailbox().start() if smtp else None
         if mailbox is not None:
             stack.callback(mailbox.stop)
@@ -255,12 +277,11 @@ def subscription_platform(
             tokens = _deploy(anvil.url)
             settings.chains = [ChainSettings(rpc_url=anvil.url, tokens=tokens, minter_key=ANVIL_DEV_KEYS[0].hex())]
             settings.relayer_key = ANVIL_DEV_KEYS[1].hex()
-        server = stack.enter_context(PlatformServer(settings))
+        server = stack.enter_context(PlatformServer(settings, clock=clock))
         yield SubscriptionPlatform(PlatformHarness(server), inbox, mailbox)
 
 
 def _deploy(url: str) -> dict[str, str]:
-    import asyncio
 
     async def deploy() -> dict[str, str]:
         rpc = HttpJsonRpc(url)
