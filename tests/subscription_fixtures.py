@@ -67,7 +67,7 @@ class Mailbox:
         self.port = free_port()
         self._controller: Controller | None = None
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 (aiosmtpd's name)
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         while not self.gate.is_set():
             await asyncio.sleep(0.05)
         message = email.message_from_bytes(envelope.content, policy=default_policy)
@@ -174,8 +174,10 @@ class Shop:
         return clock_id
 
     def advance(self, clock_id: str, at: str) -> dict[str, Any]:
-        clock: dict[str, Any] = self.ok(self.api.post(f"/test-clocks/{clock_id}/advance", json={"frozenTime": at}))
-        return clock["testClock"]
+        clock: dict[str, Any] = self.ok(self.api.post(f"/test-clocks/{clock_id}/advance", json={"frozenTime": at}))[
+            "testClock"
+        ]
+        return clock
 
     def open(self, plan: dict[str, Any], customer: str, *, status: int = 201, **fields: Any) -> dict[str, Any]:
         body = {"planId": plan["id"], "merchantCustomerId": customer, **fields}
@@ -219,23 +221,26 @@ class Shop:
     def events(self) -> list[Event]:
         return self.platform.inbox.events(self.hook, self.secret)
 
-    def event(self, kind: str, sub_id: str, *, after: set[str] | None = None) -> Event:
+    def event(self, kind: str, sub_id: str) -> Event:
         """The first ``subscription.<kind>`` webhook about ``sub_id`` not yet taken, verified with
         `construct_event`; waits for the worker to deliver it."""
 
         def found() -> Event | None:
             for event in self.events():
-                if event.type == f"subscription.{kind}" and event.data["subscription"]["id"] == sub_id:
-                    if event.id not in self.seen:
-                        self.seen.add(event.id)
-                        return event
+                if event.type != f"subscription.{kind}" or event.id in self.seen:
+                    continue
+                if event.data["subscription"]["id"] == sub_id:
+                    self.seen.add(event.id)
+                    return event
             return None
 
         return wait_for(found, f"subscription.{kind} of {sub_id}")
 
     def kinds(self, sub_id: str) -> list[str]:
         """The subscription events delivered about ``sub_id`` so far, oldest first."""
-        found = [e for e in self.events() if e.type.startswith("subscription.") and e.data["subscription"]["id"] == sub_id]
+        found = [
+            e for e in self.events() if e.type.startswith("subscription.") and e.data["subscription"]["id"] == sub_id
+        ]
         return [e.type for e in sorted(found, key=lambda e: (e.created_at, e.id))]
 
 

@@ -83,7 +83,8 @@ def test_reminder_emails_carry_working_payment_and_customer_page_links(subs: Sub
             assert len(pages) == 1, links
             page_links.add(pages[0])
     [page_link] = page_links  # the same link in every email
-    assert "7 March 2026" in past_due.get_body(("plain",)).get_content()  # the end of the grace period
+    text = past_due.get_body(("plain",))
+    assert text is not None and "7 March 2026" in text.get_content()  # the end of the grace period
 
     with httpx.Client(timeout=60) as browser:
         checkout = browser.get(renewal["checkoutUrl"])

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from eth_abi import encode as abi_encode
+from eth_abi.abi import encode as abi_encode
 
 from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
 from x402mw.evm.keccak import keccak256
@@ -71,7 +71,11 @@ def _event(shop: Shop, kind: str, sub_id: str) -> Any:
 
 def _taken(shop: Shop, kind: str, sub_id: str) -> Any:
     for event in shop.events():
-        if event.type == f"subscription.{kind}" and event.data["subscription"]["id"] == sub_id and event.id not in shop.seen:
+        if (
+            event.type == f"subscription.{kind}"
+            and event.data["subscription"]["id"] == sub_id
+            and event.id not in shop.seen
+        ):
             shop.seen.add(event.id)
             return event
     return None
@@ -121,13 +125,17 @@ def test_a_reorg_reversing_a_confirmed_payment_makes_the_subscription_past_due(s
     assert subs.mailbox is not None
     mailbox = subs.mailbox
     notice = wait_for(lambda: next(iter(mailbox.find(to, "is past due")), None), "the past-due email")
-    assert invoice["checkoutUrl"] in notice.get_body(("plain",)).get_content()
+    text = notice.get_body(("plain",))
+    assert text is not None and invoice["checkoutUrl"] in text.get_content()
 
     second = _pay(shop, address, 3_000_000)  # paid again, within grace
     _watch(shop)
     renewed = _event(shop, "renewed", sub_id)
     sub = renewed.data["subscription"]
     assert (sub["status"], sub["periodsPaid"], sub["pastDueAt"]) == ("active", 1, None)
-    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == ("2026-01-31T10:00:00.000Z", "2026-02-28T10:00:00.000Z")
+    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == (
+        "2026-01-31T10:00:00.000Z",
+        "2026-02-28T10:00:00.000Z",
+    )
     assert renewed.data["paymentIntent"]["txHash"] == second
     assert shop.kinds(sub_id) == ["subscription.created", "subscription.past_due", "subscription.renewed"]

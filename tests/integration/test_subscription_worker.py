@@ -128,7 +128,9 @@ def test_emails_are_sent_at_least_once(subs: SubscriptionPlatform, clock: Manual
         mailbox.gate.set()
     clock.advance(seconds=LEASE.total_seconds() + 1)
     assert _duty(shop, "emails") == 1
-    reminders = wait_for(lambda: (found := mailbox.find(to, "ends tomorrow")) and len(found) == 2 and found or None, "two")
+    reminders = wait_for(
+        lambda: ((found := mailbox.find(to, "ends tomorrow")) and len(found) == 2 and found) or None, "two"
+    )
     assert reminders[0]["Message-ID"] == reminders[1]["Message-ID"]  # the same email, which receivers deduplicate
 
 
@@ -147,7 +149,8 @@ def test_concurrent_workers_run_each_action_once(subs: SubscriptionPlatform) -> 
         run = platform.renewals.run_due
         return list(
             await asyncio.gather(
-                run(test_clock_id=test_clock, now=renew_at, batch=3), run(test_clock_id=test_clock, now=renew_at, batch=3)
+                run(test_clock_id=test_clock, now=renew_at, batch=3),
+                run(test_clock_id=test_clock, now=renew_at, batch=3),
             )
         )
 

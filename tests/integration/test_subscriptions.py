@@ -56,7 +56,12 @@ def test_opening_makes_an_incomplete_subscription_and_opening_again_reuses_it(sh
     sub, invoice, order = opened["subscription"], opened["invoice"], opened["paymentIntent"]
     assert (sub["status"], sub["merchantCustomerId"], sub["periodsPaid"]) == ("incomplete", CUSTOMER, 0)
     assert sub["currentPeriodEnd"] is None and sub["openInvoiceId"] == invoice["id"]
-    assert (invoice["period"], invoice["status"], invoice["amount"], invoice["paymentId"]) == (1, "open", "12.5", order["id"])
+    assert (invoice["period"], invoice["status"], invoice["amount"], invoice["paymentId"]) == (
+        1,
+        "open",
+        "12.5",
+        order["id"],
+    )
     assert (order["status"], order["amount"], order["currency"]) == ("requires_payment", "12.5", "USDC")
     assert order["metadata"]["subscriptionId"] == sub["id"] and invoice["checkoutUrl"] == order["checkoutUrl"]
     again = shop.open(plan, CUSTOMER, status=200)
@@ -65,7 +70,9 @@ def test_opening_makes_an_incomplete_subscription_and_opening_again_reuses_it(sh
     with ThreadPoolExecutor(8) as pool:
         replies = list(
             pool.map(
-                lambda _: shop.api.post("/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "cus_race"}),
+                lambda _: shop.api.post(
+                    "/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "cus_race"}
+                ),
                 range(8),
             )
         )
@@ -87,7 +94,10 @@ def test_the_first_confirmed_payment_activates_it(shop: Shop) -> None:
     assert sub["merchantCustomerId"] == CUSTOMER
     assert (sub["status"], sub["periodsPaid"], sub["testClock"]) == ("active", 1, clock)
     # the anchor is the payment's time on the subscription's clock
-    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == ("2026-01-31T10:00:00.000Z", "2026-02-28T10:00:00.000Z")
+    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == (
+        "2026-01-31T10:00:00.000Z",
+        "2026-02-28T10:00:00.000Z",
+    )
     assert (event.data["invoice"]["status"], event.data["invoice"]["periodEnd"]) == ("paid", "2026-02-28T10:00:00.000Z")
     assert event.data["paymentIntent"]["status"] == "succeeded"
     assert event.data["paymentIntent"]["txHash"] == paid["txHash"]
@@ -113,7 +123,10 @@ def test_a_renewal_paid_in_time_extends_the_period_from_its_end(shop: Shop) -> N
     renewed = shop.event("renewed", sub_id)
     sub = renewed.data["subscription"]
     assert (sub["status"], sub["periodsPaid"], sub["openInvoiceId"]) == ("active", 2, None)
-    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == ("2026-02-28T10:00:00.000Z", "2026-03-31T10:00:00.000Z")
+    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == (
+        "2026-02-28T10:00:00.000Z",
+        "2026-03-31T10:00:00.000Z",
+    )
     assert (renewed.data["invoice"]["id"], renewed.data["invoice"]["status"]) == (renewal["id"], "paid")
     assert renewed.data["paymentIntent"]["status"] == "succeeded"
     assert sub["merchantCustomerId"] == CUSTOMER
@@ -129,7 +142,11 @@ def test_a_period_ending_unpaid_goes_past_due_and_a_payment_within_grace_renews_
     shop.advance(clock, "2026-02-28T10:00:00Z")
     past_due = shop.event("past_due", sub_id)
     sub, invoice, order = past_due.data["subscription"], past_due.data["invoice"], past_due.data["paymentIntent"]
-    assert (sub["status"], sub["pastDueAt"], sub["merchantCustomerId"]) == ("past_due", "2026-02-28T10:00:00.000Z", CUSTOMER)
+    assert (sub["status"], sub["pastDueAt"], sub["merchantCustomerId"]) == (
+        "past_due",
+        "2026-02-28T10:00:00.000Z",
+        CUSTOMER,
+    )
     assert (invoice["period"], invoice["status"]) == (2, "open")
     assert (order["id"], order["status"]) == (invoice["paymentId"], "requires_payment")
     shop.advance(clock, "2026-03-06T10:00:00Z")  # six days late, within the 7-day grace
@@ -139,7 +156,10 @@ def test_a_period_ending_unpaid_goes_past_due_and_a_payment_within_grace_renews_
     sub = renewed.data["subscription"]
     assert (sub["status"], sub["pastDueAt"], sub["periodsPaid"]) == ("active", None, 2)
     # extended from the end of the paid period: paying late gives no free days
-    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == ("2026-02-28T10:00:00.000Z", "2026-03-31T10:00:00.000Z")
+    assert (sub["currentPeriodStart"], sub["currentPeriodEnd"]) == (
+        "2026-02-28T10:00:00.000Z",
+        "2026-03-31T10:00:00.000Z",
+    )
     assert shop.kinds(sub_id) == ["subscription.created", "subscription.past_due", "subscription.renewed"]
 
 
@@ -152,7 +172,11 @@ def test_grace_passing_without_a_payment_expires_it(shop: Shop) -> None:
     shop.advance(clock, "2026-03-10T00:00:00Z")
     expired = shop.event("expired", sub_id)
     sub, invoice, order = expired.data["subscription"], expired.data["invoice"], expired.data["paymentIntent"]
-    assert (sub["status"], sub["endedAt"], sub["merchantCustomerId"]) == ("expired", "2026-03-03T10:00:00.000Z", CUSTOMER)
+    assert (sub["status"], sub["endedAt"], sub["merchantCustomerId"]) == (
+        "expired",
+        "2026-03-03T10:00:00.000Z",
+        CUSTOMER,
+    )
     assert (invoice["status"], order["status"]) == ("void", "canceled")
     assert shop.order(order["id"])["status"] == "canceled"
     # the customer may subscribe again: a new subscription
@@ -178,7 +202,9 @@ def test_cancelling_now_ends_it_and_voids_the_open_invoice(shop: Shop) -> None:
     assert (event.data["invoice"]["id"], event.data["invoice"]["status"]) == (renewal["id"], "void")
     assert event.data["paymentIntent"]["status"] == "canceled"
     assert shop.order(renewal["paymentId"])["status"] == "canceled"
-    _error(shop.api.post(f"/subscriptions/{sub_id}/cancel", json={"atPeriodEnd": True}), 409, "subscription_not_cancelable")
+    _error(
+        shop.api.post(f"/subscriptions/{sub_id}/cancel", json={"atPeriodEnd": True}), 409, "subscription_not_cancelable"
+    )
     assert shop.subscription(sub_id) == canceled
     # an incomplete subscription can be cancelled too; its first order goes with it
     opened = shop.open(shop.plan(), "cus_incomplete")
@@ -222,7 +248,7 @@ def test_payments_of_one_invoice_count_once(shop: Shop) -> None:
     with ThreadPoolExecutor(2) as pool:  # two payments of the whole invoice at once
         list(pool.map(lambda _: shop.transfer(address, Decimal(2)), range(2)))
     shop.event("created", sub_id)
-    order = wait_for(lambda: (o := shop.order(order_id))["amountReceived"] == "4" and o or None, "both transfers")
+    order = wait_for(lambda: ((o := shop.order(order_id))["amountReceived"] == "4" and o) or None, "both transfers")
     assert order["exceptions"] == ["overpaid"]
     shop.advance(clock, "2026-02-21T10:00:00Z")
     renewal = shop.invoices(sub_id)[0]
@@ -248,7 +274,11 @@ def test_the_worker_leaves_test_clock_subscriptions_to_their_clock(shop: Shop) -
     shop.ok(shop.api.post(f"/subscriptions/{other['subscription']['id']}/cancel"))
     shop.event("canceled", other["subscription"]["id"])
     sub = shop.subscription(sub_id)
-    assert (sub["status"], sub["openInvoiceId"], sub["currentPeriodEnd"]) == ("active", None, "2020-01-08T00:00:00.000Z")
+    assert (sub["status"], sub["openInvoiceId"], sub["currentPeriodEnd"]) == (
+        "active",
+        None,
+        "2020-01-08T00:00:00.000Z",
+    )
     assert len(shop.invoices(sub_id)) == 1
     shop.advance(clock, "2020-01-06T00:00:00Z")  # weekly plans open their renewal 2 days ahead
     renewal = shop.invoices(sub_id)[0]
@@ -262,7 +292,12 @@ def test_a_new_amount_applies_to_invoices_opened_afterwards_and_an_inactive_plan
     updated = shop.ok(shop.api.patch(f"/subscription-plans/{plan['id']}", json={"amount": "7.25", "active": False}))
     assert (updated["plan"]["amount"], updated["plan"]["active"]) == ("7.25", False)
     assert shop.order(opened["paymentIntent"]["id"])["amount"] == "5"  # the open invoice keeps its amount
-    _error(shop.api.post("/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "cus_new"}), 409, "plan_inactive", "planId")
+    _error(
+        shop.api.post("/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "cus_new"}),
+        409,
+        "plan_inactive",
+        "planId",
+    )
     assert shop.open(plan, "cus_price", status=200)["subscription"]["id"] == opened["subscription"]["id"]
     shop.pay(opened["paymentIntent"]["id"])
     shop.event("created", opened["subscription"]["id"])
@@ -308,13 +343,20 @@ def test_bad_input_is_refused_with_a_code_and_changes_nothing(subs: Subscription
         ("graceDays", -1, "parameter_invalid"),
     ]:
         _error(post("/subscription-plans", json=good | {field: value}), 400, code, field)
-    _error(post("/subscription-plans", json={k: v for k, v in good.items() if k != "name"}), 400, "parameter_missing", "name")
+    _error(
+        post("/subscription-plans", json={k: v for k, v in good.items() if k != "name"}),
+        400,
+        "parameter_missing",
+        "name",
+    )
     assert shop.ok(shop.api.get("/subscription-plans"))["data"] == []
     slug = f"pro-{uuid.uuid4().hex[:8]}"
     plan = shop.plan(slug=slug)
     assert plan["checkoutUrl"].endswith(f"/su_{slug}")
     _error(post("/subscription-plans", json=good | {"slug": slug}), 409, "slug_taken", "slug")
-    _error(shop.api.patch(f"/subscription-plans/{plan['id']}", json={"amount": None}), 400, "parameter_invalid", "amount")
+    _error(
+        shop.api.patch(f"/subscription-plans/{plan['id']}", json={"amount": None}), 400, "parameter_invalid", "amount"
+    )
     cleared = shop.ok(shop.api.patch(f"/subscription-plans/{plan['id']}", json={"graceDays": None}))["plan"]
     assert cleared["graceDays"] is None
 
@@ -326,9 +368,24 @@ def test_bad_input_is_refused_with_a_code_and_changes_nothing(subs: Subscription
         ({"planId": foreign["id"], "merchantCustomerId": "c"}, 404, "resource_missing", "planId"),
         ({"planId": plan["id"], "merchantCustomerId": ""}, 400, "parameter_invalid", "merchantCustomerId"),
         ({"planId": plan["id"]}, 400, "parameter_missing", "merchantCustomerId"),
-        ({"planId": plan["id"], "merchantCustomerId": "c", "customerEmail": "nope"}, 400, "parameter_invalid", "customerEmail"),
-        ({"planId": plan["id"], "merchantCustomerId": "c", "testClock": str(uuid.uuid4())}, 404, "resource_missing", "testClock"),
-        ({"planId": plan["id"], "merchantCustomerId": "c", "testClock": other.clock(START)}, 404, "resource_missing", "testClock"),
+        (
+            {"planId": plan["id"], "merchantCustomerId": "c", "customerEmail": "nope"},
+            400,
+            "parameter_invalid",
+            "customerEmail",
+        ),
+        (
+            {"planId": plan["id"], "merchantCustomerId": "c", "testClock": str(uuid.uuid4())},
+            404,
+            "resource_missing",
+            "testClock",
+        ),
+        (
+            {"planId": plan["id"], "merchantCustomerId": "c", "testClock": other.clock(START)},
+            404,
+            "resource_missing",
+            "testClock",
+        ),
         ({"planId": "not-an-id", "merchantCustomerId": "c"}, 400, "parameter_invalid", "planId"),
         ({"planId": plan["id"], "merchantCustomerId": "c", "trialDays": 3}, 400, "parameter_unknown", "trialDays"),
     ]:
@@ -342,8 +399,18 @@ def test_bad_input_is_refused_with_a_code_and_changes_nothing(subs: Subscription
     assert other.subscription(sub["id"])["status"] == "incomplete"
 
     # test clocks: forward only, real dates, test keys only
-    _error(post(f"/test-clocks/{clock}/advance", json={"frozenTime": "2026-01-30T10:00:00Z"}), 409, "test_clock_backwards", "frozenTime")
-    _error(post(f"/test-clocks/{clock}/advance", json={"frozenTime": "2026-02-30T10:00:00Z"}), 400, "parameter_invalid", "frozenTime")
+    _error(
+        post(f"/test-clocks/{clock}/advance", json={"frozenTime": "2026-01-30T10:00:00Z"}),
+        409,
+        "test_clock_backwards",
+        "frozenTime",
+    )
+    _error(
+        post(f"/test-clocks/{clock}/advance", json={"frozenTime": "2026-02-30T10:00:00Z"}),
+        400,
+        "parameter_invalid",
+        "frozenTime",
+    )
     _error(post("/test-clocks", json={"frozenTime": "2026-01-31T10:00:00"}), 400, "parameter_invalid", "frozenTime")
     _error(post("/test-clocks", json={"frozenTime": "1999-12-31T10:00:00Z"}), 400, "parameter_invalid", "frozenTime")
     assert shop.ok(shop.api.get(f"/test-clocks/{clock}"))["testClock"]["frozenTime"] == "2026-01-31T10:00:00.000Z"
