@@ -14,7 +14,8 @@ for:
 Requests that the document calls invalid are not checked to be refused here: an EVM address in
 mixed case is accepted when its EIP-55 checksum is right, which no pattern can say (the handlers'
 own tests check their refusals). Half of the ids in paths are the merchant's real objects (orders,
-a paid one and a refunded one, a refund, an agent endpoint, a webhook endpoint, a challenge, events)
+a paid one and a refunded one, a refund, an agent endpoint, a webhook endpoint, a challenge, events, a subscription
+plan, a subscription and its test clock)
 so that operations get past the 404 to their logic; the operations that wait on the chain get
 generated ids only. The run is derandomized, so a failure repeats, and bounded in examples per
 operation. ``tests/schemathesis_hooks.py`` holds the two hooks, each for a rule the document states
@@ -42,6 +43,7 @@ import pytest
 
 from tests.harness import Deployment, PlatformHarness, postgres_database
 from x402mw.platform.api.openapi import build_document
+from x402mw.platform.checkout.api import SYNC_WAIT_SECONDS
 from x402mw.platform.server import PlatformServer
 from x402mw.platform.settings import PlatformSettings
 
@@ -93,6 +95,14 @@ def _objects(deployment: Deployment) -> dict[str, list[str]]:
         }
         _ok(api.post("/agent/challenges/batch", json={"challenges": [challenge]}))
         events = [event["id"] for event in _ok(api.get("/events", params={"limit": 5}))["data"]]
+        plan = _ok(
+            api.post(
+                "/subscription-plans", json={"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "monthly"}
+            )
+        )
+        clock = _ok(api.post("/test-clocks", json={"frozenTime": "2026-01-31T10:00:00Z"}))["testClock"]["id"]
+        opened = {"planId": plan["plan"]["id"], "merchantCustomerId": "cus_schemathesis", "testClock": clock}
+        subscription = _ok(api.post("/subscriptions", json=opened))["subscription"]["id"]
     return {
         "orders": orders,
         "refunds": [refund],
@@ -100,6 +110,9 @@ def _objects(deployment: Deployment) -> dict[str, list[str]]:
         "hooks": [hook["webhookEndpoint"]["id"]],
         "challenges": [challenge["challengeId"]],
         "events": events,
+        "plans": [plan["plan"]["id"]],
+        "subscriptions": [subscription],
+        "clocks": [clock],
     }
 
 
@@ -110,7 +123,10 @@ def _ok(reply: httpx.Response) -> Any:
 
 def _config(objects: dict[str, list[str]]) -> str:
     """schemathesis.toml: what a refusal of valid data may be, and where path ids come from."""
-    lines = ["[checks.positive_data_acceptance]", 'expected-statuses = ["2xx", "404", "409"]', ""]
+    # sync waits up to SYNC_WAIT_SECONDS for the transaction it is told about, which a generated hash
+    # never is: the bound on an answer's time is above that wait (real ids reach it through answers)
+    lines = ["[checks]", f"max_response_time = {SYNC_WAIT_SECONDS + 10.0}", ""]
+    lines += ["[checks.positive_data_acceptance]", 'expected-statuses = ["2xx", "404", "409"]', ""]
     for name, values in objects.items():
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(values)}", ""]
     # Every operation taking one of these ids draws it from the real ones, but for those that wait on the
@@ -122,6 +138,9 @@ def _config(objects: dict[str, list[str]]) -> str:
         ("webhook_endpoint_id", "hooks"),
         ("challenge_id", "challenges"),
         ("event_id", "events"),
+        ("plan_id", "plans"),
+        ("subscription_id", "subscriptions"),
+        ("test_clock_id", "clocks"),
     ]:
         binding = f'{{ dictionary = "{name}", probability = {SEEDED} }}'
         lines += ["[[operations]]", f"exclude-operation-id = {json.dumps(sorted(_ON_CHAIN))}"]
