@@ -94,6 +94,16 @@ class RenewalRunner:
 
     async def _batch(self, now: datetime, clock_id: str | None, limit: int) -> int:
         on_clock = _SUBS.c.test_clock_id.is_(None) if clock_id is None else _SUBS.c.test_clock_id == clock_id
+        due = (_SUBS.c.due_at <= now) & on_clock
+        # In the due index's own order (ordered by due_at alone, PostgreSQL does not see that the
+        # index gives that order under "test_clock_id IS NULL", sorts, and reads it as a bitmap).
+        in_order = (_SUBS.c.test_clock_id, _SUBS.c.due_at)
+        # Whether anything is due at all, first: the worker's usual pass finds nothing. This walks
+        # the index from its start to the first live entry and marks the entries of rows updated
+        # since (no longer due) as dead on the way, so the next pass does not read them again.
+        async with self.engine.connect() as conn:
+            if await conn.scalar(select(_SUBS.c.due_at).where(due).order_by(*in_order).limit(1)) is None:
+                return 0
         query = (
             select(
                 _SUBS,
@@ -103,8 +113,8 @@ class RenewalRunner:
                 _PLANS.c.grace_days,
             )
             .join(_PLANS, _PLANS.c.id == _SUBS.c.plan_id)
-            .where(on_clock, _SUBS.c.due_at <= now)
-            .order_by(_SUBS.c.due_at)
+            .where(due)
+            .order_by(*in_order)
             .limit(limit)
             .with_for_update(of=_SUBS, skip_locked=True)
         )
