@@ -56,8 +56,10 @@ class CustomerLinks:
             raw = base64.urlsafe_b64decode(token + "=")
         except (binascii.Error, ValueError):
             return None
+        if len(raw) != 16 + _MAC_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != token:
+            return None  # one spelling per token: not another with the last character's spare bits set
         ident, mac = raw[:16], raw[16:]
-        if len(raw) != 16 + _MAC_BYTES or not hmac.compare_digest(mac, self._mac(b"page:" + ident)[:_MAC_BYTES]):
+        if not hmac.compare_digest(mac, self._mac(b"page:" + ident)[:_MAC_BYTES]):
             return None
         return str(uuid.UUID(bytes=ident))
 
