@@ -81,6 +81,12 @@ def test_opening_makes_an_incomplete_subscription_and_opening_again_reuses_it(sh
     listed = shop.ok(shop.api.get("/subscriptions", params={"customerId": "cus_race"}))["data"]
     assert len(listed) == 1
     assert shop.kinds(sub["id"]) == []  # nothing is sent before a payment
+    # an Idempotency-Key replays the first answer (201) rather than answering the reuse (200)
+    keyed = {"planId": plan["id"], "merchantCustomerId": "cus_keyed"}
+    first = shop.api.post("/subscriptions", json=keyed, headers={"Idempotency-Key": "open-cus_keyed"})
+    replayed = shop.api.post("/subscriptions", json=keyed, headers={"Idempotency-Key": "open-cus_keyed"})
+    assert (first.status_code, replayed.status_code) == (201, 201)
+    assert replayed.headers["idempotent-replayed"] == "true" and replayed.json() == first.json()
 
 
 def test_the_first_confirmed_payment_activates_it(shop: Shop) -> None:
