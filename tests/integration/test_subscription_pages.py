@@ -196,3 +196,11 @@ def test_the_forms_refuse_cross_site_and_stale_posts(shop: Shop) -> None:
         shop.ok(shop.api.patch(f"/subscription-plans/{other['id']}", json={"active": False}))
         assert browser.get(other["checkoutUrl"]).status_code == 409
         assert browser.get(plan["checkoutUrl"].replace("su_", "su_x")).status_code == 404
+        base = plan["checkoutUrl"].rsplit("/", 1)[0]
+        for ref in ("x" * 40, "Pro", "-pro", "%C3%A9", plan["id"].upper() + "0", "a%2Fb"):
+            assert browser.get(f"{base}/su_{ref}").status_code == 404, ref
+        fresh = browser.get(plan["checkoutUrl"])
+        form_token = re.search(r'name="token" value="([^"]+)"', fresh.text)
+        assert form_token is not None
+        nul = browser.post(plan["checkoutUrl"], data=good | {"token": form_token.group(1), "customer": "a\x00b"})
+        assert nul.status_code == 400

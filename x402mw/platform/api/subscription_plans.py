@@ -19,12 +19,10 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import ORDER_AMOUNTS, parse_amount
 from x402mw.platform.services.subscription_objects import plan_json
-from x402mw.platform.services.subscription_plans import create_plan, find_plan, update_plan
+from x402mw.platform.services.subscription_plans import SLUG_PATTERN, create_plan, find_plan, update_plan
 
-__all__ = ["SLUG_PATTERN", "PlanCreate", "PlanUpdate", "routes"]
+__all__ = ["PlanCreate", "PlanUpdate", "routes"]
 
-SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$"
-"""A plan's slug: 1-32 lower-case letters, digits and inner hyphens (never a UUID's 36 characters)."""
 MAX_GRACE_DAYS = 365
 Amount = Annotated[Any, WithJsonSchema(amount_schema(ORDER_AMOUNTS))]
 GraceDays = Annotated[StrictInt, Field(ge=0, le=MAX_GRACE_DAYS)]

@@ -158,7 +158,7 @@ async def subscribe_page(request: Request) -> Response:
         email, customer = form.get("email", "").strip(), form.get("customer", "")
         if len(email) > MAX_EMAIL or not _EMAIL.fullmatch(email):
             problem = "Enter an email address, such as name@example.com."
-        elif len(customer) > MAX_CUSTOMER_ID:
+        elif len(customer) > MAX_CUSTOMER_ID or "\x00" in customer:
             return _refused_page(request, "Form not accepted", "This subscription link is not valid.", 400)
         else:
             return await _subscribe(request, platform, plan, email, customer or email)

@@ -6,6 +6,8 @@ plan opens no new subscriptions, while the open ones keep renewing.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -18,7 +20,11 @@ from x402mw.platform.db import tables
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.subscription_steps import aware
 
-__all__ = ["PlanError", "create_plan", "find_plan", "find_plan_by_ref", "update_plan"]
+__all__ = ["SLUG_PATTERN", "PlanError", "create_plan", "find_plan", "find_plan_by_ref", "update_plan"]
+
+SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$"
+"""A plan's slug: 1-32 lower-case letters, digits and inner hyphens (never a UUID's 36 characters)."""
+_SLUG = re.compile(SLUG_PATTERN)
 
 
 class PlanError(Refused):
@@ -61,16 +67,20 @@ async def find_plan(engine: AsyncEngine, merchant_id: str, livemode: bool, plan_
 
 
 async def find_plan_by_ref(engine: AsyncEngine, ref: str) -> dict[str, Any] | None:
-    """The plan a checkout link names (``su_<id or slug>``, without the prefix), of any merchant."""
-    import uuid
-
+    """The plan a checkout link names (``su_<id or slug>``, without the prefix), of any merchant; None
+    for anything that is neither an id nor a slug."""
     plans = tables.subscription_plans
-    try:
-        column, value = plans.c.id, str(uuid.UUID(ref))
-        if value != ref.lower():
-            column, value = plans.c.slug, ref
-    except ValueError:
+    if _SLUG.fullmatch(ref):
         column, value = plans.c.slug, ref
+    elif len(ref) == 36 and ref.isascii():
+        try:
+            column, value = plans.c.id, str(uuid.UUID(ref))
+        except ValueError:
+            return None
+        if value != ref.lower():
+            return None
+    else:
+        return None
     async with engine.connect() as conn:
         found = (await conn.execute(select(plans).where(column == value))).mappings().first()
     return None if found is None else aware(found)
