@@ -26,6 +26,7 @@ _BODIES = {
     ("post", "/v1/sandbox/payment-intents/{payment_id}/simulate-payment"): {"scenario": "exact"},
     ("patch", "/v1/subscription-plans/{plan_id}"): {"name": "Taken over"},
     ("post", "/v1/test-clocks/{test_clock_id}/advance"): {"frozenTime": "2026-02-01T00:00:00Z"},
+    ("patch", "/v1/payment-links/{link_id}"): {"name": "Taken over"},
 }
 
 
@@ -59,6 +60,7 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
             "/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "isolated", "testClock": clock["id"]}
         )
         subscription = opened.json()["subscription"]
+        link = (await api.post("/payment-links", json={"name": "Ticket", "amount": "1", "currency": "USDC"})).json()
     ids = {
         "endpoint_id": deployment.endpoint_id,
         "challenge_id": agent_payment["challengeId"],
@@ -70,6 +72,7 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
         "plan_id": plan["id"],
         "test_clock_id": clock["id"],
         "subscription_id": subscription["id"],
+        "link_id": link["paymentLink"]["id"],
     }
     return deployment.api_key, ids
 

@@ -62,6 +62,8 @@ class PlatformSettings:
     takeover_seconds: float = 20.0
     # Test-mode webhooks to loopback and private addresses; None: only on the embedded default.
     webhooks_allow_private: bool | None = None
+    # Redis (redis://host:port/db) shared by every serve process: the checkout rate limits count there
+    redis_url: str | None = None
     # Subscriptions: days a past-due subscription is kept before it expires (a plan may set its own).
     subscription_grace_days: int = 7
     # Reminder emails over SMTP; without a host each email is written to <data_dir>/emails as a .eml file.
@@ -98,9 +100,9 @@ class PlatformSettings:
         ``X402MW_RPC_URL`` (comma-separated), ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``,
         ``X402MW_TREASURY_KEY``, ``X402MW_DEPOSIT_SEED``, ``X402MW_SEALING_KEY``, ``X402MW_BASE_URL``,
         ``X402MW_CHECKOUT_URL_BASE``, ``X402MW_TAKEOVER_SECONDS``, ``X402MW_WEBHOOKS_ALLOW_PRIVATE``
-        (``true``/``false``, ``1``/``0``), ``X402MW_SUBSCRIPTION_GRACE_DAYS``, and for reminder emails
-        ``X402MW_SMTP_HOST``, ``X402MW_SMTP_PORT``, ``X402MW_SMTP_SECURITY`` (``starttls``, ``tls``,
-        ``none``), ``X402MW_SMTP_USERNAME``, ``X402MW_SMTP_PASSWORD``, ``X402MW_SMTP_SENDER``;
+        (``true``/``false``, ``1``/``0``), ``X402MW_REDIS_URL``, ``X402MW_SUBSCRIPTION_GRACE_DAYS``, and for
+        reminder emails ``X402MW_SMTP_HOST``, ``X402MW_SMTP_PORT``, ``X402MW_SMTP_SECURITY`` (``starttls``,
+        ``tls``, ``none``), ``X402MW_SMTP_USERNAME``, ``X402MW_SMTP_PASSWORD``, ``X402MW_SMTP_SENDER``;
         ``overrides`` win."""
         env = os.environ
         settings = cls()
@@ -118,6 +120,7 @@ class PlatformSettings:
         settings.deposit_seed = env.get("X402MW_DEPOSIT_SEED") or None
         settings.sealing_key = env.get("X402MW_SEALING_KEY") or None
         settings.base_url = env.get("X402MW_BASE_URL", settings.base_url)
+        settings.redis_url = env.get("X402MW_REDIS_URL") or None
         if env.get("X402MW_TAKEOVER_SECONDS"):
             settings.takeover_seconds = float(env["X402MW_TAKEOVER_SECONDS"])
         if allow_private := env.get("X402MW_WEBHOOKS_ALLOW_PRIVATE"):

@@ -14,13 +14,15 @@ from pathlib import Path
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from x402mw.platform.checkout import api, pages, subscription_pages
+from x402mw.platform.checkout import agent_pay, api, links, pages, subscription_pages
 
-__all__ = ["routes"]
+__all__ = ["agent_routes", "routes"]
 
 routes: list[BaseRoute] = [
-    Mount("/v1", routes=api.routes),
+    Mount("/v1", routes=[*api.routes, *links.routes]),
     Mount("/static", app=StaticFiles(directory=Path(__file__).parent / "static"), name="checkout-static"),
     *subscription_pages.routes,  # before the pages' catch-all
     *pages.routes,
 ]
+agent_routes: list[BaseRoute] = list(agent_pay.routes)
+"""``{api_host}/x402/pay/pi_<uuid>``: orders that agents pay over x402 (`x402mw.platform.checkout.agent_pay`)."""

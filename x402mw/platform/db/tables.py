@@ -21,6 +21,7 @@ __all__ = [
     "ledger_entries",
     "merchants",
     "payment_intents",
+    "payment_links",
     "refunds",
     "subscription_emails",
     "subscription_invoices",
@@ -49,6 +50,7 @@ balances = _tables["balances"]
 ledger_entries = _tables["ledger_entries"]
 refunds = _tables["refunds"]
 embedded_chains = _tables["embedded_chains"]
+payment_links = _tables["payment_links"]
 subscription_plans = _tables["subscription_plans"]
 subscriptions = _tables["subscriptions"]
 subscription_invoices = _tables["subscription_invoices"]

@@ -115,6 +115,8 @@ def invoice_order_row(
         "cancel_url": None,
         "order_metadata": {"subscriptionId": sub["id"], "invoiceId": invoice_id, "period": str(period)},
         "transfer_hold": None,
+        "amount_text": None,
+        "payment_link_id": None,
         "exceptions": [],
         "expires_at": None,
         "created_at": at,

@@ -1,7 +1,7 @@
 """subscriptions
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-25 10:41:50.145446
 """
 
@@ -10,8 +10,8 @@ import sqlalchemy as sa
 import sqlmodel
 
 
-revision = '0008'
-down_revision = '0007'
+revision = '0009'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 
