@@ -1,6 +1,6 @@
 """``python -m bench`` (``make bench``): every benchmark, each printing ours, its baseline and the ratio."""
 
-from bench import bench_challenge, bench_devchain, bench_e2e, bench_orders, bench_verify
+from bench import bench_challenge, bench_devchain, bench_e2e, bench_orders, bench_subscriptions, bench_verify
 
 bench_challenge.run()
 bench_verify.run()
@@ -8,3 +8,4 @@ bench_e2e.run(database="postgresql")  # the database a deployment runs on
 bench_e2e.run(database="sqlite")  # the development default
 bench_orders.run()
 bench_devchain.run()
+bench_subscriptions.run()

@@ -30,6 +30,7 @@ from x402mw.platform.settings import (
     SettingsError,
     SettingsGroup,
     StorageSettings,
+    SubscriptionSettings,
     WorkSettings,
     env_variable,
     option_of,
@@ -92,6 +93,7 @@ PROCESS_GROUPS: tuple[type[SettingsGroup], ...] = (
     LogSettings,
     MetricsSettings,
     WorkSettings,
+    SubscriptionSettings,
 )
 
 

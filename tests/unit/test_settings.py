@@ -66,6 +66,13 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "takeover_seconds": ("2.5", 2.5),
     "webhooks_allow_private": ("yes", True),
     "redis_url": ("redis://:hush@127.0.0.1:6379/0", "redis://:hush@127.0.0.1:6379/0"),
+    "subscription_grace_days": ("3", 3),
+    "smtp_host": ("mail.example", "mail.example"),
+    "smtp_port": ("465", 465),
+    "smtp_security": ("tls", "tls"),
+    "smtp_username": ("billing", "billing"),
+    "smtp_password": ("hush", "hush"),
+    "smtp_sender": ("Shop <billing@shop.example>", "Shop <billing@shop.example>"),
 }
 # What some settings need beside them to be valid.
 NEEDS = {"tokens": "rpc_url", "minter_key": "rpc_url", "workers": "rpc_url"}
@@ -117,6 +124,7 @@ ARGUMENTS = {
     "webhooks_allow_private": ["--webhooks-allow-private"],
 }
 ELSEWHERE = {
+    "smtp_host": "mail.elsewhere",
     "data_dir": "/elsewhere",
     "database_url": "sqlite:///elsewhere.sqlite3",
     "rpc_url": "http://127.0.0.1:1",

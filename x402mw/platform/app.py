@@ -34,6 +34,9 @@ from x402mw.platform.api import (
     payment_links,
     refunds,
     sandbox,
+    subscription_plans,
+    subscriptions,
+    test_clocks,
     webhook_endpoints,
 )
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers, outage_error
@@ -120,6 +123,9 @@ def create_app(
         *refunds.routes,
         *balances.routes,
         *sandbox.routes,
+        *subscription_plans.routes,
+        *subscriptions.routes,
+        *test_clocks.routes,
         *webhook_endpoints.routes,
         *events.routes,
         Route("/health", health),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,9 +25,12 @@ from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
 from x402mw.platform.clock import Clock
 from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.emails.outbox import EmailOutbox
+from x402mw.platform.emails.transport import transport_for
 from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.customer_links import CustomerLinks
 from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
@@ -38,7 +43,9 @@ from x402mw.platform.services.payment_intents import (
     expire_due_payment_intents,
 )
 from x402mw.platform.services.refunds import RefundService
+from x402mw.platform.services.renewals import RenewalRunner
 from x402mw.platform.services.settlement import SettlementService
+from x402mw.platform.services.subscriptions import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
 from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
 from x402mw.platform.webhooks.delivery import deliver_due
@@ -66,6 +73,9 @@ class Platform:
     payment_intents: PaymentIntentWriter
     secrets: SecretBox  # seals webhook secrets at rest
     idempotency: IdempotencyKeys  # the Idempotency-Key store of the merchant API
+    subscriptions: SubscriptionService
+    renewals: RenewalRunner  # the subscriptions' due work (renewal invoices, reminders, grace)
+    emails: EmailOutbox  # sends the subscribers' emails
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -77,7 +87,11 @@ class Platform:
         receipt_key = _key(settings.receipt_key, settings.data_dir / "receipt.key")
         treasury_key = _key(settings.treasury_key, settings.data_dir / "treasury.key")
         deposit_keys = DepositKeys(_key(settings.deposit_seed, settings.data_dir / "deposit.seed"))
-        secrets = SecretBox(_key(settings.sealing_key, settings.data_dir / "sealing.key"))
+        sealing_key = _key(settings.sealing_key, settings.data_dir / "sealing.key")
+        secrets = SecretBox(sealing_key)
+        # Customer page links are signed with a key of their own, derived from the sealing key.
+        page_key = hmac.new(sealing_key, b"x402mw customer pages", hashlib.sha256).digest()
+        email_transport = transport_for(settings)
         database_url = settings.database_url.get_secret_value()
         if settings.migrate:
             await asyncio.to_thread(migrate, database_url)
@@ -96,6 +110,7 @@ class Platform:
         )
         base = OrderLinks(settings.checkout_url_base, api_host=api_host_of(settings.base_url))
         watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base)
+        links, grace = CustomerLinks(page_key, base), settings.subscription_grace_days
         platform = cls(
             settings,
             engine,
@@ -111,6 +126,9 @@ class Platform:
             PaymentIntentWriter(engine, base),
             secrets,
             IdempotencyKeys(engine),
+            SubscriptionService(engine, clock, links, grace),
+            RenewalRunner(engine, clock, links, grace),
+            EmailOutbox(engine, clock, email_transport, links, settings.smtp_sender, grace),
         )
         try:
             await watcher.start()
@@ -133,6 +151,8 @@ class Platform:
             ),
             ("watching deposits", self.watcher.run_once),
             ("sending refunds", self.refunds.resume_due),
+            ("running subscriptions", self.renewals.run_due),
+            ("sending emails", self.emails.send_due),
             ("delivering webhooks", lambda: deliver_due(self)),
         ]
         while True:

@@ -26,6 +26,7 @@ from x402mw import __version__
 from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_links as links
 from x402mw.platform.api import openapi_payments as money
+from x402mw.platform.api import openapi_subscriptions as subscriptions
 from x402mw.platform.api.openapi_models import model_schemas
 from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
 from x402mw.platform.api.openapi_schemas import STRING, Schema, ref, response_schemas
@@ -40,14 +41,15 @@ def _components() -> Schema:
     request_id = {"$ref": "#/components/headers/Request-Id"}
     return {
         "schemas": model_schemas(
-            [*money.BODY_MODELS, *checkout.BODY_MODELS, *links.BODY_MODELS],
-            money.FIELD_NOTES | checkout.FIELD_NOTES | links.FIELD_NOTES,
+            [*money.BODY_MODELS, *checkout.BODY_MODELS, *links.BODY_MODELS, *subscriptions.BODY_MODELS],
+            money.FIELD_NOTES | checkout.FIELD_NOTES | links.FIELD_NOTES | subscriptions.FIELD_NOTES,
             money.PROPERTY_OVERRIDES | links.PROPERTY_OVERRIDES,
         )
         | response_schemas()
         | money.schemas()
         | checkout.schemas()
-        | links.schemas(),
+        | links.schemas()
+        | subscriptions.schemas(),
         "securitySchemes": {
             "bearerAuth": {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer sk_test_…`"},
             "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "x-api-key"},
@@ -106,6 +108,7 @@ _TAGS = [
     ("Facilitator", "The standard x402 v2 facilitator API, for any x402 seller."),
     ("Webhook endpoints", "URLs receiving the merchant's events, signed with Standard Webhooks."),
     ("Events", "What happened (the webhook outbox), each event's deliveries, and redelivery."),
+    *subscriptions.TAGS,
     ("Sandbox", "Test-mode helpers, refused for live keys."),
     *checkout.TAGS,
     ("Health", "Service status and this document."),
@@ -165,6 +168,7 @@ _LINKS: list[tuple[str, str, str, str, list[str]]] = [
         ["retrieveWebhookEndpoint", "updateWebhookEndpoint", "rotateWebhookSecret", "deleteWebhookEndpoint"],
     ),
     ("createAgentEndpoint", "201", "/endpoint/id", "endpoint_id", ["retrieveAgentEndpoint", "updateAgentEndpoint"]),
+    *subscriptions.LINKS,
 ]
 
 
@@ -180,7 +184,13 @@ def _add_links(paths: dict[str, Schema]) -> None:
 @functools.cache
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
-    for method, path, operation in [*money.operations(), *links.operations(), *operations(), *checkout.operations()]:
+    for method, path, operation in [
+        *money.operations(),
+        *links.operations(),
+        *subscriptions.operations(),
+        *operations(),
+        *checkout.operations(),
+    ]:
         paths.setdefault(path, {})[method] = operation
     _add_links(paths)
     return {

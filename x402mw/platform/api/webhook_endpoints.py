@@ -129,7 +129,7 @@ async def create(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointCreate, await read_json(request))
     _allowed(request, body.url, caller.livemode)
-    now = utcnow()
+    now = request.app.state.platform.clock.now()  # the platform's clock: events are owed from then on
     secret = new_secret()
     table = tables.webhook_endpoints
     endpoint_id = new_id()

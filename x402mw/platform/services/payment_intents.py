@@ -325,7 +325,9 @@ async def transition(
     event: str | None = None,
 ) -> Mapping[Any, Any] | None:
     """Move ``row`` to ``to`` (with ``changes`` to other columns) if it is still in the status it was
-    read in, and record ``payment_intent.<event or to>``; the new row, or None."""
+    read in, and record ``payment_intent.<event or to>``; the new row, or None. An order that pays a
+    subscription's invoice moves its subscription along when it succeeds or a reorg reverses it
+    (`x402mw.platform.services.subscription_payments`)."""
     if to not in TRANSITIONS[row["status"]]:
         return None
     table = tables.payment_intents
@@ -339,6 +341,11 @@ async def transition(
         return None
     moved = {**row, **changes}
     await record_intent_event(conn, moved, event or to, at, base)
+    if to == "succeeded" or row["status"] == "succeeded":
+        # An order paying a subscription's invoice moves the subscription, in this transaction.
+        from x402mw.platform.services.subscription_payments import follow_order  # (imports this module)
+
+        await follow_order(conn, moved, row["status"], at, base)
     return moved
 
 

@@ -62,6 +62,7 @@ from x402mw.platform.settings.groups import (
     ServerSettings,
     SettingsGroup,
     StorageSettings,
+    SubscriptionSettings,
     WorkSettings,
 )
 from x402mw.platform.settings.model import PlatformSettings
@@ -81,6 +82,7 @@ __all__ = [
     "SettingsError",
     "SettingsGroup",
     "StorageSettings",
+    "SubscriptionSettings",
     "WorkSettings",
     "default_checkout_url_base",
     "env_variable",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -44,6 +44,7 @@ __all__ = [
     "ServerSettings",
     "SettingsGroup",
     "StorageSettings",
+    "SubscriptionSettings",
     "WorkSettings",
 ]
 
@@ -247,4 +248,24 @@ class WorkSettings(SettingsGroup):
     ] = Field(
         None,
         description="Let test-mode webhook endpoints point at loopback and private addresses (link-local ones never).",
+    )
+
+
+class SubscriptionSettings(SettingsGroup):
+    """How subscriptions are kept and how their reminder emails are sent."""
+
+    subscription_grace_days: int = Field(
+        7, ge=0, le=365, description="Days a past-due subscription is kept before it expires (a plan may set its own)."
+    )
+    smtp_host: Annotated[str | None, Option("--smtp-host", metavar="HOST")] = Field(
+        None, description="SMTP server for reminder emails; without one, each email is written to <data dir>/emails."
+    )
+    smtp_port: Port = Field(587, description="The SMTP server's port.")
+    smtp_security: Literal["starttls", "tls", "none"] = Field(
+        "starttls", description="starttls, tls (implicit, port 465) or none."
+    )
+    smtp_username: str | None = Field(None, description="The SMTP user name.")
+    smtp_password: SecretStr | None = Field(None, description="The SMTP password.")
+    smtp_sender: str = Field(
+        "x402mw billing <billing@localhost>", min_length=3, description="The From address of reminder emails."
     )

@@ -18,6 +18,7 @@ from x402mw.platform.settings.groups import (
     MetricsSettings,
     ServerSettings,
     StorageSettings,
+    SubscriptionSettings,
     WorkSettings,
 )
 from x402mw.platform.settings.problems import SettingsError, describe, relation
@@ -28,6 +29,7 @@ _CHAIN_FIELDS = ("rpc_url", "tokens", "confirmations", "minter_key")
 
 
 class PlatformSettings(
+    SubscriptionSettings,
     WorkSettings,
     MetricsSettings,
     LogSettings,
