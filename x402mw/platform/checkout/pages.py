@@ -9,13 +9,19 @@ network and coin, and the transfer panel (deposit address, amount, EIP-681 QR co
 ``static/checkout.js`` adds the countdown, copy buttons, polling of ``transfer-status`` that turns the
 page to "Paid" once the money has arrived and been confirmed, and, where the order allows wallet
 payment and the browser has a wallet (EIP-1193), a button that has the wallet send the transfer and
-reports it through ``sync``. (Gasless wallet payment, where the wallet signs the EIP-3009
-authorization that ``attempts`` answers and the platform relays it, needs a relay endpoint: not yet.)
+reports it through ``sync``: for EIP-3009 coins (USDC, EURC) the wallet signs the authorization that
+``attempts`` answers and the platform relays it (``POST .../authorizations``), so the buyer needs no
+gas; for other coins (USDT), or a wallet that cannot sign typed data, it sends a token transfer.
+
+Embedded (`static/x402mw-checkout.js`): ``?embed=popup|panel&origin=<merchant page origin>`` shows the
+same page in the checkout button's popup or the checkout panel's iframe; the page then tells that
+origin, and only it, its status and its outcome (``postMessage``), and only that origin may frame it.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,9 +32,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from x402mw import __version__
 from x402mw.platform.api.bodies import iso
 from x402mw.platform.api.errors import current_request_id
+from x402mw.platform.checkout.assets import asset_digest
 from x402mw.platform.checkout.attempts import prepare_attempt
 from x402mw.platform.checkout.orders import (
     PaymentOption,
@@ -44,14 +50,18 @@ from x402mw.platform.services.payment_intents import PaymentIntentError
 __all__ = ["routes"]
 
 POLL_SECONDS = 3
-_HEADERS = {
+EMBED_MODES = ("popup", "panel")
+# An origin as browsers serialise it (``location.origin``): scheme, host, optional port; nothing that
+# could end the CSP directive it is written into.
+_ORIGIN = re.compile(r"^https?://(?:[a-z0-9-]+(?:\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?$")
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors {ancestors}"
+)
+_PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "form-action 'self'; base-uri 'none'"
-    ),
 }
 _STATUS_TEXT = {
     "requires_payment": "Awaiting payment",
@@ -82,20 +92,36 @@ def display_amount(amount: str) -> str:
     return f"{whole}.{fraction.ljust(2, '0')}"
 
 
+@functools.lru_cache(maxsize=4096)
 def qr_svg(uri: str) -> Markup:
-    """The URI as an inline SVG QR code (dark on a white quiet zone, readable in dark mode too)."""
+    """The URI as an inline SVG QR code (dark on a white quiet zone, readable in dark mode too).
+
+    Kept for the next view of the same order: an order's URI changes only when part of it is paid."""
     code = segno.make(uri, error="m")
     svg = code.svg_inline(scale=4, border=4, dark="#111", light="#fff", omitsize=True, svgclass="qr-code")
     return Markup(svg)  # segno's own markup, built from our URI: nothing of the buyer's goes in
 
 
-def _render(template: str, context: Mapping[str, Any], status: int = 200) -> HTMLResponse:
+def _render(template: str, context: Mapping[str, Any], status: int = 200, *, ancestors: str = "'none'") -> HTMLResponse:
+    """The page, with headers that keep it out of caches and frames (``ancestors``: who may frame it)."""
     html = _environment().get_template(template).render(**context)
-    return HTMLResponse(html, status_code=status, headers=_HEADERS)
+    headers = {**_PAGE_HEADERS, "Content-Security-Policy": _CSP.format(ancestors=ancestors)}
+    return HTMLResponse(html, status_code=status, headers=headers)
+
+
+def embedding(request: Request) -> tuple[str, str] | None:
+    """How checkout.js shows this page, ``(mode, origin of the merchant's page)``, from the query
+    (``?embed=popup|panel&origin=...``); None for the plain page, or for a mode or origin that is
+    not one (the plain page is shown then, and no message leaves it)."""
+    mode = request.query_params.get("embed")
+    origin = request.query_params.get("origin", "")
+    if mode not in EMBED_MODES or len(origin) > 255 or not _ORIGIN.match(origin):
+        return None
+    return mode, origin
 
 
 def _static(request: Request, name: str) -> str:
-    return f"{request.url_for('checkout-static', path=name).path}?v={__version__}"
+    return f"{request.url_for('checkout-static', path=name).path}?v={asset_digest(name)}"
 
 
 def not_found_page(request: Request) -> HTMLResponse:
@@ -147,6 +173,7 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
                 problem = exc.message
         if methods["wallet"]:
             wallet = _wallet(request, chosen, public_id, only=not methods["transfer"])
+    embed = embedding(request)
     context = {
         "order": public,
         "panel": _panel(order["status"], payable),
@@ -164,18 +191,28 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
         "status_url": request.url_for("checkout-transfer-status", payment_id=public_id).path,
         "poll_seconds": POLL_SECONDS,
         "server_now": iso(now),
+        "payment_id": order["id"],
+        "embed": embed[0] if embed else "",
+        "parent_origin": embed[1] if embed else "",
     }
-    return _render("checkout.html", context)
+    # Only the panel is framed, and only by the page that asked for it.
+    ancestors = embed[1] if embed and embed[0] == "panel" else "'none'"
+    return _render("checkout.html", context, ancestors=ancestors)
 
 
 def _wallet(request: Request, chosen: PaymentOption, public_id: str, *, only: bool) -> dict[str, Any]:
-    """What the page's script needs to have a browser wallet pay (``attempts`` then ``sync``)."""
+    """What the page's script needs to have a browser wallet pay: ``attempts``, then the signed
+    authorization to the relay (``authorizations``, gasless, EIP-3009 coins) or a transfer to ``sync``."""
+    order_path = request.url_for("checkout-payment-intent", payment_id=public_id).path
     return {
         "network": chosen.network,
         "networkName": chosen.chain.network.name,
+        "chainId": hex(chosen.chain.chain_id),
         "currency": chosen.asset.symbol,
-        "attemptsUrl": request.url_for("checkout-attempts", payment_id=public_id).path,
-        "syncUrl": request.url_for("checkout-sync", payment_id=public_id).path,
+        "gasless": chosen.asset.eip3009,
+        "attemptsUrl": order_path + "/attempts",
+        "syncUrl": order_path + "/sync",
+        "authorizationsUrl": order_path + "/authorizations",
         "only": only,
     }
 
