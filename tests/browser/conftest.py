@@ -204,7 +204,7 @@ def assert_accessible(target: Page | Frame) -> None:
 
 WALLET_SCRIPT = """
 window.ethereum = {
-  isTestWallet: true,
+  isBrowserWallet: true,
   request: async ({method, params}) => {
     const answer = await window.testWallet(method, params || []);
     if (answer && answer.rpcError) {
@@ -217,7 +217,7 @@ window.ethereum = {
 
 
 @dataclass
-class TestWallet:
+class BrowserWallet:
     """A browser wallet holding one test key: it signs typed data (``eth_signTypedData_v4``) with
     eth-account, and refuses to send transactions (its account has no gas)."""
 
@@ -259,5 +259,5 @@ class TestWallet:
 
 
 @pytest.fixture
-def wallet_factory(dev_platform: PlatformHarness) -> Callable[[], TestWallet]:
-    return lambda: TestWallet(dev_platform.chain.chain_id)
+def wallet_factory(dev_platform: PlatformHarness) -> Callable[[], BrowserWallet]:
+    return lambda: BrowserWallet(dev_platform.chain.chain_id)
