@@ -60,7 +60,7 @@ def test_a_wallet_without_gas_pays_on_the_hosted_page(dev_platform: PlatformHarn
     expect(page.locator("#wallet")).to_contain_text("No network fee")
     expect(page.locator("#transfer-title")).to_have_text("Or pay by transfer")
     browsing.shoot("wallet-awaiting-payment")
-    deposit = page.locator("#deposit-address").inner_text()
+    deposit = page.locator("#deposit-address").text_content() or ""
     page.click("#wallet-pay")
     expect(page.locator("#status")).to_have_text("Paid", timeout=WAIT_MS)
     browsing.shoot("wallet-paid")
@@ -81,7 +81,7 @@ def test_a_wallet_without_gas_pays_in_the_panel(shop: Shop, browsing: Browsing) 
     page.click("#pay-stickers")
     panel: FrameLocator = page.frame_locator("iframe[data-x402mw-checkout=panel]")
     expect(panel.locator("#wallet-pay")).to_be_visible()
-    deposit = panel.locator("#deposit-address").inner_text()
+    deposit = panel.locator("#deposit-address").text_content() or ""
     panel.locator("#wallet-pay").click()
     expect(panel.locator("#status")).to_have_text("Paid", timeout=WAIT_MS)
     expect(page.locator("#stickers-result")).to_have_text("Thank you: your order is paid.", timeout=WAIT_MS)
