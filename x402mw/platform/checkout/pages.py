@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import segno
@@ -73,6 +76,30 @@ _STATUS_TEXT = {
 }
 
 
+class _PageCache:
+    """The last ``size`` pages rendered, by everything they are made of (least recently used out)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._pages: OrderedDict[Hashable, str] = OrderedDict()
+
+    def get(self, key: Hashable) -> str | None:
+        html = self._pages.get(key)
+        if html is not None:
+            self._pages.move_to_end(key)
+        return html
+
+    def put(self, key: Hashable, html: str) -> None:
+        self._pages[key] = html
+        self._pages.move_to_end(key)
+        while len(self._pages) > self._size:
+            self._pages.popitem(last=False)
+
+
+_PAGES = _PageCache(1024)  # about 10 kB each
+_SERVER_NOW = "@@server-now@@"  # written into a kept page at each view
+
+
 @functools.cache
 def _environment() -> Environment:
     env = Environment(
@@ -120,8 +147,30 @@ def embedding(request: Request) -> tuple[str, str] | None:
     return mode, origin
 
 
+@dataclass(frozen=True, slots=True)
+class _Paths:
+    """Where the checkout's static files and API are, as the page links them (from the routes)."""
+
+    static: str  # ".../static/"
+    orders: str  # ".../v1/payment-intents/"
+
+
+_PATHS: dict[tuple[str, str], _Paths] = {}
+
+
+def _paths(request: Request) -> _Paths:
+    """The checkout's paths, worked out once per mount point: ``url_for`` walks every route."""
+    key = (request.scope.get("root_path", ""), request.scope.get("app_root_path", ""))
+    found = _PATHS.get(key)
+    if found is None:
+        static = request.url_for("checkout-static", path="-").path[:-1]
+        orders = request.url_for("checkout-payment-intent", payment_id="-").path[:-1]
+        found = _PATHS[key] = _Paths(static, orders)
+    return found
+
+
 def _static(request: Request, name: str) -> str:
-    return f"{request.url_for('checkout-static', path=name).path}?v={asset_digest(name)}"
+    return f"{_paths(request).static}{name}?v={asset_digest(name)}"
 
 
 def not_found_page(request: Request) -> HTMLResponse:
@@ -135,22 +184,43 @@ def _chosen(options: list[PaymentOption], request: Request) -> PaymentOption | N
 
 
 async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
-    """The checkout page of the order ``raw_id`` names (``pi_<uuid>`` or a UUID), or the 404 page."""
+    """The checkout page of the order ``raw_id`` names (``pi_<uuid>`` or a UUID), or the 404 page.
+
+    The order is read on every view (the page must say what is true now), in one statement without a
+    transaction around it; the page made of it is kept (`_PAGES`) for the next view of the same order
+    in the same state, shown the same way, with only the server's clock written in afresh."""
     platform: Platform = request.app.state.platform
     payment_id = parse_payment_id(raw_id)
     order = None
     if payment_id is not None:
         async with platform.engine.connect() as conn:
-            order = await find_order(conn, payment_id)
+            reading = await conn.execution_options(isolation_level="AUTOCOMMIT")  # no BEGIN/ROLLBACK trips
+            order = await find_order(reading, payment_id)
     if order is None:
         return not_found_page(request)
     now = platform.clock.now()
+    embed = embedding(request)
+    paths = _paths(request)
+    key = (repr(tuple(order.values())), awaiting_payment(order, now), request.query_params.get("option"), embed, paths)
+    html = _PAGES.get(key)
+    if html is None:
+        html = await _checkout_html(request, platform, order, now, embed)
+        _PAGES.put(key, html)
+    # Only the panel is framed, and only by the page that asked for it.
+    ancestors = embed[1] if embed and embed[0] == "panel" else "'none'"
+    headers = {**_PAGE_HEADERS, "Content-Security-Policy": _CSP.format(ancestors=ancestors)}
+    return HTMLResponse(html.replace(_SERVER_NOW, iso(now) or ""), headers=headers)
+
+
+async def _checkout_html(
+    request: Request, platform: Platform, order: Mapping[Any, Any], now: datetime, embed: tuple[str, str] | None
+) -> str:
     public = public_order_json(order, platform.chains)
     methods = public["paymentMethods"]
     payable = awaiting_payment(order, now)
     options = payment_options(platform.chains, order)
     chosen = _chosen(options, request)
-    public_id = f"pi_{order['id']}"
+    orders_path = f"{_paths(request).orders}pi_{order['id']}"
     transfer: dict[str, Any] | None = None
     wallet: dict[str, Any] | None = None
     problem: str | None = None
@@ -172,8 +242,7 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
             except PaymentIntentError as exc:  # it changed since it was read: say why
                 problem = exc.message
         if methods["wallet"]:
-            wallet = _wallet(request, chosen, public_id, only=not methods["transfer"])
-    embed = embedding(request)
+            wallet = _wallet(orders_path, chosen, only=not methods["transfer"])
     context = {
         "order": public,
         "panel": _panel(order["status"], payable),
@@ -188,22 +257,19 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
         "problem": problem,
         "css": _static(request, "checkout.css"),
         "js": _static(request, "checkout.js"),
-        "status_url": request.url_for("checkout-transfer-status", payment_id=public_id).path,
+        "status_url": orders_path + "/transfer-status",
         "poll_seconds": POLL_SECONDS,
-        "server_now": iso(now),
+        "server_now": _SERVER_NOW,
         "payment_id": order["id"],
         "embed": embed[0] if embed else "",
         "parent_origin": embed[1] if embed else "",
     }
-    # Only the panel is framed, and only by the page that asked for it.
-    ancestors = embed[1] if embed and embed[0] == "panel" else "'none'"
-    return _render("checkout.html", context, ancestors=ancestors)
+    return _environment().get_template("checkout.html").render(**context)
 
 
-def _wallet(request: Request, chosen: PaymentOption, public_id: str, *, only: bool) -> dict[str, Any]:
+def _wallet(order_path: str, chosen: PaymentOption, *, only: bool) -> dict[str, Any]:
     """What the page's script needs to have a browser wallet pay: ``attempts``, then the signed
     authorization to the relay (``authorizations``, gasless, EIP-3009 coins) or a transfer to ``sync``."""
-    order_path = request.url_for("checkout-payment-intent", payment_id=public_id).path
     return {
         "network": chosen.network,
         "networkName": chosen.chain.network.name,
