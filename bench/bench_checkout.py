@@ -47,6 +47,7 @@ from bench.bench_orders import (
     _anvil_options,
     _cli,
     _fresh_database,
+    _server_pids,
     _wait_http,
 )
 from bench.http_load import percentile
@@ -86,7 +87,20 @@ def _orders(base: str, api_key: str, count: int) -> tuple[list[str], float, floa
     return paths, first / count, second / count
 
 
-def _drive(name: str, port: int, paths: list[str], seconds: float, concurrency: int, warmup: float) -> Measured:
+def _cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU the processes ``pids`` have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def _drive(
+    name: str, port: int, paths: list[str], seconds: float, concurrency: int, warmup: float, pids: list[int]
+) -> tuple[Measured, float]:
+    """The load on ``paths``, and the servers' CPU per request in ms over the whole run (warm-up too)."""
     spec = {
         "host": "127.0.0.1",
         "port": port,
@@ -99,12 +113,14 @@ def _drive(name: str, port: int, paths: list[str], seconds: float, concurrency: 
         "concurrency": concurrency,
         "expect": 200,
     }
+    cpu = _cpu_seconds(pids)
     load = subprocess.run(
         [sys.executable, "-m", "bench.http_load", json.dumps(spec)], stdout=subprocess.PIPE, check=True
     )
+    cpu = _cpu_seconds(pids) - cpu
     data = json.loads(load.stdout)
     latencies_ms = [value * 1000 for value in data["latencies"]]
-    return Measured(
+    measured = Measured(
         name,
         data["requests"] / data["seconds"],
         data["requests"],
@@ -114,6 +130,8 @@ def _drive(name: str, port: int, paths: list[str], seconds: float, concurrency: 
         percentile(latencies_ms, 0.99),
         data["first_error"],
     )
+    # The whole run's requests: the measured window's rate over warm-up and window together.
+    return measured, cpu * 1000 / max(1.0, measured.per_second * (seconds + warmup))
 
 
 def _warmup(orders: int, workers: int) -> float:
@@ -144,8 +162,10 @@ def run(seconds: float = 10.0, concurrency: int = 64, workers: int = 2, orders: 
             try:
                 _wait_http(f"http://127.0.0.1:{port}/healthz", server, log)
                 paths, first_ms, again_ms = _orders(f"http://127.0.0.1:{port}", api_key, orders)
-                health = _drive("healthz", port, ["/healthz"], seconds, concurrency, WARMUP_SECONDS)
-                views = _drive("checkout page", port, paths, seconds, concurrency, _warmup(orders, workers))
+                pids = _server_pids(server)
+                health, health_cpu = _drive("healthz", port, ["/healthz"], seconds, concurrency, WARMUP_SECONDS, pids)
+                warmup = _warmup(orders, workers)
+                views, views_cpu = _drive("checkout page", port, paths, seconds, concurrency, warmup, pids)
             finally:
                 server.terminate()
                 server.wait(timeout=30)
@@ -165,6 +185,10 @@ def run(seconds: float = 10.0, concurrency: int = 64, workers: int = 2, orders: 
         f"{TARGET_P99_MS} ms and no errors: {'met' if met else 'NOT met'}"
     )
     print(
+        f"  server CPU per request (about; warm-up included): a view {views_cpu:.2f} ms, /healthz "
+        f"{health_cpu:.2f} ms; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
         f"  one view at a time beforehand: an order's first view {first_ms:.1f} ms (the page is made, its QR "
         f"code drawn), a second view {again_ms:.1f} ms (the order read, the kept page served)"
     )
@@ -179,6 +203,8 @@ def run(seconds: float = 10.0, concurrency: int = 64, workers: int = 2, orders: 
         "healthz_per_second": health.per_second,
         "healthz_p99_ms": health.p99_ms,
         "ratio": ratio,
+        "views_cpu_ms": views_cpu,
+        "healthz_cpu_ms": health_cpu,
         "first_view_ms": first_ms,
         "second_view_ms": again_ms,
     }
