@@ -211,3 +211,60 @@ def test_the_pay_command_pays_a_real_seller(deployment: Deployment, tmp_path: An
     assert result["status"] == 200
     assert over_cap.returncode != 0 and "Traceback" not in over_cap.stderr
     assert deployment.harness.balance(deployment.payout) == 10_000
+
+
+@pytest.mark.parametrize("registered", [False, True])
+async def test_another_merchants_challenge_is_refused_by_the_facilitator(
+    dev_platform: PlatformHarness, registered: bool
+) -> None:
+    # Merchant A's middleware issues a sealed challenge; the agent pays it. Merchant B, holding the
+    # payload, tries to settle it through the facilitator with its own key: 404, nothing moves, and A
+    # settles it as its own payment afterwards.
+    owner = await asyncio.to_thread(dev_platform.deploy)
+    other = await asyncio.to_thread(dev_platform.deploy)
+    app = starlette_app(owner.api_key, dev_platform.url, owner.endpoint_id)
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=60) as client:
+        challenge = await client.get("/weather")
+    accepted = decode_payment_required(challenge.headers["PAYMENT-REQUIRED"]).accepts[0]
+    if registered:
+        with owner.api() as api:
+            row = accepted.to_wire()
+            batch = {
+                "challenges": [
+                    {
+                        "challengeId": row["extra"]["challengeId"],
+                        "endpointId": owner.endpoint_id,
+                        "network": row["network"],
+                        "asset": row["asset"],
+                        "payTo": row["payTo"],
+                        "amount": row["amount"],
+                        "resource": "http://testserver/weather",
+                        "expiresAt": row["extra"]["expiresAt"],
+                    }
+                ]
+            }
+            assert api.post("/agent/challenges/batch", json=batch).status_code == 200
+    payload = owner.agent.sign_payment(accepted).to_wire()
+    body = {"x402Version": 2, "paymentPayload": payload, "paymentRequirements": accepted.to_wire()}
+    with other.api() as api:
+        for operation in ("/x402/verify", "/x402/settle"):
+            refused = api.post(operation, json=body)
+            assert refused.status_code == 404, refused.text
+            error = refused.json()["error"]
+            assert (error["code"], error["param"]) == ("resource_missing", "paymentRequirements.extra.challengeId")
+    assert await asyncio.to_thread(dev_platform.balance, owner.payout) == 0
+
+    async def payments_of(merchant_id: str) -> int:
+        async with dev_platform.platform.engine.connect() as conn:
+            table = tables.agent_payments
+            rows = await conn.execute(select(table.c.id).where(table.c.merchant_id == merchant_id))
+            return len(rows.all())
+
+    assert await asyncio.to_thread(dev_platform.server.call, lambda p: payments_of(other.merchant_id)) == 0
+    with owner.api() as api:
+        settled = api.post("/x402/settle", json=body).json()
+        again = other.api().post("/x402/settle", json=body)
+    assert settled["success"] is True, settled
+    assert again.status_code == 404  # the settled payment is none of B's business either
+    assert await asyncio.to_thread(dev_platform.balance, owner.payout) == 10_000
+    assert await asyncio.to_thread(dev_platform.server.call, lambda p: payments_of(owner.merchant_id)) == 1

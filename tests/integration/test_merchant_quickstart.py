@@ -50,3 +50,22 @@ def test_the_same_story_over_plain_http(dev_platform: PlatformHarness) -> None:
     assert story["events"] == {"payment_intent.succeeded", "refund.completed"}  # verified by construct_event
     assert dev_platform.balance(paid["payer"]) == 8_000_000
     assert said[0].split(" the buyer pays at ")[1] == paid["checkoutUrl"]
+
+
+def test_the_payment_links_example(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("Links shop")
+    said: list[str] = []
+    story = _example("payment_links").run(dev_platform.url, key, say=said.append)
+    link, orders = story["link"], story["orders"]
+    assert link.active is False and len({order.id for order in orders}) == 2
+    assert all(order.status == "succeeded" and order.payment_link_id == link.id for order in orders)
+    assert "reloading gave the same" in said[1] and "reloading gave the same" in said[2]
+
+
+def test_the_agent_pays_an_order_example(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("Agent shop")
+    said: list[str] = []
+    story = _example("agent_pays_order").run(dev_platform.url, key, say=said.append)
+    assert story["order"].status == "succeeded" and story["paid"].status_code == 200
+    assert story["again"].status_code == 409 and len(story["payments"]) == 1
+    assert story["payments"][0].verified is True

@@ -89,11 +89,12 @@ def test_every_operation_is_complete() -> None:
         assert set(operation["tags"]) <= tags, where
         statuses = list(operation["responses"])
         assert any(status.startswith("2") for status in statuses), where
-        assert "402" not in statuses, where
+        # a 402 only where a payment is the point: an order's x402Url (its body is x402's, not an error)
+        assert ("402" in statuses) is (path == "/x402/pay/{payment_id}"), where
         for status, response in operation["responses"].items():
             response = _resolve(document, response)
             assert "Request-Id" in response["headers"], f"{where} {status}"
-            if status.startswith("4"):
+            if status.startswith("4") and status != "402":
                 schema = response["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/ErrorEnvelope"}, f"{where} {status}"
         if operation["security"]:
@@ -118,7 +119,16 @@ def test_documented_auth_and_list_conventions() -> None:
         ("post", "/checkout/v1/payment-intents/{payment_id}/attempts"),
         ("post", "/checkout/v1/payment-intents/{payment_id}/transfer-status"),
         ("post", "/checkout/v1/payment-intents/{payment_id}/sync"),
+        ("post", "/checkout/v1/payment-intents/{payment_id}/authorizations"),
+        ("post", "/checkout/v1/payment-intents/{payment_id}/prepare"),
+        ("post", "/checkout/v1/payment-links/{link_id}/payment-intents"),
+        ("get", "/x402/pay/{payment_id}"),
     }
+    # the public checkout endpoints are rate-limited, and say so
+    for key in public:
+        if key[1].startswith(("/checkout/", "/x402/pay/")):
+            assert "429" in operations[key]["responses"], key
+    assert operations["post", "/checkout/v1/payment-intents/{payment_id}/prepare"]["deprecated"] is True
     schemes = document["components"]["securitySchemes"]
     assert schemes["bearerAuth"] == {
         "type": "http",

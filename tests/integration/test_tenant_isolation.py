@@ -24,6 +24,7 @@ _BODIES = {
     ("patch", "/v1/webhook-endpoints/{webhook_endpoint_id}"): {"description": "taken over"},
     ("post", "/v1/payment-intents/{payment_id}/refunds"): {"reason": "taken over"},
     ("post", "/v1/sandbox/payment-intents/{payment_id}/simulate-payment"): {"scenario": "exact"},
+    ("patch", "/v1/payment-links/{link_id}"): {"name": "Taken over"},
 }
 
 
@@ -47,6 +48,7 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
             await api.post("/webhook-endpoints", json={"url": "https://example.com/hook", "enabledEvents": ["*"]})
         ).json()
         event = (await api.get("/events")).json()["data"][0]
+        link = (await api.post("/payment-links", json={"name": "Ticket", "amount": "1", "currency": "USDC"})).json()
     ids = {
         "endpoint_id": deployment.endpoint_id,
         "challenge_id": agent_payment["challengeId"],
@@ -55,6 +57,7 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
         "refund_id": refund["id"],
         "webhook_endpoint_id": hook["webhookEndpoint"]["id"],
         "event_id": event["id"],
+        "link_id": link["paymentLink"]["id"],
     }
     return deployment.api_key, ids
 

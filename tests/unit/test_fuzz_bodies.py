@@ -136,6 +136,31 @@ VALID: dict[str, dict[str, Any]] = {
     "AttemptBody": {"network": "eip155:84532", "currency": "USDC", "method": "wallet"},
     "TransferStatusBody": {},
     "SyncBody": {"txHash": "0x" + "ab" * 32, "network": "eip155:84532"},
+    "PrepareBody": {"network": "eip155:84532", "currency": "USDC"},
+    "AuthorizationBody": {
+        "network": "eip155:84532",
+        "currency": "USDC",
+        "authorization": {
+            "from": ADDRESS,
+            "to": ADDRESS,
+            "value": "12500000",
+            "validAfter": 0,
+            "validBefore": "1900000000",
+            "nonce": "0x" + "11" * 32,
+        },
+        "signature": "0x" + "ab" * 65,
+    },
+    "PaymentLinkCreate": {
+        "name": "Ticket",
+        "amount": "25.00",
+        "currency": "USDC",
+        "acceptedCurrencies": ["USDC", "EURC"],
+        "paymentMethods": {"wallet": True, "transfer": False},
+        "successUrl": "https://shop.example/thanks",
+        "metadata": {"sku": "T-1"},
+        "slug": "concert-2026",
+    },
+    "PaymentLinkUpdate": {"name": "VIP ticket", "active": False},
 }
 
 

@@ -36,3 +36,17 @@ def test_its_row_is_the_table_models() -> None:
         "created_at": datetime(2026, 11, 23, 12, 0, tzinfo=UTC),
     }
     assert Claimed(**values).row() == AgentPayment(**values).model_dump()
+
+
+def test_the_batched_record_statements_run_as_one_executemany() -> None:
+    # An expanding parameter (`status IN (...)`) makes SQLAlchemy run an executemany row by row: it
+    # once made recording a batch of submitted settlements forty times slower under load.
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from x402mw.platform.services.settlement_writes import SettlementWrites
+
+    writes = SettlementWrites(create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none"))
+    statements = [*writes._mark.values(), writes._link_challenges]
+    for statement in statements:
+        assert "POSTCOMPILE" not in str(statement.compile(dialect=postgresql.dialect())), statement

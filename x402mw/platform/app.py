@@ -31,12 +31,14 @@ from x402mw.platform.api import (
     facilitator,
     openapi,
     payment_intents,
+    payment_links,
     refunds,
     sandbox,
     webhook_endpoints,
 )
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers, outage_error
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
+from x402mw.platform.checkout.rate_limits import CheckoutRateLimits, RateLimitMiddleware
 from x402mw.platform.clock import Clock
 from x402mw.platform.metrics import MetricsMiddleware
 from x402mw.platform.runtime import Platform, settle_heap
@@ -82,12 +84,16 @@ def create_app(
     platform: Platform | None = None,
     clock: Clock | None = None,
     serving_process: bool = False,
+    checkout_limits: CheckoutRateLimits | None = None,
 ) -> Starlette:
     """Build the app. With ``platform`` given, the caller owns its lifetime; otherwise the app starts
     one from ``settings`` (default: `PlatformSettings.from_env`) and stops it on shutdown.
 
     ``serving_process``: the app is what this process is for (``x402mw platform serve``), so once
-    started it may tune the process's garbage collector (`settle_heap`)."""
+    started it may tune the process's garbage collector (`settle_heap`).
+
+    ``checkout_limits``: the public checkout endpoints' rate limits (default: `CheckoutRateLimits`,
+    counted in Redis when the settings name ``redis_url``, else in this app's memory)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -110,6 +116,7 @@ def create_app(
         *agent_settlements.routes,
         *facilitator.routes,
         *payment_intents.routes,
+        *payment_links.routes,
         *refunds.routes,
         *balances.routes,
         *sandbox.routes,
@@ -123,10 +130,15 @@ def create_app(
             Mount("/v1", routes=v1, middleware=[Middleware(IdempotencyMiddleware, takes_over={"/payment-intents"})]),
             Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
             Mount("/checkout", routes=checkout.routes),
+            *checkout.agent_routes,
             Route("/healthz", health),
             Route("/readyz", ready),
         ],
-        middleware=[Middleware(MetricsMiddleware), Middleware(RequestIdMiddleware)],
+        middleware=[
+            Middleware(MetricsMiddleware),
+            Middleware(RequestIdMiddleware),
+            Middleware(RateLimitMiddleware, limits=checkout_limits),
+        ],
         exception_handlers=exception_handlers,
         lifespan=lifespan,
     )

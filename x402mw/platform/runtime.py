@@ -29,7 +29,12 @@ from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.idempotency import IdempotencyKeys
 from x402mw.platform.services.merchants import KeyRing
-from x402mw.platform.services.payment_intents import PaymentIntentWriter, expire_due_payment_intents
+from x402mw.platform.services.payment_intents import (
+    OrderLinks,
+    PaymentIntentWriter,
+    api_host_of,
+    expire_due_payment_intents,
+)
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.settlement import SettlementService
 from x402mw.platform.services.watcher import DepositWatcher
@@ -92,7 +97,7 @@ class Platform:
         settlement = SettlementService(
             engine, chains, receipt_key, clock, simulate=settings.simulate, takeover_after=takeover
         )
-        base = settings.checkout_url_base
+        base = OrderLinks(settings.checkout_url_base, api_host=api_host_of(settings.base_url))
         watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base)
         platform = cls(
             settings,
@@ -125,7 +130,9 @@ class Platform:
             ("purging idempotency keys", lambda: purge_idempotency_keys(self.engine, self.clock.now())),
             (
                 "expiring payment orders",
-                lambda: expire_due_payment_intents(self.engine, self.clock.now(), self.settings.checkout_url_base),
+                lambda: expire_due_payment_intents(
+                    self.engine, self.clock.now(), self.payment_intents.checkout_url_base
+                ),
             ),
             ("watching deposits", self.watcher.run_once),
             ("sending refunds", self.refunds.resume_due),

@@ -62,6 +62,8 @@ class PlatformSettings:
     takeover_seconds: float = 20.0
     # Test-mode webhooks to loopback and private addresses; None: only on the embedded default.
     webhooks_allow_private: bool | None = None
+    # Redis (redis://host:port/db) shared by every serve process: the checkout rate limits count there
+    redis_url: str | None = None
 
     def __post_init__(self) -> None:
         if not self.checkout_url_base:
@@ -89,7 +91,7 @@ class PlatformSettings:
         ``X402MW_RPC_URL`` (comma-separated), ``X402MW_RELAYER_KEY``, ``X402MW_RECEIPT_KEY``,
         ``X402MW_TREASURY_KEY``, ``X402MW_DEPOSIT_SEED``, ``X402MW_SEALING_KEY``, ``X402MW_BASE_URL``,
         ``X402MW_CHECKOUT_URL_BASE``, ``X402MW_TAKEOVER_SECONDS``, ``X402MW_WEBHOOKS_ALLOW_PRIVATE``
-        (``true``/``false``, ``1``/``0``); ``overrides`` win."""
+        (``true``/``false``, ``1``/``0``), ``X402MW_REDIS_URL``; ``overrides`` win."""
         env = os.environ
         settings = cls()
         if env.get("X402MW_DATA_DIR"):
@@ -106,6 +108,7 @@ class PlatformSettings:
         settings.deposit_seed = env.get("X402MW_DEPOSIT_SEED") or None
         settings.sealing_key = env.get("X402MW_SEALING_KEY") or None
         settings.base_url = env.get("X402MW_BASE_URL", settings.base_url)
+        settings.redis_url = env.get("X402MW_REDIS_URL") or None
         if env.get("X402MW_TAKEOVER_SECONDS"):
             settings.takeover_seconds = float(env["X402MW_TAKEOVER_SECONDS"])
         if allow_private := env.get("X402MW_WEBHOOKS_ALLOW_PRIVATE"):

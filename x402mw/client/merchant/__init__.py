@@ -33,6 +33,7 @@ from x402mw.client.merchant.errors import (
 from x402mw.client.merchant.events import Event, EventDelivery, EventRedelivery, Events
 from x402mw.client.merchant.pages import AsyncPage, AsyncPager, Page
 from x402mw.client.merchant.payment_intents import Customer, PaymentIntent, PaymentIntents, PaymentMethods
+from x402mw.client.merchant.payment_links import PaymentLink, PaymentLinks
 from x402mw.client.merchant.refunds import Refund, Refunds
 from x402mw.client.merchant.resource import NOT_GIVEN, APIObject, Async, NotGiven, Resource, Sync
 from x402mw.client.merchant.sandbox import FaucetTransfer, Sandbox, SandboxPayment
@@ -69,6 +70,8 @@ __all__ = [
     "Page",
     "PaymentIntent",
     "PaymentIntents",
+    "PaymentLink",
+    "PaymentLinks",
     "PaymentMethods",
     "RateLimitError",
     "Refund",

@@ -12,6 +12,7 @@ from x402mw.client.merchant.calls import DEFAULT_BASE_URL, DEFAULT_TIMEOUT, Clie
 from x402mw.client.merchant.drivers import AsyncRunner, SyncRunner
 from x402mw.client.merchant.events import Events
 from x402mw.client.merchant.payment_intents import PaymentIntents
+from x402mw.client.merchant.payment_links import PaymentLinks
 from x402mw.client.merchant.refunds import Refunds
 from x402mw.client.merchant.resource import Async, Sync
 from x402mw.client.merchant.sandbox import Sandbox
@@ -60,6 +61,7 @@ class MerchantClient:
         self._http_client = http_client if http_client is not None else httpx.Client()
         runner = SyncRunner(self._http_client, config)
         self.payment_intents = PaymentIntents[Sync](runner)
+        self.payment_links = PaymentLinks[Sync](runner)
         self.refunds = Refunds[Sync](runner)
         self.balances = Balances[Sync](runner)
         self.webhook_endpoints = WebhookEndpoints[Sync](runner)
@@ -111,6 +113,7 @@ class AsyncMerchantClient:
         self._http_client = http_client if http_client is not None else httpx.AsyncClient()
         runner = AsyncRunner(self._http_client, config)
         self.payment_intents = PaymentIntents[Async](runner)
+        self.payment_links = PaymentLinks[Async](runner)
         self.refunds = Refunds[Async](runner)
         self.balances = Balances[Async](runner)
         self.webhook_endpoints = WebhookEndpoints[Async](runner)

@@ -54,6 +54,8 @@ class PaymentIntent(APIObject):
     accepted_currencies: list[str] = []
     payment_methods: PaymentMethods = PaymentMethods()
     checkout_url: str | None = None
+    x402_url: str | None = None
+    payment_link_id: str | None = None
     success_url: str | None = None
     cancel_url: str | None = None
     customer: Customer = Customer()

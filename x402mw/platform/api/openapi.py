@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from x402mw import __version__
 from x402mw.platform.api import openapi_checkout as checkout
+from x402mw.platform.api import openapi_links as links
 from x402mw.platform.api import openapi_payments as money
 from x402mw.platform.api.openapi_models import model_schemas
 from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
@@ -39,13 +40,14 @@ def _components() -> Schema:
     request_id = {"$ref": "#/components/headers/Request-Id"}
     return {
         "schemas": model_schemas(
-            [*money.BODY_MODELS, *checkout.BODY_MODELS],
-            money.FIELD_NOTES | checkout.FIELD_NOTES,
-            money.PROPERTY_OVERRIDES,
+            [*money.BODY_MODELS, *checkout.BODY_MODELS, *links.BODY_MODELS],
+            money.FIELD_NOTES | checkout.FIELD_NOTES | links.FIELD_NOTES,
+            money.PROPERTY_OVERRIDES | links.PROPERTY_OVERRIDES,
         )
         | response_schemas()
         | money.schemas()
-        | checkout.schemas(),
+        | checkout.schemas()
+        | links.schemas(),
         "securitySchemes": {
             "bearerAuth": {"type": "http", "scheme": "bearer", "description": "`Authorization: Bearer sk_test_…`"},
             "apiKeyHeader": {"type": "apiKey", "in": "header", "name": "x-api-key"},
@@ -95,6 +97,7 @@ def _components() -> Schema:
 
 _TAGS = [
     ("Payment intents", "Payment orders a buyer pays at checkout, with wallet or transfer."),
+    *links.TAGS,
     ("Refunds", "Full refunds of paid orders to the paying wallet, from the treasury."),
     ("Balances", "The merchant's money per chain and coin: credited payments less refunds."),
     ("Agent endpoints", "The resources a merchant sells to agents per request."),
@@ -148,6 +151,13 @@ _LINKS: list[tuple[str, str, str, str, list[str]]] = [
     ),
     ("createRefund", "201", "/refund/id", "refund_id", ["retrieveRefund"]),
     (
+        "createPaymentLink",
+        "201",
+        "/paymentLink/id",
+        "link_id",
+        ["retrievePaymentLink", "updatePaymentLink", "openCheckoutPaymentLink"],
+    ),
+    (
         "createWebhookEndpoint",
         "201",
         "/webhookEndpoint/id",
@@ -170,7 +180,7 @@ def _add_links(paths: dict[str, Schema]) -> None:
 @functools.cache
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
-    for method, path, operation in [*money.operations(), *operations(), *checkout.operations()]:
+    for method, path, operation in [*money.operations(), *links.operations(), *operations(), *checkout.operations()]:
         paths.setdefault(path, {})[method] = operation
     _add_links(paths)
     return {
@@ -216,8 +226,11 @@ def _served(document: Schema, chains: Sequence[ServedChain]) -> Schema:
     faucet = [chain.network for chain in chains if chain.faucet]
     schemas["EndpointCreate"]["properties"]["chainId"] |= _one_of([chain.chain_id for chain in chains])
     schemas["FaucetBody"]["properties"]["network"] |= _one_of(faucet)
-    for name in ("AttemptBody", "SyncBody"):
+    for name in ("AttemptBody", "SyncBody", "AuthorizationBody"):
         schemas[name]["properties"]["network"] |= _one_of(networks)
+    for option in schemas["PrepareBody"]["properties"]["network"]["anyOf"]:
+        if option.get("type") == "string":
+            option |= _one_of(networks)
     for option in schemas["SimulatePaymentBody"]["properties"]["network"]["anyOf"]:
         if option.get("type") == "string":
             option |= _one_of(test_networks)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from x402mw.platform.api.fields import UUID_PATTERN
+from x402mw.platform.api.openapi_links import LINK_ID
 from x402mw.platform.api.openapi_operations import operation
 from x402mw.platform.api.openapi_schemas import (
     ADDRESS,
@@ -17,6 +18,7 @@ from x402mw.platform.api.openapi_schemas import (
     INTEGER,
     MINOR,
     STRING,
+    TEXT,
     TIMESTAMP,
     Schema,
     const,
@@ -25,7 +27,8 @@ from x402mw.platform.api.openapi_schemas import (
     object_schema,
     ref,
 )
-from x402mw.platform.checkout.api import AttemptBody, SyncBody
+from x402mw.platform.checkout.api import AttemptBody, PrepareBody, SyncBody
+from x402mw.platform.checkout.authorizations import AuthorizationBody, WalletAuthorization
 
 __all__ = ["BODY_MODELS", "FIELD_NOTES", "TAGS", "operations", "schemas"]
 
@@ -37,7 +40,7 @@ TAGS = [
         "(bare UUID or `pi_<uuid>`) is all it takes, so it answers only what a buyer may see.",
     )
 ]
-BODY_MODELS: list[type[BaseModel]] = [AttemptBody, SyncBody]
+BODY_MODELS: list[type[BaseModel]] = [AttemptBody, SyncBody, AuthorizationBody, WalletAuthorization, PrepareBody]
 FIELD_NOTES: dict[str, dict[str, str]] = {
     "AttemptBody": {
         "network": "`eip155:<chainId>`: one of the order's `networks`",
@@ -48,6 +51,26 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
     "SyncBody": {
         "txHash": "the transaction the buyer's wallet sent",
         "network": "`eip155:<chainId>` it was sent on: one of the order's `networks`",
+    },
+    "AuthorizationBody": {
+        "network": "`eip155:<chainId>`: one of the order's `networks`",
+        "currency": "an EIP-3009 coin the order accepts (USDC, EURC; USDT has no authorization: 409 "
+        "`gasless_unavailable`)",
+        "authorization": "the `TransferWithAuthorization` message the wallet signed: `attempts` (`method: "
+        "wallet`) answers it in `authorization.message`, with `from` set to the wallet's account",
+        "signature": "the 65-byte signature `eth_signTypedData_v4` answered",
+    },
+    "WalletAuthorization": {
+        "from": "the paying wallet (it needs the coin, no ETH)",
+        "to": "the order's deposit address",
+        "value": "the amount due, in minor units",
+        "validAfter": "Unix time",
+        "validBefore": "Unix time; at least a few seconds ahead",
+        "nonce": "32 bytes of hex",
+    },
+    "PrepareBody": {
+        "network": "default: the first of the order's `networks`",
+        "currency": "default: the order's `currency`, else the first coin of that network",
     },
 }
 _CURRENCY = enum("USDC", "USDT", "EURC")
@@ -63,7 +86,7 @@ _PAYMENT_ID = {
 
 def schemas() -> dict[str, Schema]:
     url = nullable(STRING | {"format": "uri"})
-    return {
+    return _x402_schemas() | {
         "CheckoutPaymentIntent": object_schema(
             {
                 "id": STRING | {"format": "uuid"},
@@ -179,6 +202,147 @@ def schemas() -> dict[str, Schema]:
     }
 
 
+def _x402_schemas() -> dict[str, Schema]:
+    terms = object_schema(
+        {
+            "scheme": const("exact"),
+            "network": STRING,
+            "amount": MINOR,
+            "asset": ADDRESS,
+            "payTo": ADDRESS | {"description": "the order's deposit address"},
+            "maxTimeoutSeconds": INTEGER,
+            "extra": {"type": "object", "description": "`name`, `version` (the token's EIP-712 domain), `paymentId`"},
+        }
+    )
+    return {
+        "X402PaymentRequired": object_schema(
+            {
+                "x402Version": INTEGER | {"const": 2},
+                "error": STRING | {"description": "why the payment sent was not taken (an x402 reason code)"},
+                "message": STRING,
+                "resource": object_schema({"url": STRING, "description": STRING, "mimeType": STRING}),
+                "accepts": {"type": "array", "items": terms, "minItems": 1},
+            },
+            optional=("error", "message"),
+            description="x402 v2 `PaymentRequired` (also base64 in the `PAYMENT-REQUIRED` header): pay the "
+            "amount due, once",
+        ),
+        "X402PaymentPending": object_schema(
+            {
+                "error": object_schema(
+                    {
+                        "type": const("payment_error"),
+                        "code": const("settlement_pending"),
+                        "message": STRING,
+                        "transaction": STRING,
+                    }
+                )
+            },
+            description="The payment is on its way and not final: send the same `PAYMENT-SIGNATURE` again",
+        ),
+    }
+
+
+def _public(found: list[tuple[str, str, Schema]], parameters: list[Schema]) -> None:
+    for _method, _path, item in found:  # the helper knows only API paths' parameters
+        item["parameters"] = [*parameters, *(p for p in item.get("parameters", []) if p.get("in") != "path")]
+        item["responses"]["429"] = {"$ref": "#/components/responses/TooManyRequests"}
+        item["responses"]["400"] = {"$ref": "#/components/responses/BadRequest"}  # a path's control character
+        item["responses"] = dict(sorted(item["responses"].items()))
+
+
+def _relay_operations(base: str) -> list[tuple[str, str, Schema]]:
+    found = [
+        operation(
+            "POST",
+            base + "/authorizations",
+            "createCheckoutAuthorization",
+            TAG,
+            "Pay with a wallet's signed authorization (gasless)",
+            "The wallet signed the EIP-3009 `TransferWithAuthorization` that `attempts` (`method: wallet`) "
+            "answered; the platform checks it like an agent payment and relays it, paying the gas, then "
+            "answers the order (`processing` or `succeeded` once the transfer is in a block). 409 when the "
+            "authorization does not fit the order, naming `param`: `authorization_signature_invalid` "
+            "(not signed by `from` for this coin and chain), `authorization_wrong_recipient` (not the "
+            "order's deposit address), `authorization_wrong_amount` (not the amount due), "
+            "`authorization_expired`, `authorization_not_yet_valid`, `authorization_used` (its nonce is "
+            "spent), `gasless_unavailable` (USDT), `payment_intent_unexpected_state`, "
+            "`payment_in_progress` (another authorization is paying it); 422 `insufficient_funds`. "
+            "Nothing is sent for a refused one. The same authorization sent again answers the order as "
+            "it is, and is never credited twice. 503 `chain_unavailable` (with `Retry-After`): nothing "
+            "was sent.",
+            ref("CheckoutPaymentIntent"),
+            public=True,
+            body="AuthorizationBody",
+            errors=(404, 409, 422),
+        ),
+        operation(
+            "POST",
+            base + "/prepare",
+            "prepareCheckoutPayment",
+            TAG,
+            "Prepare a transfer (legacy, deprecated)",
+            "Kept for old integrations; use `attempts`. Answers what a transfer `attempts` answers, for "
+            "`network` and `currency` (each optional), with `Deprecation: true` and `Link: <…>; "
+            'rel="successor-version"` pointing to the `attempts` operation.',
+            ref("CheckoutAttempt"),
+            public=True,
+            body="PrepareBody",
+            errors=(404, 409),
+        ),
+    ]
+    prepare = found[1][2]
+    prepare["deprecated"] = True
+    prepare["requestBody"]["required"] = False
+    prepare["responses"]["200"]["headers"] |= {
+        "Deprecation": {"description": "`true`: this operation is deprecated", "schema": STRING},
+        "Link": {"description": '`<…attempts…>; rel="successor-version"`', "schema": STRING},
+    }
+    return found
+
+
+def _x402_operation() -> tuple[str, str, Schema]:
+    method, path, item = operation(
+        "GET",
+        "/x402/pay/{payment_id}",
+        "payPaymentIntentX402",
+        TAG,
+        "Pay a payment intent over x402 (its x402Url)",
+        "An x402 v2 resource priced at the amount still due. Without a payment: 402 with "
+        "`PAYMENT-REQUIRED` (one `exact` offer per EIP-3009 coin and network, paying the deposit "
+        "address). With `PAYMENT-SIGNATURE`: the platform relays the authorization and answers the order "
+        "with `PAYMENT-RESPONSE` (transaction and signed receipt). Terms that are not the current ones "
+        "get a new 402 naming the problem; a payment still settling, 402 `settlement_pending` (send the "
+        "same signature again). Once nothing is due (paid, paying, cancelled, expired): 409 without "
+        "`PAYMENT-REQUIRED`; the same signature sent again still answers its receipt.",
+        ref("CheckoutPaymentIntent"),
+        public=True,
+        errors=(404, 409),
+    )
+    item["responses"]["200"]["headers"]["PAYMENT-RESPONSE"] = {
+        "description": "base64 JSON x402 `SettlementResponse`; `extensions.receipt` is the signed receipt",
+        "schema": STRING,
+    }
+    item["responses"]["402"] = {
+        "description": "Payment required (x402 v2), or the payment is not final yet",
+        "headers": {
+            "Request-Id": {"$ref": "#/components/headers/Request-Id"},
+            "PAYMENT-REQUIRED": {"description": "base64 JSON x402 `PaymentRequired`", "schema": STRING},
+        },
+        "content": {"application/json": {"schema": {"anyOf": [ref("X402PaymentRequired"), ref("X402PaymentPending")]}}},
+    }
+    item["parameters"] = [
+        {
+            "name": "PAYMENT-SIGNATURE",
+            "in": "header",
+            "required": False,
+            "description": "base64 JSON x402 v2 `PaymentPayload` paying one of the offers",
+            "schema": TEXT,
+        }
+    ]
+    return method, path, item
+
+
 def operations() -> list[tuple[str, str, Schema]]:
     base = "/checkout/v1/payment-intents/{payment_id}"
     found = [
@@ -234,6 +398,23 @@ def operations() -> list[tuple[str, str, Schema]]:
             errors=(404,),
         ),
     ]
-    for _method, _path, item in found:  # the helper knows only API paths' parameters
-        item["parameters"] = [_PAYMENT_ID]
-    return found
+    found += _relay_operations(base)
+    found.append(_x402_operation())
+    _public(found, [_PAYMENT_ID])
+    opened = [
+        operation(
+            "POST",
+            "/checkout/v1/payment-links/{link_id}/payment-intents",
+            "openCheckoutPaymentLink",
+            TAG,
+            "Open a payment link",
+            "Makes a payment intent of the link's for one buyer and answers it (the link's page does the same, "
+            "keeping the order in a cookie). 409 `payment_link_inactive` when the merchant deactivated it.",
+            ref("CheckoutPaymentIntent"),
+            status=201,
+            public=True,
+            errors=(404, 409),
+        )
+    ]
+    _public(opened, [LINK_ID])
+    return found + opened

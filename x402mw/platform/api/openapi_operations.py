@@ -26,6 +26,11 @@ ERRORS = {
     ),
     413: ("PayloadTooLarge", "The request body is larger than 1 MiB."),
     422: ("Unprocessable", "The request is valid but cannot be carried out (e.g. `insufficient_balance`)."),
+    429: (
+        "TooManyRequests",
+        "Rate limited (type `rate_limit_error`, code `rate_limited`): the public checkout endpoints count "
+        "requests per client address and per payment intent; retry after `Retry-After` seconds.",
+    ),
     503: (
         "ServiceUnavailable",
         "A dependency is down: the database (`database_unavailable`) or a chain's node (`chain_unavailable`). "

@@ -113,7 +113,7 @@ def _payment_intent_schema() -> Schema:
             "object": const("payment_intent"),
             "status": enum("requires_payment", "processing", "succeeded", "canceled", "expired", "refunded"),
             "orderId": STRING,
-            "amount": DECIMAL,
+            "amount": DECIMAL | {"description": 'as sent (`"25.00"` stays `"25.00"`)'},
             "amountReceived": DECIMAL | {"description": "received so far (an underpaid order shows it)"},
             "currency": currency,
             "acceptedCurrencies": {"type": "array", "items": currency},
@@ -123,6 +123,15 @@ def _payment_intent_schema() -> Schema:
                 "format": "uri",
                 "description": "`{checkout_url_base}/pi_<uuid>`: hand it to the buyer exactly as returned",
             },
+            "x402Url": STRING
+            | {
+                "format": "uri",
+                "description": "`{api_host}/x402/pay/pi_<uuid>`: an x402 v2 resource any agent can pay the "
+                "amount due at, once",
+            },
+            "paymentLinkId": nullable(
+                STRING | {"format": "uuid", "description": "the payment link it was opened from"}
+            ),
             "successUrl": url,
             "cancelUrl": url,
             "customer": object_schema({"email": nullable(STRING), "name": nullable(STRING)}),

@@ -32,8 +32,9 @@ from x402mw.platform.services.payment_intents import (
     parse_amount,
     payment_intent_json,
 )
+from x402mw.protocol.prices import JsonNumber
 
-__all__ = ["PaymentIntentCreate", "routes"]
+__all__ = ["PaymentIntentCreate", "routes", "sent_text"]
 
 Currency = Literal["USDC", "USDT", "EURC"]
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 50, 40, 500
@@ -54,6 +55,12 @@ def _metadata(value: object) -> dict[str, str]:
         if len(item) > MAX_METADATA_VALUE:
             raise ValueError(f"the value of {key[:40]!r} is longer than {MAX_METADATA_VALUE} characters")
     return value
+
+
+def sent_text(amount: object) -> str | None:
+    """An amount sent as a string, kept to be answered as sent (it passed the amount grammar); None
+    for a JSON number, answered as its plain decimal."""
+    return amount if isinstance(amount, str) and not isinstance(amount, JsonNumber) else None
 
 
 def _timestamp(value: object) -> datetime | None:
@@ -187,7 +194,8 @@ def _customer(body: PaymentIntentCreate) -> tuple[str | None, str | None]:
 
 async def create(request: Request) -> JSONResponse:
     caller = await authenticate(request)
-    body = parse_body(PaymentIntentCreate, await read_json(request))
+    data = await read_json(request)
+    body = parse_body(PaymentIntentCreate, data)
     platform = request.app.state.platform
     now = platform.clock.now()
     accepted: list[str] = list(dict.fromkeys(body.acceptedCurrencies or [body.currency]))
@@ -206,6 +214,7 @@ async def create(request: Request) -> JSONResponse:
         "order_id": body.orderId,
         "status": "requires_payment",
         "amount_minor": body.amount,
+        "amount_text": sent_text(data["amount"]),
         "amount_received_minor": 0,
         "currency": body.currency,
         "accepted_currencies": accepted,
@@ -240,7 +249,7 @@ async def retrieve(request: Request) -> JSONResponse:
         row = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
     if row is None:
         raise ApiError.missing("payment intent", payment_id)
-    return JSONResponse({"paymentIntent": payment_intent_json(row, platform.settings.checkout_url_base)})
+    return JSONResponse({"paymentIntent": payment_intent_json(row, platform.payment_intents.checkout_url_base)})
 
 
 async def cancel(request: Request) -> JSONResponse:
@@ -253,7 +262,7 @@ async def cancel(request: Request) -> JSONResponse:
         caller.livemode,
         payment_id,
         platform.clock.now(),
-        platform.settings.checkout_url_base,
+        platform.payment_intents.checkout_url_base,
     )
     if answer is None:
         raise ApiError.missing("payment intent", payment_id)
@@ -270,7 +279,7 @@ async def list_payment_intents(request: Request) -> JSONResponse:
         if not 1 <= len(order_id) <= 200:
             raise ApiError(400, "parameter_invalid", "orderId must be 1-200 characters", param="orderId")
         filters.append(table.c.order_id == order_id)
-    base = platform.settings.checkout_url_base
+    base = platform.payment_intents.checkout_url_base
 
     def render(row: Any) -> dict[str, Any]:
         return payment_intent_json(row, base)

@@ -141,7 +141,7 @@ async def simulate_payment(request: Request) -> JSONResponse:
     body = parse_body(SimulatePaymentBody, await read_json(request, allow_empty=True) or {})
     platform = request.app.state.platform
     chain = _test_chain(request, body.network)
-    base = platform.settings.checkout_url_base
+    base = platform.payment_intents.checkout_url_base
     async with platform.engine.begin() as conn:
         order = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
         if order is None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute, Mount
 
-from x402mw.platform.checkout import api, pages
+from x402mw.platform.checkout import agent_pay, api, links, pages
 from x402mw.platform.checkout.assets import CheckoutAssets
 
-__all__ = ["routes"]
+__all__ = ["agent_routes", "routes"]
 
 routes: list[BaseRoute] = [
-    Mount("/v1", routes=api.routes),
+    Mount("/v1", routes=[*api.routes, *links.routes]),
     Mount("/static", app=CheckoutAssets(), name="checkout-static"),
     *pages.routes,
 ]
+agent_routes: list[BaseRoute] = list(agent_pay.routes)
+"""``{api_host}/x402/pay/pi_<uuid>``: orders that agents pay over x402 (`x402mw.platform.checkout.agent_pay`)."""

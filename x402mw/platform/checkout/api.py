@@ -3,7 +3,11 @@
 - ``GET  /payment-intents/:paymentId``: what checkout may show of the order;
 - ``POST /payment-intents/:paymentId/attempts`` ``{network, currency, method}``: how to pay it;
 - ``POST /payment-intents/:paymentId/transfer-status``: look for money at the deposit address now;
-- ``POST /payment-intents/:paymentId/sync`` ``{txHash, network}``: the buyer's wallet sent a transfer.
+- ``POST /payment-intents/:paymentId/sync`` ``{txHash, network}``: the buyer's wallet sent a transfer;
+- ``POST /payment-intents/:paymentId/authorizations``: a wallet signed an EIP-3009 authorization, which
+  the platform relays (gasless: `x402mw.platform.checkout.authorizations`);
+- ``POST /payment-intents/:paymentId/prepare`` ``{network?, currency?}``: legacy and deprecated, a
+  transfer ``attempts`` with defaults, answered with ``Deprecation: true`` and a ``Link`` to its successor.
 
 ``:paymentId`` is the bare UUID or ``pi_<uuid>``. Errors use the platform's envelope; an unknown id is
 404 ``resource_missing``.
@@ -13,8 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -24,12 +27,13 @@ from starlette.routing import Route
 from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.checkout.attempts import prepare_attempt
-from x402mw.platform.checkout.orders import find_order, parse_payment_id, payment_options, public_order_json
+from x402mw.platform.checkout.authorizations import authorizations
+from x402mw.platform.checkout.lookup import load_order, look_for_payment, order_chains
+from x402mw.platform.checkout.orders import payment_options, public_order_json
 from x402mw.platform.runtime import Platform
-from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.payment_intents import PaymentIntentError
 
-__all__ = ["AttemptBody", "SyncBody", "TransferStatusBody", "routes"]
+__all__ = ["AttemptBody", "PrepareBody", "SyncBody", "TransferStatusBody", "routes"]
 
 logger = logging.getLogger("x402mw.platform.checkout")
 SYNC_WAIT_SECONDS = 10.0  # how long sync waits for the buyer's transaction to be mined
@@ -55,18 +59,6 @@ class SyncBody(BaseModel):
 def _platform(request: Request) -> Platform:
     platform: Platform = request.app.state.platform
     return platform
-
-
-async def load_order(platform: Platform, raw_id: str) -> Mapping[Any, Any]:
-    """The order a checkout path names; 404 ``resource_missing`` for an unknown or malformed id."""
-    payment_id = parse_payment_id(raw_id)
-    order = None
-    if payment_id is not None:
-        async with platform.engine.connect() as conn:
-            order = await find_order(conn, payment_id)
-    if order is None:
-        raise ApiError.missing("payment intent", raw_id)
-    return order
 
 
 async def _answer(platform: Platform, payment_id: str) -> JSONResponse:
@@ -98,29 +90,6 @@ async def attempt(request: Request) -> JSONResponse:
     return JSONResponse(answer)
 
 
-async def look_for_payment(platform: Platform, order: Mapping[Any, Any], chains: list[ChainHandle]) -> None:
-    """Run the deposit watcher now for ``chains``: read their new blocks, then confirm what is due.
-
-    A chain that cannot be read is logged and left to the worker, which tries again within seconds:
-    the buyer's status check still answers with what the platform knows."""
-    if not order["deposit_address"]:
-        return  # no address given out yet: nothing can have arrived
-    try:
-        for chain in chains:
-            await platform.watcher.scan(chain)
-        await platform.watcher.confirm()
-    except Exception:
-        logger.exception("checkout: looking for the payment of %s failed", order["id"])
-
-
-def order_chains(platform: Platform, order: Mapping[Any, Any]) -> list[ChainHandle]:
-    """The chains money for ``order`` can arrive on: the one it was paid on, else every one it offers."""
-    seen: dict[int, ChainHandle] = {}
-    for option in payment_options(platform.chains, order):
-        seen.setdefault(option.chain.chain_id, option.chain)
-    return list(seen.values())
-
-
 async def transfer_status(request: Request) -> JSONResponse:
     platform = _platform(request)
     raw_id = request.path_params["payment_id"]
@@ -150,6 +119,43 @@ async def sync(request: Request) -> JSONResponse:
     return await _answer(platform, raw_id)
 
 
+class PrepareBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    network: str | None = Field(default=None, max_length=64)
+    currency: Literal["USDC", "USDT", "EURC"] | None = None
+
+
+PREPARE_SUCCESSOR = "/v1/openapi.json#/paths/~1checkout~1v1~1payment-intents~1%7Bpayment_id%7D~1attempts/post"
+"""Where ``/prepare`` answers point (``Link: <…>; rel="successor-version"``): the ``attempts`` operation."""
+
+
+async def prepare(request: Request) -> JSONResponse:
+    """Legacy ``/prepare`` (deprecated): a transfer ``attempts`` with the order's own defaults."""
+    platform = _platform(request)
+    order = await load_order(platform, request.path_params["payment_id"])
+    body = parse_body(PrepareBody, await read_json(request, allow_empty=True))
+    options = payment_options(platform.chains, order)
+    network = body.network or (options[0].network if options else "")
+    on_network = [o.asset.symbol for o in options if o.network == network]
+    currency = body.currency or (order["currency"] if order["currency"] in on_network else None)
+    currency = currency or (on_network[0] if on_network else order["currency"])
+    try:
+        answer = await prepare_attempt(
+            platform.engine,
+            platform.deposit_keys,
+            platform.chains,
+            order,
+            network=network,
+            currency=currency,
+            method="transfer",
+            now=platform.clock.now(),
+        )
+    except PaymentIntentError as exc:
+        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
+    headers = {"Deprecation": "true", "Link": f'<{PREPARE_SUCCESSOR}>; rel="successor-version"'}
+    return JSONResponse(answer, headers=headers)
+
+
 routes = [
     Route("/payment-intents/{payment_id}", retrieve, methods=["GET"], name="checkout-payment-intent"),
     Route("/payment-intents/{payment_id}/attempts", attempt, methods=["POST"], name="checkout-attempts"),
@@ -160,4 +166,11 @@ routes = [
         name="checkout-transfer-status",
     ),
     Route("/payment-intents/{payment_id}/sync", sync, methods=["POST"], name="checkout-sync"),
+    Route(
+        "/payment-intents/{payment_id}/authorizations",
+        authorizations,
+        methods=["POST"],
+        name="checkout-authorizations",
+    ),
+    Route("/payment-intents/{payment_id}/prepare", prepare, methods=["POST"], name="checkout-prepare"),
 ]

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from x402mw.platform.api.bodies import iso
 from x402mw.platform.db import tables
 from x402mw.platform.services.chains import ChainHandle, Chains
-from x402mw.platform.services.payment_intents import DECIMALS
+from x402mw.platform.services.payment_intents import DECIMALS, amount_text
 from x402mw.protocol.networks import Asset
 from x402mw.protocol.prices import format_amount
 
@@ -163,7 +163,7 @@ def public_order_json(order: Mapping[Any, Any], chains: Chains) -> dict[str, Any
         "paymentId": order["id"],
         "object": "checkout_payment_intent",
         "status": order["status"],
-        "amount": format_amount(int(order["amount_minor"]), DECIMALS),
+        "amount": amount_text(order),
         "amountReceived": format_amount(int(order["amount_received_minor"]), DECIMALS),
         "amountDue": format_amount(amount_due(order), DECIMALS),
         "currency": order["currency"],

@@ -2,7 +2,10 @@
 
 ``{checkout_url_base}/pi_<uuid>`` is the form the API hands out. Older links stay valid and render
 the same page, without a redirect: ``/payment-intents/<uuid>`` and ``/paylink/<slug>`` (a slug of
-``pi_<uuid>`` or a bare UUID). Anything else is a 404 page.
+``pi_<uuid>`` or a bare UUID). ``{checkout_url_base}/<prefix><id>`` is dispatched by prefix
+(`PAGES`): ``pl_<uuid>``, a payment link, sends its buyer on to an order of their own
+(`x402mw.platform.checkout.links`), as ``/paylink/<slug>`` does for a link's slug. Anything else is a
+404 page.
 
 The page works without JavaScript: the coin picker is a form that reloads the page for the chosen
 network and coin, and the transfer panel (deposit address, amount, EIP-681 QR code) is in the HTML.
@@ -23,7 +26,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,11 +35,12 @@ import segno
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from x402mw.platform.api.bodies import iso
 from x402mw.platform.api.errors import current_request_id
+from x402mw.platform.checkout import links
 from x402mw.platform.checkout.assets import asset_digest
 from x402mw.platform.checkout.attempts import prepare_attempt
 from x402mw.platform.checkout.orders import (
@@ -291,19 +295,48 @@ def _panel(status: str, open_: bool) -> str:
     return {"processing": "processing", "succeeded": "paid"}.get(status, "closed")
 
 
-async def checkout_page(request: Request) -> HTMLResponse:
-    slug: str = request.path_params["slug"]
-    if not slug.startswith("pi_"):
+async def payment_link_page(request: Request, raw_id: str) -> Response:
+    """``pl_<uuid>``: a payment link sends its buyer on to an order of their own (`links.send_to_order`)."""
+    return await _open_link(request, await links.find_link(request.app.state.platform, raw_id))
+
+
+async def _open_link(request: Request, link: Mapping[Any, Any] | None) -> Response:
+    if link is None:
         return not_found_page(request)
-    return await render_checkout(request, slug)
+    if not link["active"]:
+        context = {"css": _static(request, "checkout.css"), "request_id": current_request_id(), "name": link["name"]}
+        return _render("link_inactive.html", context, status=410)
+    return await links.send_to_order(request, link)
+
+
+PAGES: dict[str, Callable[[Request, str], Awaitable[Response]]] = {
+    "pi_": render_checkout,
+    "pl_": payment_link_page,
+}
+"""The pages of ``{checkout_url_base}/<prefix><id>``, by prefix: ``pi_`` a payment intent, ``pl_`` a
+payment link. Each takes the request and the whole path segment."""
+
+
+async def checkout_page(request: Request) -> Response:
+    slug: str = request.path_params["slug"]
+    page = PAGES.get(slug[:3])
+    if page is None:
+        return not_found_page(request)
+    return await page(request, slug)
 
 
 async def legacy_payment_intent_page(request: Request) -> HTMLResponse:
     return await render_checkout(request, request.path_params["payment_id"])
 
 
-async def legacy_paylink_page(request: Request) -> HTMLResponse:
-    return await render_checkout(request, request.path_params["slug"])
+async def legacy_paylink_page(request: Request) -> Response:
+    """``/paylink/<slug>``: a payment intent's id (``pi_<uuid>`` or the bare UUID), else a link's slug."""
+    slug: str = request.path_params["slug"]
+    if slug[:3].lower() == "pl_":
+        return await payment_link_page(request, slug)
+    if parse_payment_id(slug) is not None:
+        return await render_checkout(request, slug)
+    return await _open_link(request, await links.find_link(request.app.state.platform, slug=slug))
 
 
 async def unknown_page(request: Request) -> HTMLResponse:

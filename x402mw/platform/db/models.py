@@ -29,6 +29,7 @@ __all__ = [
     "LedgerEntry",
     "Merchant",
     "PaymentIntent",
+    "PaymentLink",
     "Refund",
     "WebhookDelivery",
     "WebhookEndpoint",
@@ -220,6 +221,13 @@ class PaymentIntent(SQLModel, table=True):
     expires_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # ``amount`` as the merchant sent it (``"25.00"``), answered as sent; NULL: a JSON number was sent
+    amount_text: str | None = Field(default=None, max_length=32)
+    payment_link_id: str | None = Field(default=None, max_length=36, index=True)  # the link a buyer opened
+    # The signed authorization being relayed for this order (its payload hash, x402mw.platform.checkout.relay):
+    # one at a time, so that two wallets or agents cannot both pay it.
+    relay_hash: str | None = Field(default=None, max_length=64)
+    relay_claimed_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
 
     __table_args__ = (
         UniqueConstraint("merchant_id", "livemode", "order_id", name="uq_payment_intents_order"),
@@ -227,6 +235,31 @@ class PaymentIntent(SQLModel, table=True):
         Index("ix_payment_intents_merchant_created", "merchant_id", "created_at"),
         Index("ix_payment_intents_status_expires", "status", "expires_at"),
     )
+
+
+class PaymentLink(SQLModel, table=True):
+    """A reusable priced link (``{checkout_url_base}/pl_<id>``, and ``/paylink/<slug>`` with a slug):
+    each buyer who opens it gets a payment order of their own (``payment_intents.payment_link_id``)."""
+
+    __tablename__ = "payment_links"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    name: str = Field(max_length=200)
+    slug: str | None = Field(default=None, max_length=64, unique=True)
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    amount_text: str | None = Field(default=None, max_length=32)
+    currency: str = Field(max_length=8)
+    accepted_currencies: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    payment_methods: dict[str, bool] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    success_url: str | None = Field(default=None, max_length=2048)
+    cancel_url: str | None = Field(default=None, max_length=2048)
+    link_metadata: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    active: bool = True
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_payment_links_merchant_created", "merchant_id", "created_at"),)
 
 
 class WebhookEndpoint(SQLModel, table=True):

@@ -21,6 +21,7 @@ __all__ = [
     "ledger_entries",
     "merchants",
     "payment_intents",
+    "payment_links",
     "refunds",
     "webhook_deliveries",
     "webhook_endpoints",
@@ -44,3 +45,4 @@ balances = _tables["balances"]
 ledger_entries = _tables["ledger_entries"]
 refunds = _tables["refunds"]
 embedded_chains = _tables["embedded_chains"]
+payment_links = _tables["payment_links"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -39,8 +40,11 @@ __all__ = [
     "ORDER_AMOUNTS",
     "STATUSES",
     "TRANSITIONS",
+    "OrderLinks",
     "PaymentIntentError",
     "PaymentIntentWriter",
+    "amount_text",
+    "api_host_of",
     "cancel_payment_intent",
     "expire_due_payment_intents",
     "find_payment_intent",
@@ -72,6 +76,35 @@ class PaymentIntentError(Refused):
     """A payment order request the rules refuse."""
 
 
+class OrderLinks(str):
+    """The checkout URL base (``{checkout_url_base}``, what `payment_intent_json` and the services take
+    as ``checkout_url_base``), also knowing ``api_host``, the origin an order's ``x402Url`` is on
+    (``{api_host}/x402/pay/pi_<uuid>``). A plain ``str`` base stands for the default layout, where
+    checkout is served at ``{api_host}/checkout``."""
+
+    api_host: str
+
+    def __new__(cls, checkout_url_base: str, api_host: str) -> OrderLinks:
+        links = super().__new__(cls, checkout_url_base.rstrip("/"))
+        links.api_host = api_host.rstrip("/")
+        return links
+
+
+def api_host_of(checkout_url_base: str) -> str:
+    """The origin ``x402Url`` is on, for a checkout URL base (`OrderLinks` carries it)."""
+    if isinstance(checkout_url_base, OrderLinks):
+        return checkout_url_base.api_host
+    parts = urlsplit(checkout_url_base)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def amount_text(row: Mapping[Any, Any], minor_key: str = "amount_minor") -> str:
+    """An amount as the merchant sent it (``"25.00"`` stays ``"25.00"``), or, for one sent as a JSON
+    number, its plain decimal."""
+    text: str | None = row.get("amount_text")
+    return text if text else format_amount(int(row[minor_key]), DECIMALS)
+
+
 def parse_amount(value: object) -> int:
     """An order's amount in minor units: `ORDER_AMOUNTS` (greater than 0, at most 1,000,000,000, at
     most 6 decimals), as a decimal string in the amount grammar, an int, or a JSON number read by
@@ -96,12 +129,14 @@ def payment_intent_json(row: Mapping[Any, Any], checkout_url_base: str) -> dict[
         "object": "payment_intent",
         "status": row["status"],
         "orderId": row["order_id"],
-        "amount": format_amount(row["amount_minor"], DECIMALS),
+        "amount": amount_text(row),
         "amountReceived": format_amount(row["amount_received_minor"], DECIMALS),
         "currency": row["currency"],
         "acceptedCurrencies": list(row["accepted_currencies"]),
         "paymentMethods": dict(row["payment_methods"]),
         "checkoutUrl": f"{checkout_url_base}/pi_{row['id']}",
+        "x402Url": f"{api_host_of(checkout_url_base)}/x402/pay/pi_{row['id']}",
+        "paymentLinkId": row.get("payment_link_id"),
         "successUrl": row["success_url"],
         "cancelUrl": row["cancel_url"],
         "customer": {"email": row["customer_email"], "name": row["customer_name"]},
@@ -152,6 +187,8 @@ UNPAID = {
     "paid_currency": None,
     "payer": None,
     "swept_at": None,
+    "relay_hash": None,
+    "relay_claimed_at": None,
 }
 """The columns of a new order that only its payment sets."""
 
@@ -175,7 +212,13 @@ class PaymentIntentWriter:
     def new_order(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The stored form of the new order ``row`` (every ``payment_intents`` column but those of
         `UNPAID`); `payment_intent_json` of it is the order's public form."""
-        return {**UNPAID, **row, "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None}
+        return {
+            **UNPAID,
+            "amount_text": None,
+            "payment_link_id": None,
+            **row,
+            "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None,
+        }
 
     async def create(
         self,

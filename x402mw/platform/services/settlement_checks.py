@@ -17,9 +17,17 @@ from x402mw.platform.chain.relayer import RevertError, simulated
 from x402mw.platform.clock import Clock
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+from x402mw.protocol.models import Authorization, PaymentPayload, PaymentRequirements
 
-__all__ = ["MIN_VALIDITY_SECONDS", "Refusal", "Verified", "revert_reason", "simulation_outcome", "verify_payment"]
+__all__ = [
+    "MIN_VALIDITY_SECONDS",
+    "Refusal",
+    "Verified",
+    "payload_hash",
+    "revert_reason",
+    "simulation_outcome",
+    "verify_payment",
+]
 
 MIN_VALIDITY_SECONDS = 6
 """An authorization must stay valid at least this long after it arrives: time to relay and include it."""
@@ -81,10 +89,14 @@ def verify_payment(chains: Chains, clock: Clock, accepted: PaymentRequirements, 
         raise Refusal(reasons.INVALID_SIGNATURE, "the signature is malformed") from None
     if signer.lower() != wire.from_address.lower():
         raise Refusal(reasons.INVALID_SIGNATURE, "the signature is not by the authorization's 'from'")
-    digest = hashlib.sha256(
-        signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode()
+    return Verified(chain, auth, signature, signer, payload_hash(signature, wire, accepted.asset))
+
+
+def payload_hash(signature: bytes, wire: Authorization, asset: str) -> str:
+    """What names one signed payload (`Verified.payload_hash`): two sends of it share it."""
+    return hashlib.sha256(
+        signature + repr(sorted(wire.to_wire().items())).encode() + asset.lower().encode()
     ).hexdigest()
-    return Verified(chain, auth, signature, signer, digest)
 
 
 async def simulation_outcome(simulation: asyncio.Future[Any]) -> None:

@@ -60,8 +60,9 @@ class SettlementWrites:
         self._insert_challenges = dialect.insert(_challenges).on_conflict_do_nothing()
         by_id = _payments.c.id == _param("id", "id")
         self._mark = {
+            # Not `status IN (...)`: an expanding IN makes an executemany run row by row.
             "submitted": update(_payments)
-            .where(by_id, _payments.c.status.in_(("claimed", "submitted")))
+            .where(by_id, or_(_payments.c.status == "claimed", _payments.c.status == "submitted"))
             .values(status="submitted", transaction=_param("tx", "transaction")),
             # A payment is released once: should two processes release it (a takeover racing its
             # owner), the first record stands.

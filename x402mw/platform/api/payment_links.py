@@ -1,0 +1,183 @@
+"""``/payment-links``: reusable priced links, each buyer getting a payment order of their own (DESIGN 9).
+
+- ``POST /payment-links`` ``{name, amount, currency, acceptedCurrencies?, paymentMethods?, successUrl?,
+  cancelUrl?, metadata?, slug?}``: answers ``{paymentLink}`` with its ``checkoutUrl``
+  (``{checkout_url_base}/pl_<id>``) and, with a slug, ``slugUrl`` (``/paylink/<slug>``);
+- ``GET /payment-links`` (cursor pages), ``GET /payment-links/:id``;
+- ``PATCH /payment-links/:id`` ``{name?, active?}``: an inactive link opens no new orders (its page
+  says so; the public API answers 409 ``payment_link_inactive``); orders already opened stay payable.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
+from sqlalchemy.exc import IntegrityError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import UUID_PATTERN, HttpUrl, http_url, is_uuid
+from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.payment_intents import (
+    _CREATE_RULES,
+    _METADATA_SCHEMA,
+    Currency,
+    PaymentMethodsIn,
+    _metadata,
+    sent_text,
+)
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.services.payment_intents import FIXED_TRANSFER_KEY, parse_amount
+from x402mw.platform.services.payment_links import payment_link_json
+
+__all__ = ["SLUG_PATTERN", "PaymentLinkCreate", "PaymentLinkUpdate", "routes"]
+
+SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
+"""A slug: 1-64 lower-case letters, digits and inner hyphens, and not a UUID (``/paylink/<uuid>``
+names payment intents)."""
+
+
+def _slug(value: str) -> str:
+    if is_uuid(value):
+        raise ValueError("must not be a UUID (those name payment intents in /paylink/ links)")
+    return value
+
+
+Slug = Annotated[
+    str,
+    Field(pattern=SLUG_PATTERN),
+    AfterValidator(_slug),
+    WithJsonSchema({"type": "string", "pattern": SLUG_PATTERN, "not": {"pattern": UUID_PATTERN}}),
+]
+
+
+def _link_metadata(value: object) -> dict[str, str]:
+    found = _metadata(value)
+    if FIXED_TRANSFER_KEY in found:
+        raise ValueError(f"{FIXED_TRANSFER_KEY} cannot be set on a link: every buyer gets an order of their own")
+    return found
+
+
+_LINK_METADATA_SCHEMA = _METADATA_SCHEMA | {"not": {"required": [FIXED_TRANSFER_KEY]}}
+
+
+class PaymentLinkCreate(BaseModel):
+    # acceptedCurrencies must include currency, as for payment intents
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [_CREATE_RULES[0]]})
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    amount: int
+    currency: Currency
+    acceptedCurrencies: list[Currency] | None = Field(default=None, min_length=1, max_length=3)
+    paymentMethods: PaymentMethodsIn | None = None
+    successUrl: HttpUrl | None = None
+    cancelUrl: HttpUrl | None = None
+    metadata: Annotated[dict[str, str], WithJsonSchema(_LINK_METADATA_SCHEMA)] | None = None
+    slug: Slug | None = None
+
+    _v_amount = field_validator("amount", mode="before")(parse_amount)
+    _v_urls = field_validator("successUrl", "cancelUrl")(http_url)
+    _v_metadata = field_validator("metadata", mode="before")(_link_metadata)
+
+
+class PaymentLinkUpdate(PatchBody):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    active: StrictBool | None = None
+
+
+def _base(request: Request) -> str:
+    base: str = request.app.state.platform.payment_intents.checkout_url_base
+    return base
+
+
+async def create(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    data = await read_json(request)
+    body = parse_body(PaymentLinkCreate, data)
+    platform = request.app.state.platform
+    accepted: list[str] = list(dict.fromkeys(body.acceptedCurrencies or [body.currency]))
+    if body.currency not in accepted:
+        raise ApiError(
+            400, "parameter_invalid", f"acceptedCurrencies must include {body.currency}", param="acceptedCurrencies"
+        )
+    now = platform.clock.now()
+    row: dict[str, Any] = {
+        "id": new_id(),
+        "merchant_id": caller.merchant_id,
+        "livemode": caller.livemode,
+        "name": body.name,
+        "slug": body.slug,
+        "amount_minor": body.amount,
+        "amount_text": sent_text(data["amount"]),
+        "currency": body.currency,
+        "accepted_currencies": accepted,
+        "payment_methods": (body.paymentMethods or PaymentMethodsIn()).model_dump(),
+        "success_url": body.successUrl,
+        "cancel_url": body.cancelUrl,
+        "link_metadata": body.metadata or {},
+        "active": True,
+        "created_at": now,
+        "updated_at": now,
+    }
+    try:
+        async with platform.engine.begin() as conn:
+            await conn.execute(tables.payment_links.insert(), row)
+    except IntegrityError:
+        if body.slug is None:
+            raise
+        raise ApiError(409, "slug_taken", f"The slug {body.slug!r} is taken; choose another", param="slug") from None
+    return JSONResponse({"paymentLink": payment_link_json(row, _base(request))}, status_code=201)
+
+
+async def _load(request: Request, caller: Any, conn: Any) -> Any:
+    link_id = path_uuid(request, "link_id", "payment link")
+    table = tables.payment_links
+    row = (await conn.execute(table.select().where(table.c.id == link_id, *caller.owns(table)))).mappings().first()
+    if row is None:
+        raise ApiError.missing("payment link", link_id)
+    return row
+
+
+async def retrieve(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    async with request.app.state.platform.engine.connect() as conn:
+        row = await _load(request, caller, conn)
+    return JSONResponse({"paymentLink": payment_link_json(row, _base(request))})
+
+
+async def update(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    body = parse_body(PaymentLinkUpdate, await read_json(request))
+    platform = request.app.state.platform
+    values: dict[str, Any] = {**body.changes(), "updated_at": platform.clock.now()}
+    table = tables.payment_links
+    async with platform.engine.begin() as conn:
+        row = await _load(request, caller, conn)
+        await conn.execute(table.update().where(table.c.id == row["id"]).values(**values))
+        row = await _load(request, caller, conn)
+    return JSONResponse({"paymentLink": payment_link_json(row, _base(request))})
+
+
+async def list_links(request: Request) -> JSONResponse:
+    caller = await authenticate(request)
+    table = tables.payment_links
+    base = _base(request)
+    async with request.app.state.platform.engine.connect() as conn:
+        page = await list_page(conn, table, caller.owns(table), request, lambda row: payment_link_json(row, base))
+    return JSONResponse(page)
+
+
+routes = [
+    Route("/payment-links", create, methods=["POST"]),
+    Route("/payment-links", list_links, methods=["GET"]),
+    Route("/payment-links/{link_id}", retrieve, methods=["GET"]),
+    Route("/payment-links/{link_id}", update, methods=["PATCH"]),
+]

@@ -1,0 +1,137 @@
+"""Opening a payment link: its page (``{checkout_url_base}/pl_<id>`` and ``/paylink/<slug>``) and the
+public ``POST /checkout/v1/payment-links/:linkId/payment-intents``.
+
+The page gives the buyer an order of their own and sends them on to its checkout page (``303`` to
+the order's ``checkoutUrl``). So that reloading or reopening the link does not mint an order each
+time, the order's id is kept in a cookie of the link (``x402mw_pl_<link id>``, path ``/checkout``,
+HttpOnly, SameSite=Lax) for the order's lifetime: while that order can still be paid (or its payment
+is being confirmed) the link sends the buyer back to it; once it is paid, cancelled or expired, the
+link opens a new one (a buyer may buy again). A deactivated link shows a page saying so (410).
+
+The public endpoint mints an order on every call (a panel or a script opening the link) and answers
+its public form (201); 409 ``payment_link_inactive`` for a deactivated link. Both are rate-limited per
+client address (`x402mw.platform.checkout.rate_limits`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.checkout.orders import awaiting_payment, find_order, parse_payment_id, public_order_json
+from x402mw.platform.runtime import Platform
+from x402mw.platform.services.payment_intents import PaymentIntentError
+from x402mw.platform.services.payment_links import (
+    LINK_ORDER_LIFETIME,
+    find_payment_link,
+    find_payment_link_by_slug,
+    open_payment_link,
+)
+
+__all__ = ["COOKIE_PREFIX", "find_link", "parse_link_id", "routes", "send_to_order"]
+
+COOKIE_PREFIX = "x402mw_pl_"
+
+
+def parse_link_id(raw: str) -> str | None:
+    """The bare UUID in ``pl_<uuid>`` or ``<uuid>`` (canonical form, any case), or None."""
+    text = raw[3:] if raw[:3].lower() == "pl_" else raw
+    try:
+        canonical = str(uuid.UUID(text))
+    except ValueError:
+        return None
+    return canonical if canonical == text.lower() else None
+
+
+async def _link(platform: Platform, link_id: str | None) -> Mapping[Any, Any] | None:
+    if link_id is None:
+        return None
+    async with platform.engine.connect() as conn:
+        return await find_payment_link(conn, link_id)
+
+
+async def open_link_api(request: Request) -> JSONResponse:
+    platform: Platform = request.app.state.platform
+    raw = request.path_params["link_id"]
+    link = await _link(platform, parse_link_id(raw))
+    if link is None:
+        raise ApiError.missing("payment link", raw)
+    try:
+        order = await open_payment_link(platform.payment_intents, link, platform.clock.now())
+    except PaymentIntentError as exc:
+        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
+    async with platform.engine.connect() as conn:
+        stored = await find_order(conn, order["id"])
+    assert stored is not None
+    return JSONResponse(public_order_json(stored, platform.chains), status_code=201)
+
+
+async def _reusable(platform: Platform, link: Mapping[Any, Any], request: Request) -> Mapping[Any, Any] | None:
+    """The order this buyer's cookie holds for ``link``, while it can still be paid or is being confirmed."""
+    payment_id = parse_payment_id(request.cookies.get(_cookie(link), ""))
+    if payment_id is None:
+        return None
+    async with platform.engine.connect() as conn:
+        order = await find_order(conn, payment_id)
+    if order is None or order["payment_link_id"] != link["id"]:
+        return None
+    if awaiting_payment(order, platform.clock.now()) or order["status"] == "processing":
+        return order
+    return None
+
+
+async def find_link(
+    platform: Platform, raw_id: str | None = None, *, slug: str | None = None
+) -> Mapping[Any, Any] | None:
+    """The link ``pl_<uuid>`` (or a bare UUID) names, or the link with ``slug``; None when none does."""
+    if slug is not None:
+        if len(slug) > 64:
+            return None
+        async with platform.engine.connect() as conn:
+            return await find_payment_link_by_slug(conn, slug)
+    return await _link(platform, parse_link_id(raw_id or ""))
+
+
+async def send_to_order(request: Request, link: Mapping[Any, Any]) -> Response:
+    """Send the buyer of the active ``link`` to their order (made now, or the one their cookie holds)."""
+    platform: Platform = request.app.state.platform
+    order = await _reusable(platform, link, request)
+    if order is None:
+        order = await open_payment_link(platform.payment_intents, link, platform.clock.now())
+    base: str = platform.payment_intents.checkout_url_base
+    # checkout.js opens a link in its popup with ?embed=popup&origin=...: the order's page keeps them.
+    kept = urlencode([(k, v) for k, v in request.query_params.multi_items() if k in ("embed", "origin")])
+    target = f"{base}/pi_{order['id']}" + (f"?{kept}" if kept else "")
+    response = RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
+    parts = urlsplit(base)
+    response.set_cookie(
+        _cookie(link),
+        f"pi_{order['id']}",
+        max_age=int(LINK_ORDER_LIFETIME.total_seconds()),
+        path=parts.path or "/",
+        secure=parts.scheme == "https",
+        httponly=True,
+        samesite="lax",
+    )
+    return response
+
+
+def _cookie(link: Mapping[Any, Any]) -> str:
+    return COOKIE_PREFIX + str(link["id"]).replace("-", "")
+
+
+routes = [
+    Route(
+        "/payment-links/{link_id}/payment-intents",
+        open_link_api,
+        methods=["POST"],
+        name="checkout-open-payment-link",
+    ),
+]

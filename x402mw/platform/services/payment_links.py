@@ -1,0 +1,106 @@
+"""Payment links (DESIGN 9): a reusable priced link that gives each buyer a payment order of their own.
+
+A link's ``checkoutUrl`` is ``{checkout_url_base}/pl_<id>``; with a slug, ``/paylink/<slug>`` opens it
+too. Opening an active link gives the buyer an order (``paymentLinkId`` set, the link's amount, coins,
+methods, URLs and metadata, expiring after `LINK_ORDER_LIFETIME`), created like any other order
+(``payment_intent.created`` and the rest of its events), then paid, refunded and reported as usual.
+An inactive link opens nothing: 409 ``payment_link_inactive``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.services.payment_intents import PaymentIntentError, PaymentIntentWriter, amount_text
+
+__all__ = [
+    "LINK_ORDER_LIFETIME",
+    "find_payment_link",
+    "find_payment_link_by_slug",
+    "open_payment_link",
+    "payment_link_json",
+]
+
+LINK_ORDER_LIFETIME = timedelta(hours=24)
+"""How long the order a buyer gets from a link can be paid (the page's cookie keeps it that long)."""
+
+
+def payment_link_json(row: Mapping[Any, Any], checkout_url_base: str) -> dict[str, Any]:
+    """The public form of a link (the merchant API's ``paymentLink``)."""
+    from x402mw.platform.api.bodies import iso
+
+    slug = row["slug"]
+    return {
+        "id": row["id"],
+        "object": "payment_link",
+        "name": row["name"],
+        "slug": slug,
+        "active": bool(row["active"]),
+        "amount": amount_text(row),
+        "currency": row["currency"],
+        "acceptedCurrencies": list(row["accepted_currencies"]),
+        "paymentMethods": dict(row["payment_methods"]),
+        "checkoutUrl": f"{checkout_url_base}/pl_{row['id']}",
+        "slugUrl": None if slug is None else f"{checkout_url_base}/paylink/{slug}",
+        "successUrl": row["success_url"],
+        "cancelUrl": row["cancel_url"],
+        "metadata": dict(row["link_metadata"]),
+        "livemode": bool(row["livemode"]),
+        "createdAt": iso(row["created_at"]),
+        "updatedAt": iso(row["updated_at"]),
+    }
+
+
+async def find_payment_link(conn: AsyncConnection, link_id: str) -> Mapping[Any, Any] | None:
+    """The link with this id, whoever's it is (public pages), or None."""
+    table = tables.payment_links
+    return (await conn.execute(select(table).where(table.c.id == link_id))).mappings().first()
+
+
+async def find_payment_link_by_slug(conn: AsyncConnection, slug: str) -> Mapping[Any, Any] | None:
+    table = tables.payment_links
+    return (await conn.execute(select(table).where(table.c.slug == slug.lower()))).mappings().first()
+
+
+async def open_payment_link(writer: PaymentIntentWriter, link: Mapping[Any, Any], now: datetime) -> dict[str, Any]:
+    """A new order for one buyer of ``link``; `PaymentIntentError` 409 ``payment_link_inactive`` when
+    the merchant has deactivated it. The order's ``orderId`` is its own id (unique by construction)."""
+    if not link["active"]:
+        raise PaymentIntentError(
+            409, "payment_link_inactive", "This payment link has been deactivated by the merchant", param="id"
+        )
+    order_id = new_id()
+    order = writer.new_order(
+        {
+            "id": order_id,
+            "merchant_id": link["merchant_id"],
+            "livemode": bool(link["livemode"]),
+            "order_id": order_id,
+            "status": "requires_payment",
+            "amount_minor": int(link["amount_minor"]),
+            "amount_text": link["amount_text"],
+            "amount_received_minor": 0,
+            "currency": link["currency"],
+            "accepted_currencies": list(link["accepted_currencies"]),
+            "payment_methods": dict(link["payment_methods"]),
+            "customer_email": None,
+            "customer_name": None,
+            "success_url": link["success_url"],
+            "cancel_url": link["cancel_url"],
+            "order_metadata": dict(link["link_metadata"]),
+            "exceptions": [],
+            "expires_at": now + LINK_ORDER_LIFETIME,
+            "payment_link_id": link["id"],
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
+    await writer.create(order)
+    return order
