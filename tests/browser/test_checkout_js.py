@@ -302,3 +302,26 @@ def test_the_button_opens_a_payment_link_in_the_popup(shop: Shop, browsing: Brow
     page.wait_for_function("window.results.length > 0")
     assert _results(page) == [{"paymentId": payment_id, "status": "canceled", "reason": "buyer"}]
     browsing.shoot("shop-after-link-popup")
+
+
+def test_a_page_kept_for_the_next_view_follows_the_order(dev_platform: PlatformHarness) -> None:
+    """The server keeps a page it made for the next view of the same order in the same state: a view
+    after the order changed shows the change, and each view carries the server's clock of its own."""
+    _, key, _ = dev_platform.merchant()
+    order = new_order(dev_platform, key, expiresAt="2099-01-01T00:00:00Z")
+    with httpx.Client(timeout=30) as client:
+
+        def view() -> tuple[str, str]:
+            reply = client.get(order["checkoutUrl"])
+            assert reply.status_code == 200
+            now = reply.text.split('data-server-now="', 1)[1].split('"', 1)[0]
+            return reply.text.replace(now, ""), now
+
+        first, first_now = view()
+        again, again_now = view()
+        assert again == first and again_now != first_now and first_now.endswith("Z")
+        with Shop("", key, dev_platform).api() as api:
+            assert api.post(f"/payment-intents/{order['id']}/cancel").status_code == 200
+        canceled, _ = view()
+    assert 'data-status="requires_payment"' in first and "deposit-address" in first
+    assert 'data-status="canceled"' in canceled and "deposit-address" not in canceled

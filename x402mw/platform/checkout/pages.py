@@ -208,8 +208,9 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
     key = (repr(tuple(order.values())), awaiting_payment(order, now), request.query_params.get("option"), embed, paths)
     html = _PAGES.get(key)
     if html is None:
-        html = await _checkout_html(request, platform, order, now, embed)
-        _PAGES.put(key, html)
+        html, keep = await _checkout_html(request, platform, order, now, embed)
+        if keep:
+            _PAGES.put(key, html)
     # Only the panel is framed, and only by the page that asked for it.
     ancestors = embed[1] if embed and embed[0] == "panel" else "'none'"
     headers = {**_PAGE_HEADERS, "Content-Security-Policy": _CSP.format(ancestors=ancestors)}
@@ -218,7 +219,8 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
 
 async def _checkout_html(
     request: Request, platform: Platform, order: Mapping[Any, Any], now: datetime, embed: tuple[str, str] | None
-) -> str:
+) -> tuple[str, bool]:
+    """The page of ``order``, and whether it may be kept (not when it had to say something went wrong)."""
     public = public_order_json(order, platform.chains)
     methods = public["paymentMethods"]
     payable = awaiting_payment(order, now)
@@ -268,7 +270,7 @@ async def _checkout_html(
         "embed": embed[0] if embed else "",
         "parent_origin": embed[1] if embed else "",
     }
-    return _environment().get_template("checkout.html").render(**context)
+    return _environment().get_template("checkout.html").render(**context), problem is None
 
 
 def _wallet(order_path: str, chosen: PaymentOption, *, only: bool) -> dict[str, Any]:
