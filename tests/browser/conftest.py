@@ -57,8 +57,10 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Chromium for one test module: a module's playwright stops before the next module's starts
+    (one sync playwright per thread; tests/integration/test_checkout.py has its own)."""
     if not CHROMIUM.exists():
         pytest.fail(f"Chromium is missing at {CHROMIUM}: `make test` installs it (apt-get install -y chromium)")
     with sync_playwright() as playwright:
