@@ -111,7 +111,8 @@ class RateLimitMiddleware:
             limits = self.limits
             if limits is None:
                 platform = scope["app"].state.platform
-                limits = CheckoutRateLimits(redis_url=getattr(platform.settings, "redis_url", None))
+                shared = platform.settings.redis_url
+                limits = CheckoutRateLimits(redis_url=shared.get_secret_value() if shared is not None else None)
             self.limits = limits
             storage: Storage
             if limits.redis_url:
