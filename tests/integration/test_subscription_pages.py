@@ -15,6 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.browser.conftest import assert_accessible
 from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -131,6 +132,7 @@ def test_a_buyer_subscribes_pays_and_cancels_at_period_end_in_the_browser(shop: 
     expect(page.locator("#plan-price")).to_have_text("4.50")
     expect(page.locator(".per")).to_have_text("a month")
     expect(page.locator(".merchant")).to_have_text("Acme Streaming")
+    assert_accessible(page)  # axe-core: no serious or critical violation
     # keyboard: the email field, then the button
     page.keyboard.press("Tab")
     expect(page.get_by_label("Email")).to_be_focused()
@@ -156,6 +158,7 @@ def test_a_buyer_subscribes_pays_and_cancels_at_period_end_in_the_browser(shop: 
     page.locator("#success-link").click()  # the paid checkout leads to the customer page
     page.wait_for_url(re.compile(r".*/checkout/subscriptions/[A-Za-z0-9_-]{43}$"))
     expect(page.locator("#status")).to_have_text("Active")
+    assert_accessible(page)
     expect(page.locator("#invoices")).to_contain_text("4.50 USDC")
     expect(page.locator("#invoices .tx")).to_have_text(tx)
     page.locator("#cancel-button").focus()
