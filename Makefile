@@ -6,9 +6,11 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools
 ANVIL := $(TOOLS)/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
 X402_TS := $(TOOLS)/node_modules/@x402/express/package.json
+AXE := $(TOOLS)/node_modules/axe-core/axe.min.js
 CHROMIUM := /usr/bin/chromium
 export ETH_HASH_BACKEND := pysha3
 export X402MW_ANVIL := $(abspath $(ANVIL))
+export X402MW_AXE := $(abspath $(AXE))
 
 .PHONY: demo test lint typecheck unit bench contracts clean
 
@@ -28,6 +30,11 @@ $(X402_TS): $(ANVIL)
 	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . @x402/fetch@2.27.0 @x402/evm@2.27.0 @x402/express@2.27.0 express@5.3.0 viem@2.57.20
 	@test -f $(X402_TS) || (echo "the x402 TypeScript SDK did not install at $(X402_TS)" && exit 1)
 
+# axe-core, which the browser tests inject into the checkout pages to check their accessibility.
+$(AXE): $(ANVIL)
+	cd $(TOOLS) && npm install --silent --no-audit --no-fund --prefix . axe-core@4.14.1
+	@test -f $(AXE) || (echo "axe-core did not install at $(AXE)" && exit 1)
+
 # The browser tests drive Debian's Chromium (playwright cannot download its own browser here).
 $(CHROMIUM):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
@@ -45,7 +52,7 @@ lint: $(STAMP)
 # PostgreSQL at X402MW_TEST_POSTGRES_URL, or a throwaway cluster from the local binaries (tests/pg_cluster.py).
 # The soak (tests/reliability/test_soak.py) runs alone afterwards: it starts four platform processes
 # of its own and measures them under faults, which the rest of the suite running beside it would skew.
-test: $(STAMP) $(ANVIL) $(X402_TS) $(CHROMIUM) lint
+test: $(STAMP) $(ANVIL) $(X402_TS) $(AXE) $(CHROMIUM) lint
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -n 2 --timeout 300 -m "not soak"
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -s --timeout 900 -m soak
 

@@ -1,10 +1,20 @@
 """``python -m bench`` (``make bench``): every benchmark, each printing ours, its baseline and the ratio."""
 
-from bench import bench_challenge, bench_devchain, bench_e2e, bench_orders, bench_verify
+from bench import (
+    bench_challenge,
+    bench_checkout,
+    bench_devchain,
+    bench_e2e,
+    bench_orders,
+    bench_subscriptions,
+    bench_verify,
+)
 
 bench_challenge.run()
 bench_verify.run()
 bench_e2e.run(database="postgresql")  # the database a deployment runs on
 bench_e2e.run(database="sqlite")  # the development default
 bench_orders.run()
+bench_checkout.run()
 bench_devchain.run()
+bench_subscriptions.run()

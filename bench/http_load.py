@@ -7,7 +7,9 @@ Run in its own process so that it does not share a core's event loop with the se
 
 ``SPEC_JSON`` gives ``host``, ``port``, ``path``, ``headers`` (name -> value), ``body`` (a template with
 ``{n}`` for a number unique to each request, used for ids and idempotency keys), ``warmup``,
-``seconds``, ``concurrency`` and ``expect`` (the status every response must have).
+``seconds``, ``concurrency`` and ``expect`` (the status every response must have); optionally
+``method`` (default ``POST``; a ``GET`` sends no body) and ``paths`` (request ``n`` goes to
+``paths[n % len(paths)]`` instead of ``path``).
 """
 
 from __future__ import annotations
@@ -45,15 +47,18 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(max(1, math.ceil(fraction * len(ordered))), len(ordered)) - 1]
 
 
-def _request(path: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", f"Host: {host}", *(f"{k}: {v}" for k, v in headers.items())]
-    lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+def _request(method: str, path: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", *(f"{k}: {v}" for k, v in headers.items())]
+    if method != "GET":
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body if method != "GET" else b"")
 
 
 async def drive(spec: dict[str, Any]) -> LoadResult:
-    host, port, path = spec["host"], int(spec["port"]), spec["path"]
-    template: str = spec["body"]
+    host, port = spec["host"], int(spec["port"])
+    method = str(spec.get("method", "POST"))
+    paths: list[str] = list(spec.get("paths") or [spec["path"]])
+    template: str = spec.get("body", "")
     headers: dict[str, str] = spec["headers"]
     expect = int(spec.get("expect", 200))
     counter = itertools.count()
@@ -69,7 +74,8 @@ async def drive(spec: dict[str, Any]) -> LoadResult:
             while True:
                 n = next(counter)
                 request_headers = {k: v.replace("{n}", str(n)) for k, v in headers.items()}
-                request = _request(path, host, request_headers, template.replace("{n}", str(n)).encode())
+                body = template.replace("{n}", str(n)).encode()
+                request = _request(method, paths[n % len(paths)], host, request_headers, body)
                 sent = time.perf_counter()
                 began = loop.time()
                 if began >= end:

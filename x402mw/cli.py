@@ -1,19 +1,45 @@
-"""The ``x402mw`` command line. Every option can also be set from its ``X402MW_*`` environment variable."""
+"""The ``x402mw`` command line.
+
+The platform's commands take their options from `~x402mw.platform.settings.PlatformSettings`: each
+setting with an `~x402mw.platform.settings.Option` is an option of the commands that take its group,
+and every setting can also be set from its ``X402MW_*`` environment variable (an option given wins).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import click
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from x402mw.platform.settings import (
+    ChainAccessSettings,
+    LogSettings,
+    MetricsSettings,
+    Option,
+    PlatformSettings,
+    ServerSettings,
+    SettingsError,
+    SettingsGroup,
+    StorageSettings,
+    SubscriptionSettings,
+    WorkSettings,
+    env_variable,
+    option_of,
+)
 
 __all__ = ["main"]
+
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 def _emit(data: dict[str, Any], as_json: bool) -> None:
@@ -59,90 +85,86 @@ def platform() -> None:
     """Run and administer the platform (needs the 'platform' extra)."""
 
 
-def _connection_options(func: Any) -> Any:
-    func = click.option(
-        "--database-url",
-        envvar="X402MW_DATABASE_URL",
-        default=None,
-        help="sqlite:///path or postgresql://user@host/db [default: sqlite in the data dir]",
-    )(func)
-    func = click.option(
-        "--data-dir",
-        envvar="X402MW_DATA_DIR",
-        default=".x402mw",
-        show_default=True,
-        type=click.Path(path_type=Path),
-        help="Where keys and the SQLite database live.",
-    )(func)
-    return func
+# The settings groups whose options the commands that run the platform take; the administrative
+# commands take the storage options only.
+PROCESS_GROUPS: tuple[type[SettingsGroup], ...] = (
+    StorageSettings,
+    ChainAccessSettings,
+    LogSettings,
+    MetricsSettings,
+    WorkSettings,
+    SubscriptionSettings,
+)
 
 
-def _comma_separated(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+def settings_options(*groups: type[SettingsGroup], **fixed: object) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Give a command the options of the settings of ``groups`` that have one (their `Option`), and
+    call it with ``settings``: the `PlatformSettings` those options fill over the ``X402MW_*``
+    variables, with ``fixed`` settings the command itself decides. The options have no defaults of
+    their own and read no environment: both are the model's, and so is every check of a value."""
+    fields = [
+        (name, info, option)
+        for group in groups
+        for name, info in group.model_fields.items()
+        if (option := option_of(info)) is not None
+    ]
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(command)
+        def run(**params: Any) -> R:
+            options = {name: params.pop(name) for name, _, _ in fields}
+            return command(settings=_settings(options, **fixed), **params)
+
+        for name, info, option in reversed(fields):
+            run = _click_option(name, info, option)(run)
+        return run
+
+    return decorate
 
 
-def _chain_options(func: Any) -> Any:
-    func = click.option(
-        "--rpc-url",
-        "rpc_urls",
-        envvar="X402MW_RPC_URL",
-        multiple=True,
-        callback=_comma_separated,
-        help="JSON-RPC URL of a chain; repeat for several (in the environment: comma-separated). "
-        "Without it: the in-process dev chain.",
-    )(func)
-    func = click.option(
-        "--token",
-        "tokens",
-        envvar="X402MW_TOKENS",
-        multiple=True,
-        metavar="SYMBOL=ADDRESS",
-        help="Token address on a chain the built-in table does not know, such as anvil; repeat for several "
-        "(in the environment: separated by spaces).",
-    )(func)
-    return func
-
-
-def _log_format_option(func: Any) -> Any:
+def _click_option(name: str, info: FieldInfo, option: Option) -> Callable[[Any], Any]:
+    default = option.default
+    if default is None and info.default not in (None, PydanticUndefined, "", [], {}):
+        default = str(info.default)
+    described = f"env var: {env_variable(name)}" + (f"; default: {default}" if default else "")
+    flag = info.annotation in (bool, bool | None)
     return click.option(
-        "--log-format",
-        envvar="X402MW_LOG_FORMAT",
-        type=click.Choice(["text", "json"]),
-        default="text",
-        show_default=True,
-        help="json: one JSON object per line, with the id of the request each line was written for.",
-    )(func)
-
-
-def _log_config(log_format: str, log_level: str) -> dict[str, Any] | None:
-    from x402mw.platform.logs import log_config
-
-    try:
-        return log_config(log_format, log_level)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--log-level") from None
-
-
-def _metrics_options(func: Any) -> Any:
-    func = click.option(
-        "--metrics-port",
-        envvar="X402MW_METRICS_PORT",
+        f"{option.flag}/--no-{option.flag.removeprefix('--')}" if flag else option.flag,
+        name,
         default=None,
-        type=click.IntRange(min=0, max=65535),
-        help="Serve Prometheus metrics at http://<metrics host>:<port>/metrics [default: not served].",
-    )(func)
-    func = click.option(
-        "--metrics-host",
-        envvar="X402MW_METRICS_HOST",
-        default="127.0.0.1",
-        show_default=True,
-        help="Address of the metrics listener (keep it off the public network).",
-    )(func)
-    return func
+        multiple=option.multiple,
+        metavar=option.metavar,
+        help=f"{info.description}  [{described}]",
+    )
+
+
+def _environment_only() -> str:
+    """The ``--help`` epilog of the commands that run the platform: the settings without an option."""
+    names = [env_variable(name) for name, info in PlatformSettings.model_fields.items() if option_of(info) is None]
+    lines = ["  " + ", ".join(names[index : index + 3]) for index in range(0, len(names), 3)]
+    return "\b\nSettings read from the environment only (docs/platform.md says what each does):\n" + "\n".join(lines)
+
+
+_ENVIRONMENT_ONLY = _environment_only()
+
+
+def _settings(options: Mapping[str, object], **fixed: object) -> PlatformSettings:
+    """The settings that command-line ``options`` (by setting; None or () where not given) and
+    ``fixed`` fill over the ``X402MW_*`` variables. Problems end the command as one usage error
+    (exit status 2) listing every one."""
+    given = {name: value for name, value in options.items() if value not in (None, ())} | fixed
+    try:
+        return PlatformSettings.from_options(given)
+    except SettingsError as exc:
+        problems = exc.problems
+    if len(problems) > 1:
+        problems = [f"{len(problems)} problems with the settings:\n  - " + "\n  - ".join(problems)]
+    raise click.UsageError(problems[0], click.get_current_context(silent=True))
 
 
 @contextlib.contextmanager
-def _metrics_served(host: str, port: int | None, registry: Any = None) -> Iterator[None]:
+def _metrics_served(settings: PlatformSettings, registry: Any = None) -> Iterator[None]:
+    host, port = settings.metrics_host, settings.metrics_port
     if port is None:
         yield
         return
@@ -158,134 +180,70 @@ def _metrics_served(host: str, port: int | None, registry: Any = None) -> Iterat
         stop()
 
 
-def _database_url(database_url: str | None, data_dir: Path) -> str:
-    return database_url or f"sqlite:///{data_dir / 'platform.sqlite3'}"
-
-
-def _webhooks_option(func: Any) -> Any:
-    return click.option(
-        "--webhooks-allow-private/--no-webhooks-allow-private",
-        envvar="X402MW_WEBHOOKS_ALLOW_PRIVATE",
-        default=None,
-        help="Let test-mode webhook endpoints point at loopback and private addresses (link-local ones "
-        "never). [default: only with the in-process dev chain]",
-    )(func)
-
-
-def _settings(
-    database_url: str | None,
-    data_dir: Path,
-    rpc_urls: tuple[str, ...],
-    tokens: tuple[str, ...],
-    webhooks_allow_private: bool | None = None,
-) -> Any:
-    from x402mw.platform.settings import ChainSettings, PlatformSettings
-
-    token_map = {}
-    for item in tokens:
-        symbol, _, address = item.partition("=")
-        if not address:
-            raise click.BadParameter(f"{item!r} is not SYMBOL=ADDRESS", param_hint="--token")
-        token_map[symbol.upper()] = address
-    chains = [ChainSettings(rpc_url=u, tokens=token_map) for u in rpc_urls] or [ChainSettings()]
-    return PlatformSettings.from_env(
-        database_url=_database_url(database_url, data_dir),
-        data_dir=data_dir,
-        chains=chains,
-        webhooks_allow_private=webhooks_allow_private,
-    )
-
-
-@platform.command()
-@_connection_options
-@click.option("--host", envvar="X402MW_HOST", default="127.0.0.1", show_default=True)
-@click.option("--port", envvar="X402MW_PORT", default=4402, show_default=True, type=int)
-@_chain_options
-@click.option("--log-level", envvar="X402MW_LOG_LEVEL", default="info", show_default=True)
-@_log_format_option
-@click.option(
-    "--workers",
-    envvar="X402MW_WORKERS",
-    default=1,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Server processes, each with its own socket on the port (SO_REUSEPORT). Above 1 needs --rpc-url: "
-    "the dev chain lives in one process.",
-)
-@_metrics_options
-@_webhooks_option
-def serve(
-    database_url: str | None,
-    data_dir: Path,
-    host: str,
-    port: int,
-    rpc_urls: tuple[str, ...],
-    tokens: tuple[str, ...],
-    log_level: str,
-    log_format: str,
-    workers: int,
-    metrics_host: str,
-    metrics_port: int | None,
-    webhooks_allow_private: bool | None,
-) -> None:
-    """Serve the merchant API, the agent settlement API and the facilitator API."""
+def _configure_logs(settings: PlatformSettings) -> dict[str, Any] | None:
     import logging.config
 
+    from x402mw.platform.logs import log_config
+
+    logs = log_config(settings.log_format, settings.log_level)
+    if logs is not None:
+        logging.config.dictConfig(logs)
+    return logs
+
+
+@platform.command(epilog=_ENVIRONMENT_ONLY)
+@settings_options(ServerSettings, *PROCESS_GROUPS)
+def serve(settings: PlatformSettings) -> None:
+    """Serve the merchant API, the agent settlement API and the facilitator API."""
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
     from x402mw.platform.app import create_app
 
-    logs = _log_config(log_format, log_level)
-    if logs is not None:
-        logging.config.dictConfig(logs)
-    settings = _settings(database_url, data_dir, rpc_urls, tokens, webhooks_allow_private)
-    settings.serve_at(f"http://{host}:{port}/v1")
-    if workers == 1:
-        if not rpc_urls:
-            # The embedded chain may refuse its data dir: say why and exit, rather than let the app's
-            # start-up fail inside uvicorn with a traceback. A second start reopens the chain quickly.
-            _start_and_stop_or_exit(settings)
-        with _metrics_served(metrics_host, metrics_port):
-            app = create_app(settings, serving_process=True)
-            uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=logs or LOGGING_CONFIG)
-        return
-    if not rpc_urls:
-        raise click.UsageError("--workers above 1 needs --rpc-url: the in-process dev chain cannot be shared")
-    # Once, before the workers start: migrations, key files, the chains' checks (workers racing to
-    # create the key files would each make their own keys).
+    logs = _configure_logs(settings)
+    # Once before serving: migrations, key files, the chains' checks. A problem (a chain whose
+    # tokens sign otherwise than the table says, a dev chain that refuses its data dir) ends the
+    # command with its message, where inside uvicorn it would be a traceback; and several workers
+    # do not race to create the key files (each would make its own keys).
     _start_and_stop_or_exit(settings)
-    os.environ.update(
-        X402MW_DATABASE_URL=settings.database_url,
-        X402MW_DATA_DIR=str(data_dir),
-        X402MW_RPC_URL=",".join(rpc_urls),
-        X402MW_TOKENS=" ".join(tokens),
-        X402MW_BASE_URL=settings.base_url,
-    )
-    if webhooks_allow_private is not None:
-        os.environ["X402MW_WEBHOOKS_ALLOW_PRIVATE"] = str(webhooks_allow_private).lower()
+    settings = settings.model_copy(update={"migrate": False})
+    if settings.workers == 1:
+        with _metrics_served(settings):
+            app = create_app(settings, serving_process=True)
+            uvicorn.run(
+                app,
+                host=settings.host,
+                port=settings.port,
+                log_level=settings.log_level,
+                log_config=logs or LOGGING_CONFIG,
+            )
+        return
+    os.environ.update(settings.as_environment())  # what each worker reads (worker_app)
     from x402mw.platform.metrics import MultiprocessMetrics
     from x402mw.platform.workers import serve_workers
 
     # The workers write their metrics to files the supervisor sums and serves (made before they start).
-    collected = MultiprocessMetrics() if metrics_port is not None else None
+    collected = MultiprocessMetrics() if settings.metrics_port is not None else None
     try:
-        with _metrics_served(metrics_host, metrics_port, collected.registry if collected else None):
+        with _metrics_served(settings, collected.registry if collected else None):
             serve_workers(
-                "x402mw.cli:worker_app", host=host, port=port, workers=workers, log_level=log_level, log_config=logs
+                "x402mw.cli:worker_app",
+                host=settings.host,
+                port=settings.port,
+                workers=settings.workers,
+                log_level=settings.log_level,
+                log_config=logs,
             )
     finally:
         if collected is not None:
             collected.close()
 
 
-def _start_and_stop_or_exit(settings: Any) -> None:
-    from dataclasses import replace
-
+def _start_and_stop_or_exit(settings: PlatformSettings) -> None:
     from x402mw.platform.runtime import Platform
 
     async def start_and_stop() -> None:
-        platform = await Platform.start(replace(settings, run_worker=False))
+        platform = await Platform.start(settings.model_copy(update={"run_worker": False}))
         await platform.aclose()
 
     with _configuration_errors_exit():
@@ -305,43 +263,19 @@ def _configuration_errors_exit() -> Iterator[None]:
 
 def worker_app() -> Any:
     """The app of one ``platform serve --workers N`` process (a uvicorn factory), configured from the
-    environment `serve` sets before starting the workers."""
+    environment `serve` sets before starting the workers (it has migrated the database)."""
     from x402mw.platform.app import create_app
 
-    env = os.environ
-    rpc_urls = tuple(url for url in env["X402MW_RPC_URL"].split(",") if url)
-    tokens = tuple(env["X402MW_TOKENS"].split())
-    settings = _settings(env["X402MW_DATABASE_URL"], Path(env["X402MW_DATA_DIR"]), rpc_urls, tokens)
-    settings.serve_at(env["X402MW_BASE_URL"])
-    settings.migrate = False  # serve migrated once before starting the workers
-    return create_app(settings, serving_process=True)
+    return create_app(PlatformSettings.from_env(migrate=False), serving_process=True)
 
 
-@platform.command()
-@_connection_options
-@_chain_options
-@_log_format_option
-@_metrics_options
-@_webhooks_option
-def worker(
-    database_url: str | None,
-    data_dir: Path,
-    rpc_urls: tuple[str, ...],
-    tokens: tuple[str, ...],
-    log_format: str,
-    metrics_host: str,
-    metrics_port: int | None,
-    webhooks_allow_private: bool | None,
-) -> None:
+@platform.command(epilog=_ENVIRONMENT_ONLY)
+@settings_options(*PROCESS_GROUPS, run_worker=True)
+def worker(settings: PlatformSettings) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
-    import logging.config
-
     from x402mw.platform.runtime import Platform
 
-    logs = _log_config(log_format, "info")
-    if logs is not None:
-        logging.config.dictConfig(logs)
-    settings = _settings(database_url, data_dir, rpc_urls, tokens, webhooks_allow_private)
+    _configure_logs(settings)
 
     async def run() -> None:
         platform = await Platform.start(settings)
@@ -353,25 +287,26 @@ def worker(
 
     with (
         contextlib.suppress(KeyboardInterrupt),
-        _metrics_served(metrics_host, metrics_port),
+        _metrics_served(settings),
         _configuration_errors_exit(),
     ):
         asyncio.run(run())
 
 
 @platform.command(name="migrate")
-@_connection_options
-def migrate_command(database_url: str | None, data_dir: Path) -> None:
+@settings_options(StorageSettings)
+def migrate_command(settings: PlatformSettings) -> None:
     """Bring the database schema up to date."""
     from x402mw.platform.db.engine import migrate
 
-    migrate(_database_url(database_url, data_dir))
+    migrate(settings.database_url.get_secret_value())
     click.echo("database is up to date")
 
 
-async def _with_engine(database_url: str, action: Any) -> Any:
+async def _with_engine(settings: PlatformSettings, action: Callable[[Any], Awaitable[T]]) -> T:
     from x402mw.platform.db.engine import create_engine_for, migrate
 
+    database_url = settings.database_url.get_secret_value()
     await asyncio.to_thread(migrate, database_url)
     engine = create_engine_for(database_url)
     try:
@@ -386,16 +321,14 @@ def merchants() -> None:
 
 
 @merchants.command(name="create")
-@_connection_options
+@settings_options(StorageSettings)
 @click.option("--name", required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def merchants_create(database_url: str | None, data_dir: Path, name: str, as_json: bool) -> None:
+def merchants_create(settings: PlatformSettings, name: str, as_json: bool) -> None:
     """Create a merchant."""
     from x402mw.platform.services.merchants import create_merchant
 
-    merchant = asyncio.run(
-        _with_engine(_database_url(database_url, data_dir), lambda engine: create_merchant(engine, name))
-    )
+    merchant = asyncio.run(_with_engine(settings, lambda engine: create_merchant(engine, name)))
     _emit({"id": merchant.id, "name": merchant.name}, as_json)
 
 
@@ -405,20 +338,17 @@ def keys() -> None:
 
 
 @keys.command(name="create")
-@_connection_options
+@settings_options(StorageSettings)
 @click.option("--merchant", "merchant_id", required=True)
 @click.option("--mode", type=click.Choice(["test", "live"]), default="test", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def keys_create(database_url: str | None, data_dir: Path, merchant_id: str, mode: str, as_json: bool) -> None:
+def keys_create(settings: PlatformSettings, merchant_id: str, mode: str, as_json: bool) -> None:
     """Create an API key; the key is printed once and never again."""
     from x402mw.platform.services.merchants import create_api_key
 
     try:
         row, key = asyncio.run(
-            _with_engine(
-                _database_url(database_url, data_dir),
-                lambda engine: create_api_key(engine, merchant_id, livemode=mode == "live"),
-            )
+            _with_engine(settings, lambda engine: create_api_key(engine, merchant_id, livemode=mode == "live"))
         )
     except LookupError as exc:
         raise click.ClickException(str(exc)) from None
@@ -426,16 +356,13 @@ def keys_create(database_url: str | None, data_dir: Path, merchant_id: str, mode
 
 
 @keys.command(name="revoke")
-@_connection_options
+@settings_options(StorageSettings)
 @click.argument("key_id")
-def keys_revoke(database_url: str | None, data_dir: Path, key_id: str) -> None:
+def keys_revoke(settings: PlatformSettings, key_id: str) -> None:
     """Revoke an API key by its id."""
     from x402mw.platform.services.merchants import revoke_api_key
 
-    done = asyncio.run(
-        _with_engine(_database_url(database_url, data_dir), lambda engine: revoke_api_key(engine, key_id))
-    )
-    if not done:
+    if not asyncio.run(_with_engine(settings, lambda engine: revoke_api_key(engine, key_id))):
         raise click.ClickException(f"no active key {key_id}")
     click.echo(f"revoked {key_id}")
 

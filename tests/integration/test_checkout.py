@@ -371,17 +371,26 @@ def test_polling_turns_the_page_to_paid_without_a_reload(dev_platform: PlatformH
 
 _WALLET_SCRIPT = """
 window.ethereum = {
-  request: ({method, params}) => window.testWallet(method, params || []),
+  request: async ({method, params}) => {
+    const answer = await window.testWallet(method, params || []);
+    if (answer && answer.rpcError) {
+      throw Object.assign(new Error(answer.rpcError.message), {code: answer.rpcError.code});
+    }
+    return answer;
+  },
 };
 """
 
 
 @pytest.mark.browser
-def test_a_browser_wallet_pays_and_the_page_syncs_its_transaction(dev_platform: PlatformHarness, page: Page) -> None:
+def test_a_wallet_that_cannot_sign_typed_data_sends_the_transfer_and_the_page_syncs_it(
+    dev_platform: PlatformHarness, page: Page
+) -> None:
     """A stand-in for an EIP-1193 wallet (the browser's ``window.ethereum``) answers the page's requests
-    from Python. Asked to send the token transfer, it moves the same coins from its funded account to the
-    same address on the dev chain, as an EIP-3009 transfer (its account has no gas), and answers that
-    transaction's hash."""
+    from Python. It cannot sign typed data (4200, as EIP-1193 says for an unsupported method), so the
+    page has it send the token transfer instead (the path USDT always takes): it moves the same coins
+    from its funded account to the same address on the dev chain, as an EIP-3009 transfer (its account
+    has no gas), and answers that transaction's hash. The gasless path is in tests/browser."""
     _, key, _ = dev_platform.merchant()
     order = _order(dev_platform, key, amount="1.5", paymentMethods={"wallet": True, "transfer": False})
     buyer = new_private_key()
@@ -395,6 +404,8 @@ def test_a_browser_wallet_pays_and_the_page_syncs_its_transaction(dev_platform: 
             return [address_of(buyer)]
         if method == "eth_chainId":
             return hex(dev_platform.chain.chain_id)
+        if method == "eth_signTypedData_v4":
+            return {"rpcError": {"code": 4200, "message": "The wallet does not support this method"}}
         assert method == "eth_sendTransaction", method
         [tx] = params
         data = tx["data"]
@@ -409,7 +420,7 @@ def test_a_browser_wallet_pays_and_the_page_syncs_its_transaction(dev_platform: 
     expect(page.locator("#transfer")).to_have_count(0)  # this order takes wallet payments only
     page.click("#wallet-pay")
     expect(page.locator("#status")).to_have_text("Paid", timeout=WAIT_MS)
-    assert asked == ["eth_requestAccounts", "eth_chainId", "eth_sendTransaction"]
+    assert asked == ["eth_requestAccounts", "eth_chainId", "eth_signTypedData_v4", "eth_sendTransaction"]
     expect(page.locator("#tx-hash")).to_have_text(sent[0])
     assert dev_platform.balance(address_of(buyer)) == 0
 

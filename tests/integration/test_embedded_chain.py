@@ -4,7 +4,6 @@ database belongs to, and refuses to pair its records with any other chain (or wi
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,7 +33,7 @@ def _settings(data_dir: Path, database: Path | None = None) -> PlatformSettings:
 
 
 def _recorded(settings: PlatformSettings) -> list[tuple[int, str, dict[str, str]]]:
-    engine = create_engine(sync_url(settings.database_url))
+    engine = create_engine(sync_url(settings.database_url.get_secret_value()))
     try:
         with engine.connect() as conn:
             chains = tables.embedded_chains
@@ -116,8 +115,8 @@ async def test_a_new_database_adopts_a_kept_chain(tmp_path: Path) -> None:
 
 async def test_records_from_before_the_chain_was_kept_are_refused(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    migrate(settings.database_url)
-    engine = create_engine(sync_url(settings.database_url))
+    migrate(settings.database_url.get_secret_value())
+    engine = create_engine(sync_url(settings.database_url.get_secret_value()))
     with engine.begin() as conn:  # the deposit watcher had read the old chain up to block 40
         conn.execute(
             insert(tables.chain_cursors).values(
@@ -135,6 +134,6 @@ async def test_a_second_process_on_the_same_data_dir_is_refused(tmp_path: Path) 
     platform = await Platform.start(settings)
     try:
         with pytest.raises(ConfigurationError, match="in use by another process"):
-            await Platform.start(replace(settings))
+            await Platform.start(settings.model_copy())
     finally:
         await platform.aclose()

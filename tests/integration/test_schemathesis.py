@@ -14,7 +14,8 @@ for:
 Requests that the document calls invalid are not checked to be refused here: an EVM address in
 mixed case is accepted when its EIP-55 checksum is right, which no pattern can say (the handlers'
 own tests check their refusals). Half of the ids in paths are the merchant's real objects (orders,
-a paid one and a refunded one, a refund, an agent endpoint, a webhook endpoint, a challenge, events)
+a paid one and a refunded one, a refund, an agent endpoint, a webhook endpoint, a challenge, events, a subscription
+plan, a subscription and its test clock)
 so that operations get past the 404 to their logic; the operations that wait on the chain get
 generated ids only. The run is derandomized, so a failure repeats, and bounded in examples per
 operation. ``tests/schemathesis_hooks.py`` holds the two hooks, each for a rule the document states
@@ -92,6 +93,14 @@ def _objects(deployment: Deployment) -> dict[str, list[str]]:
         }
         _ok(api.post("/agent/challenges/batch", json={"challenges": [challenge]}))
         events = [event["id"] for event in _ok(api.get("/events", params={"limit": 5}))["data"]]
+        plan = _ok(
+            api.post(
+                "/subscription-plans", json={"name": "Pro", "amount": "9.99", "currency": "USDC", "interval": "monthly"}
+            )
+        )
+        clock = _ok(api.post("/test-clocks", json={"frozenTime": "2026-01-31T10:00:00Z"}))["testClock"]["id"]
+        opened = {"planId": plan["plan"]["id"], "merchantCustomerId": "cus_schemathesis", "testClock": clock}
+        subscription = _ok(api.post("/subscriptions", json=opened))["subscription"]["id"]
     return {
         "orders": orders,
         "refunds": [refund],
@@ -99,6 +108,9 @@ def _objects(deployment: Deployment) -> dict[str, list[str]]:
         "hooks": [hook["webhookEndpoint"]["id"]],
         "challenges": [challenge["challengeId"]],
         "events": events,
+        "plans": [plan["plan"]["id"]],
+        "subscriptions": [subscription],
+        "clocks": [clock],
     }
 
 
@@ -122,6 +134,9 @@ def _config(objects: dict[str, list[str]]) -> str:
         ("webhook_endpoint_id", "hooks"),
         ("challenge_id", "challenges"),
         ("event_id", "events"),
+        ("plan_id", "plans"),
+        ("subscription_id", "subscriptions"),
+        ("test_clock_id", "clocks"),
     ]:
         binding = f'{{ dictionary = "{name}", probability = {SEEDED} }}'
         lines += ["[[operations]]", f"exclude-operation-id = {json.dumps(sorted(_ON_CHAIN))}"]

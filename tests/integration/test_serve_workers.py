@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import postgres_database
-from x402mw.cli import main
+from x402mw.cli import _settings, main
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
@@ -150,6 +150,7 @@ def test_chains_and_tokens_come_from_the_environment_as_documented(monkeypatch: 
     )
     for name in ("serve", "worker"):
         command = main.commands["platform"].commands[name]  # type: ignore[attr-defined]
-        params = command.make_context(name, []).params
-        assert params["rpc_urls"] == ("http://127.0.0.1:8545", "http://127.0.0.1:8546"), name
-        assert [token.split("=")[0] for token in params["tokens"]] == ["USDC", "EURC"], name
+        settings = _settings(command.make_context(name, []).params)  # no option given: the environment's
+        rpc_urls = [chain.rpc_url.get_secret_value() for chain in settings.chains if chain.rpc_url]
+        assert rpc_urls == ["http://127.0.0.1:8545", "http://127.0.0.1:8546"], name
+        assert [list(chain.tokens) for chain in settings.chains] == [["USDC", "EURC"]] * 2, name

@@ -24,6 +24,8 @@ _BODIES = {
     ("patch", "/v1/webhook-endpoints/{webhook_endpoint_id}"): {"description": "taken over"},
     ("post", "/v1/payment-intents/{payment_id}/refunds"): {"reason": "taken over"},
     ("post", "/v1/sandbox/payment-intents/{payment_id}/simulate-payment"): {"scenario": "exact"},
+    ("patch", "/v1/subscription-plans/{plan_id}"): {"name": "Taken over"},
+    ("post", "/v1/test-clocks/{test_clock_id}/advance"): {"frozenTime": "2026-02-01T00:00:00Z"},
     ("patch", "/v1/payment-links/{link_id}"): {"name": "Taken over"},
 }
 
@@ -48,6 +50,16 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
             await api.post("/webhook-endpoints", json={"url": "https://example.com/hook", "enabledEvents": ["*"]})
         ).json()
         event = (await api.get("/events")).json()["data"][0]
+        plan = (
+            await api.post(
+                "/subscription-plans", json={"name": "Pro", "amount": "1", "currency": "USDC", "interval": "weekly"}
+            )
+        ).json()["plan"]
+        clock = (await api.post("/test-clocks", json={"frozenTime": "2026-01-31T00:00:00Z"})).json()["testClock"]
+        opened = await api.post(
+            "/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "isolated", "testClock": clock["id"]}
+        )
+        subscription = opened.json()["subscription"]
         link = (await api.post("/payment-links", json={"name": "Ticket", "amount": "1", "currency": "USDC"})).json()
     ids = {
         "endpoint_id": deployment.endpoint_id,
@@ -57,6 +69,9 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
         "refund_id": refund["id"],
         "webhook_endpoint_id": hook["webhookEndpoint"]["id"],
         "event_id": event["id"],
+        "plan_id": plan["id"],
+        "test_clock_id": clock["id"],
+        "subscription_id": subscription["id"],
         "link_id": link["paymentLink"]["id"],
     }
     return deployment.api_key, ids

@@ -151,8 +151,8 @@ def test_the_setting() -> None:
     assert not PlatformSettings(chains=[ChainSettings(), *anvil]).private_webhooks_allowed
     assert PlatformSettings(chains=anvil, webhooks_allow_private=True).private_webhooks_allowed
     assert not PlatformSettings(webhooks_allow_private=False).private_webhooks_allowed
-    assert not _settings(None, PlatformSettings().data_dir, (), (), False).private_webhooks_allowed
-    assert _settings(None, PlatformSettings().data_dir, ("http://127.0.0.1:8545",), (), True).private_webhooks_allowed
+    assert not _settings({"webhooks_allow_private": False}).private_webhooks_allowed
+    assert _settings({"rpc_url": ("http://127.0.0.1:8545",), "webhooks_allow_private": True}).private_webhooks_allowed
 
 
 @pytest.mark.parametrize(("value", "allowed"), [("true", True), ("1", True), ("off", False), ("FALSE", False)])

@@ -161,6 +161,24 @@ VALID: dict[str, dict[str, Any]] = {
         "slug": "concert-2026",
     },
     "PaymentLinkUpdate": {"name": "VIP ticket", "active": False},
+    "PlanCreate": {
+        "name": "Pro",
+        "amount": "9.99",
+        "currency": "USDC",
+        "interval": "monthly",
+        "slug": "pro-monthly",
+        "graceDays": 10,
+    },
+    "PlanUpdate": {"name": "Pro+", "amount": "12", "active": False, "graceDays": None},
+    "SubscriptionCreate": {
+        "planId": CHALLENGE["endpointId"],
+        "merchantCustomerId": "cus_42",
+        "customerEmail": "ada@example.com",
+        "testClock": CHALLENGE["endpointId"],
+    },
+    "SubscriptionCancel": {"atPeriodEnd": True},
+    "ClockCreate": {"frozenTime": "2026-01-31T10:00:00Z"},
+    "ClockAdvance": {"frozenTime": "2026-02-28T10:00:00.5+01:00"},
 }
 
 

@@ -33,6 +33,9 @@ from x402mw.platform.api import (
     payment_links,
     refunds,
     sandbox,
+    subscription_plans,
+    subscriptions,
+    test_clocks,
     webhook_endpoints,
 )
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers, outage_error
@@ -129,6 +132,9 @@ def create_app(
         *refunds.routes,
         *balances.routes,
         *sandbox.routes,
+        *subscription_plans.routes,
+        *subscriptions.routes,
+        *test_clocks.routes,
         *webhook_endpoints.routes,
         *events.routes,
         Route("/health", health),

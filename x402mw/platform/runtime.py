@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.errors import ConfigurationError
@@ -21,9 +25,12 @@ from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
 from x402mw.platform.clock import Clock
 from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.emails.outbox import EmailOutbox
+from x402mw.platform.emails.transport import transport_for
 from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.customer_links import CustomerLinks
 from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
@@ -36,9 +43,11 @@ from x402mw.platform.services.payment_intents import (
     expire_due_payment_intents,
 )
 from x402mw.platform.services.refunds import RefundService
+from x402mw.platform.services.renewals import RenewalRunner
 from x402mw.platform.services.settlement import SettlementService
+from x402mw.platform.services.subscriptions import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
-from x402mw.platform.settings import ChainSettings, PlatformSettings
+from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
 from x402mw.platform.webhooks.delivery import deliver_due
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
 
@@ -46,7 +55,6 @@ __all__ = ["Platform", "settle_heap"]
 
 logger = logging.getLogger("x402mw.platform")
 LOCAL_CHAIN_IDS = frozenset({31337, 1337})
-MIN_POOL_SIZE = 4  # twice as many connections: six held by the batched writers, the rest for requests
 
 
 @dataclass
@@ -65,6 +73,9 @@ class Platform:
     payment_intents: PaymentIntentWriter
     secrets: SecretBox  # seals webhook secrets at rest
     idempotency: IdempotencyKeys  # the Idempotency-Key store of the merchant API
+    subscriptions: SubscriptionService
+    renewals: RenewalRunner  # the subscriptions' due work (renewal invoices, reminders, grace)
+    emails: EmailOutbox  # sends the subscribers' emails
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -72,19 +83,19 @@ class Platform:
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
         clock = clock or Clock()
-        relayer_key = load_or_create_key(settings.relayer_key, settings.data_dir / "relayer.key")
-        receipt_key = load_or_create_key(settings.receipt_key, settings.data_dir / "receipt.key")
-        treasury_key = load_or_create_key(settings.treasury_key, settings.data_dir / "treasury.key")
-        deposit_keys = DepositKeys(load_or_create_key(settings.deposit_seed, settings.data_dir / "deposit.seed"))
-        secrets = SecretBox(load_or_create_key(settings.sealing_key, settings.data_dir / "sealing.key"))
-        if settings.database_pool_size < MIN_POOL_SIZE and not settings.database_url.startswith("sqlite"):
-            raise ConfigurationError(
-                f"database_pool_size must be at least {MIN_POOL_SIZE} (it is {settings.database_pool_size}): "
-                "each process holds six connections for its batched writes"
-            )
+        relayer_key = _key(settings.relayer_key, settings.data_dir / "relayer.key")
+        receipt_key = _key(settings.receipt_key, settings.data_dir / "receipt.key")
+        treasury_key = _key(settings.treasury_key, settings.data_dir / "treasury.key")
+        deposit_keys = DepositKeys(_key(settings.deposit_seed, settings.data_dir / "deposit.seed"))
+        sealing_key = _key(settings.sealing_key, settings.data_dir / "sealing.key")
+        secrets = SecretBox(sealing_key)
+        # Customer page links are signed with a key of their own, derived from the sealing key.
+        page_key = hmac.new(sealing_key, b"x402mw customer pages", hashlib.sha256).digest()
+        email_transport = transport_for(settings)
+        database_url = settings.database_url.get_secret_value()
         if settings.migrate:
-            await asyncio.to_thread(migrate, settings.database_url)
-        engine = create_engine_for(settings.database_url, pool_size=settings.database_pool_size)
+            await asyncio.to_thread(migrate, database_url)
+        engine = create_engine_for(database_url, pool_size=settings.database_pool_size)
         chains = Chains()
         try:
             for chain_settings in settings.chains:
@@ -99,6 +110,7 @@ class Platform:
         )
         base = OrderLinks(settings.checkout_url_base, api_host=api_host_of(settings.base_url))
         watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base)
+        links, grace = CustomerLinks(page_key, base), settings.subscription_grace_days
         platform = cls(
             settings,
             engine,
@@ -114,6 +126,9 @@ class Platform:
             PaymentIntentWriter(engine, base),
             secrets,
             IdempotencyKeys(engine),
+            SubscriptionService(engine, clock, links, grace),
+            RenewalRunner(engine, clock, links, grace),
+            EmailOutbox(engine, clock, email_transport, links, settings.smtp_sender, grace),
         )
         try:
             await watcher.start()
@@ -136,6 +151,8 @@ class Platform:
             ),
             ("watching deposits", self.watcher.run_once),
             ("sending refunds", self.refunds.resume_due),
+            ("running subscriptions", self.renewals.run_due),
+            ("sending emails", self.emails.send_due),
             ("delivering webhooks", lambda: deliver_due(self)),
         ]
         while True:
@@ -175,7 +192,7 @@ async def _connect(
         relayer = Relayer(dev.rpc, relayer_key, chain_id=dev.chain_id)
         await relayer.start()
         return ChainHandle(network, dev.rpc, relayer, chain.confirmations or 1, dev=dev)
-    rpc: JsonRpc = HttpJsonRpc(chain.rpc_url)
+    rpc: JsonRpc = HttpJsonRpc(chain.rpc_url.get_secret_value())
     chain_id = int(await rpc.request("eth_chainId", []), 16)
     known = get_network(chain_id)
     if chain.tokens:
@@ -196,7 +213,7 @@ async def _connect(
         register_network(network)
     elif known is None:
         raise ConfigurationError(
-            f"chain {chain_id} at {chain.rpc_url} is not in the built-in table; name its token addresses"
+            f"chain {chain_id} at {shown_url(chain.rpc_url)} is not in the built-in table; name its token addresses"
         )
     else:
         network = known
@@ -215,8 +232,12 @@ async def _connect(
             raise ConfigurationError(problems)
     relayer = Relayer(rpc, relayer_key, chain_id=chain_id)
     await relayer.start()
-    minter = parse_private_key(chain.minter_key) if chain.minter_key else None
+    minter = parse_private_key(chain.minter_key.get_secret_value()) if chain.minter_key else None
     return ChainHandle(network, rpc, relayer, chain.confirmations or network.confirmations, minter_key=minter)
+
+
+def _key(given: SecretStr | None, path: Path) -> bytes:
+    return load_or_create_key(given.get_secret_value() if given else None, path)
 
 
 def settle_heap() -> None:

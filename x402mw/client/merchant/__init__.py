@@ -37,6 +37,16 @@ from x402mw.client.merchant.payment_links import PaymentLink, PaymentLinks
 from x402mw.client.merchant.refunds import Refund, Refunds
 from x402mw.client.merchant.resource import NOT_GIVEN, APIObject, Async, NotGiven, Resource, Sync
 from x402mw.client.merchant.sandbox import FaucetTransfer, Sandbox, SandboxPayment
+from x402mw.client.merchant.subscriptions import (
+    Invoice,
+    OpenedSubscription,
+    Subscription,
+    SubscriptionPlan,
+    SubscriptionPlans,
+    Subscriptions,
+    TestClock,
+    TestClocks,
+)
 from x402mw.client.merchant.webhook_endpoints import DeletedWebhookEndpoint, WebhookEndpoint, WebhookEndpoints
 
 __all__ = [
@@ -64,9 +74,11 @@ __all__ = [
     "FaucetTransfer",
     "IdempotencyError",
     "InvalidRequestError",
+    "Invoice",
     "MerchantClient",
     "NotFoundError",
     "NotGiven",
+    "OpenedSubscription",
     "Page",
     "PaymentIntent",
     "PaymentIntents",
@@ -80,7 +92,13 @@ __all__ = [
     "Sandbox",
     "SandboxPayment",
     "ServerError",
+    "Subscription",
+    "SubscriptionPlan",
+    "SubscriptionPlans",
+    "Subscriptions",
     "Sync",
+    "TestClock",
+    "TestClocks",
     "UnprocessableEntityError",
     "WebhookEndpoint",
     "WebhookEndpoints",

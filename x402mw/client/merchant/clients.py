@@ -16,6 +16,7 @@ from x402mw.client.merchant.payment_links import PaymentLinks
 from x402mw.client.merchant.refunds import Refunds
 from x402mw.client.merchant.resource import Async, Sync
 from x402mw.client.merchant.sandbox import Sandbox
+from x402mw.client.merchant.subscriptions import SubscriptionPlans, Subscriptions, TestClocks
 from x402mw.client.merchant.webhook_endpoints import WebhookEndpoints
 
 __all__ = ["AsyncMerchantClient", "MerchantClient"]
@@ -68,6 +69,9 @@ class MerchantClient:
         self.events = Events[Sync](runner)
         self.agent_endpoints = AgentEndpoints[Sync](runner)
         self.sandbox = Sandbox[Sync](runner)
+        self.subscription_plans = SubscriptionPlans[Sync](runner)
+        self.subscriptions = Subscriptions[Sync](runner)
+        self.test_clocks = TestClocks[Sync](runner)
 
     def __repr__(self) -> str:
         return f"MerchantClient(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"
@@ -120,6 +124,9 @@ class AsyncMerchantClient:
         self.events = Events[Async](runner)
         self.agent_endpoints = AgentEndpoints[Async](runner)
         self.sandbox = Sandbox[Async](runner)
+        self.subscription_plans = SubscriptionPlans[Async](runner)
+        self.subscriptions = Subscriptions[Async](runner)
+        self.test_clocks = TestClocks[Async](runner)
 
     def __repr__(self) -> str:
         return f"AsyncMerchantClient(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"

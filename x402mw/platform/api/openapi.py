@@ -29,6 +29,7 @@ from x402mw import __version__
 from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_links as links
 from x402mw.platform.api import openapi_payments as money
+from x402mw.platform.api import openapi_subscriptions as subscriptions
 from x402mw.platform.api.openapi_answers import answer_schemas
 from x402mw.platform.api.openapi_models import model_schemas
 from x402mw.platform.api.openapi_operations import ERRORS, UUID, operations
@@ -46,8 +47,8 @@ IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
 def _components(answers: dict[str, Schema]) -> Schema:
     request_id = {"$ref": "#/components/headers/Request-Id"}
     schemas = model_schemas(
-        [*money.BODY_MODELS, *checkout.BODY_MODELS, *links.BODY_MODELS],
-        money.FIELD_NOTES | checkout.FIELD_NOTES | links.FIELD_NOTES,
+        [*money.BODY_MODELS, *checkout.BODY_MODELS, *links.BODY_MODELS, *subscriptions.BODY_MODELS],
+        money.FIELD_NOTES | checkout.FIELD_NOTES | links.FIELD_NOTES | subscriptions.FIELD_NOTES,
         money.PROPERTY_OVERRIDES | links.PROPERTY_OVERRIDES,
     )
     for name, schema in answers.items():
@@ -113,6 +114,7 @@ _TAGS = [
     ("Facilitator", "The standard x402 v2 facilitator API, for any x402 seller."),
     ("Webhook endpoints", "URLs receiving the merchant's events, signed with Standard Webhooks."),
     ("Events", "What happened (the webhook outbox), each event's deliveries, and redelivery."),
+    *subscriptions.TAGS,
     ("Sandbox", "Test-mode helpers, refused for live keys."),
     *checkout.TAGS,
     ("Health", "Service status and this document."),
@@ -172,6 +174,7 @@ _LINKS: list[tuple[str, str, str, str, list[str]]] = [
         ["retrieveWebhookEndpoint", "updateWebhookEndpoint", "rotateWebhookSecret", "deleteWebhookEndpoint"],
     ),
     ("createAgentEndpoint", "201", "/endpoint/id", "endpoint_id", ["retrieveAgentEndpoint", "updateAgentEndpoint"]),
+    *subscriptions.LINKS,
 ]
 
 
@@ -194,6 +197,7 @@ def _with_answers(paths: dict[str, Schema]) -> dict[str, Schema]:
         for response in op["responses"].values()
         if "content" in response
     ]
+    contents = list({id(content): content for content in contents}.values())  # responses may share one
     models = list(dict.fromkeys([ErrorEnvelope, *(content["schema"] for content in contents)]))
     components, answers = answer_schemas(models)
     for content in contents:
@@ -204,7 +208,13 @@ def _with_answers(paths: dict[str, Schema]) -> dict[str, Schema]:
 @functools.cache
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
-    for method, path, operation in [*money.operations(), *links.operations(), *operations(), *checkout.operations()]:
+    for method, path, operation in [
+        *money.operations(),
+        *links.operations(),
+        *subscriptions.operations(),
+        *operations(),
+        *checkout.operations(),
+    ]:
         paths.setdefault(path, {})[method] = operation
     answers = _with_answers(paths)
     _add_links(paths)

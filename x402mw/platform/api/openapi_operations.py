@@ -72,6 +72,9 @@ _PATH_PARAMS: dict[str, tuple[str, Schema]] = {
     "webhook_endpoint_id": ("id of a webhook endpoint (a UUID)", UUID),
     "event_id": ("id of an event (a UUID)", UUID),
     "refund_id": ("id of a refund (a UUID)", UUID),
+    "plan_id": ("id of a subscription plan (a UUID)", UUID),
+    "subscription_id": ("id of a subscription (a UUID)", UUID),
+    "test_clock_id": ("id of a test clock (a UUID)", UUID),
 }
 LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit", "starting_after", "ending_before")]
 

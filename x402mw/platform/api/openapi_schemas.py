@@ -9,7 +9,7 @@ from typing import Any
 
 from x402mw.platform.api.fields import NO_NUL
 
-__all__ = ["REF", "STRING", "TEXT", "Schema", "ref"]
+__all__ = ["REF", "STRING", "TEXT", "Schema", "enum", "ref"]
 
 Schema = dict[str, Any]
 
@@ -22,3 +22,8 @@ TEXT: Schema = {"type": "string", "pattern": NO_NUL}
 
 def ref(name: str) -> Schema:
     return {"$ref": REF.format(model=name)}
+
+
+def enum(*values: str) -> Schema:
+    """A string parameter taking one of ``values``."""
+    return {"type": "string", "enum": list(values)}

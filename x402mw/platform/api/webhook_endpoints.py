@@ -139,7 +139,7 @@ async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointCreate, await read_json(request))
     _allowed(request, body.url, caller.livemode)
-    now = utcnow()
+    now = platform_of(request).clock.now()  # the platform's clock: events are owed from then on
     secret = new_secret()
     table = tables.webhook_endpoints
     endpoint_id = new_id()

@@ -1,24 +1,26 @@
 """Hosted checkout: the public checkout API and the page a buyer pays on.
 
 Mounted at ``/checkout`` (``{checkout_url_base}``): the JSON API under ``/checkout/v1``
-(`x402mw.platform.checkout.api`), static files under ``/checkout/static``, and the pages
-(`x402mw.platform.checkout.pages`) at ``/checkout/pi_<uuid>`` and the older link forms.
+(`x402mw.platform.checkout.api`), static files under ``/checkout/static`` (among them
+``x402mw-checkout.js``, the checkout button and panel for merchants' pages), the pages
+(`x402mw.platform.checkout.pages`) at ``/checkout/pi_<uuid>`` and the older link forms, and the
+subscription pages (`x402mw.platform.checkout.subscription_pages`) at ``/checkout/su_<plan>`` and
+``/checkout/subscriptions/<token>``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from starlette.routing import BaseRoute, Mount
-from starlette.staticfiles import StaticFiles
 
-from x402mw.platform.checkout import agent_pay, api, links, pages
+from x402mw.platform.checkout import agent_pay, api, links, pages, subscription_pages
+from x402mw.platform.checkout.assets import CheckoutAssets
 
 __all__ = ["agent_routes", "routes"]
 
 routes: list[BaseRoute] = [
     Mount("/v1", routes=[*api.routes, *links.routes]),
-    Mount("/static", app=StaticFiles(directory=Path(__file__).parent / "static"), name="checkout-static"),
+    Mount("/static", app=CheckoutAssets(), name="checkout-static"),
+    *subscription_pages.routes,  # before the pages' catch-all
     *pages.routes,
 ]
 agent_routes: list[BaseRoute] = list(agent_pay.routes)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -110,7 +110,10 @@ async def send_to_order(request: Request, link: Mapping[Any, Any]) -> Response:
     if order is None:
         order = await open_payment_link(platform.payment_intents, link, platform.clock.now())
     base: str = platform.payment_intents.checkout_url_base
-    response = RedirectResponse(f"{base}/pi_{order['id']}", status_code=303, headers={"Cache-Control": "no-store"})
+    # checkout.js opens a link in its popup with ?embed=popup&origin=...: the order's page keeps them.
+    kept = urlencode([(k, v) for k, v in request.query_params.multi_items() if k in ("embed", "origin")])
+    target = f"{base}/pi_{order['id']}" + (f"?{kept}" if kept else "")
+    response = RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
     parts = urlsplit(base)
     response.set_cookie(
         _cookie(link),

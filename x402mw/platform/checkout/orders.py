@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
@@ -54,15 +54,16 @@ def parse_payment_id(raw: str) -> str | None:
     return canonical if canonical == text.lower() else None
 
 
+_ORDER_BY_ID = (
+    select(tables.payment_intents, tables.merchants.c.name.label("merchant_name"))
+    .join(tables.merchants, tables.merchants.c.id == tables.payment_intents.c.merchant_id)
+    .where(tables.payment_intents.c.id == bindparam("payment_id"))
+)  # built once: every checkout page view and API call reads an order this way
+
+
 async def find_order(conn: AsyncConnection, payment_id: str) -> Mapping[Any, Any] | None:
     """The order with this bare UUID, whoever's it is, with its merchant's name as ``merchant_name``."""
-    intents, merchants = tables.payment_intents, tables.merchants
-    query = (
-        select(intents, merchants.c.name.label("merchant_name"))
-        .join(merchants, merchants.c.id == intents.c.merchant_id)
-        .where(intents.c.id == payment_id)
-    )
-    return (await conn.execute(query)).mappings().first()
+    return (await conn.execute(_ORDER_BY_ID, {"payment_id": payment_id})).mappings().first()
 
 
 def expires_at(order: Mapping[Any, Any]) -> datetime | None:

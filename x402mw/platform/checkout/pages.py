@@ -12,15 +12,24 @@ network and coin, and the transfer panel (deposit address, amount, EIP-681 QR co
 ``static/checkout.js`` adds the countdown, copy buttons, polling of ``transfer-status`` that turns the
 page to "Paid" once the money has arrived and been confirmed, and, where the order allows wallet
 payment and the browser has a wallet (EIP-1193), a button that has the wallet send the transfer and
-reports it through ``sync``. (Gasless wallet payment, where the wallet signs the EIP-3009
-authorization that ``attempts`` answers, is relayed by ``POST …/authorizations``.)
+reports it through ``sync``: for EIP-3009 coins (USDC, EURC) the wallet signs the authorization that
+``attempts`` answers and the platform relays it (``POST .../authorizations``), so the buyer needs no
+gas; for other coins (USDT), or a wallet that cannot sign typed data, it sends a token transfer.
+
+Embedded (`static/x402mw-checkout.js`): ``?embed=popup|panel&origin=<merchant page origin>`` shows the
+same page in the checkout button's popup or the checkout panel's iframe; the page then tells that
+origin, and only it, its status and its outcome (``postMessage``), and only that origin may frame it.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import segno
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
@@ -29,10 +38,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from x402mw import __version__
 from x402mw.platform.api.errors import current_request_id
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout import links
+from x402mw.platform.checkout.assets import asset_digest
 from x402mw.platform.checkout.attempts import prepare_attempt
 from x402mw.platform.checkout.orders import (
     PaymentOption,
@@ -45,17 +54,24 @@ from x402mw.platform.checkout.orders import (
 from x402mw.platform.services.payment_intents import PaymentIntentError
 from x402mw.platform.timestamps import iso
 
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+
 __all__ = ["routes"]
 
 POLL_SECONDS = 3
-_HEADERS = {
+EMBED_MODES = ("popup", "panel")
+# An origin as browsers serialise it (``location.origin``): scheme, host, optional port; nothing that
+# could end the CSP directive it is written into.
+_ORIGIN = re.compile(r"^https?://(?:[a-z0-9-]+(?:\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?$")
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors {ancestors}"
+)
+_PAGE_HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "form-action 'self'; base-uri 'none'"
-    ),
 }
 _STATUS_TEXT = {
     "requires_payment": "Awaiting payment",
@@ -65,6 +81,30 @@ _STATUS_TEXT = {
     "canceled": "Cancelled",
     "expired": "Expired",
 }
+
+
+class _PageCache:
+    """The last ``size`` pages rendered, by everything they are made of (least recently used out)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._pages: OrderedDict[Hashable, str] = OrderedDict()
+
+    def get(self, key: Hashable) -> str | None:
+        html = self._pages.get(key)
+        if html is not None:
+            self._pages.move_to_end(key)
+        return html
+
+    def put(self, key: Hashable, html: str) -> None:
+        self._pages[key] = html
+        self._pages.move_to_end(key)
+        while len(self._pages) > self._size:
+            self._pages.popitem(last=False)
+
+
+_PAGES = _PageCache(1024)  # about 10 kB each
+_SERVER_NOW = "@@server-now@@"  # written into a kept page at each view
 
 
 @functools.cache
@@ -86,20 +126,58 @@ def display_amount(amount: str) -> str:
     return f"{whole}.{fraction.ljust(2, '0')}"
 
 
+@functools.lru_cache(maxsize=4096)
 def qr_svg(uri: str) -> Markup:
-    """The URI as an inline SVG QR code (dark on a white quiet zone, readable in dark mode too)."""
+    """The URI as an inline SVG QR code (dark on a white quiet zone, readable in dark mode too).
+
+    Kept for the next view of the same order: an order's URI changes only when part of it is paid."""
     code = segno.make(uri, error="m")
     svg = code.svg_inline(scale=4, border=4, dark="#111", light="#fff", omitsize=True, svgclass="qr-code")
     return Markup(svg)  # segno's own markup, built from our URI: nothing of the buyer's goes in
 
 
-def _render(template: str, context: Mapping[str, Any], status: int = 200) -> HTMLResponse:
+def _render(template: str, context: Mapping[str, Any], status: int = 200, *, ancestors: str = "'none'") -> HTMLResponse:
+    """The page, with headers that keep it out of caches and frames (``ancestors``: who may frame it)."""
     html = _environment().get_template(template).render(**context)
-    return HTMLResponse(html, status_code=status, headers=_HEADERS)
+    headers = {**_PAGE_HEADERS, "Content-Security-Policy": _CSP.format(ancestors=ancestors)}
+    return HTMLResponse(html, status_code=status, headers=headers)
+
+
+def embedding(request: Request) -> tuple[str, str] | None:
+    """How checkout.js shows this page, ``(mode, origin of the merchant's page)``, from the query
+    (``?embed=popup|panel&origin=...``); None for the plain page, or for a mode or origin that is
+    not one (the plain page is shown then, and no message leaves it)."""
+    mode = request.query_params.get("embed")
+    origin = request.query_params.get("origin", "")
+    if mode not in EMBED_MODES or len(origin) > 255 or not _ORIGIN.match(origin):
+        return None
+    return mode, origin
+
+
+@dataclass(frozen=True, slots=True)
+class _Paths:
+    """Where the checkout's static files and API are, as the page links them (from the routes)."""
+
+    static: str  # ".../static/"
+    orders: str  # ".../v1/payment-intents/"
+
+
+_PATHS: dict[tuple[str, str], _Paths] = {}
+
+
+def _paths(request: Request) -> _Paths:
+    """The checkout's paths, worked out once per mount point: ``url_for`` walks every route."""
+    key = (request.scope.get("root_path", ""), request.scope.get("app_root_path", ""))
+    found = _PATHS.get(key)
+    if found is None:
+        static = request.url_for("checkout-static", path="-").path[:-1]
+        orders = request.url_for("checkout-payment-intent", payment_id="-").path[:-1]
+        found = _PATHS[key] = _Paths(static, orders)
+    return found
 
 
 def _static(request: Request, name: str) -> str:
-    return f"{request.url_for('checkout-static', path=name).path}?v={__version__}"
+    return f"{_paths(request).static}{name}?v={asset_digest(name)}"
 
 
 def not_found_page(request: Request) -> HTMLResponse:
@@ -113,22 +191,45 @@ def _chosen(options: list[PaymentOption], request: Request) -> PaymentOption | N
 
 
 async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
-    """The checkout page of the order ``raw_id`` names (``pi_<uuid>`` or a UUID), or the 404 page."""
+    """The checkout page of the order ``raw_id`` names (``pi_<uuid>`` or a UUID), or the 404 page.
+
+    The order is read on every view (the page must say what is true now), in one statement without a
+    transaction around it; the page made of it is kept (`_PAGES`) for the next view of the same order
+    in the same state, shown the same way, with only the server's clock written in afresh."""
     platform = platform_of(request)
     payment_id = parse_payment_id(raw_id)
     order = None
     if payment_id is not None:
         async with platform.engine.connect() as conn:
-            order = await find_order(conn, payment_id)
+            reading = await conn.execution_options(isolation_level="AUTOCOMMIT")  # no BEGIN/ROLLBACK trips
+            order = await find_order(reading, payment_id)
     if order is None:
         return not_found_page(request)
     now = platform.clock.now()
+    embed = embedding(request)
+    paths = _paths(request)
+    key = (repr(tuple(order.values())), awaiting_payment(order, now), request.query_params.get("option"), embed, paths)
+    html = _PAGES.get(key)
+    if html is None:
+        html, keep = await _checkout_html(request, platform, order, now, embed)
+        if keep:
+            _PAGES.put(key, html)
+    # Only the panel is framed, and only by the page that asked for it.
+    ancestors = embed[1] if embed and embed[0] == "panel" else "'none'"
+    headers = {**_PAGE_HEADERS, "Content-Security-Policy": _CSP.format(ancestors=ancestors)}
+    return HTMLResponse(html.replace(_SERVER_NOW, iso(now)), headers=headers)
+
+
+async def _checkout_html(
+    request: Request, platform: Platform, order: Mapping[Any, Any], now: datetime, embed: tuple[str, str] | None
+) -> tuple[str, bool]:
+    """The page of ``order``, and whether it may be kept (not when it had to say something went wrong)."""
     public = public_order_of(order, platform.chains).model_dump(mode="json")  # as the checkout API answers it
     methods = public["paymentMethods"]
     payable = awaiting_payment(order, now)
     options = payment_options(platform.chains, order)
     chosen = _chosen(options, request)
-    public_id = f"pi_{order['id']}"
+    orders_path = f"{_paths(request).orders}pi_{order['id']}"
     transfer: dict[str, Any] | None = None
     wallet: dict[str, Any] | None = None
     problem: str | None = None
@@ -151,7 +252,7 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
             except PaymentIntentError as exc:  # it changed since it was read: say why
                 problem = exc.message
         if methods["wallet"]:
-            wallet = _wallet(request, chosen, public_id, only=not methods["transfer"])
+            wallet = _wallet(orders_path, chosen, only=not methods["transfer"])
     context = {
         "order": public,
         "panel": _panel(order["status"], payable),
@@ -166,21 +267,28 @@ async def render_checkout(request: Request, raw_id: str) -> HTMLResponse:
         "problem": problem,
         "css": _static(request, "checkout.css"),
         "js": _static(request, "checkout.js"),
-        "status_url": request.url_for("checkout-transfer-status", payment_id=public_id).path,
+        "status_url": orders_path + "/transfer-status",
         "poll_seconds": POLL_SECONDS,
-        "server_now": iso(now),
+        "server_now": _SERVER_NOW,
+        "payment_id": order["id"],
+        "embed": embed[0] if embed else "",
+        "parent_origin": embed[1] if embed else "",
     }
-    return _render("checkout.html", context)
+    return _environment().get_template("checkout.html").render(**context), problem is None
 
 
-def _wallet(request: Request, chosen: PaymentOption, public_id: str, *, only: bool) -> dict[str, Any]:
-    """What the page's script needs to have a browser wallet pay (``attempts`` then ``sync``)."""
+def _wallet(order_path: str, chosen: PaymentOption, *, only: bool) -> dict[str, Any]:
+    """What the page's script needs to have a browser wallet pay: ``attempts``, then the signed
+    authorization to the relay (``authorizations``, gasless, EIP-3009 coins) or a transfer to ``sync``."""
     return {
         "network": chosen.network,
         "networkName": chosen.chain.network.name,
+        "chainId": hex(chosen.chain.chain_id),
         "currency": chosen.asset.symbol,
-        "attemptsUrl": request.url_for("checkout-attempts", payment_id=public_id).path,
-        "syncUrl": request.url_for("checkout-sync", payment_id=public_id).path,
+        "gasless": chosen.asset.eip3009,
+        "attemptsUrl": order_path + "/attempts",
+        "syncUrl": order_path + "/sync",
+        "authorizationsUrl": order_path + "/authorizations",
         "only": only,
     }
 

@@ -111,7 +111,8 @@ class RateLimitMiddleware:
         if self._limiter is None:
             limits = self.limits
             if limits is None:
-                limits = CheckoutRateLimits(redis_url=scope_platform(scope).settings.redis_url)
+                shared = scope_platform(scope).settings.redis_url
+                limits = CheckoutRateLimits(redis_url=shared.get_secret_value() if shared is not None else None)
             self.limits = limits
             storage: Storage
             if limits.redis_url:

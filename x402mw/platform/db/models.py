@@ -31,6 +31,11 @@ __all__ = [
     "PaymentIntent",
     "PaymentLink",
     "Refund",
+    "Subscription",
+    "SubscriptionEmail",
+    "SubscriptionInvoice",
+    "SubscriptionPlan",
+    "TestClock",
     "WebhookDelivery",
     "WebhookEndpoint",
     "new_id",
@@ -447,3 +452,135 @@ class EmbeddedChain(SQLModel, table=True):
     genesis_hash: str = Field(max_length=66)
     tokens: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))  # symbol -> address
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class SubscriptionPlan(SQLModel, table=True):
+    """A reusable price: ``amount_minor`` of ``currency`` per ``interval`` (weekly, monthly, quarterly,
+    yearly). ``slug`` names it in its checkout link (``su_<slug>``), so it is unique across merchants;
+    ``grace_days`` overrides the platform's grace period. An inactive plan opens no subscriptions."""
+
+    __tablename__ = "subscription_plans"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    name: str = Field(max_length=200)
+    slug: str | None = Field(default=None, max_length=32, unique=True)
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=8)
+    interval: str = Field(max_length=16)
+    active: bool = True
+    grace_days: int | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_subscription_plans_merchant_created", "merchant_id", "created_at"),)
+
+
+class TestClock(SQLModel, table=True):
+    """A test-mode clock: the subscriptions opened on it live at ``frozen_time``, which only moves
+    forward, when the merchant advances it."""
+
+    __tablename__ = "test_clocks"
+    __test__ = False  # not a pytest test class, whatever its name
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    frozen_time: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_test_clocks_merchant_created", "merchant_id", "created_at"),)
+
+
+class Subscription(SQLModel, table=True):
+    """A customer's subscription to a plan (x402mw.platform.services.subscriptions).
+
+    ``open_key`` is the merchant's customer id while the subscription is open (incomplete, active,
+    past_due) and NULL once it ended: its unique constraint gives one open subscription per (plan,
+    customer) under any concurrency. ``next_action`` is what the worker does at ``due_at`` (both NULL
+    when nothing is due); the index on (``test_clock_id``, ``due_at``) lets a pass read only what is due."""
+
+    __tablename__ = "subscriptions"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    plan_id: str = Field(foreign_key="subscription_plans.id", max_length=36)
+    merchant_customer_id: str = Field(max_length=500)
+    customer_email: str | None = Field(default=None, max_length=320)
+    open_key: str | None = Field(default=None, max_length=500)
+    status: str = Field(max_length=16)  # incomplete | active | past_due | canceled | expired
+    cancel_at_period_end: bool = False
+    anchor_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    periods_paid: int = 0
+    current_period_start: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    current_period_end: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    open_invoice_id: str | None = Field(default=None, max_length=36)
+    past_due_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    canceled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    ended_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    test_clock_id: str | None = Field(default=None, foreign_key="test_clocks.id", max_length=36)
+    next_action: str | None = Field(default=None, max_length=24)
+    due_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("plan_id", "open_key", name="uq_subscriptions_open_customer"),
+        Index("ix_subscriptions_due", "test_clock_id", "due_at"),
+        Index("ix_subscriptions_merchant_created", "merchant_id", "created_at"),
+    )
+
+
+class SubscriptionInvoice(SQLModel, table=True):
+    """The bill of one period of a subscription (``period`` 1 is the first), paid through its own
+    payment order. ``open`` → ``paid`` (→ ``open`` again should a reorg reverse the payment), or
+    ``void`` when the subscription ends first. Unique per (subscription, period)."""
+
+    __tablename__ = "subscription_invoices"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    subscription_id: str = Field(foreign_key="subscriptions.id", max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    period: int
+    status: str = Field(max_length=16)  # open | paid | void
+    amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    currency: str = Field(max_length=8)
+    payment_intent_id: str = Field(foreign_key="payment_intents.id", max_length=36, unique=True)
+    period_start: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    period_end: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    reminded_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    paid_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    voided_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("subscription_id", "period", name="uq_subscription_invoices_period"),
+        Index("ix_subscription_invoices_subscription_created", "subscription_id", "created_at"),
+    )
+
+
+class SubscriptionEmail(SQLModel, table=True):
+    """An email owed to a subscriber (the email outbox): written in the transaction of the change it
+    reports, rendered and sent by the worker at least once. ``kind``: invoice_opened, reminder,
+    past_due. ``locked_until`` is the claim of the worker sending it."""
+
+    __tablename__ = "subscription_emails"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    subscription_id: str = Field(foreign_key="subscriptions.id", max_length=36, index=True)
+    invoice_id: str | None = Field(default=None, max_length=36)
+    kind: str = Field(max_length=24)
+    to_address: str = Field(max_length=320)
+    status: str = Field(max_length=16)  # pending -> sent | failed
+    attempts: int = 0
+    last_error: str | None = Field(default=None, max_length=500)
+    next_attempt_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    sent_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_subscription_emails_due", "status", "next_attempt_at"),)

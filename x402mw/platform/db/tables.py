@@ -23,6 +23,11 @@ __all__ = [
     "payment_intents",
     "payment_links",
     "refunds",
+    "subscription_emails",
+    "subscription_invoices",
+    "subscription_plans",
+    "subscriptions",
+    "test_clocks",
     "webhook_deliveries",
     "webhook_endpoints",
 ]
@@ -46,3 +51,8 @@ ledger_entries = _tables["ledger_entries"]
 refunds = _tables["refunds"]
 embedded_chains = _tables["embedded_chains"]
 payment_links = _tables["payment_links"]
+subscription_plans = _tables["subscription_plans"]
+subscriptions = _tables["subscriptions"]
+subscription_invoices = _tables["subscription_invoices"]
+subscription_emails = _tables["subscription_emails"]
+test_clocks = _tables["test_clocks"]

@@ -9,6 +9,7 @@ refund reserved, released or sent once.
 kind               available        reserved        when
 =================  ===============  ==============  ===========================================
 payment            + amount                         a payment to an order is confirmed
+payment_reversed   - amount                         a reorg removed a confirmed payment
 refund_reserved    - amount         + amount        a refund is requested
 refund_sent                         - amount        the refund's transfer is confirmed
 refund_released    + amount         - amount        the refund failed

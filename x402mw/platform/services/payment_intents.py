@@ -52,6 +52,7 @@ __all__ = [
     "expire_due_payment_intents",
     "find_payment_intent",
     "parse_amount",
+    "payment_intent_event_data",
     "payment_intent_of",
     "record_intent_event",
     "transition",
@@ -154,7 +155,7 @@ def payment_intent_of(row: Mapping[Any, Any], checkout_url_base: str) -> Payment
     )
 
 
-def _event_data(row: Mapping[Any, Any], checkout_url_base: str) -> dict[str, Any]:
+def payment_intent_event_data(row: Mapping[Any, Any], checkout_url_base: str) -> dict[str, Any]:
     """An order event's ``data``: ``{"paymentIntent": <the order>}``."""
     return PaymentIntentEnvelope(payment_intent=payment_intent_of(row, checkout_url_base)).model_dump(mode="json")
 
@@ -168,7 +169,7 @@ async def record_intent_event(
         merchant_id=row["merchant_id"],
         livemode=row["livemode"],
         type=f"payment_intent.{kind}",
-        data=_event_data(row, base),
+        data=payment_intent_event_data(row, base),
         at=at,
     )
 
@@ -338,7 +339,9 @@ async def transition(
     event: str | None = None,
 ) -> Mapping[Any, Any] | None:
     """Move ``row`` to ``to`` (with ``changes`` to other columns) if it is still in the status it was
-    read in, and record ``payment_intent.<event or to>``; the new row, or None."""
+    read in, and record ``payment_intent.<event or to>``; the new row, or None. An order that pays a
+    subscription's invoice moves its subscription along when it succeeds or a reorg reverses it
+    (`x402mw.platform.services.subscription_payments`)."""
     if to not in TRANSITIONS[row["status"]]:
         return None
     table = tables.payment_intents
@@ -352,6 +355,11 @@ async def transition(
         return None
     moved = {**row, **changes}
     await record_intent_event(conn, moved, event or to, at, base)
+    if to == "succeeded" or row["status"] == "succeeded":
+        # An order paying a subscription's invoice moves the subscription, in this transaction.
+        from x402mw.platform.services.subscription_payments import follow_order  # (imports this module)
+
+        await follow_order(conn, moved, row["status"], at, base)
     return moved
 
 

@@ -8,7 +8,9 @@ Each round, for each chain:
    covered; ``underpaid``, ``overpaid``, ``paid_late`` and ``wrong_asset`` are flagged;
 2. **confirm** orders in ``processing``: a payment whose transaction is gone or moved to another block
    (a reorg) takes the order back to ``requires_payment`` (``payment_intent.reverted``); one with the
-   chain's confirmations makes it ``succeeded`` and credits the merchant's balance;
+   chain's confirmations makes it ``succeeded`` and credits the merchant's balance. A reorg found in
+   step 1 also reverts orders that had succeeded on transfers in the replaced blocks (their credit
+   is taken back, and a subscription they paid for goes ``past_due``);
 3. **sweep** succeeded orders' deposit addresses to the treasury.
 
 Several workers may run rounds at once: transfers count once, and every status change is conditional.
@@ -35,7 +37,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys, sweep_order
-from x402mw.platform.services.ledger import apply_entry
+from x402mw.platform.services.ledger import InsufficientBalance, apply_entry
 from x402mw.platform.services.payment_intents import OPEN_STATUSES, transition
 
 __all__ = ["TRANSFER_TOPIC", "DepositWatcher", "address_topic", "order_exceptions"]
@@ -105,6 +107,7 @@ class DepositWatcher:
                     logger.warning("chain %s: block %d changed; reading again from %d", chain.chain_id, cursor, rewound)
                     await self._move_cursor(chain, rewound, None)
                     cursor = rewound
+                    await self._recheck_succeeded(chain, rewound)
             tokens = [asset.address for asset in chain.network.assets.values()]
             taken = 0
             while cursor < head:
@@ -302,7 +305,9 @@ class DepositWatcher:
                 except Exception:
                     logger.exception("confirming order %s failed", order["id"])
 
-    async def _confirm_one(self, chain: ChainHandle, order: Mapping[Any, Any]) -> None:
+    async def _confirm_one(self, chain: ChainHandle, order: Mapping[Any, Any], *, settled: bool = False) -> None:
+        """Revert ``order`` if a transfer it counted is gone; else, unless it ``settled`` already,
+        make it succeed once the transfers have their confirmations."""
         transfers = tables.incoming_transfers
         async with self.engine.connect() as conn:
             counted = list(
@@ -322,6 +327,8 @@ class DepositWatcher:
         now = self.clock.now()
         if gone:
             await self._revert(order, counted, gone, now)
+            return
+        if settled:
             return
         deepest = max((t["block_number"] for t in counted), default=0)
         head = int(await chain.rpc.request("eth_blockNumber", []), 16)
@@ -349,6 +356,35 @@ class DepositWatcher:
                     at=now,
                 )
 
+    async def _recheck_succeeded(self, chain: ChainHandle, since_block: int) -> None:
+        """After a reorg that replaced blocks above ``since_block``: orders that succeeded on transfers in
+        those blocks whose transactions are gone (or in other blocks) are reverted, and their credit
+        taken back. Done before the blocks are read again, so that a transaction the new blocks include
+        once more counts again, as a new payment."""
+        transfers, intents = tables.incoming_transfers, tables.payment_intents
+        async with self.engine.connect() as conn:
+            ids = list(
+                (
+                    await conn.execute(
+                        select(transfers.c.payment_intent_id)
+                        .join(intents, intents.c.id == transfers.c.payment_intent_id)
+                        .where(
+                            transfers.c.chain_id == chain.chain_id,
+                            transfers.c.status == "counted",
+                            transfers.c.block_number > since_block,
+                            intents.c.status == "succeeded",
+                        )
+                        .distinct()
+                    )
+                ).scalars()
+            )
+            orders = list((await conn.execute(select(intents).where(intents.c.id.in_(ids)))).mappings()) if ids else []
+        for order in orders:
+            try:
+                await self._confirm_one(chain, order, settled=True)
+            except Exception:
+                logger.exception("checking order %s after a reorg failed", order["id"])
+
     async def _revert(
         self,
         order: Mapping[Any, Any],
@@ -357,7 +393,8 @@ class DepositWatcher:
         now: datetime,
     ) -> None:
         """Take the transfers a reorg removed off the order; back to ``requires_payment`` unless the
-        others still cover it."""
+        others still cover it. For an order that had succeeded, the credit of each removed transfer is
+        taken back from the merchant's balance (``payment_reversed``)."""
         transfers, intents = tables.incoming_transfers, tables.payment_intents
         kept = [t for t in counted if t not in gone]
         received = int(order["amount_received_minor"]) - sum(int(t["amount_minor"]) for t in gone)
@@ -372,12 +409,15 @@ class DepositWatcher:
         }
         if not kept:
             changes.update(payer=None, paid_currency=None, chain_id=None)
+        settled = order["status"] == "succeeded"
+        if settled:
+            changes["swept_at"] = None  # the sweep went with the reorg, or sweeps what comes next
         async with self.engine.begin() as conn:
             if received >= order["amount_minor"]:
                 changes["tx_hash"] = kept[-1]["tx_hash"]
                 moved = await conn.execute(
                     update(intents)
-                    .where(intents.c.id == order["id"], intents.c.status == "processing")
+                    .where(intents.c.id == order["id"], intents.c.status == order["status"])
                     .values(**changes, updated_at=now)
                 )
                 if moved.rowcount != 1:
@@ -391,6 +431,32 @@ class DepositWatcher:
                     return
             await conn.execute(
                 update(transfers).where(transfers.c.id.in_([t["id"] for t in gone])).values(status="reverted")
+            )
+            for transfer in gone if settled else ():
+                await self._take_back(conn, order, transfer, now)
+
+    async def _take_back(
+        self, conn: AsyncConnection, order: Mapping[Any, Any], transfer: Mapping[Any, Any], now: datetime
+    ) -> None:
+        """Debit a reverted transfer's credit; what the balance cannot cover (a refund spent it) is logged."""
+        try:
+            await apply_entry(
+                conn,
+                merchant_id=order["merchant_id"],
+                livemode=order["livemode"],
+                chain_id=int(transfer["chain_id"]),
+                currency=str(transfer["currency"]),
+                kind="payment_reversed",
+                reference_id=str(transfer["id"]),
+                available_delta=-int(transfer["amount_minor"]),
+                at=now,
+            )
+        except InsufficientBalance:
+            logger.error(
+                "order %s: a reorg reversed %s minor units of %s, more than the merchant's available balance",
+                order["id"],
+                transfer["amount_minor"],
+                transfer["currency"],
             )
 
     # -- 3. sweep ------------------------------------------------------------------------------------

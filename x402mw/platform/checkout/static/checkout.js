@@ -1,5 +1,6 @@
-// Hosted checkout: countdown, copy buttons, and polling of transfer-status until the order settles.
-// The page is complete without this file; it only keeps the page current. No external resources.
+// Hosted checkout: countdown, copy buttons, polling of transfer-status until the order settles, browser
+// wallet payment, and, when checkout.js shows the page (its popup or its panel), messages to the
+// merchant's page. The page is complete without this file. No external resources.
 (function () {
   "use strict";
 
@@ -21,6 +22,69 @@
     expired: "Expired"
   };
   var finished = { succeeded: true, refunded: true, canceled: true, expired: true };
+
+  // Shown by checkout.js: tell the merchant's page (the origin the server accepted, and only it) how
+  // the payment goes. The messages carry no secret; pinning the origin keeps them from anyone else.
+  var embed = root.getAttribute("data-embed") || "";
+  var parentOrigin = root.getAttribute("data-parent-origin") || "";
+  var paymentId = root.getAttribute("data-payment-id");
+  var peer = null;
+  if (embed === "panel" && window.parent !== window) {
+    peer = window.parent;
+  } else if (embed === "popup" && window.opener) {
+    peer = window.opener;
+  }
+  var told = null;
+
+  function tell(type, fields) {
+    if (!peer || !parentOrigin) {
+      return;
+    }
+    var message = { source: "x402mw-checkout", version: 1, type: type, paymentId: paymentId };
+    for (var key in fields) {
+      if (Object.prototype.hasOwnProperty.call(fields, key)) {
+        message[key] = fields[key];
+      }
+    }
+    try {
+      peer.postMessage(message, parentOrigin);
+    } catch (e) {
+      peer = null; // the merchant's page went away
+    }
+  }
+
+  function complete(status, reason) {
+    if (told === status) {
+      return;
+    }
+    told = status;
+    tell("complete", reason ? { status: status, reason: reason } : { status: status });
+  }
+
+  function contentHeight() {
+    var body = document.body;
+    var style = window.getComputedStyle(body);
+    var margins = (parseFloat(style.marginTop) || 0) + (parseFloat(style.marginBottom) || 0);
+    return Math.ceil(body.getBoundingClientRect().height + margins);
+  }
+
+  function followHeight() {
+    var last = 0;
+    function report() {
+      var height = contentHeight();
+      if (height !== last) {
+        last = height;
+        tell("resize", { height: height });
+      }
+    }
+    if (window.ResizeObserver) {
+      new window.ResizeObserver(report).observe(document.body);
+    } else {
+      window.addEventListener("resize", report);
+      window.setInterval(report, 500);
+    }
+    report();
+  }
 
   var panels = { requires_payment: "pay", processing: "processing", succeeded: "paid" };
 
@@ -48,7 +112,13 @@
       element.textContent = text;
     }
     element.setAttribute("data-state", status);
-    root.setAttribute("data-status", status);
+    if (root.getAttribute("data-status") !== status) {
+      root.setAttribute("data-status", status);
+      tell("status", { status: status });
+    }
+    if (finished[status]) {
+      complete(status, status === "succeeded" ? null : "order");
+    }
   }
 
   function apply(order) {
@@ -173,8 +243,79 @@
     }
   }
 
-  // Wallet payment: the browser's wallet (EIP-1193) sends the token transfer that `attempts` describes,
-  // and `sync` reports its hash so the platform looks for it at once.
+  // Wallet payment (EIP-1193). For an EIP-3009 coin the wallet signs the TransferWithAuthorization that
+  // `attempts` answers and the platform relays it, paying the gas: the buyer needs only the coin. For
+  // other coins (USDT), or a wallet that cannot sign typed data, the wallet sends the token transfer
+  // itself and `sync` reports its hash.
+  var UNSUPPORTED = { 4200: true, "-32601": true };
+
+  function walletError(error) {
+    if (error && error.code === 4001) {
+      return "You cancelled in your wallet. You can try again.";
+    }
+    if (error && error.status) {
+      return error.message; // the platform's own explanation
+    }
+    return "The wallet could not pay: " + ((error && error.message) || "unknown error") + ".";
+  }
+
+  function useChain(provider, box) {
+    var wanted = box.getAttribute("data-chain-id").toLowerCase();
+    return provider.request({ method: "eth_chainId" }).then(function (chainId) {
+      if (String(chainId).toLowerCase() === wanted) {
+        return null;
+      }
+      return provider
+        .request({ method: "wallet_switchEthereumChain", params: [{ chainId: wanted }] })
+        .catch(function (error) {
+          if (!error || error.code !== 4902) {
+            throw error;
+          }
+          // The wallet does not know the network: offer it, then switch (wallets that need more than
+          // its id and name to add it say so, and the buyer adds it by hand).
+          var name = box.getAttribute("data-network-name");
+          return provider
+            .request({ method: "wallet_addEthereumChain", params: [{ chainId: wanted, chainName: name }] })
+            .then(
+              function () {
+                return provider.request({ method: "wallet_switchEthereumChain", params: [{ chainId: wanted }] });
+              },
+              function () {
+                var failed = new Error("add " + name + " to your wallet, then try again");
+                throw failed;
+              }
+            );
+        });
+    });
+  }
+
+  function signAuthorization(provider, account, attempt) {
+    var typed = attempt.authorization;
+    var message = {};
+    for (var key in typed.message) {
+      if (Object.prototype.hasOwnProperty.call(typed.message, key)) {
+        message[key] = typed.message[key];
+      }
+    }
+    message.from = account;
+    var request = { types: typed.types, primaryType: typed.primaryType, domain: typed.domain, message: message };
+    return provider
+      .request({ method: "eth_signTypedData_v4", params: [account, JSON.stringify(request)] })
+      .then(function (signature) {
+        return { message: message, signature: signature };
+      });
+  }
+
+  function sendTransfer(provider, account, attempt, box, message) {
+    var tx = attempt.transaction;
+    return provider
+      .request({ method: "eth_sendTransaction", params: [{ from: account, to: tx.to, data: tx.data, value: tx.value }] })
+      .then(function (txHash) {
+        message.textContent = "Sent. Waiting for the network to include it.";
+        return post(box.getAttribute("data-sync-url"), { txHash: txHash, network: attempt.network });
+      });
+  }
+
   function setUpWallet() {
     var box = document.getElementById("wallet");
     var button = document.getElementById("wallet-pay");
@@ -201,7 +342,6 @@
       }
     }
     button.addEventListener("click", function () {
-      var network = box.getAttribute("data-network");
       var account = null;
       var attempt = null;
       button.disabled = true;
@@ -211,34 +351,44 @@
         .then(function (accounts) {
           account = accounts[0];
           return post(box.getAttribute("data-attempts-url"), {
-            network: network,
+            network: box.getAttribute("data-network"),
             currency: box.getAttribute("data-currency"),
             method: "wallet"
           });
         })
         .then(function (answer) {
           attempt = answer;
-          return provider.request({ method: "eth_chainId" });
-        })
-        .then(function (chainId) {
-          if (String(chainId).toLowerCase() !== attempt.transaction.chainId) {
-            return provider.request({
-              method: "wallet_switchEthereumChain",
-              params: [{ chainId: attempt.transaction.chainId }]
-            });
-          }
-          return null;
+          return useChain(provider, box);
         })
         .then(function () {
-          var tx = attempt.transaction;
-          return provider.request({
-            method: "eth_sendTransaction",
-            params: [{ from: account, to: tx.to, data: tx.data, value: tx.value }]
-          });
-        })
-        .then(function (txHash) {
-          message.textContent = "Sent. Waiting for the network to include it.";
-          return post(box.getAttribute("data-sync-url"), { txHash: txHash, network: network });
+          if (!attempt.authorization) {
+            return sendTransfer(provider, account, attempt, box, message);
+          }
+          return signAuthorization(provider, account, attempt).then(
+            function (signed) {
+              message.textContent = "Signed. The payment is on its way.";
+              var m = signed.message;
+              return post(box.getAttribute("data-authorizations-url"), {
+                network: attempt.network,
+                currency: attempt.currency,
+                authorization: {
+                  from: m.from,
+                  to: m.to,
+                  value: m.value,
+                  validAfter: m.validAfter,
+                  validBefore: m.validBefore,
+                  nonce: m.nonce
+                },
+                signature: signed.signature
+              });
+            },
+            function (error) {
+              if (error && UNSUPPORTED[error.code] && attempt.transaction) {
+                return sendTransfer(provider, account, attempt, box, message); // cannot sign: it sends
+              }
+              throw error;
+            }
+          );
         })
         .then(function (order) {
           message.textContent = "";
@@ -249,18 +399,52 @@
         })
         .catch(function (error) {
           button.disabled = false;
-          message.textContent =
-            error && error.code === 4001
-              ? "You cancelled in your wallet. You can try again."
-              : "The wallet could not pay: " + ((error && error.message) || "unknown error") + ".";
+          message.textContent = walletError(error);
         });
     });
+  }
+
+  // In the popup and the panel the merchant's page takes over where the plain page would link away.
+  function setUpEmbedding() {
+    if (!embed) {
+      return;
+    }
+    var close = document.getElementById("close-window");
+    if (close) {
+      close.addEventListener("click", function () {
+        window.close();
+      });
+    }
+    var cancel = document.getElementById("cancel-payment");
+    if (cancel) {
+      cancel.addEventListener("click", function () {
+        complete("canceled", "buyer");
+        if (embed === "popup") {
+          window.close();
+          return;
+        }
+        if (timer) {
+          window.clearTimeout(timer);
+          timer = null;
+        }
+        showPanel("closed", "buyer");
+      });
+    }
+    if (embed === "panel") {
+      followHeight();
+    }
+    tell("ready", { status: root.getAttribute("data-status"), height: contentHeight() });
+    var status = root.getAttribute("data-status");
+    if (finished[status]) {
+      complete(status, status === "succeeded" ? null : "order");
+    }
   }
 
   enableCopy();
   autoSubmitPicker();
   startCountdown();
   setUpWallet();
+  setUpEmbedding();
   if (!finished[root.getAttribute("data-status")]) {
     schedule(pollMs);
   }

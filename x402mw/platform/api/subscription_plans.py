@@ -1,0 +1,142 @@
+"""``/subscription-plans``: reusable prices per interval that subscriptions are opened on (spec 2.3, 4.3)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, field_validator
+from starlette.requests import Request
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.fields import amount_schema
+from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.objects.subscriptions import SubscriptionPlanEnvelope, SubscriptionPlanList
+from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.payment_intents import ORDER_AMOUNTS, parse_amount
+from x402mw.platform.services.subscription_objects import plan_of
+from x402mw.platform.services.subscription_plans import SLUG_PATTERN, create_plan, find_plan, update_plan
+
+__all__ = ["PlanCreate", "PlanUpdate", "routes"]
+
+MAX_GRACE_DAYS = 365
+Amount = Annotated[Any, WithJsonSchema(amount_schema(ORDER_AMOUNTS))]
+GraceDays = Annotated[StrictInt, Field(ge=0, le=MAX_GRACE_DAYS)]
+
+
+class PlanCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    amount: Amount
+    currency: Literal["USDC", "USDT", "EURC"]
+    interval: Literal["weekly", "monthly", "quarterly", "yearly"]
+    slug: str | None = Field(default=None, pattern=SLUG_PATTERN)
+    graceDays: GraceDays | None = None
+
+    _v_amount = field_validator("amount", mode="before")(parse_amount)
+
+
+class PlanUpdate(PatchBody):
+    CLEARABLE = frozenset({"graceDays"})  # null: the platform's grace period
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    amount: Amount | None = None
+    active: StrictBool | None = None
+    graceDays: GraceDays | None = None
+
+    _v_amount = field_validator("amount", mode="before")(lambda value: None if value is None else parse_amount(value))
+
+
+def _answer(plan: Any, checkout_url_base: str, status_code: int = 200) -> ModelResponse:
+    return ModelResponse(SubscriptionPlanEnvelope(plan=plan_of(plan, checkout_url_base)), status_code)
+
+
+def _refused(exc: Refused) -> ApiError:
+    return ApiError(exc.status, exc.code, exc.message, param=exc.param)
+
+
+async def create(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    body = parse_body(PlanCreate, await read_json(request))
+    platform = platform_of(request)
+    now = platform.clock.now()
+    row = {
+        "id": new_id(),
+        "merchant_id": caller.merchant_id,
+        "livemode": caller.livemode,
+        "name": body.name,
+        "slug": body.slug,
+        "amount_minor": body.amount,
+        "currency": body.currency,
+        "interval": body.interval,
+        "active": True,
+        "grace_days": body.graceDays,
+        "created_at": now,
+        "updated_at": now,
+    }
+    try:
+        plan = await create_plan(platform.engine, row)
+    except Refused as exc:
+        raise _refused(exc) from None
+    return _answer(plan, platform.settings.checkout_url_base, 201)
+
+
+def _plan_id(request: Request) -> str:
+    return path_uuid(request, "plan_id", "plan")
+
+
+async def retrieve(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    plan_id = _plan_id(request)
+    platform = platform_of(request)
+    plan = await find_plan(platform.engine, caller.merchant_id, caller.livemode, plan_id)
+    if plan is None:
+        raise ApiError.missing("plan", plan_id)
+    return _answer(plan, platform.settings.checkout_url_base)
+
+
+async def update(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    plan_id = _plan_id(request)
+    body = parse_body(PlanUpdate, await read_json(request))
+    names = {"name": "name", "amount": "amount_minor", "active": "active", "graceDays": "grace_days"}
+    changes = {names[key]: value for key, value in body.changes().items()}
+    platform = platform_of(request)
+    plan = await update_plan(
+        platform.engine, caller.merchant_id, caller.livemode, plan_id, changes, platform.clock.now()
+    )
+    if plan is None:
+        raise ApiError.missing("plan", plan_id)
+    return _answer(plan, platform.settings.checkout_url_base)
+
+
+async def list_plans(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    platform = platform_of(request)
+    table = tables.subscription_plans
+    filters = caller.owns(table)
+    active = request.query_params.get("active")
+    if active is not None:
+        if active not in ("true", "false"):
+            raise ApiError(400, "parameter_invalid", "active must be true or false", param="active")
+        filters.append(table.c.active == (active == "true"))
+    base = platform.settings.checkout_url_base
+    async with platform.engine.connect() as conn:
+        data, more = await list_page(conn, table, filters, request, lambda row: plan_of(row, base))
+    return ModelResponse(SubscriptionPlanList(data=data, has_more=more))
+
+
+routes = [
+    Route("/subscription-plans", create, methods=["POST"]),
+    Route("/subscription-plans", list_plans, methods=["GET"]),
+    Route("/subscription-plans/{plan_id}", retrieve, methods=["GET"]),
+    Route("/subscription-plans/{plan_id}", update, methods=["PATCH"]),
+]

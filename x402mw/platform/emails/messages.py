@@ -1,0 +1,80 @@
+"""What each subscriber email says, in plain text and HTML (jinja2 templates in ``templates/``).
+
+Three kinds: ``invoice_opened`` (a renewal invoice is ready), ``reminder`` (the period ends in a day
+and the invoice is unpaid) and ``past_due`` (the period ended unpaid; access ends with the grace
+period). Each carries the payment link (the invoice's payment order ``checkoutUrl``) and the link to
+the customer's subscription page.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import datetime
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+__all__ = ["KINDS", "Notice", "compose"]
+
+KINDS = ("invoice_opened", "reminder", "past_due")
+
+
+@dataclass(frozen=True)
+class Notice:
+    """The facts of one email."""
+
+    id: str
+    kind: str
+    to: str
+    merchant: str
+    plan: str
+    interval: str
+    amount: str
+    currency: str
+    period_end: datetime | None  # the end of the paid period: when the unpaid one would start
+    grace_end: datetime | None  # past_due only: when the subscription expires unpaid
+    pay_url: str | None  # the open invoice's checkout page
+    page_url: str  # the customer's subscription page
+    livemode: bool
+
+
+@functools.cache
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("x402mw.platform.emails", "templates"),
+        autoescape=select_autoescape(["html"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["day"] = lambda value: value.strftime("%-d %B %Y") if value else ""
+    return env
+
+
+def _subject(notice: Notice) -> str:
+    what = f"{notice.merchant}: {notice.plan}"
+    if notice.kind == "invoice_opened":
+        return f"{what} renewal: {notice.amount} {notice.currency} to pay"
+    if notice.kind == "reminder":
+        return f"{what} ends tomorrow unless renewed"
+    return f"{what} is past due"
+
+
+def compose(notice: Notice, sender: str, sent_at: datetime) -> EmailMessage:
+    """The email of ``notice`` from ``sender``: a plain text part and an HTML alternative. Its
+    Message-ID is the queued email's id, the same on every attempt (receivers drop repeats)."""
+    env = _environment()
+    context = {"n": notice, "test": not notice.livemode}
+    message = EmailMessage()
+    message["Subject"] = ("[Test] " if not notice.livemode else "") + _subject(notice)
+    message["From"] = sender
+    message["To"] = notice.to
+    message["Date"] = format_datetime(sent_at)
+    message["Message-ID"] = f"<{notice.id}@x402mw>"
+    message["Auto-Submitted"] = "auto-generated"
+    message.set_content(env.get_template("subscription.txt").render(**context))
+    message.add_alternative(env.get_template("subscription.html").render(**context), subtype="html")
+    return message

@@ -1,0 +1,83 @@
+"""Signed links to a subscription's customer page, and the CSRF tokens of the hosted forms.
+
+A customer page link is ``{checkout_url_base}/subscriptions/<token>``, where the token is the
+subscription's id (16 bytes) followed by the first 16 bytes of an HMAC-SHA256 of it under the
+platform's page key, in unpadded base64url (43 characters). Knowing a subscription's id does not
+give its link; a token whose MAC is wrong names nothing. The link is handed out only to the customer
+(in every reminder email, and as the return link of their invoices' checkout).
+
+A form token (``<unix seconds>.<MAC>``) binds a form to its purpose (``cancel:<subscription id>``,
+``subscribe:<plan id>``) and to the time it was rendered; it is accepted for `FORM_LIFETIME`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import uuid
+from datetime import UTC, datetime, timedelta
+
+__all__ = ["FORM_LIFETIME", "CustomerLinks"]
+
+FORM_LIFETIME = timedelta(hours=2)
+_MAC_BYTES = 16
+
+
+class CustomerLinks:
+    """Makes and checks customer page tokens and form tokens with one secret ``key``."""
+
+    def __init__(self, key: bytes, checkout_url_base: str) -> None:
+        if len(key) < 32:
+            raise ValueError("the page key is at least 32 bytes")
+        self._key = key
+        self.checkout_url_base = checkout_url_base
+
+    def __repr__(self) -> str:
+        return "CustomerLinks(<key hidden>)"
+
+    def _mac(self, purpose: bytes) -> bytes:
+        return hmac.new(self._key, purpose, hashlib.sha256).digest()
+
+    def token(self, subscription_id: str) -> str:
+        raw = uuid.UUID(subscription_id).bytes
+        return base64.urlsafe_b64encode(raw + self._mac(b"page:" + raw)[:_MAC_BYTES]).decode().rstrip("=")
+
+    def page_url(self, subscription_id: str) -> str:
+        """The customer page of the subscription."""
+        return f"{self.checkout_url_base}/subscriptions/{self.token(subscription_id)}"
+
+    def subscription_of(self, token: str) -> str | None:
+        """The subscription id ``token`` was made for, or None for anything else."""
+        if len(token) != 43 or not token.isascii():
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(token + "=")
+        except (binascii.Error, ValueError):
+            return None
+        if len(raw) != 16 + _MAC_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != token:
+            return None  # one spelling per token: not another with the last character's spare bits set
+        ident, mac = raw[:16], raw[16:]
+        if not hmac.compare_digest(mac, self._mac(b"page:" + ident)[:_MAC_BYTES]):
+            return None
+        return str(uuid.UUID(bytes=ident))
+
+    def form_token(self, purpose: str, now: datetime) -> str:
+        """A token for a form rendered at ``now`` for ``purpose``."""
+        stamp = str(int(now.timestamp()))
+        mac = self._mac(f"form:{purpose}:{stamp}".encode())
+        return stamp + "." + base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+    def check_form_token(self, purpose: str, token: str, now: datetime) -> bool:
+        """Whether ``token`` was made by `form_token` for ``purpose`` within `FORM_LIFETIME` of ``now``."""
+        stamp, _, _mac = token.partition(".")
+        if not (stamp.isascii() and stamp.isdigit()) or len(stamp) > 12:
+            return False
+        issued = int(stamp)
+        age = now.timestamp() - issued
+        if not -300 <= age <= FORM_LIFETIME.total_seconds():
+            return False
+        return hmac.compare_digest(
+            token.encode(), self.form_token(purpose, datetime.fromtimestamp(issued, UTC)).encode()
+        )

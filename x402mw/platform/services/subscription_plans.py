@@ -1,0 +1,86 @@
+"""Subscription plans (spec 2.3): a name, a price per interval, and whether new subscriptions may open.
+
+A plan's amount applies to invoices opened after it is set; open invoices keep theirs. An inactive
+plan opens no new subscriptions, while the open ones keep renewing.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from x402mw.platform.db import tables
+from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.subscription_steps import aware
+
+__all__ = ["SLUG_PATTERN", "PlanError", "create_plan", "find_plan", "find_plan_by_ref", "update_plan"]
+
+SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$"
+"""A plan's slug: 1-32 lower-case letters, digits and inner hyphens (never a UUID's 36 characters)."""
+_SLUG = re.compile(SLUG_PATTERN)
+
+
+class PlanError(Refused):
+    """A plan request the rules refuse."""
+
+
+def _slug_taken(slug: str) -> PlanError:
+    return PlanError(409, "slug_taken", f"The slug {slug!r} is taken; choose another", param="slug")
+
+
+async def create_plan(engine: AsyncEngine, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Store the plan ``row``; 409 ``slug_taken`` when another plan has its slug (slugs name plans in
+    checkout links, so they are unique across merchants)."""
+    plans = tables.subscription_plans
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(plans.insert(), dict(row))
+    except IntegrityError:
+        raise _slug_taken(str(row["slug"])) from None
+    return dict(row)
+
+
+async def update_plan(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, plan_id: str, changes: Mapping[str, Any], now: datetime
+) -> dict[str, Any] | None:
+    """Apply ``changes`` (``name``, ``amount_minor``, ``active``, ``grace_days``; none: only read it) to
+    the merchant's plan; the plan as it now is, or None when the merchant has no such plan."""
+    plans = tables.subscription_plans
+    owned = (plans.c.id == plan_id) & (plans.c.merchant_id == merchant_id) & (plans.c.livemode == livemode)
+    async with engine.begin() as conn:
+        if changes:
+            await conn.execute(update(plans).where(owned).values(**changes, updated_at=now))
+        found = (await conn.execute(select(plans).where(owned))).mappings().first()
+    return None if found is None else aware(found)
+
+
+async def find_plan(engine: AsyncEngine, merchant_id: str, livemode: bool, plan_id: str) -> dict[str, Any] | None:
+    """The merchant's plan, or None (another merchant's plan is indistinguishable from none)."""
+    return await update_plan(engine, merchant_id, livemode, plan_id, {}, datetime.min)
+
+
+async def find_plan_by_ref(engine: AsyncEngine, ref: str) -> dict[str, Any] | None:
+    """The plan a checkout link names (``su_<id or slug>``, without the prefix), of any merchant; None
+    for anything that is neither an id nor a slug."""
+    plans = tables.subscription_plans
+    if _SLUG.fullmatch(ref):
+        column, value = plans.c.slug, ref
+    elif len(ref) == 36 and ref.isascii():
+        try:
+            column, value = plans.c.id, str(uuid.UUID(ref))
+        except ValueError:
+            return None
+        if value != ref.lower():
+            return None
+    else:
+        return None
+    async with engine.connect() as conn:
+        found = (await conn.execute(select(plans).where(column == value))).mappings().first()
+    return None if found is None else aware(found)
