@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 from typing import Any
@@ -15,7 +16,7 @@ from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
 from x402mw.platform.chain.token import encode_transfer_with_authorization
 from x402mw.platform.db import tables
-from x402mw.platform.db.models import new_id
+from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.runtime import Platform
 from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER as RECOVER_AFTER
 
@@ -245,3 +246,58 @@ def _statuses(harness: PlatformHarness, rows: dict[str, dict[str, Any]]) -> dict
         return {name: found[row["id"]] for name, row in rows.items()}
 
     return harness.server.call(read)
+
+
+async def test_recovery_of_a_stale_read_answers_the_receipt_recorded_first(dev_platform: PlatformHarness) -> None:
+    # A retry that read its payment before the settlement was recorded reaches recovery with that
+    # read: recovery finds the authorization used, and must answer with the receipt recorded
+    # first. It must never sign a second one, nor let this process answer with it meanwhile
+    # (50 concurrent copies of one signature once got two different receipts that way).
+    harness = dev_platform
+    merchant_id, api_key, _ = harness.merchant("Stale read merchant")
+    agent, pay_to = new_private_key(), address_of(new_private_key())
+    harness.fund(api_key, address_of(agent), "1")
+    nonce = random_nonce()
+    row = _payment_row(
+        harness,
+        merchant_id,
+        address_of(agent),
+        pay_to,
+        nonce="0x" + nonce.hex(),
+        created_at=harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5),
+    )
+
+    async def send_and_release(platform: Platform) -> dict[str, Any]:
+        row["transaction"] = await _send_transfer(platform, harness, agent, pay_to, nonce)
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(tables.agent_payments), [row])
+        await platform.settlement.recovery.finish_left()
+        found = await platform.settlement.load(row["id"])
+        assert found is not None and found.status == "settled" and found.receipt is not None
+        return found.receipt
+
+    first = harness.server.call(send_and_release)
+
+    async def finish_the_stale_read(platform: Platform) -> tuple[dict[str, Any] | None, bool, int]:
+        service = platform.settlement
+        stale = AgentPayment.model_validate(row)  # as read before the release was recorded
+        finishing = asyncio.ensure_future(service.recovery.finish(stale, wait=5.0))
+        answered_for = False  # whether this process answered for it from memory meanwhile
+        while not finishing.done():
+            answered_for = answered_for or service.finishing(stale)
+            await asyncio.sleep(0)
+        outcome = finishing.result()
+        async with platform.engine.connect() as conn:
+            events = (
+                await conn.execute(
+                    select(func.count())
+                    .select_from(tables.events)
+                    .where(tables.events.c.type == "agent_payment.settled", tables.events.c.merchant_id == merchant_id)
+                )
+            ).scalar_one()
+        return (outcome.response.extensions or {}).get("receipt"), answered_for, events
+
+    receipt, answered_for, events = harness.server.call(finish_the_stale_read)
+    assert receipt == first
+    assert not answered_for
+    assert events == 1

@@ -518,6 +518,33 @@ class SettlementService:
         challenge: dict[str, Any] | None = None,
     ) -> SettleOutcome:
         """Sign the receipt and answer with it; record the release meanwhile (`_record`)."""
+        outcome, write = self._released(row, block, tx, started, sent_at, included_at, challenge)
+        self._record(row.id, outcome, write)
+        return outcome
+
+    async def release_recorded(self, row: Payment, block: int, tx: str) -> SettleOutcome:
+        """Release ``row``'s payment and answer once the release is recorded, with the record that
+        stands: another task or process may have released it first, with a receipt of its own, and
+        every answer for one payment carries one receipt."""
+        now = time.perf_counter()
+        _, write = self._released(row, block, tx, now, now, now, None)
+        await write
+        fresh = await self.load(row.id)
+        if fresh is None or fresh.status != "settled":  # the record did not take: answer from memory
+            return self.outcome_for(row)
+        return self.outcome_for(fresh)
+
+    def _released(
+        self,
+        row: Payment,
+        block: int,
+        tx: str,
+        started: float,
+        sent_at: float,
+        included_at: float,
+        challenge: dict[str, Any] | None,
+    ) -> tuple[SettleOutcome, Coroutine[Any, Any, None]]:
+        """``row`` marked settled with a newly signed receipt: its outcome, and the write recording it."""
         settled_at = self.clock.now()
         fields = {
             "challengeId": row.challenge_id or "",
@@ -557,8 +584,7 @@ class SettlementService:
             challenge=challenge,
             event=event,
         )
-        self._record(row.id, outcome, write)
-        return outcome
+        return outcome, write
 
     def _record(self, payment_id: str, outcome: SettleOutcome, write: Coroutine[Any, Any, None]) -> None:
         # The transfer is final on the chain and the receipt is signed: the caller gets them now,

@@ -148,12 +148,10 @@ class SettlementRecovery:
             return None
         if not owner and service.finishing(row):
             return None  # this process's own settlement of it is answering
-        now = time.perf_counter()
-        outcome = service.release(row, receipt.block_number, receipt.transaction_hash, now, now, now)
-        await service.drain()
-        fresh = await service.load(row.id)
-        # Should another process have released it first, its record (and receipt) stands.
-        return service.outcome_for(fresh) if fresh is not None and fresh.status == "settled" else outcome
+        # Answered only once recorded, from the record: should this process's own settlement or
+        # another process have released it first (``row`` may be a read from before that), its
+        # receipt stands, and no caller is ever shown a second one.
+        return await service.release_recorded(row, receipt.block_number, receipt.transaction_hash)
 
     async def _release_unsigned(self, chain: ChainHandle, row: Payment) -> SettleOutcome | None:
         """A payment claimed before claims kept the signature: it cannot be sent again. Once no
