@@ -28,6 +28,7 @@ from x402mw.protocol import reasons
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_payment_payload, encode_header
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 from x402mw.protocol.prices import to_atomic
+from x402mw.protocol.seals import Sealer, sealed_terms
 from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import (
     Answer,
@@ -38,7 +39,6 @@ from x402mw.seller.decisions import (
     Serve,
     Settlement,
 )
-from x402mw.seller.seal import Sealer, sealed_terms
 
 __all__ = ["DEFAULT_PLATFORM_URL", "EXPOSE_HEADERS", "PaymentGate", "RequestView", "internal_error_answer"]
 

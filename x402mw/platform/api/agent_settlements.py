@@ -26,7 +26,7 @@ from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.metering import monthly_usage
-from x402mw.platform.services.settlement import SettleOutcome, SettleRequest, payment_of
+from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, failed, payment_of
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
@@ -79,7 +79,7 @@ async def settle(request: Request) -> ModelResponse:
     refusal = _endpoint_mismatch(endpoint, accepted, platform.chains)
     if refusal is not None:
         metrics.count_settlement(platform.settlement.network_label(accepted.network), "failed", refusal[0])
-        return _reply(platform.settlement.failed(accepted.network, *refusal))
+        return _reply(failed(accepted.network, *refusal))
     # The terms match the endpoint's network, token and payout address; the amount is the agent's.
     challenge = challenge_row(
         caller.merchant_id,
