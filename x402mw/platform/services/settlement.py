@@ -39,6 +39,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.settlement_checks import (
+    EndpointTerms,
     Refusal,
     Verified,
     revert_reason,
@@ -100,9 +101,11 @@ class SettlementService:
 
     # -- verification (no side effects) -------------------------------------------------------
 
-    def verify(self, accepted: PaymentRequirements, payload: PaymentPayload) -> Verified:
+    def verify(
+        self, accepted: PaymentRequirements, payload: PaymentPayload, endpoint: EndpointTerms | None = None
+    ) -> Verified:
         """Check everything that can be checked off-chain (`verify_payment`); `Refusal` otherwise."""
-        return verify_payment(self.chains, self.clock, accepted, payload)
+        return verify_payment(self.chains, self.clock, accepted, payload, endpoint)
 
     async def check_on_chain(self, verified: Verified, token: str) -> None:
         """Simulate the transfer from the relayer; `Refusal` with the revert's reason code."""
@@ -135,7 +138,7 @@ class SettlementService:
         started = time.perf_counter()
         network = request.accepted.network
         try:
-            verified = self.verify(request.accepted, request.payload)
+            verified = self.verify(request.accepted, request.payload, request.terms)
         except Refusal as refusal:
             return failed(network, refusal.reason, refusal.message)
         key = authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)

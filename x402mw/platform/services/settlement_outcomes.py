@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.objects import agents as objects
+from x402mw.platform.services.settlement_checks import EndpointTerms
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 
@@ -84,6 +85,7 @@ class SettleRequest:
     wait_seconds: float = 20.0
     challenge: dict[str, Any] | None = None  # the challenge's row, recorded with the outcome
     known_only: bool = False  # the challenge expired: answer a payment already made, settle no new one
+    terms: EndpointTerms | None = None  # the endpoint's, which the payment's terms must match
 
 
 @dataclass(frozen=True, slots=True)
