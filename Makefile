@@ -47,6 +47,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check x402mw tests bench examples
 	$(VENV)/bin/ruff format --check x402mw tests bench examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 # PostgreSQL at X402MW_TEST_POSTGRES_URL, or a throwaway cluster from the local binaries (tests/pg_cluster.py).

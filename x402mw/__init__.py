@@ -4,8 +4,7 @@ Sellers protect routes with an adapter (`x402mw.adapters.flask`, `.starlette`, `
 `.wsgi`); agents pay with `x402mw.client.X402Auth`; the platform lives in `x402mw.platform`.
 """
 
-__version__ = "0.1.0"
-
+from x402mw._version import __version__
 from x402mw.errors import (
     ConfigurationError,
     InvalidPaymentError,

@@ -273,12 +273,12 @@ def worker_app() -> Any:
 @settings_options(*PROCESS_GROUPS, run_worker=True)
 def worker(settings: PlatformSettings) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
-    from x402mw.platform.runtime import Platform
+    from x402mw.platform.worker import start_platform
 
     _configure_logs(settings)
 
     async def run() -> None:
-        platform = await Platform.start(settings)
+        platform = await start_platform(settings)
         try:
             click.echo(f"worker running on {', '.join(c.network.caip2 for c in platform.chains)}")
             await asyncio.Event().wait()

@@ -132,7 +132,7 @@ async def test_a_lost_transaction_whose_call_expired_is_given_up_and_its_nonce_f
 async def test_a_nonce_nobody_sent_is_filled(automining_node: Node) -> None:
     node = automining_node
     mined, _ = await node.relayer.nonces()
-    node.relayer._next_nonce = mined + 1  # as if another process of the account took a nonce and stopped
+    node.relayer._nonces.next = mined + 1  # as if another process of the account took a nonce and stopped
     tx_hash = await node.relayer.send(node.usdc, node.transfer(Account.create().address, 3)[0])
     assert not await node.rpc.request("eth_getTransactionReceipt", [tx_hash])  # queued behind the gap
     receipt = await node.relayer.wait_for_receipt(tx_hash, timeout=30)

@@ -269,6 +269,33 @@ def test_issued_challenges_are_registered_in_background_batches() -> None:
     assert not gate.has_background_work
 
 
+def test_a_paid_challenge_is_registered_by_its_settlement_only() -> None:
+    # The settlement call carries the challenge, and the platform records it with the payment: the
+    # background registration leaves it out. Another challenge, unpaid, is still registered.
+    gate = _gate()
+    _, paid = _challenge(gate)
+    _, unpaid = _challenge(gate)
+    settlement = {"success": False, "errorReason": "insufficient_funds", "transaction": "", "network": "eip155:31337"}
+    refused = PlatformReply(200, {"status": "failed", "settlement": settlement})
+    answer, commands = _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(paid))), [refused])
+    assert commands[0].path == "/agent/settlements"
+    assert commands[0].json["challengeId"] == paid["extra"]["challengeId"]
+    assert isinstance(answer, Answer) and answer.status == 402  # refused: a fresh challenge to pay
+    fresh = decode_payment_required(dict(answer.headers)["PAYMENT-REQUIRED"]).accepts[0].extra["challengeId"]
+    _, commands = _finish(gate.background(), [PlatformReply(200, {})])
+    registered = [c["challengeId"] for c in commands[0].json["challenges"]]
+    assert registered == [unpaid["extra"]["challengeId"], fresh]
+
+
+@pytest.mark.parametrize("failure", [PlatformError("connection reset", status=502), PlatformReply(503, {})])
+def test_a_challenge_whose_settlement_went_unanswered_is_registered_in_the_background(failure: Any) -> None:
+    gate = _gate()
+    _, paid = _challenge(gate)
+    _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(paid))), [failure])
+    _, commands = _finish(gate.background(), [PlatformReply(200, {})])
+    assert [c["challengeId"] for c in commands[0].json["challenges"]] == [paid["extra"]["challengeId"]]
+
+
 def test_configuration_problems_are_reported_together() -> None:
     with pytest.raises(ConfigurationError) as caught:
         PaymentGate(api_key="nope", platform_url="ftp://x", settle_timeout=0)

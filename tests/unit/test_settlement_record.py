@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
-from x402mw.platform.services.settlement import Claimed
+from x402mw.platform.services.settlement_outcomes import Claimed
 
 
 def test_its_fields_are_the_tables_columns() -> None:

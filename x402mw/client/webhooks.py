@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 from x402mw.errors import X402Error
 from x402mw.protocol import bounded_json
+from x402mw.protocol.webhook_signatures import digest, secret_key, sign_payload
 
 __all__ = [
     "DEFAULT_TOLERANCE_SECONDS",
@@ -43,7 +43,6 @@ __all__ = [
 ]
 
 DEFAULT_TOLERANCE_SECONDS = 300
-_PREFIX = "whsec_"
 
 
 class WebhookVerificationError(X402Error):
@@ -68,26 +67,10 @@ class Event:
 
 
 def _key(secret: str | bytes) -> bytes:
-    if isinstance(secret, bytes):
-        key = secret
-    else:
-        body = secret.removeprefix(_PREFIX)
-        try:
-            key = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise WebhookVerificationError("the webhook secret is not whsec_<base64>") from None
-    if not key:
-        raise WebhookVerificationError("the webhook secret is empty")
-    return key
-
-
-def _digest(key: bytes, msg_id: str, timestamp: int, body: bytes) -> bytes:
-    return hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-
-
-def sign_payload(secret: str | bytes, msg_id: str, timestamp: int, body: bytes) -> str:
-    """The ``webhook-signature`` value for one secret: ``v1,<base64>`` (the platform signs with this)."""
-    return "v1," + base64.b64encode(_digest(_key(secret), msg_id, timestamp, body)).decode("ascii")
+    try:
+        return secret_key(secret)
+    except ValueError as exc:
+        raise WebhookVerificationError(str(exc)) from None
 
 
 def _header(headers: Mapping[str, str] | Iterable[tuple[str, str]], name: str) -> str:
@@ -122,7 +105,7 @@ def construct_event(
     if abs(current - timestamp) > tolerance:
         raise WebhookVerificationError("webhook-timestamp is outside the tolerance (replayed or clock skew)")
     secrets = [secret] if isinstance(secret, str | bytes) else list(secret)
-    expected = [_digest(_key(s), msg_id, timestamp, body) for s in secrets]
+    expected = [digest(_key(s), msg_id, timestamp, body) for s in secrets]
     offered = []
     for entry in signatures.split():
         version, _, value = entry.partition(",")

@@ -19,7 +19,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.routing import Mount, Route
 
-from x402mw import __version__
+from x402mw._version import __version__
 from x402mw.platform import checkout
 from x402mw.platform.api import (
     agent_challenges,
@@ -48,6 +48,7 @@ from x402mw.platform.metrics import MetricsMiddleware
 from x402mw.platform.objects.service import HealthStatus, Reachable, Readiness
 from x402mw.platform.runtime import Platform, settle_heap
 from x402mw.platform.settings import PlatformSettings
+from x402mw.platform.worker import start_platform
 
 __all__ = ["create_app"]
 
@@ -113,7 +114,7 @@ def create_app(
             app.state.platform = platform
             yield
             return
-        started = await Platform.start(settings or PlatformSettings.from_env(), clock=clock)
+        started = await start_platform(settings or PlatformSettings.from_env(), clock=clock)
         app.state.platform = started
         if serving_process:
             settle_heap()

@@ -18,7 +18,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from x402mw.platform.api.errors import current_request_id
+from x402mw.platform.request_ids import current_request_id
 
 __all__ = ["LOG_FORMATS", "JsonFormatter", "log_config"]
 

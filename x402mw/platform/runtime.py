@@ -7,7 +7,7 @@ import gc
 import hashlib
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.errors import ConfigurationError
 from x402mw.evm.keys import address_of
-from x402mw.platform.api.idempotency import purge_idempotency_keys
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
@@ -36,19 +35,14 @@ from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.idempotency import IdempotencyKeys
 from x402mw.platform.services.merchants import KeyRing
-from x402mw.platform.services.payment_intents import (
-    OrderLinks,
-    PaymentIntentWriter,
-    api_host_of,
-    expire_due_payment_intents,
-)
+from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of, follow_orders
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.renewals import RenewalRunner
 from x402mw.platform.services.settlement import SettlementService
+from x402mw.platform.services.subscription_payments import follow_order
 from x402mw.platform.services.subscriptions import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
 from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
-from x402mw.platform.webhooks.delivery import deliver_due
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
 
 __all__ = ["Platform", "settle_heap"]
@@ -83,6 +77,7 @@ class Platform:
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
         clock = clock or Clock()
+        follow_orders(follow_order)  # an order paying an invoice moves its subscription
         relayer_key = _key(settings.relayer_key, settings.data_dir / "relayer.key")
         receipt_key = _key(settings.receipt_key, settings.data_dir / "receipt.key")
         treasury_key = _key(settings.treasury_key, settings.data_dir / "treasury.key")
@@ -135,33 +130,11 @@ class Platform:
         except BaseException:
             await platform.aclose()
             raise
-        if settings.run_worker:
-            platform._tasks.append(asyncio.get_running_loop().create_task(platform._worker()))
         return platform
 
-    async def _worker(self) -> None:
-        duties: list[tuple[str, Callable[[], Awaitable[object]]]] = [
-            ("finishing settlements", self.settlement.recovery.finish_left),
-            ("purging idempotency keys", lambda: purge_idempotency_keys(self.engine, self.clock.now())),
-            (
-                "expiring payment orders",
-                lambda: expire_due_payment_intents(
-                    self.engine, self.clock.now(), self.payment_intents.checkout_url_base
-                ),
-            ),
-            ("watching deposits", self.watcher.run_once),
-            ("sending refunds", self.refunds.resume_due),
-            ("running subscriptions", self.renewals.run_due),
-            ("sending emails", self.emails.send_due),
-            ("delivering webhooks", lambda: deliver_due(self)),
-        ]
-        while True:
-            await asyncio.sleep(2.0)
-            for name, duty in duties:  # one failing duty must not hold up the others
-                try:
-                    await duty()
-                except Exception:
-                    logger.exception("worker: %s failed", name)
+    def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` beside the platform until it closes (`x402mw.platform.worker` does so)."""
+        self._tasks.append(asyncio.get_running_loop().create_task(work))
 
     async def aclose(self) -> None:
         for task in self._tasks:

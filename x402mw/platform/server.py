@@ -24,6 +24,7 @@ from x402mw.platform.app import create_app
 from x402mw.platform.clock import Clock
 from x402mw.platform.runtime import Platform
 from x402mw.platform.settings import PlatformSettings
+from x402mw.platform.worker import start_platform
 
 __all__ = ["PlatformServer", "free_port"]
 
@@ -79,7 +80,7 @@ class PlatformServer:
             loop.close()
 
     async def _serve(self) -> None:
-        self.platform = await Platform.start(self.settings, clock=self.clock)
+        self.platform = await start_platform(self.settings, clock=self.clock)
         try:
             config = uvicorn.Config(
                 create_app(platform=self.platform, middleware=self.middleware),

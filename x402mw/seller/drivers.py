@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from x402mw import __version__
+from x402mw._version import __version__
 from x402mw.errors import ConfigurationError, PlatformError
 from x402mw.protocol import bounded_json
 from x402mw.seller.decisions import ComputeAmount, PlatformCall, PlatformReply

@@ -13,12 +13,12 @@ retried request's ``accepted`` terms; issued challenges reach the platform in ba
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +28,7 @@ from x402mw.protocol import reasons
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_payment_payload, encode_header
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 from x402mw.protocol.prices import to_atomic
+from x402mw.protocol.seals import Sealer, sealed_terms
 from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import (
     Answer,
@@ -38,11 +39,12 @@ from x402mw.seller.decisions import (
     Serve,
     Settlement,
 )
-from x402mw.seller.seal import Sealer, sealed_terms
 
 __all__ = ["DEFAULT_PLATFORM_URL", "EXPOSE_HEADERS", "PaymentGate", "RequestView", "internal_error_answer"]
 
 logger = logging.getLogger("x402mw.seller")
+_ISSUED_KEPT = 100_000  # challenges kept for registration while the platform cannot be reached
+_REGISTER_BATCH = 500  # challenges registered per call
 
 EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 DEFAULT_PLATFORM_URL = "http://127.0.0.1:4402/v1"
@@ -112,7 +114,8 @@ class PaymentGate:
         self._clock = clock
         self._sealer = Sealer(api_key)
         self._terms: dict[str, tuple[EndpointTerms, float]] = {}
-        self._issued: deque[tuple[Any, ...]] = deque(maxlen=100_000)
+        # Challenges issued and not yet registered with the platform, by id, oldest first.
+        self._issued: dict[str, tuple[Any, ...]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -160,14 +163,20 @@ class PaymentGate:
             "paymentPayload": payload.to_wire(),
             "waitSeconds": max(1.0, self.settle_timeout - 2.0),
         }
+        # The settlement call carries the challenge, which the platform records with the payment's
+        # outcome: it is registered once, by that call, unless the call is not answered.
+        queued = self._withdraw(challenge_id)
         try:
             reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
         except PlatformError as exc:
+            self._requeue(queued)
             # The platform may have received the payment before the connection failed.
             logger.error("settlement call failed: %s; answering pending", exc.message)
             return _pending(
                 SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=accepted.network)
             )
+        if reply.status != 200:
+            self._requeue(queued)
         return (yield from self._settled(route, terms, request, native, reply))
 
     def _check_accepted(
@@ -184,9 +193,7 @@ class PaymentGate:
             deadline = int(self._clock()) + terms.max_timeout_seconds
             fresh_id = secrets.token_hex(16)
             offer = self._offer(terms, terms.amount, fresh_id, deadline, terms.pay_to)
-            self._issued.append(
-                (fresh_id, terms.id, terms.network, terms.asset, terms.pay_to, terms.amount, "", deadline)
-            )
+            self._issue((fresh_id, terms.id, terms.network, terms.asset, terms.pay_to, terms.amount, "", deadline))
             return PaymentRequirements.model_validate(offer), fresh_id, deadline
         if accepted.scheme != "exact":
             raise InvalidPaymentError(f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME)
@@ -319,9 +326,7 @@ class PaymentGate:
         challenge_id = secrets.token_hex(16)
         expires = int(self._clock()) + terms.max_timeout_seconds
         offer = self._offer(terms, amount, challenge_id, expires, terms.pay_to)
-        self._issued.append(
-            (challenge_id, terms.id, terms.network, terms.asset, terms.pay_to, amount, request.url, expires)
-        )
+        self._issue((challenge_id, terms.id, terms.network, terms.asset, terms.pay_to, amount, request.url, expires))
         required: dict[str, Any] = {"x402Version": 2}
         if reason:
             required["error"] = reason
@@ -354,10 +359,8 @@ class PaymentGate:
 
     def background(self) -> Generator[PlatformCall, Any, None]:
         """One round of background work: register issued challenges, refresh stale terms."""
-        batch: list[tuple[Any, ...]] = []
         with self._lock:
-            while self._issued and len(batch) < 500:
-                batch.append(self._issued.popleft())
+            batch = [self._issued.pop(key) for key in list(itertools.islice(self._issued, _REGISTER_BATCH))]
         if batch:
             keys = ("challengeId", "endpointId", "network", "asset", "payTo", "amount", "resource", "expiresAt")
             challenges = [dict(zip(keys, (*item[:5], str(item[5]), *item[6:]), strict=True)) for item in batch]
@@ -367,8 +370,7 @@ class PaymentGate:
                     raise _reply_error(reply)
             except PlatformError as exc:
                 logger.warning("could not register %d challenges (will retry): %s", len(batch), exc)
-                with self._lock:
-                    self._issued.extendleft(reversed(batch))
+                self._requeue(*batch)
         now = self._clock()
         for endpoint_id, (_, fetched_at) in list(self._terms.items()):
             if now - fetched_at >= self.refresh_seconds:
@@ -376,6 +378,24 @@ class PaymentGate:
                     yield from self.fetch_terms(endpoint_id)
                 except PlatformError as exc:
                     logger.warning("could not refresh endpoint %s (keeping the old terms): %s", endpoint_id, exc)
+
+    def _issue(self, challenge: tuple[Any, ...]) -> None:
+        with self._lock:
+            if len(self._issued) >= _ISSUED_KEPT:  # the platform has been unreachable for long: drop the oldest
+                del self._issued[next(iter(self._issued))]
+            self._issued[challenge[0]] = challenge
+
+    def _withdraw(self, challenge_id: str) -> tuple[Any, ...] | None:
+        """Take a challenge off the registration queue (a paid request's settlement registers it)."""
+        with self._lock:
+            return self._issued.pop(challenge_id, None)
+
+    def _requeue(self, *challenges: tuple[Any, ...] | None) -> None:
+        """Put challenges back at the front of the queue: their registration did not go through."""
+        back = {c[0]: c for c in challenges if c is not None}
+        if back:
+            with self._lock:
+                self._issued = back | self._issued
 
     @property
     def has_background_work(self) -> bool:

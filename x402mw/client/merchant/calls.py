@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from x402mw import __version__
+from x402mw._version import __version__
 from x402mw.client.merchant.errors import APIConnectionError, APIError, error_from_response
 from x402mw.errors import ConfigurationError
 from x402mw.protocol import bounded_json

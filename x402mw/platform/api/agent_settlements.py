@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
-from sqlalchemy import Row, select
+from sqlalchemy import select
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -24,9 +24,9 @@ from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.objects import agents as objects
-from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.metering import monthly_usage
-from x402mw.platform.services.settlement import SettleOutcome, SettleRequest, payment_of
+from x402mw.platform.services.settlement_checks import EndpointTerms
+from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, failed, payment_of
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
@@ -76,11 +76,14 @@ async def settle(request: Request) -> ModelResponse:
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
-    refusal = _endpoint_mismatch(endpoint, accepted, platform.chains)
-    if refusal is not None:
-        metrics.count_settlement(platform.settlement.network_label(accepted.network), "failed", refusal[0])
-        return _reply(platform.settlement.failed(accepted.network, *refusal))
-    # The terms match the endpoint's network, token and payout address; the amount is the agent's.
+    if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
+        refused = failed(
+            accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
+        )
+        metrics.count_settlement(
+            platform.settlement.network_label(accepted.network), "failed", reasons.INVALID_REQUIREMENTS
+        )
+        return _reply(refused)
     challenge = challenge_row(
         caller.merchant_id,
         caller.livemode,
@@ -105,6 +108,7 @@ async def settle(request: Request) -> ModelResponse:
             resource=body.resource,
             livemode=caller.livemode,
             release_policy=endpoint.release_policy,
+            terms=EndpointTerms.of(endpoint),
             challenge=challenge,
             wait_seconds=body.waitSeconds,
             # A retry of a challenge that expired gets the outcome of its payment, if it was made;
@@ -113,23 +117,6 @@ async def settle(request: Request) -> ModelResponse:
         )
     )
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
-
-
-def _endpoint_mismatch(endpoint: Row[Any], accepted: PaymentRequirements, chains: Chains) -> tuple[str, str] | None:
-    if not 1 <= accepted.amount <= MAX_MINOR:
-        return reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
-    if accepted.network != f"eip155:{endpoint.chain_id}":
-        return reasons.INVALID_NETWORK, "the payment is for another network than the endpoint's"
-    chain = chains.get(endpoint.chain_id)
-    asset = chain.asset(endpoint.currency) if chain else None
-    if asset is None or asset.address.lower() != accepted.asset.lower():
-        return reasons.INVALID_ASSET, "the payment is in another token than the endpoint's"
-    if accepted.pay_to.lower() not in {a.lower() for a in endpoint.payout_history or []}:
-        return (
-            reasons.INVALID_RECIPIENT,
-            "the payment pays an address that is not the endpoint's payout address",
-        )
-    return None
 
 
 async def list_payments(request: Request) -> ModelResponse:

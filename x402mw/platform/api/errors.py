@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import re
-import secrets
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -25,6 +23,7 @@ from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.objects.service import Error, ErrorEnvelope, ErrorType
+from x402mw.platform.request_ids import current_request_id, new_request_id, request_id_var
 from x402mw.platform.services.errors import Refused
 
 __all__ = [
@@ -42,11 +41,6 @@ RETRY_AFTER_SECONDS = 2
 """What a 503 asks the client to wait before trying again."""
 
 logger = logging.getLogger("x402mw.platform")
-_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("x402mw_request_id", default="")
-
-
-def current_request_id() -> str:
-    return _request_id.get()
 
 
 _TYPES: dict[int, ErrorType] = {401: "authentication_error", 429: "rate_limit_error"}
@@ -167,8 +161,8 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = "req_" + secrets.token_hex(12)
-        token = _request_id.set(request_id)
+        request_id = new_request_id()
+        token = request_id_var.set(request_id)
         header = (b"request-id", request_id.encode())
         started = False
 
@@ -206,7 +200,7 @@ class RequestIdMiddleware:
             )
             await error_response(error)(scope, receive, send_with_id)
         finally:
-            _request_id.reset(token)
+            request_id_var.reset(token)
 
 
 def outage_error(exc: BaseException) -> ApiError | None:

@@ -28,7 +28,7 @@ from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement import Refusal, SettleRequest
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, VerifyResponse
-from x402mw.seller.seal import Sealer, sealed_terms
+from x402mw.protocol.seals import Sealer, sealed_terms
 
 __all__ = ["routes"]
 

@@ -6,7 +6,7 @@ with the same request (method, path, query, body) answers that response again wi
 ``Idempotent-Replayed: true`` and a fresh ``Request-Id``. The same key with another request is 400
 ``idempotency_key_reused``, and while the first request still runs 409 ``idempotency_key_in_use``
 (both of type ``idempotency_error``). A 5xx or an exception releases the key so that the client may
-retry. Keys are kept ``KEEP_FOR`` (24 h); `purge_idempotency_keys` deletes older ones.
+retry. Keys are kept 24 hours (`x402mw.platform.services.idempotency.KEEP_FOR`).
 
 While the request runs, ``scope["x402mw.idempotency"]`` holds its `KeySlot` (`key_slot`). The
 endpoints named in ``takes_over`` (POST paths under the mount) take the key over: it is not claimed
@@ -42,11 +42,10 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.services.idempotency import DONE, IN_FLIGHT, IdempotencyKeys, KeySlot, KeyTaken
 from x402mw.platform.services.merchants import Caller
 
-__all__ = ["KEEP_FOR", "IdempotencyMiddleware", "key_slot", "purge_idempotency_keys"]
+__all__ = ["IdempotencyMiddleware", "key_slot"]
 
 logger = logging.getLogger("x402mw.platform")
 
-KEEP_FOR = timedelta(hours=24)
 # A key still in flight after this long was left by a process that died mid-request: it may be taken over.
 STALE_AFTER = timedelta(minutes=5)
 REPLAYED = (b"idempotent-replayed", b"true")
@@ -248,11 +247,3 @@ async def _replay(row: Row[Any], send: Send) -> None:
     headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in row.response_headers or []]
     await send({"type": "http.response.start", "status": row.response_status, "headers": [*headers, REPLAYED]})
     await send({"type": "http.response.body", "body": row.response_body or b""})
-
-
-async def purge_idempotency_keys(engine: AsyncEngine, now: datetime) -> int:
-    """Delete the keys first used more than `KEEP_FOR` before ``now``; returns how many."""
-    table = tables.idempotency_keys
-    async with engine.begin() as conn:
-        result = await conn.execute(delete(table).where(table.c.created_at < now - KEEP_FOR))
-    return int(result.rowcount)

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw import __version__
+from x402mw._version import __version__
 from x402mw.platform.api import openapi_checkout as checkout
 from x402mw.platform.api import openapi_links as links
 from x402mw.platform.api import openapi_payments as money

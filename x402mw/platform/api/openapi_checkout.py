@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from x402mw.platform.api.checkout_bodies import (
+    AttemptBody,
+    AuthorizationBody,
+    PrepareBody,
+    SyncBody,
+    WalletAuthorization,
+)
 from x402mw.platform.api.fields import UUID_PATTERN
 from x402mw.platform.api.openapi_links import LINK_ID
 from x402mw.platform.api.openapi_operations import operation
 from x402mw.platform.api.openapi_schemas import STRING, TEXT, Schema
-from x402mw.platform.checkout.api import AttemptBody, PrepareBody, SyncBody
-from x402mw.platform.checkout.authorizations import AuthorizationBody, WalletAuthorization
 from x402mw.platform.objects.checkout import CheckoutAttempt, CheckoutPaymentIntent, X402PaymentRequiredOrPending
 
 __all__ = ["BODY_MODELS", "FIELD_NOTES", "TAGS", "operations"]

@@ -1,12 +1,13 @@
 """The relayer: the platform's gas-paying account, which submits settlement transactions and keeps
 them moving until they are mined.
 
-It allocates nonces itself so that many transactions can be in flight at once without a round trip
-per send, signs them locally (`transactions`), and resolves receipts through one shared poller
-(`receipts`). A node can lose transactions (a restart drops its pool), hold them behind a nonce
-nobody sent, or leave them waiting at a fee below the going one; the relayer heals each of these
-by itself (`Relayer.reconcile`, run on errors, on timeouts and every `RECONCILE_INTERVAL` while
-anything is in flight):
+It allocates nonces itself (`nonces`) so that many transactions can be in flight at once without a
+round trip per send, prices them (`fees`) and signs them locally (`transactions`), submits them
+(this module), and resolves receipts through one shared poller (`receipts`). A node can lose
+transactions (a restart drops its pool), hold them behind a nonce nobody sent, or leave them
+waiting at a fee below the going one; the relayer heals each of these by itself
+(`Relayer.reconcile`, run on errors, on timeouts and every `RECONCILE_INTERVAL` while anything is
+in flight):
 
 - a transaction the node no longer knows is sent again, byte for byte, while its call can still
   succeed (``valid_until``, an authorization's ``validBefore``); past that, its nonce is filled
@@ -19,8 +20,8 @@ anything is in flight):
   higher fee (waiters get the receipt of whichever version is mined).
 
 Nothing waits behind a gap for longer than one reconcile interval. Several processes may share the
-account: a node's "nonce too low" or "replacement underpriced" makes the sender resync and take
-the next nonce.
+account: a node's "nonce too low" or "replacement underpriced" makes the sender resync and take the
+next nonce.
 
 >>> relayer = Relayer(rpc, key, chain_id=31337)  # doctest: +SKIP
 >>> await relayer.start()  # doctest: +SKIP
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import logging
 import time
 import weakref
@@ -47,6 +47,7 @@ from eth_account import Account
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.chain.fees import FeeOracle
+from x402mw.platform.chain.nonces import NonceBook
 from x402mw.platform.chain.receipts import ReceiptPoller
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
 from x402mw.platform.chain.transactions import (
@@ -165,13 +166,10 @@ class Relayer:
         self._signer = TransactionSigner(private_key, chain_id=chain_id)
         self._fees = FeeOracle(rpc)
         self._receipts = ReceiptPoller(rpc, name=f"x402mw-receipts-{self.address}", on_mined=self._mined)
-        self._next_nonce: int | None = None
-        self._released: list[int] = []  # nonces handed out but never sent (a heap)
-        self._broadcasting: set[int] = set()  # nonces whose transaction is on its way to the node
         self._pending: dict[int, _Submission] = {}  # by nonce: sent, not yet seen mined
+        self._nonces = NonceBook(self._pending)
         self._displaced: list[_Submission] = []  # their nonce went to another transaction: to send again
         self._by_hash: OrderedDict[str, _Submission] = OrderedDict()  # every version of every submission
-        self._resync_due = False
         self._resync_lock = asyncio.Lock()
         self._reconcile_lock = asyncio.Lock()
         self._stalled: tuple[int, float] = (-1, 0.0)  # the mined nonce, and since when it has not moved
@@ -244,17 +242,17 @@ class Relayer:
         """
         self._ensure_reconciler()
         try:
-            if self._next_nonce is None or self._resync_due:
+            if not self._nonces.ready:
                 await self._resync()
             fees = await self._fees.going()
         except (httpx.TransportError, OSError, TimeoutError) as exc:
             self._unreachable(exc)
             raise ChainUnavailable(f"the node at chain {self.chain_id} cannot be reached: {exc}") from exc
         for attempt in range(_SEND_ATTEMPTS):
-            nonce = self._allocate()
+            nonce = self._nonces.allocate()
             tx = self._signer.sign(nonce, to, data, gas=gas, value=value, fees=fees)
             submission = _Submission(to, data, gas, value, valid_until, tx, [tx.hash])
-            self._broadcasting.add(nonce)
+            self._nonces.broadcasting.add(nonce)
             try:
                 await self._broadcast(tx)
             except RpcError as exc:
@@ -289,10 +287,10 @@ class Relayer:
                 self._kick.set()
                 return tx.hash
             except BaseException:
-                self._resync_due = True  # cancelled mid-send: the node may or may not have it
+                self._nonces.stale = True  # cancelled mid-send: the node may or may not have it
                 raise
             finally:
-                self._broadcasting.discard(nonce)
+                self._nonces.broadcasting.discard(nonce)
             self._track(submission)
             self._counts["sent"].inc()
             self.available = True
@@ -399,45 +397,22 @@ class Relayer:
         )
         return int(mined, 16), int(pending, 16)
 
-    def _allocate(self) -> int:
-        assert self._next_nonce is not None
-        while self._released:
-            nonce = heapq.heappop(self._released)
-            if nonce < self._next_nonce and not self._taken(nonce):
-                return nonce
-        nonce = self._next_nonce
-        while self._taken(nonce):
-            nonce += 1
-        self._next_nonce = nonce + 1
-        return nonce
-
-    def _taken(self, nonce: int) -> bool:
-        return nonce in self._broadcasting or nonce in self._pending
-
     def _release(self, nonce: int) -> None:
-        if self._next_nonce is not None and nonce == self._next_nonce - 1:
-            self._next_nonce = nonce
-            return
-        # Later nonces are already out: the next send takes this one, and if none comes soon a
-        # zero-value transfer to ourselves fills it, so the later transactions are not stuck.
-        heapq.heappush(self._released, nonce)
-        if self._gap_filler is None or self._gap_filler.done():
+        # Should later nonces be out already, the next send takes this one, and if none comes soon
+        # a zero-value transfer to ourselves fills it, so the later transactions are not stuck.
+        if self._nonces.release(nonce) and (self._gap_filler is None or self._gap_filler.done()):
             self._gap_filler = asyncio.get_running_loop().create_task(self._fill_released())
 
     async def _fill_released(self) -> None:
         await asyncio.sleep(_GAP_GRACE)
-        while self._released and self._next_nonce is not None:
-            nonce = heapq.heappop(self._released)
-            if nonce >= self._next_nonce or self._taken(nonce):
-                continue
-            await self._fill(nonce)
+        for nonce in self._nonces.unfilled():
+            if not self._nonces.taken(nonce):  # a send may have taken it while an earlier one was filled
+                await self._fill(nonce)
 
     async def _resync(self) -> None:
         async with self._resync_lock:
             pending = await self._rpc.request("eth_getTransactionCount", [self.address, "pending"])
-            self._next_nonce = int(pending, 16)
-            self._released.clear()
-            self._resync_due = False
+            self._nonces.resync(int(pending, 16))
 
     # -- healing ----------------------------------------------------------------------------------
 
@@ -473,8 +448,7 @@ class Relayer:
     async def _reconcile(self) -> None:
         mined, pending = await self.nonces()
         self.available = True
-        if self._next_nonce is not None and pending > self._next_nonce:
-            self._next_nonce = pending  # another process of this account sent those
+        self._nonces.catch_up(pending)  # another process of this account sent those below it
         await self._settle_consumed(mined)
         await self._mend_waiting(mined)
         await self._fill_foreign_gap(mined, pending)
@@ -514,7 +488,7 @@ class Relayer:
         waiting = [
             s
             for nonce, s in sorted(self._pending.items())
-            if nonce >= mined and nonce not in self._broadcasting and now - s.sent_at >= self.reconcile_interval
+            if nonce >= mined and nonce not in self._nonces.broadcasting and now - s.sent_at >= self.reconcile_interval
         ]
         if not waiting:
             return
@@ -564,7 +538,7 @@ class Relayer:
             return
         blocked = pending == mined and any(nonce > mined for nonce in self._pending)
         overdue = now - self._stalled[1] >= self.reconcile_interval
-        if blocked and overdue and not self._taken(mined):
+        if blocked and overdue and not self._nonces.taken(mined):
             logger.warning(
                 "relayer %s: nonce %d was never sent and holds later ones back; filling it", self.address, mined
             )
@@ -574,21 +548,21 @@ class Relayer:
         """Use ``nonce`` up with a zero-value transfer to the relayer itself."""
         tx = self._signer.sign(nonce, self.address, b"", gas=21_000, value=0, fees=await self._fees.going())
         filler = _Submission(self.address, b"", 21_000, 0, None, tx, [tx.hash])
-        self._broadcasting.add(nonce)
+        self._nonces.broadcasting.add(nonce)
         try:
             await self._broadcast(tx)
         except RpcError as exc:
             message = exc.message.lower()
             if not any(marker in message for marker in _NONCE_ERRORS):  # else: taken after all
                 logger.warning("relayer %s: could not fill nonce %d: %s", self.address, nonce, exc.message)
-            self._resync_due = True
+            self._nonces.stale = True
             return
         except Exception:
             logger.warning("relayer %s: could not fill nonce %d", self.address, nonce, exc_info=True)
-            self._resync_due = True
+            self._nonces.stale = True
             return
         finally:
-            self._broadcasting.discard(nonce)
+            self._nonces.broadcasting.discard(nonce)
         self._track(filler)
         self._counts["filler"].inc()
         logger.info("relayer %s: filled nonce %d with %s", self.address, nonce, tx.hash)
@@ -613,24 +587,24 @@ class Relayer:
         self._counts[result].inc()
 
     async def _resend_under_new_nonce(self, submission: _Submission) -> None:
-        if self._next_nonce is None or self._resync_due:
+        if not self._nonces.ready:
             await self._resync()
-        nonce = self._allocate()
+        nonce = self._nonces.allocate()
         fees = await self._fees.going()
         tx = self._signer.sign(
             nonce, submission.to, submission.data, gas=submission.gas, value=submission.value, fees=fees
         )
-        self._broadcasting.add(nonce)
+        self._nonces.broadcasting.add(nonce)
         try:
             await self._broadcast(tx)
         except RpcError as exc:
             self._release(nonce)
-            self._resync_due = True
+            self._nonces.stale = True
             self._displaced.append(submission)  # the next round tries again
             logger.warning("relayer %s: sending %s again failed: %s", self.address, submission.hashes[0], exc.message)
             return
         finally:
-            self._broadcasting.discard(nonce)
+            self._nonces.broadcasting.discard(nonce)
         submission.tx = tx
         submission.hashes.append(tx.hash)
         self._track(submission)
@@ -650,7 +624,7 @@ class Relayer:
         if self.available:
             logger.warning("relayer %s: the node cannot be reached: %s", self.address, exc)
         self.available = False
-        self._resync_due = True
+        self._nonces.stale = True
 
     async def aclose(self) -> None:
         self._closed = True

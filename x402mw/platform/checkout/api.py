@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.bodies import parse_body, read_json
+from x402mw.platform.api.checkout_bodies import AttemptBody, PrepareBody, SyncBody
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
@@ -36,27 +37,14 @@ from x402mw.platform.services.payment_intents import PaymentIntentError
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["AttemptBody", "PrepareBody", "SyncBody", "TransferStatusBody", "routes"]
+__all__ = ["TransferStatusBody", "routes"]
 
 logger = logging.getLogger("x402mw.platform.checkout")
 SYNC_WAIT_SECONDS = 10.0  # how long sync waits for the buyer's transaction to be mined
 
 
-class AttemptBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    network: str = Field(max_length=64)
-    currency: Literal["USDC", "USDT", "EURC"]
-    method: Literal["transfer", "wallet"]
-
-
 class TransferStatusBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class SyncBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    txHash: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$")
-    network: str = Field(max_length=64)
 
 
 async def _answer(platform: Platform, payment_id: str) -> ModelResponse:
@@ -115,12 +103,6 @@ async def sync(request: Request) -> ModelResponse:
         await chain.relayer.wait_for_receipt(body.txHash.lower(), timeout=SYNC_WAIT_SECONDS)
     await look_for_payment(platform, order, [chain])
     return await _answer(platform, raw_id)
-
-
-class PrepareBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    network: str | None = Field(default=None, max_length=64)
-    currency: Literal["USDC", "USDT", "EURC"] | None = None
 
 
 PREPARE_SUCCESSOR = "/v1/openapi.json#/paths/~1checkout~1v1~1payment-intents~1%7Bpayment_id%7D~1attempts/post"

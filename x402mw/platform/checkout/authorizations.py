@@ -18,14 +18,13 @@ holds only the coin), looks for the transfer at once and answers the order's pub
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.bodies import parse_body, read_json
+from x402mw.platform.api.checkout_bodies import AuthorizationBody
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import Address
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.attempts import choose_option
@@ -39,52 +38,7 @@ from x402mw.protocol.models import PaymentPayload
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["AuthorizationBody", "WalletAuthorization", "authorizations", "relayed_answer"]
-
-UINT_PATTERN = r"^(?:0|[1-9][0-9]{0,17})$"
-"""What the document promises for a uint256 field (below 10**18: values and Unix times); larger ones
-up to 2**256 - 1 are read too."""
-
-
-def _uint(value: object) -> str:
-    """A uint256 as the typed data has it: a decimal string, or a JSON integer."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**256:
-        return str(value)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 77 and int(value) < 2**256:
-        return str(int(value))
-    raise ValueError("must be an unsigned integer, as a decimal string")
-
-
-Uint = Annotated[
-    str,
-    BeforeValidator(_uint),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "pattern": UINT_PATTERN},
-                {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
-            ]
-        },
-    ),
-]
-
-
-class WalletAuthorization(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    from_: Address = Field(alias="from")
-    to: Address
-    value: Uint
-    validAfter: Uint
-    validBefore: Uint
-    nonce: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$")
-
-
-class AuthorizationBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    network: str = Field(max_length=64)
-    currency: Literal["USDC", "USDT", "EURC"]
-    authorization: WalletAuthorization
-    signature: str = Field(pattern=r"^0x[0-9a-fA-F]{130}$")
+__all__ = ["authorizations", "relayed_answer"]
 
 
 def relayed_answer(platform: Platform, relayed: Relayed) -> ModelResponse:

@@ -29,8 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform.checkout.orders import PaymentOption, amount_due, awaiting_payment, find_order
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
-from x402mw.platform.services.settlement import SettleOutcome, SettleRequest
 from x402mw.platform.services.settlement_checks import Refusal, payload_hash
+from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, outcome_for
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
@@ -138,7 +138,7 @@ async def relay_authorization(
     if replay:
         known = await _payment(platform.engine, tag, digest)
         if known is not None and known.status == "settled":
-            return Relayed(platform.settlement.outcome_for(known), await _reload(platform.engine, order["id"]))
+            return Relayed(outcome_for(known), await _reload(platform.engine, order["id"]))
     elif not awaiting_payment(order, now) or amount_due(order) <= 0:
         status = "expired" if order["status"] == "requires_payment" else order["status"]
         raise RelayRefused(
@@ -159,7 +159,7 @@ async def relay_authorization(
             known = await _payment(platform.engine, tag, digest)
             if known is not None:
                 await platform.settlement.recorded()
-                return Relayed(platform.settlement.outcome_for(known), current)
+                return Relayed(outcome_for(known), current)
         if current["status"] != "requires_payment":
             status = current["status"]
             raise RelayRefused(
@@ -190,7 +190,7 @@ async def relay_authorization(
         raise
     if outcome.status == "failed" and outcome.payment_id is None and known is not None and known.status != "failed":
         # a replay refused before it reached the chain (it has expired since): the first send's outcome
-        outcome = platform.settlement.outcome_for(known)
+        outcome = outcome_for(known)
     if outcome.status in ("failed", "unavailable"):
         await _give_back(platform, order["id"], tag, digest)
     return Relayed(outcome, await _reload(platform.engine, order["id"]))

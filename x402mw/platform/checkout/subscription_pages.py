@@ -28,12 +28,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from x402mw import __version__
-from x402mw.platform.api.errors import current_request_id
+from x402mw._version import __version__
 from x402mw.platform.api.fields import EMAIL_PATTERN, MAX_EMAIL
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.pages import display_amount, not_found_page
 from x402mw.platform.db import tables
+from x402mw.platform.request_ids import current_request_id
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import DECIMALS
 from x402mw.platform.services.subscription_plans import find_plan_by_ref

@@ -14,10 +14,10 @@ instead of three (claim, write, store), and the key is done exactly when the wri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Insert, bindparam, update
+from sqlalchemy import Insert, bindparam, delete, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +26,21 @@ from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
 
-__all__ = ["DONE", "IN_FLIGHT", "STORE", "IdempotencyKeys", "KeySlot", "KeyTaken", "insert_keys", "key_rows"]
+__all__ = [
+    "DONE",
+    "IN_FLIGHT",
+    "KEEP_FOR",
+    "STORE",
+    "IdempotencyKeys",
+    "KeySlot",
+    "KeyTaken",
+    "insert_keys",
+    "key_rows",
+    "purge_idempotency_keys",
+]
+
+KEEP_FOR = timedelta(hours=24)
+"""How long a key is kept after its first use (`purge_idempotency_keys` deletes older ones)."""
 
 IN_FLIGHT, DONE = "in_flight", "done"
 
@@ -135,3 +149,11 @@ class IdempotencyKeys:
         """Give the held connections back (before the engine is disposed)."""
         await self._claim_conn.aclose()
         await self._store_conn.aclose()
+
+
+async def purge_idempotency_keys(engine: AsyncEngine, now: datetime) -> int:
+    """Delete the keys first used more than `KEEP_FOR` before ``now``; returns how many."""
+    table = tables.idempotency_keys
+    async with engine.begin() as conn:
+        result = await conn.execute(delete(table).where(table.c.created_at < now - KEEP_FOR))
+    return int(result.rowcount)

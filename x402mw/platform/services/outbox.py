@@ -18,15 +18,34 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
-from x402mw.platform.webhooks import EVENT_TYPES
 
-__all__ = ["event_row", "insert_events", "record_event"]
+__all__ = ["EVENT_TYPES", "event_row", "insert_events", "record_event"]
+
+EVENT_TYPES: tuple[str, ...] = (
+    "agent_payment.settled",
+    "payment_intent.created",
+    "payment_intent.canceled",
+    "payment_intent.expired",
+    "payment_intent.processing",
+    "payment_intent.succeeded",
+    "payment_intent.refunded",
+    "payment_intent.reverted",
+    "refund.processing",
+    "refund.completed",
+    "refund.failed",
+    "subscription.created",
+    "subscription.renewed",
+    "subscription.past_due",
+    "subscription.canceled",
+    "subscription.expired",
+)
+"""The types of event the platform records, which merchants subscribe their webhook endpoints to."""
 
 
 def event_row(*, merchant_id: str, livemode: bool, type: str, data: dict[str, Any], at: datetime) -> dict[str, Any]:
     """The ``events`` row of a new event ``type`` (one of `EVENT_TYPES`, which merchants subscribe to)."""
     if type not in EVENT_TYPES:
-        raise ValueError(f"{type!r} is not in x402mw.platform.webhooks.EVENT_TYPES")
+        raise ValueError(f"{type!r} is not in EVENT_TYPES")
     return {
         "id": new_id(),
         "merchant_id": merchant_id,

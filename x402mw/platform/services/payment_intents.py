@@ -15,7 +15,7 @@ to the ``events`` outbox in the same transaction, with data ``{"paymentIntent": 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -43,6 +43,7 @@ __all__ = [
     "ORDER_AMOUNTS",
     "STATUSES",
     "TRANSITIONS",
+    "OrderFollower",
     "OrderLinks",
     "PaymentIntentError",
     "PaymentIntentWriter",
@@ -51,6 +52,7 @@ __all__ = [
     "cancel_payment_intent",
     "expire_due_payment_intents",
     "find_payment_intent",
+    "follow_orders",
     "parse_amount",
     "payment_intent_event_data",
     "payment_intent_of",
@@ -341,7 +343,7 @@ async def transition(
     """Move ``row`` to ``to`` (with ``changes`` to other columns) if it is still in the status it was
     read in, and record ``payment_intent.<event or to>``; the new row, or None. An order that pays a
     subscription's invoice moves its subscription along when it succeeds or a reorg reverses it
-    (`x402mw.platform.services.subscription_payments`)."""
+    (`follow_orders`)."""
     if to not in TRANSITIONS[row["status"]]:
         return None
     table = tables.payment_intents
@@ -357,10 +359,24 @@ async def transition(
     await record_intent_event(conn, moved, event or to, at, base)
     if to == "succeeded" or row["status"] == "succeeded":
         # An order paying a subscription's invoice moves the subscription, in this transaction.
-        from x402mw.platform.services.subscription_payments import follow_order  # (imports this module)
-
-        await follow_order(conn, moved, row["status"], at, base)
+        for follow in _followers:
+            await follow(conn, moved, row["status"], at, base)
     return moved
+
+
+OrderFollower = Callable[[AsyncConnection, Mapping[str, Any], str, datetime, str], Awaitable[None]]
+"""Called as ``(conn, order, previous status, now, checkout URL base)`` in the transaction of an
+order's move into or out of ``succeeded``."""
+_followers: list[OrderFollower] = []
+
+
+def follow_orders(follower: OrderFollower) -> None:
+    """Have `transition` call ``follower`` whenever an order becomes ``succeeded`` or leaves it
+    (once, however often it is registered). The platform registers the subscriptions' follower
+    (`x402mw.platform.services.subscription_payments.follow_order`), which lives above this module:
+    it creates orders for invoices through it."""
+    if follower not in _followers:
+        _followers.append(follower)
 
 
 async def cancel_payment_intent(

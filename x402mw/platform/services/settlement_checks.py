@@ -1,6 +1,8 @@
-"""What settlement checks before a payment may reach the chain, with no side effects: the payment
-against its requirements and the EIP-3009 signature (`verify_payment`), then the transfer simulated
-from the relayer (`simulation_outcome`). Each failed check is a `Refusal` with an x402 reason code.
+"""What settlement checks before a payment may reach the chain, with no side effects: the terms
+against the endpoint they are for (`EndpointTerms`), the payment against its terms and the EIP-3009
+signature (`verify_payment`), then the transfer simulated from the relayer (`simulation_outcome`).
+Each failed check is a `Refusal` with an x402 reason code. The platform checks a paid request's
+terms here only, once.
 
 The facilitator's ``POST /x402/verify`` is these checks alone; ``settle`` runs them on the way.
 """
@@ -21,6 +23,7 @@ from x402mw.protocol.models import Authorization, PaymentPayload, PaymentRequire
 
 __all__ = [
     "MIN_VALIDITY_SECONDS",
+    "EndpointTerms",
     "Refusal",
     "Verified",
     "payload_hash",
@@ -54,10 +57,49 @@ class Verified:
     payload_hash: str
 
 
-def verify_payment(chains: Chains, clock: Clock, accepted: PaymentRequirements, payload: PaymentPayload) -> Verified:
-    """Check everything that can be checked off-chain; `Refusal` with a reason code otherwise."""
+@dataclass(frozen=True, slots=True)
+class EndpointTerms:
+    """What an agent endpoint's payments must be: on its chain, in its token, to one of the payout
+    addresses it has had (a payment made on a challenge issued before a payout change still pays
+    the merchant)."""
+
+    chain_id: int
+    currency: str
+    payout_history: frozenset[str]  # lowercase
+
+    @classmethod
+    def of(cls, endpoint: Any) -> EndpointTerms:
+        """The terms of an ``agent_endpoints`` row."""
+        history = frozenset(address.lower() for address in endpoint.payout_history or [])
+        return cls(endpoint.chain_id, endpoint.currency, history)
+
+
+def _check_terms(chains: Chains, endpoint: EndpointTerms, accepted: PaymentRequirements) -> None:
+    if accepted.network != f"eip155:{endpoint.chain_id}":
+        raise Refusal(reasons.INVALID_NETWORK, "the payment is for another network than the endpoint's")
+    chain = chains.get(endpoint.chain_id)
+    asset = chain.asset(endpoint.currency) if chain else None
+    if asset is None or asset.address.lower() != accepted.asset.lower():
+        raise Refusal(reasons.INVALID_ASSET, "the payment is in another token than the endpoint's")
+    if accepted.pay_to.lower() not in endpoint.payout_history:
+        raise Refusal(
+            reasons.INVALID_RECIPIENT, "the payment pays an address that is not the endpoint's payout address"
+        )
+
+
+def verify_payment(
+    chains: Chains,
+    clock: Clock,
+    accepted: PaymentRequirements,
+    payload: PaymentPayload,
+    endpoint: EndpointTerms | None = None,
+) -> Verified:
+    """Check everything that can be checked off-chain, the terms against ``endpoint``'s when the
+    payment is for one; `Refusal` with a reason code otherwise."""
     if accepted.scheme != "exact":
         raise Refusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not supported")
+    if endpoint is not None:
+        _check_terms(chains, endpoint, accepted)
     chain = chains.by_network(accepted.network)
     if chain is None:
         raise Refusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")

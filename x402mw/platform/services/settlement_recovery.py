@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 import httpx
 from sqlalchemy import select
@@ -26,13 +26,14 @@ from sqlalchemy import select
 from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.chain.token import authorization_state, find_authorization_use, transfer_calldata
+from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
-from x402mw.platform.services.chains import ChainHandle
+from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.settlement_outcomes import Payment, SettleOutcome, outcome_for
+from x402mw.platform.services.settlement_release import Releases
+from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.protocol import reasons
-
-if TYPE_CHECKING:
-    from x402mw.platform.services.settlement import Payment, SettlementService, SettleOutcome
 
 __all__ = ["TAKEOVER_AFTER", "SettlementRecovery"]
 
@@ -48,10 +49,24 @@ _WAIT_FOR_RECEIPT = 1.0
 
 
 class SettlementRecovery:
-    """Finishes payments for a `SettlementService` (its ``recovery``)."""
+    """Finishes payments for a `SettlementService` (its ``recovery``). ``finishing`` tells whether
+    that service is settling a payment itself, or answered for it and is recording it."""
 
-    def __init__(self, service: SettlementService, *, takeover_after: timedelta = TAKEOVER_AFTER) -> None:
-        self.service = service
+    def __init__(
+        self,
+        chains: Chains,
+        clock: Clock,
+        writes: SettlementWrites,
+        releases: Releases,
+        finishing: Callable[[Payment], bool],
+        *,
+        takeover_after: timedelta = TAKEOVER_AFTER,
+    ) -> None:
+        self.chains = chains
+        self.clock = clock
+        self.writes = writes
+        self.releases = releases
+        self.finishing = finishing
         self.takeover_after = takeover_after
         # A claim of a payment without its signature (made before the claim kept it), left
         # `claimed` with its authorization unused, by id: the relayer's pending nonce when it was
@@ -62,18 +77,17 @@ class SettlementRecovery:
         """Bring ``row``'s payment as far as the chain allows within ``wait`` seconds (at least one
         look); its outcome then (pending while it is not final). ``owner``: the caller is the task
         settling it (which others leave to answer for it)."""
-        service = self.service
         deadline = time.monotonic() + wait
         while True:
             outcome = await self._step(row, owner)
             if outcome is not None:
                 return outcome
             if time.monotonic() >= deadline:
-                return service.outcome_for(row)
+                return outcome_for(row)
             await asyncio.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
-            fresh = await service.load(row.id)  # another process may have finished it meanwhile
+            fresh = await self.writes.load(row.id)  # another process may have finished it meanwhile
             if fresh is None:
-                return service.outcome_for(row)
+                return outcome_for(row)
             row = fresh
 
     async def finish_left(self) -> int:
@@ -88,15 +102,14 @@ class SettlementRecovery:
                 continue
             if outcome.status != "pending":
                 finished += 1
-        await self.service.drain()
+        await self.releases.drain()
         return finished
 
     async def _step(self, row: Payment, owner: bool) -> SettleOutcome | None:
         """One look at the chain, and what it calls for; the outcome once final, else None."""
-        service = self.service
         if row.status in ("settled", "failed"):
-            return service.outcome_for(row)
-        chain = service.chains.get(row.chain_id)
+            return outcome_for(row)
+        chain = self.chains.get(row.chain_id)
         if chain is None or not chain.relayer.available:
             return None
         nonce = bytes.fromhex(row.nonce[2:])
@@ -104,10 +117,10 @@ class SettlementRecovery:
             return await self._settle_used(chain, row, nonce, owner)
         if row.valid_before is not None and await chain.head_time() >= row.valid_before:
             # The token refuses it from now on, whatever is still waiting to be mined.
-            await service.writes.failed(row.id, reasons.INVALID_VALID_BEFORE)
+            await self.writes.failed(row.id, reasons.INVALID_VALID_BEFORE)
             row.status, row.error_reason = "failed", reasons.INVALID_VALID_BEFORE
-            return service.outcome_for(row)
-        age = service.clock.now() - _aware(row.created_at)
+            return outcome_for(row)
+        age = self.clock.now() - _aware(row.created_at)
         if age < self.takeover_after:
             return None  # its own process is (or was a moment ago) sending it
         if row.signature is None or row.valid_before is None or row.valid_after is None:
@@ -116,13 +129,13 @@ class SettlementRecovery:
             mined = await chain.rpc.request("eth_getTransactionReceipt", [row.transaction])
             if mined and int(mined["status"], 16) != 1:
                 # Mined and reverted, its authorization still unused: it did nothing, for good.
-                await service.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=int(mined["blockNumber"], 16))
+                await self.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=int(mined["blockNumber"], 16))
                 row.status, row.error_reason = "failed", reasons.TRANSACTION_REVERTED
-                return service.outcome_for(row)
+                return outcome_for(row)
             if not mined and chain.relayer.sending(row.transaction):
                 return None  # this process's relayer keeps it moving
-        now = service.clock.now()
-        if not await service.writes.take_over(row.id, now, now + self.takeover_after):
+        now = self.clock.now()
+        if not await self.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
         auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
         calldata = transfer_calldata(auth, bytes.fromhex(row.signature[2:]))
@@ -131,61 +144,59 @@ class SettlementRecovery:
         )
         tx = await chain.relayer.send(row.asset, calldata, valid_until=row.valid_before)
         row.transaction, row.status = tx, "submitted"
-        await service.writes.submitted(row.id, tx)
+        await self.writes.submitted(row.id, tx)
         return None
 
     async def _settle_used(self, chain: ChainHandle, row: Payment, nonce: bytes, owner: bool) -> SettleOutcome | None:
-        service = self.service
         tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
         if tx is None:  # used beyond the window searched, or canceled by the payer
-            await service.writes.failed(row.id, reasons.NONCE_USED)
+            await self.writes.failed(row.id, reasons.NONCE_USED)
             row.status, row.error_reason = "failed", reasons.NONCE_USED
-            return service.outcome_for(row)
+            return outcome_for(row)
         confirmations = chain.confirmations if row.release_policy == "confirmed" else 0
         try:
             receipt = await chain.wait_for(tx, confirmations=confirmations, timeout=_WAIT_FOR_RECEIPT)
         except TimeoutError:
             return None
-        if not owner and service.finishing(row):
+        if not owner and self.finishing(row):
             return None  # this process's own settlement of it is answering
         # Answered only once recorded, from the record: should this process's own settlement or
         # another process have released it first (``row`` may be a read from before that), its
         # receipt stands, and no caller is ever shown a second one.
-        return await service.release_recorded(row, receipt.block_number, receipt.transaction_hash)
+        return await self.releases.release_recorded(row, receipt.block_number, receipt.transaction_hash)
 
     async def _release_unsigned(self, chain: ChainHandle, row: Payment) -> SettleOutcome | None:
         """A payment claimed before claims kept the signature: it cannot be sent again. Once no
         transfer the relayer had sent when it was first found unused can still be waiting to be
         mined, it is recorded failed without a transaction, so that the same signature may be
         sent again by the agent."""
-        service = self.service
         if row.transaction is not None:
             try:
                 receipt = await chain.relayer.wait_for_receipt(row.transaction, timeout=_WAIT_FOR_RECEIPT)
             except TimeoutError:
                 return None
             if receipt.status != 1:
-                await service.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number)
+                await self.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number)
                 row.status, row.error_reason = "failed", reasons.TRANSACTION_REVERTED
-                return service.outcome_for(row)
+                return outcome_for(row)
             return None  # mined, yet its authorization unused: another look will find its use
         mined, pending = await chain.relayer.nonces()
         if not self._nothing_pending_since(row.id, mined, pending):
             return None
-        await service.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
+        await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR)
         row.status, row.error_reason = "failed", reasons.UNEXPECTED_SETTLE_ERROR
-        return service.outcome_for(row)
+        return outcome_for(row)
 
     async def _left(self) -> list[AgentPayment]:
         """Payments unfinished `takeover_after` after their claim, that this process is not settling."""
         table = tables.agent_payments
-        cutoff = self.service.clock.now() - self.takeover_after
-        async with self.service.engine.connect() as conn:
+        cutoff = self.clock.now() - self.takeover_after
+        async with self.writes.engine.connect() as conn:
             found = await conn.execute(
                 select(table).where(table.c.status.in_(("claimed", "submitted")), table.c.created_at <= cutoff)
             )
             rows = [AgentPayment.model_validate(dict(r)) for r in found.mappings()]
-        return [row for row in rows if not self.service.finishing(row)]
+        return [row for row in rows if not self.finishing(row)]
 
     def _nothing_pending_since(self, payment_id: str, mined: int, pending: int) -> bool:
         """Whether every transaction the relayer had sent when payment ``payment_id`` was first

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
+from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.outbox import insert_events
 
 __all__ = ["SettlementWrites"]
@@ -167,6 +168,24 @@ class SettlementWrites:
                 .values(locked_until=until)
             )
         return bool(taken.rowcount == 1)
+
+    async def load(self, payment_id: str) -> AgentPayment | None:
+        """The payment ``payment_id`` as recorded, or None."""
+        async with self.engine.connect() as conn:
+            found = (await conn.execute(select(_payments).where(_payments.c.id == payment_id))).mappings().first()
+        return AgentPayment.model_validate(dict(found)) if found else None
+
+    async def load_by_authorization(self, chain_id: int, asset: str, payer: str, nonce: bytes) -> AgentPayment | None:
+        """The payment of the authorization (chain, token, payer, nonce), or None: its claim."""
+        query = select(_payments).where(
+            _payments.c.chain_id == chain_id,
+            _payments.c.asset == asset,
+            _payments.c.payer == payer,
+            _payments.c.nonce == "0x" + nonce.hex(),
+        )
+        async with self.engine.connect() as conn:
+            found = (await conn.execute(query)).mappings().first()
+        return AgentPayment.model_validate(dict(found)) if found else None
 
     async def _write_claims(self, payments: list[dict[str, Any]]) -> list[bool]:
         def insert(conn: Connection) -> set[str]:

@@ -27,8 +27,7 @@ import httpx
 from sqlalchemy import and_, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from x402mw import __version__
-from x402mw.client.webhooks import sign_payload
+from x402mw._version import __version__
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
@@ -36,6 +35,7 @@ from x402mw.platform.objects.webhooks import Event
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.timestamps import iso
 from x402mw.platform.webhooks.destinations import resolved_blocked_reason
+from x402mw.protocol.webhook_signatures import sign_payload
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform

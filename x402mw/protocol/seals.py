@@ -1,5 +1,6 @@
 """Challenge seals: any worker process holding the merchant's API key can check, without shared
-state, that the terms echoed in a paid retry are the terms a challenge offered."""
+state, that the terms echoed in a paid retry are the terms a challenge offered. The seller seals
+the challenges it issues; the platform's facilitator API checks a seal it has no record of yet."""
 
 from __future__ import annotations
 

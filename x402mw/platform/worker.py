@@ -1,0 +1,68 @@
+"""The platform's background work: one loop that, every two seconds, does each duty the platform's
+records call for (finishing settlements, expiring orders, watching deposits, sending refunds,
+running subscriptions, sending emails, delivering webhooks, purging idempotency keys).
+
+It sits above every layer it drives (services, emails, webhooks), which is why it is not part of
+`Platform` itself: `start_platform` starts a platform and, when its settings ask for it
+(``run_worker``), this loop beside it; the platform cancels it when it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from x402mw.platform.clock import Clock
+from x402mw.platform.runtime import Platform
+from x402mw.platform.services.idempotency import purge_idempotency_keys
+from x402mw.platform.services.payment_intents import expire_due_payment_intents
+from x402mw.platform.settings import PlatformSettings
+from x402mw.platform.webhooks.delivery import deliver_due
+
+__all__ = ["INTERVAL_SECONDS", "duties", "run_worker", "start_platform"]
+
+logger = logging.getLogger("x402mw.platform")
+
+INTERVAL_SECONDS = 2.0
+Duty = tuple[str, Callable[[], Awaitable[object]]]
+
+
+async def start_platform(settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
+    """`Platform.start`, with the worker running beside it when ``settings.run_worker``."""
+    platform = await Platform.start(settings, clock=clock)
+    if settings.run_worker:
+        platform.run_in_background(run_worker(platform))
+    return platform
+
+
+def duties(platform: Platform) -> list[Duty]:
+    """What one pass of the worker does, in order, each named for the logs."""
+    return [
+        ("finishing settlements", platform.settlement.recovery.finish_left),
+        ("purging idempotency keys", lambda: purge_idempotency_keys(platform.engine, platform.clock.now())),
+        (
+            "expiring payment orders",
+            lambda: expire_due_payment_intents(
+                platform.engine, platform.clock.now(), platform.payment_intents.checkout_url_base
+            ),
+        ),
+        ("watching deposits", platform.watcher.run_once),
+        ("sending refunds", platform.refunds.resume_due),
+        ("running subscriptions", platform.renewals.run_due),
+        ("sending emails", platform.emails.send_due),
+        ("delivering webhooks", lambda: deliver_due(platform)),
+    ]
+
+
+async def run_worker(platform: Platform) -> None:
+    """Do every duty, then wait `INTERVAL_SECONDS`, until cancelled. One failing duty is logged and
+    does not hold up the others."""
+    work = duties(platform)
+    while True:
+        await asyncio.sleep(INTERVAL_SECONDS)
+        for name, duty in work:
+            try:
+                await duty()
+            except Exception:
+                logger.exception("worker: %s failed", name)
