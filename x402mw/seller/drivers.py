@@ -15,12 +15,13 @@ background work lives in one of three places:
 - in a task group that `AsyncSeller.running` opens for as long as its block lasts. The ASGI
   middleware wraps the app's lifespan in it: the lifespan task outlives every request, and the
   work runs every 0.25 s there, on either event loop, until ``lifespan.shutdown``;
-- without a running loop (a server with its lifespan off, or ``httpx.ASGITransport``, which sends
-  none), in the task of a request, after its response is sent (`AsyncSeller.after_response`, as
+- without a lifespan (a server with it off, or ``httpx.ASGITransport``, which sends none), in the
+  task of a request, after its response is sent (`AsyncSeller.after_response`, as
   Starlette's background tasks run): one round at a time, at most one per 0.25 s, so that challenges
   still reach the platform in batches and no answer waits for them;
-- under Django, whose async views run on asyncio only, in an asyncio task that the Django
-  middleware starts on `AsyncSeller.run_background`.
+- under Django, whose async views run on asyncio only and which has no lifespan, in an asyncio
+  task that the Django middleware starts on `AsyncSeller.run_background`; cancelled as the event
+  loop shuts down, it closes the seller.
 
 On asyncio the platform is reached through :class:`~x402mw.transport.KeepAliveTransport`, which is
 written on asyncio's streams; on another event loop (trio), through httpx's own transport."""
