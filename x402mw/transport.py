@@ -109,6 +109,7 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
         self._ssl: ssl.SSLContext | None = None
         self._idle: dict[_Origin, list[_Connection]] = {}
         self._open = 0
+        self._closed = False  # after `aclose`, a connection that finishes is closed, not kept
         self._waiters: collections.deque[tuple[_Origin, asyncio.Future[_Connection | None]]] = collections.deque()
 
     def __repr__(self) -> str:
@@ -140,6 +141,9 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
             )
 
     async def aclose(self) -> None:
+        """Close the idle connections now, and each one in use as its request finishes: a transport
+        closed while a request is in flight keeps no connection."""
+        self._closed = True
         stacks, self._idle = self._idle, {}
         for stack in stacks.values():
             for conn in stack:
@@ -192,7 +196,11 @@ class KeepAliveTransport(httpx.AsyncBaseTransport):
                 return
 
     def _checkin(self, origin: _Origin, conn: _Connection) -> None:
-        """Put back a connection that finished a request: to a waiter for its origin, else to idle."""
+        """Put back a connection that finished a request: to a waiter for its origin, else to idle
+        (closed instead once the transport is closed)."""
+        if self._closed:
+            self._discard(conn)
+            return
         while self._waiters:
             waiter_origin, waiter = self._waiters.popleft()
             if waiter.done():

@@ -719,6 +719,27 @@ async def test_aclose_closes_the_idle_connections() -> None:
         await until(lambda: all(peer.closed.is_set() for peer in server.peers))
 
 
+async def test_a_request_in_flight_at_aclose_closes_its_connection_when_it_finishes() -> None:
+    # A seller closing at shutdown while its background round is still talking to the platform: the
+    # round's connection must not go back to an idle stack nobody will close (it would leak).
+    answer = asyncio.Event()
+
+    async def handler(peer: Peer) -> None:
+        while (request := await peer.receive()) is not None:
+            await answer.wait()
+            await peer.send(echo(request))
+
+    transport = KeepAliveTransport()
+    async with Server(handler) as server, client(server, transport) as http:
+        in_flight = asyncio.ensure_future(http.get("/"))
+        await until(lambda: len(server.received) == 1)
+        await transport.aclose()
+        answer.set()
+        assert (await in_flight).status_code == 200
+        assert (transport._open, idle(transport)) == (0, 0)
+        await until(lambda: all(peer.closed.is_set() for peer in server.peers))
+
+
 async def test_a_connection_left_from_another_event_loop_is_not_used() -> None:
     transport = KeepAliveTransport()
 
