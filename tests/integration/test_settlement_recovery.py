@@ -301,3 +301,92 @@ async def test_recovery_of_a_stale_read_answers_the_receipt_recorded_first(dev_p
     assert receipt == first
     assert not answered_for
     assert events == 1
+
+
+async def test_two_recoveries_at_once_release_a_payment_once(dev_platform: PlatformHarness) -> None:
+    # The worker and a retry (or two workers' passes) finding one orphan at the same moment: one
+    # release, one receipt, one event; and two releases written in one batch record the first only.
+    harness = dev_platform
+    merchant_id, api_key, _ = harness.merchant("Concurrent recovery merchant")
+    agent, pay_to = new_private_key(), address_of(new_private_key())
+    harness.fund(api_key, address_of(agent), "1")
+    nonce = random_nonce()
+    row = _payment_row(
+        harness,
+        merchant_id,
+        address_of(agent),
+        pay_to,
+        nonce="0x" + nonce.hex(),
+        created_at=harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5),
+    )
+
+    async def recover_twice_at_once(platform: Platform) -> tuple[list[Any], int]:
+        row["transaction"] = await _send_transfer(platform, harness, agent, pay_to, nonce)
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(tables.agent_payments), [row])
+        stale = AgentPayment.model_validate(row)
+        recovery = platform.settlement.recovery
+        outcomes = await asyncio.gather(recovery.finish(stale, wait=5.0), recovery.finish(stale, wait=5.0))
+        async with platform.engine.connect() as conn:
+            events = (
+                await conn.execute(
+                    select(func.count())
+                    .select_from(tables.events)
+                    .where(tables.events.c.type == "agent_payment.settled", tables.events.c.merchant_id == merchant_id)
+                )
+            ).scalar_one()
+        return [(o.response.extensions or {}).get("receipt") for o in outcomes], events
+
+    receipts, events = harness.server.call(recover_twice_at_once)
+    assert receipts[0] is not None and receipts[0] == receipts[1]
+    assert events == 1
+
+
+async def test_two_releases_in_one_batch_record_the_first(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    merchant_id, _, _ = harness.merchant("Batched releases merchant")
+    agent, pay_to = new_private_key(), address_of(new_private_key())
+    row = _payment_row(harness, merchant_id, address_of(agent), pay_to, transaction="0x" + "ab" * 32)
+
+    async def release_twice(platform: Platform) -> tuple[dict[str, Any] | None, int]:
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(tables.agent_payments), [row])
+        writes = platform.settlement.writes
+
+        def settled(receipt: str) -> Any:
+            event = {
+                "id": new_id(),
+                "merchant_id": merchant_id,
+                "livemode": False,
+                "type": "agent_payment.settled",
+                "data": {"receipt": receipt},
+                "created_at": platform.clock.now(),
+            }
+            return writes.settled(
+                row["id"],
+                transaction=row["transaction"],
+                receipt={"which": receipt},
+                settled_at=platform.clock.now(),
+                block=1,
+                chain_micros=1,
+                platform_micros=1,
+                challenge_id=None,
+                challenge=None,
+                event=event,
+            )
+
+        await asyncio.gather(settled("first"), settled("second"))  # queued in one turn: one batch
+        found = await writes.load(row["id"])
+        async with platform.engine.connect() as conn:
+            events = (
+                await conn.execute(
+                    select(func.count())
+                    .select_from(tables.events)
+                    .where(tables.events.c.type == "agent_payment.settled", tables.events.c.merchant_id == merchant_id)
+                )
+            ).scalar_one()
+        return (found.receipt if found else None), events
+
+    receipt, events = harness.server.call(release_twice)
+    assert receipt == {"which": "first"}
+    assert events == 1

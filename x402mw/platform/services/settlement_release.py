@@ -40,6 +40,7 @@ class Releases:
         self.clock = clock
         self._background: set[asyncio.Task[Any]] = set()
         self._recording: dict[str, SettleOutcome] = {}  # answered, and being recorded
+        self._releasing: dict[str, asyncio.Future[SettleOutcome]] = {}  # by release_recorded, by payment
 
     def answered(self, payment_id: str) -> SettleOutcome | None:
         """The outcome this process answered for a payment whose release it is still recording."""
@@ -63,7 +64,16 @@ class Releases:
     async def release_recorded(self, row: Payment, block: int, tx: str) -> SettleOutcome:
         """Release ``row``'s payment and answer once the release is recorded, with the record that
         stands: another task or process may have released it first, with a receipt of its own, and
-        every answer for one payment carries one receipt."""
+        every answer for one payment carries one receipt. Concurrent calls for one payment (a retry
+        and the worker finding it at once) share one release."""
+        running = self._releasing.get(row.id)
+        if running is None:
+            running = asyncio.ensure_future(self._release_and_read(row, block, tx))
+            self._releasing[row.id] = running
+            running.add_done_callback(lambda _done: self._releasing.pop(row.id, None))
+        return await asyncio.shield(running)
+
+    async def _release_and_read(self, row: Payment, block: int, tx: str) -> SettleOutcome:
         now = time.perf_counter()
         _, write = self._released(row, block, tx, now, now, now, None)
         await write

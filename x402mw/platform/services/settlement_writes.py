@@ -209,7 +209,13 @@ class SettlementWrites:
             # A payment another process released meanwhile keeps its record, and its event is not
             # sent twice (the lock holds off a concurrent release until this one commits).
             done = {row.id for row in conn.execute(lock) if row.status == "settled"} if releasing else set()
-            kept = [r for r in records if not (r.kind == "settled" and r.values["b_id"] in done)]
+            kept = []
+            for record in records:
+                if record.kind == "settled":
+                    if record.values["b_id"] in done:
+                        continue  # released already, or earlier in this batch: the first release stands
+                    done.add(record.values["b_id"])
+                kept.append(record)
             if challenges:
                 conn.execute(self._insert_challenges, challenges)
             for kind, statement in self._mark.items():
