@@ -5,7 +5,7 @@ A nonce is *allocated* to a send, is *broadcasting* while its transaction is on 
 and is then *pending* (the relayer's submissions, which the book reads through ``pending``) until
 it is seen mined. A send the node refused gives its nonce back (`NonceBook.release`): the next
 send takes it again, and should later nonces be out already the relayer fills the gap if no send
-comes soon (`NonceBook.unfilled`). The book starts from, and returns to, the node's pending nonce
+comes soon (`NonceBook.next_unfilled`). The book starts from, and returns to, the node's pending nonce
 (`NonceBook.resync`) whenever it may have drifted (``stale``).
 """
 
@@ -67,11 +67,12 @@ class NonceBook:
         heapq.heappush(self._released, nonce)
         return True
 
-    def unfilled(self) -> list[int]:
-        """The nonces given back and still free, lowest first (taken off the book: the caller fills them)."""
-        found = []
+    def next_unfilled(self) -> int | None:
+        """The lowest nonce given back and still free (taken off the book: the caller fills it), or
+        None. Asked once per fill, so that what changed during the last fill (a resync, a send taking
+        a nonce) counts."""
         while self._released and self.next is not None:
             nonce = heapq.heappop(self._released)
             if nonce < self.next and not self.taken(nonce):
-                found.append(nonce)
-        return found
+                return nonce
+        return None

@@ -405,9 +405,8 @@ class Relayer:
 
     async def _fill_released(self) -> None:
         await asyncio.sleep(_GAP_GRACE)
-        for nonce in self._nonces.unfilled():
-            if not self._nonces.taken(nonce):  # a send may have taken it while an earlier one was filled
-                await self._fill(nonce)
+        while (nonce := self._nonces.next_unfilled()) is not None:
+            await self._fill(nonce)
 
     async def _resync(self) -> None:
         async with self._resync_lock:

@@ -277,7 +277,9 @@ class RefundService:
             await self._release_claim(refund)
             return
         if receipt.status == 1:
-            await self._complete(refund, str(tx))
+            # The version of the transfer that was mined: the relayer may have replaced the one sent
+            # (at a higher fee, or under a new nonce), and the record names what moved the money.
+            await self._complete(refund, receipt.transaction_hash)
         elif await authorization_state(chain.rpc, token, self.treasury, nonce):
             await self._complete(refund, await self._authorization_tx(chain, token, nonce) or str(tx))
         else:
