@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import json
 import sys
 import threading
@@ -34,6 +35,9 @@ from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import HttpJsonRpc
 
 _RETRYABLE = (httpx.TransportError,)
+
+
+STRAGGLER_SECONDS = 150  # how long after the run a thread may still wait for its last answer
 
 
 class Load:
@@ -79,10 +83,10 @@ class Load:
                 except Exception as exc:
                     status = f"{type(exc).__name__}: {exc}"
                 self.record(self.payments, {"agent": wallet.address, "status": status})
+                with self.lock:  # kept as it goes: an agent still waiting after the run is left behind
+                    self.spent_by_agent[wallet.address] = str(sum(auth.spent.values()))
+                    self.paid_by_agent[wallet.address] = [p.transaction for p in auth.payments]
                 time.sleep(0.05)
-        with self.lock:
-            self.spent_by_agent[wallet.address] = str(sum(auth.spent.values()))
-            self.paid_by_agent[wallet.address] = [p.transaction for p in auth.payments]
 
     spent_by_agent: dict[str, str] = {}
     paid_by_agent: dict[str, list[str]] = {}
@@ -185,12 +189,25 @@ class Load:
             Path(config["hook_url_file"]).write_text(hooks + "/hook")
             while not Path(config["go_file"]).exists():  # the test registers the endpoint, then says go
                 time.sleep(0.05)
-            threads = [threading.Thread(target=self.agent, args=(i, sellers)) for i in range(len(config["agents"]))]
-            threads += [threading.Thread(target=self.buyer, args=(i,)) for i in range(len(config["buyers"]))]
+            threads = [
+                threading.Thread(target=self.agent, args=(i, sellers), name=f"agent-{i}", daemon=True)
+                for i in range(len(config["agents"]))
+            ]
+            threads += [
+                threading.Thread(target=self.buyer, args=(i,), name=f"buyer-{i}", daemon=True)
+                for i in range(len(config["buyers"]))
+            ]
             for thread in threads:
                 thread.start()
+            # Each thread ends with the run, once its request in hand is answered. One that is still
+            # waiting well past the run is reported with where it waits, and left behind (its request
+            # has no outcome for the invariants to count): the run's records are what is checked.
             for thread in threads:
-                thread.join()
+                thread.join(max(0.0, self.deadline + STRAGGLER_SECONDS - time.monotonic()))
+            stragglers = [thread.name for thread in threads if thread.is_alive()]
+            if stragglers:
+                print(f"load: still waiting {STRAGGLER_SECONDS} s after the run: {stragglers}", flush=True)
+                faulthandler.dump_traceback(all_threads=True)
             # keep receiving deliveries until the test has seen every event delivered
             while not Path(config["done_file"]).exists():
                 time.sleep(0.1)
