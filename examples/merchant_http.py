@@ -103,6 +103,7 @@ def run(base_url: str, api_key: str, *, say: Callable[[str], None] = print) -> d
         finally:
             api.delete(f"/webhook-endpoints/{endpoint['id']}")
             hooks.shutdown()
+            hooks.server_close()  # shutdown() only stops serve_forever: this closes the listening socket
     return {"paid": paid, "refund": refund, "events": set(hooks.types)}
 
 

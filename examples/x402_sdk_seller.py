@@ -14,7 +14,9 @@ does not know, give the token yourself: ``{"amount": "10000", "asset": "0x...", 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import flask
@@ -43,9 +45,16 @@ def _routes(network: str, pay_to: str, price: Any) -> dict[str, RouteConfig]:
 
 def create_app(api_key: str, platform_url: str, network: str, pay_to: str, price: Any = "$0.01") -> FastAPI:
     """FastAPI app selling ``GET /weather`` for ``price``, paid to ``pay_to`` on ``network``."""
-    server = x402ResourceServer(HTTPFacilitatorClient(_facilitator(api_key, platform_url)))
+    facilitator = HTTPFacilitatorClient(_facilitator(api_key, platform_url))
+    server = x402ResourceServer(facilitator)
     server.register("eip155:*", ExactEvmServerScheme())
-    app = FastAPI(title="Weather, paid per request (x402 SDK seller)")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await facilitator.aclose()  # its connections to the platform
+
+    app = FastAPI(title="Weather, paid per request (x402 SDK seller)", lifespan=lifespan)
     app.add_middleware(PaymentMiddlewareASGI, routes=_routes(network, pay_to, price), server=server)
 
     @app.get("/weather")
@@ -56,10 +65,13 @@ def create_app(api_key: str, platform_url: str, network: str, pay_to: str, price
 
 
 def create_flask_app(api_key: str, platform_url: str, network: str, pay_to: str, price: Any = "$0.01") -> flask.Flask:
-    """The same seller on Flask, with the SDK's synchronous server and facilitator client."""
-    server = x402ResourceServerSync(HTTPFacilitatorClientSync(_facilitator(api_key, platform_url)))
+    """The same seller on Flask, with the SDK's synchronous server and facilitator client. Flask has
+    no shutdown hook: whoever stops the app closes ``app.extensions["x402_facilitator"]``."""
+    facilitator = HTTPFacilitatorClientSync(_facilitator(api_key, platform_url))
+    server = x402ResourceServerSync(facilitator)
     server.register("eip155:*", ExactEvmServerScheme())
     app = flask.Flask(__name__)
+    app.extensions["x402_facilitator"] = facilitator
 
     @app.get("/weather")
     def weather() -> dict[str, str]:

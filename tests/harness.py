@@ -35,10 +35,10 @@ sqlite_only = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 
 @contextlib.contextmanager
 def serve_app(app: Any, log_level: str = "warning", port: int | None = None) -> Iterator[str]:
-    """The ASGI ``app`` served by uvicorn on a loopback port (``port``, or a free one) in a thread;
-    yields its base URL."""
+    """The ASGI ``app`` served by uvicorn on a loopback port (``port``, or a free one) in a thread,
+    with its lifespan, as in production: what the app opens it closes at shutdown; yields its base URL."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

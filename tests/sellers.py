@@ -1,14 +1,17 @@
 """Real seller apps, one per framework, each selling ``/weather`` through one agent endpoint.
 
-Each factory returns an ``httpx`` transport that reaches the app in-process; the app's payment
-middleware talks to the real platform over loopback HTTP.
+Each factory returns an ASGI app; `asgi_transport` reaches it in-process, running its lifespan as a
+server does. The app's payment middleware talks to the real platform over loopback HTTP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
 from typing import Any
 
+import anyio
 import httpx
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -72,6 +75,11 @@ def plain_asgi_app(api_key: str, platform_url: str, endpoint_id: str, **options:
     async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         import json
 
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
         settlement = scope["state"]["x402"]
         await send(
             {
@@ -94,5 +102,52 @@ ASYNC_SELLERS: dict[str, Callable[..., Any]] = {
 }
 
 
+Message = dict[str, Any]
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Any) -> AsyncIterator[None]:
+    """Run ``app``'s ASGI lifespan as a server does: startup before the block, shutdown after it (the
+    payment middleware runs its background work in between, and closes its connections at the end)."""
+    to_app, app_receives = anyio.create_memory_object_stream[Message](1)
+    app_sends, from_app = anyio.create_memory_object_stream[Message](1)
+    async with to_app, app_receives, app_sends, from_app, anyio.create_task_group() as group:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+        group.start_soon(app, scope, app_receives.receive, app_sends.send)
+        await to_app.send({"type": "lifespan.startup"})
+        started = await from_app.receive()
+        assert started["type"] == "lifespan.startup.complete", started
+        try:
+            yield
+        finally:
+            await to_app.send({"type": "lifespan.shutdown"})
+            stopped = await from_app.receive()
+            assert stopped["type"] == "lifespan.shutdown.complete", stopped
+
+
+class _ServedTransport(httpx.ASGITransport):
+    """httpx's in-process ASGI transport that runs the app's lifespan while the client is open
+    (``async with httpx.AsyncClient(transport=...)``), as a server runs it while it serves."""
+
+    _running: contextlib.AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> _ServedTransport:
+        running = lifespan(self.app)
+        await running.__aenter__()
+        self._running = running
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        running, self._running = self._running, None
+        if running is not None:
+            await running.__aexit__(exc_type, exc_value, traceback)
+        await self.aclose()
+
+
 def asgi_transport(app: Any) -> httpx.ASGITransport:
-    return httpx.ASGITransport(app=app)
+    return _ServedTransport(app=app)

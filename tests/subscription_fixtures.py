@@ -132,10 +132,12 @@ class SubscriptionPlatform:
     harness: PlatformHarness
     inbox: Inbox
     mailbox: Mailbox | None
+    clients: list[httpx.Client] = field(default_factory=list)  # the shops', closed with the platform
 
     def shop(self, name: str = "Acme Streaming") -> Shop:
         merchant_id, key, _ = self.harness.merchant(name)
         api = httpx.Client(base_url=self.harness.url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+        self.clients.append(api)
         hook = f"m{uuid.uuid4().hex}"
         reply = api.post("/webhook-endpoints", json={"url": f"{self.inbox.url}/hooks/{hook}", "enabledEvents": ["*"]})
         assert reply.status_code == 201, reply.text
@@ -287,7 +289,12 @@ def subscription_platform(
             **on_anvil,
         )
         server = stack.enter_context(PlatformServer(settings, clock=clock))
-        yield SubscriptionPlatform(PlatformHarness(server), inbox, mailbox)
+        platform = SubscriptionPlatform(PlatformHarness(server), inbox, mailbox)
+        try:
+            yield platform
+        finally:
+            for client in platform.clients:
+                client.close()
 
 
 def _deploy(url: str) -> dict[str, str]:

@@ -50,7 +50,10 @@ class _Connection:
         )
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # the loop may be closed already
+        if self.loop.is_closed():
+            _close_orphan(self.writer.transport)
+            return
+        with contextlib.suppress(Exception):
             self.writer.close()
 
 
@@ -68,6 +71,19 @@ class _Stale(Exception):
 
 class _NoAnswer(Exception):
     """The connection ended before the first byte of a response."""
+
+
+def _close_orphan(transport: asyncio.BaseTransport) -> None:
+    """Close the socket of a connection whose event loop has ended (a transport used from another
+    loop, which closed with this connection idle). Closing the transport would schedule its last step
+    on that loop, which no longer runs; CPython's selector transports keep the socket in ``_sock``,
+    and warn of an unclosed transport when collected while it is set."""
+    with contextlib.suppress(RuntimeError):  # marks it closing, then cannot schedule on the closed loop
+        transport.close()
+    sock = getattr(transport, "_sock", None)
+    if sock is not None:
+        setattr(transport, "_sock", None)  # noqa: B010
+        sock.close()
 
 
 def _buffered(reader: asyncio.StreamReader) -> int:

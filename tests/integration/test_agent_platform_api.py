@@ -261,9 +261,9 @@ async def test_another_merchants_challenge_is_refused_by_the_facilitator(
             return len(rows.all())
 
     assert await asyncio.to_thread(dev_platform.server.call, lambda p: payments_of(other.merchant_id)) == 0
-    with owner.api() as api:
+    with owner.api() as api, other.api() as other_api:
         settled = api.post("/x402/settle", json=body).json()
-        again = other.api().post("/x402/settle", json=body)
+        again = other_api.post("/x402/settle", json=body)
     assert settled["success"] is True, settled
     assert again.status_code == 404  # the settled payment is none of B's business either
     assert await asyncio.to_thread(dev_platform.balance, owner.payout) == 10_000

@@ -31,7 +31,8 @@ def _instance(harness: PlatformHarness, limits: CheckoutRateLimits | None) -> It
 
     async def start(platform: Any) -> None:
         app = create_app(platform=platform, checkout_limits=limits)
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+        # with its lifespan, whose end closes the rate limits' connections to Redis
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
         running["task"] = asyncio.get_running_loop().create_task(server.serve())
         running["server"] = server
         while not server.started:

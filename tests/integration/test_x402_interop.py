@@ -29,7 +29,7 @@ from x402.mechanisms.evm.signers import EthAccountSigner
 
 from examples.x402_sdk_seller import create_app, create_flask_app
 from tests.harness import Deployment, PlatformHarness, serve_app
-from tests.sellers import asgi_transport, starlette_app
+from tests.sellers import asgi_transport, lifespan, starlette_app
 from x402mw.client import X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
@@ -63,7 +63,8 @@ async def test_the_sdk_agent_pays_our_seller(deployment: Deployment) -> None:
     harness = deployment.harness
     app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
     payout_before = await asyncio.to_thread(harness.balance, deployment.payout)
-    async with _sdk_agent(harness, deployment.agent_key, asgi_transport(app)) as agent:
+    # The SDK's transport does not open the one it wraps: the app's lifespan is run around it here.
+    async with lifespan(app), _sdk_agent(harness, deployment.agent_key, asgi_transport(app)) as agent:
         responses = [await agent.get("/weather") for _ in range(2)]
     for response in responses:
         assert response.status_code == 200, response.text
@@ -84,7 +85,7 @@ async def test_the_sdk_agent_refuses_an_offer_above_its_cap(dev_platform: Platfo
     deployment = await asyncio.to_thread(dev_platform.deploy, amount_minor="60000")
     app = starlette_app(deployment.api_key, dev_platform.url, deployment.endpoint_id)
     balance_before = await asyncio.to_thread(dev_platform.balance, deployment.agent.address)
-    async with _sdk_agent(dev_platform, deployment.agent_key, asgi_transport(app)) as agent:
+    async with lifespan(app), _sdk_agent(dev_platform, deployment.agent_key, asgi_transport(app)) as agent:
         with pytest.raises(PaymentError, match="max_amount_per_payment"):
             await agent.get("/weather")
     assert await asyncio.to_thread(dev_platform.balance, deployment.agent.address) == balance_before
@@ -97,16 +98,17 @@ async def test_the_sdk_seller_settles_through_our_facilitator(deployment: Deploy
     app = create_app(deployment.api_key, harness.url, harness.network, pay_to, price)
     transport = httpx.ASGITransport(app=app)
 
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as anonymous:
-        unpaid = await anonymous.get("/weather")
-    assert unpaid.status_code == 402, unpaid.text
-    assert "PAYMENT-REQUIRED" in unpaid.headers
+    async with lifespan(app):  # whose end closes the SDK's facilitator client
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=60) as anonymous:
+            unpaid = await anonymous.get("/weather")
+        assert unpaid.status_code == 402, unpaid.text
+        assert "PAYMENT-REQUIRED" in unpaid.headers
 
-    ours = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", auth=ours, timeout=60) as agent:
-        paid_by_ours = await agent.get("/weather")
-    async with _sdk_agent(harness, deployment.agent_key, transport) as agent:
-        paid_by_sdk = await agent.get("/weather")
+        ours = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", auth=ours, timeout=60) as agent:
+            paid_by_ours = await agent.get("/weather")
+        async with _sdk_agent(harness, deployment.agent_key, transport) as agent:
+            paid_by_sdk = await agent.get("/weather")
 
     transactions = []
     for response in (paid_by_ours, paid_by_sdk):
@@ -158,6 +160,8 @@ def test_the_sdk_flask_seller_settles_through_our_facilitator(deployment: Deploy
     finally:
         server.shutdown()
         thread.join()
+        server.server_close()
+        app.extensions["x402_facilitator"].close()
 
 
 def _node_agent(url: str, key: bytes, harness: PlatformHarness, *, cap: str, times: int) -> list[dict[str, Any]]:
@@ -224,7 +228,7 @@ def test_the_typescript_sdk_express_seller_settles_through_our_facilitator(deplo
         ASSET=harness.usdc,
         PAY_TO=pay_to,
     )
-    seller = subprocess.Popen(
+    with subprocess.Popen(  # leaving the block closes its pipes
         ["node", "--input-type=module"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -232,14 +236,14 @@ def test_the_typescript_sdk_express_seller_settles_through_our_facilitator(deplo
         cwd=TOOLS,
         env=env,
         text=True,
-    )
-    try:
-        assert seller.stdin is not None and seller.stdout is not None
-        seller.stdin.write(EXPRESS_SELLER.read_text())
-        seller.stdin.close()
-        started = seller.stdout.readline()
-        assert started, seller.stderr.read() if seller.stderr else ""
-        _pay_sdk_seller(f"http://127.0.0.1:{json.loads(started)['port']}", deployment, pay_to)
-    finally:
-        seller.terminate()
-        seller.wait(timeout=30)
+    ) as seller:
+        try:
+            assert seller.stdin is not None and seller.stdout is not None
+            seller.stdin.write(EXPRESS_SELLER.read_text())
+            seller.stdin.close()
+            started = seller.stdout.readline()
+            assert started, seller.stderr.read() if seller.stderr else ""
+            _pay_sdk_seller(f"http://127.0.0.1:{json.loads(started)['port']}", deployment, pay_to)
+        finally:
+            seller.terminate()
+            seller.wait(timeout=30)

@@ -273,20 +273,20 @@ def _paid_order(cluster: Cluster, merchant: Merchant, amount: str = "2") -> tupl
         )
         assert reply.status_code == 201, reply.text
         order = reply.json()["paymentIntent"]["id"]
-    checkout = httpx.Client(base_url=cluster.url + "/checkout/v1", timeout=60)
-    network = f"eip155:{cluster.anvil.chain_id}"
-    attempt = checkout.post(
-        f"/payment-intents/{order}/attempts", json={"network": network, "currency": "USDC", "method": "transfer"}
-    ).json()
-    data = bytes.fromhex("a9059cbb") + abi_encode(
-        ["address", "uint256"], [attempt["depositAddress"], int(amount) * 10**6]
-    )
-    cluster.run(lambda rpc: transact(rpc, buyer_key, cluster.usdc, data, gas=100_000))
-    deadline = time.monotonic() + 60
-    while checkout.post(f"/payment-intents/{order}/transfer-status", json={}).json()["status"] != "succeeded":
-        assert time.monotonic() < deadline, "the order was never paid"
-        cluster.rpc("evm_mine")  # its confirmations
-        time.sleep(0.2)
+    with httpx.Client(base_url=cluster.url + "/checkout/v1", timeout=60) as checkout:
+        network = f"eip155:{cluster.anvil.chain_id}"
+        attempt = checkout.post(
+            f"/payment-intents/{order}/attempts", json={"network": network, "currency": "USDC", "method": "transfer"}
+        ).json()
+        data = bytes.fromhex("a9059cbb") + abi_encode(
+            ["address", "uint256"], [attempt["depositAddress"], int(amount) * 10**6]
+        )
+        cluster.run(lambda rpc: transact(rpc, buyer_key, cluster.usdc, data, gas=100_000))
+        deadline = time.monotonic() + 60
+        while checkout.post(f"/payment-intents/{order}/transfer-status", json={}).json()["status"] != "succeeded":
+            assert time.monotonic() < deadline, "the order was never paid"
+            cluster.rpc("evm_mine")  # its confirmations
+            time.sleep(0.2)
     while not cluster.sql("SELECT swept_at FROM payment_intents WHERE id = %s", order)[0][0]:
         assert time.monotonic() < deadline, "the order was never swept"
         time.sleep(0.2)

@@ -32,13 +32,16 @@ def _supervise(app: str, port: int, min_lifetime: float) -> Iterator[subprocess.
         f"w.serve_workers({app!r}, host='127.0.0.1', port={port}, workers=2, log_level='warning')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    supervisor = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    try:
-        yield supervisor
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
+    # As a context manager the Popen closes its stderr pipe at the end, as well as waiting.
+    with subprocess.Popen(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
+    ) as supervisor:
+        try:
+            yield supervisor
+        finally:
+            if supervisor.poll() is None:
+                supervisor.kill()
+                supervisor.wait()
 
 
 def _children(pid: int) -> set[int]:

@@ -8,6 +8,10 @@ On a paid route the middleware answers 402 with ``PAYMENT-REQUIRED``, or settles
 runs the app with the `Settlement` in ``scope["state"]["x402"]``, adding ``PAYMENT-RESPONSE`` to
 the response as it starts. Response bodies stream through untouched; headers are appended, never
 rebuilt, so repeated headers such as ``Set-Cookie`` survive. Non-HTTP scopes pass through.
+
+It runs on asyncio and on trio (through anyio). The issued challenges reach the platform in the
+background: during the app's lifespan, in a task group around it; when the server runs no lifespan,
+after a paid route's response is sent (see `x402mw.seller.drivers`).
 """
 
 from __future__ import annotations
@@ -114,7 +118,8 @@ class PaymentMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self.app(scope, self._lifespan_receive(receive), send)
+            async with self.seller.running():  # the background work, for as long as the app lives
+                await self.app(scope, self._lifespan_receive(receive), send)
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -132,16 +137,17 @@ class PaymentMiddleware:
             decision = internal_error_answer()
         if isinstance(decision, Answer):
             await send_answer(decision, send)
-            return
-        scope.setdefault("state", {})["x402"] = decision.settlement
-        extra = encode_headers(decision.headers)
+        else:
+            scope.setdefault("state", {})["x402"] = decision.settlement
+            extra = encode_headers(decision.headers)
 
-        async def send_with_receipt(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *extra]
-            await send(message)
+            async def send_with_receipt(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    message["headers"] = [*message.get("headers", []), *extra]
+                await send(message)
 
-        await self.app(scope, receive, send_with_receipt)
+            await self.app(scope, receive, send_with_receipt)
+        await self.seller.after_response()  # without a lifespan, the background work runs here
 
     def _lifespan_receive(self, receive: Receive) -> Receive:
         async def wrapped() -> Message:

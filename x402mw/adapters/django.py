@@ -21,6 +21,7 @@ adds ``PAYMENT-RESPONSE`` to the view's response (streaming responses are not re
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -157,6 +158,7 @@ class PaymentMiddleware:
         self._transport: Any = config.get("TRANSPORT")
         self._sync_seller: SyncSeller | None = None
         self._async_seller: AsyncSeller | None = None
+        self._background: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
         # Django adapts process_view to the handler's mode; give it the one matching ours.
         self.process_view = self._process_view_async if self.is_async else self._process_view_sync
@@ -219,7 +221,21 @@ class PaymentMiddleware:
         if self._async_seller is None:
             transport = self._transport if isinstance(self._transport, httpx.AsyncBaseTransport) else None
             self._async_seller = AsyncSeller(self.gate, transport=transport)
+        if self._background is None or self._background.done():
+            # Django runs async views on asyncio only, and has no lifespan that outlives requests:
+            # the background work is an asyncio task of its own, which the event loop cancels as it
+            # shuts down (asyncio.run does), and which then closes the seller's connections.
+            self._background = asyncio.get_running_loop().create_task(
+                _background(self._async_seller), name="x402mw-seller"
+            )
         return self._async_seller
+
+
+async def _background(seller: AsyncSeller) -> None:
+    try:
+        await seller.run_background()
+    finally:
+        await seller.aclose()
 
 
 def _apply(request: HttpRequest, decision: Decision) -> HttpResponse | None:

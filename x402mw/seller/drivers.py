@@ -1,26 +1,48 @@
 """Two short loops that run a gate's generators: `run_sync` with an ``httpx.Client`` and
 `run_async` with an ``httpx.AsyncClient``, plus the sellers that keep a connection pool to the
-platform and the background runners that register issued challenges and refresh endpoint terms (a
-daemon thread for sync apps, a task for async apps).
+platform and run the background work (registering issued challenges, refreshing endpoint terms).
 
 The sellers hand their requests straight to an httpx transport: on the paid path an httpx client's
 URL merging, cookie jar, auth and redirect handling cost more CPU than the exchange itself (about
 100 µs against 40 µs per call, measured with a transport that answers at once). When no transport is
 given and the environment names a proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, with
-``NO_PROXY``), they go through an httpx client instead, which honours it."""
+``NO_PROXY``), they go through an httpx client instead, which honours it.
+
+`SyncSeller` runs its background work in a daemon thread. `AsyncSeller` is written on anyio, so it
+runs on asyncio and on trio alike; anyio has no task that floats free of its caller, so its
+background work lives in one of three places:
+
+- in a task group that `AsyncSeller.running` opens for as long as its block lasts. The ASGI
+  middleware wraps the app's lifespan in it: the lifespan task outlives every request, and the
+  work runs every 0.25 s there, on either event loop, until ``lifespan.shutdown``;
+- without a lifespan (a server with it off, or ``httpx.ASGITransport``, which sends none), in the
+  task of a request, after its response is sent (`AsyncSeller.after_response`, as
+  Starlette's background tasks run): one round at a time, at most one per 0.25 s, so that challenges
+  still reach the platform in batches and no answer waits for them;
+- under Django, whose async views run on asyncio only and which has no lifespan, in an asyncio
+  task that the Django middleware starts on `AsyncSeller.run_background`; cancelled as the event
+  loop shuts down, it closes the seller.
+
+On asyncio the platform is reached through :class:`~x402mw.transport.KeepAliveTransport`, which is
+written on asyncio's streams; on another event loop (trio), through httpx's own transport."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import inspect
 import json
 import logging
+import math
 import threading
+import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
+import anyio
 import httpx
+import sniffio
+from anyio.abc import TaskStatus
 
 from x402mw._version import __version__
 from x402mw.errors import ConfigurationError, PlatformError
@@ -203,28 +225,36 @@ class SyncSeller:
 
 
 class AsyncSeller:
-    """A gate with a kept-alive async connection pool and a background task (ASGI, Starlette,
-    Django async).
+    """A gate with a kept-alive async connection pool and background work (ASGI, Starlette, Django
+    async), on asyncio or trio.
 
-    The platform is reached through :class:`~x402mw.transport.KeepAliveTransport` unless
-    ``transport`` says otherwise (or, without one, the environment names a proxy)."""
+    The platform is reached through :class:`~x402mw.transport.KeepAliveTransport` on asyncio and
+    httpx's own transport on trio, unless ``transport`` says otherwise (or, without one, the
+    environment names a proxy). The background work runs in `running`, `run_background` or
+    `after_response` (see the module docstring)."""
 
     def __init__(self, gate: PaymentGate, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.gate = gate
         self._requests = _Requests(gate)
+        self._given = transport
+        self._transport: httpx.AsyncBaseTransport | None = transport
+        self._proxied = transport is None and _environment_names_a_proxy()
         self._client: httpx.AsyncClient | None = None
-        self._transport: httpx.AsyncBaseTransport | None = None
-        if transport is None and _environment_names_a_proxy():
-            self._client = httpx.AsyncClient(base_url=gate.platform_url, headers=_headers(gate))
-        else:
-            self._transport = transport or KeepAliveTransport()
-        self._task: asyncio.Task[None] | None = None
+        self._loops: set[anyio.CancelScope] = set()
+        self._flushing = False
+        self._last_round = -math.inf
 
     async def _send(self, call: PlatformCall) -> PlatformReply:
-        if self._transport is None:
-            assert self._client is not None
-            return _reply(await self._client.request(call.method, call.path, json=call.json, timeout=call.timeout))
-        response = await self._transport.handle_async_request(self._requests.build(call))
+        # The pool is made on first use, for the event loop that uses it, and made again after `aclose`.
+        if self._proxied:
+            client = self._client
+            if client is None:
+                self._client = client = httpx.AsyncClient(base_url=self.gate.platform_url, headers=_headers(self.gate))
+            return _reply(await client.request(call.method, call.path, json=call.json, timeout=call.timeout))
+        transport = self._transport
+        if transport is None:
+            self._transport = transport = _default_transport()
+        response = await transport.handle_async_request(self._requests.build(call))
         try:
             await response.aread()
         finally:
@@ -232,14 +262,56 @@ class AsyncSeller:
         return _reply(response)
 
     async def run(self, gen: Generator[Any, Any, T]) -> T:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name="x402mw-seller")
         return await _drive_async(gen, self._send)
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(BACKGROUND_INTERVAL)
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the background work every 0.25 s, in a task group of the caller's, while the block lasts.
+
+        >>> async with seller.running():  # doctest: +SKIP
+        ...     await serve_until_shutdown()
+
+        An exception from the block leaves it as it was raised, not wrapped in an exception group."""
+        error: Exception | None = None
+        async with anyio.create_task_group() as group:
+            loop = await group.start(self.run_background)
+            try:
+                yield
+            except Exception as exc:
+                error = exc
+            finally:
+                loop.cancel()
+        if error is not None:
+            raise error
+
+    async def run_background(self, *, task_status: TaskStatus[anyio.CancelScope] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the background work every 0.25 s until cancelled or `aclose`. Started with
+        ``await task_group.start(seller.run_background)``, it hands back the scope that stops it."""
+        with anyio.CancelScope() as scope:
+            self._loops.add(scope)
+            try:
+                task_status.started(scope)
+                while True:
+                    await anyio.sleep(BACKGROUND_INTERVAL)
+                    await self.flush()
+            finally:
+                self._loops.discard(scope)
+
+    async def after_response(self) -> None:
+        """Run a round of due background work in the caller's task, unless a background loop runs
+        (`running`, `run_background`), a round is under way, or one ran less than 0.25 s ago. An
+        adapter calls it once a response has been sent."""
+        if self._loops or self._flushing:
+            return
+        now = time.monotonic()  # not anyio.current_time(): this is every paid request's path
+        if now - self._last_round < BACKGROUND_INTERVAL or not self.gate.has_background_work:
+            return
+        self._flushing = True
+        self._last_round = now
+        try:
             await self.flush()
+        finally:
+            self._flushing = False
 
     async def flush(self) -> None:
         """Run background work now (register issued challenges, refresh stale terms)."""
@@ -250,15 +322,18 @@ class AsyncSeller:
                 logger.exception("x402mw background work failed")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, RuntimeError):
-                logger.debug("background task stopped")
-            self._task = None
+        for scope in list(self._loops):
+            scope.cancel()
         await self.flush()
-        if self._client is not None:
-            await self._client.aclose()
-        if self._transport is not None:
-            await self._transport.aclose()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+        transport, self._transport = self._transport, self._given
+        if transport is not None:
+            await transport.aclose()
+
+
+def _default_transport() -> httpx.AsyncBaseTransport:
+    if sniffio.current_async_library() == "asyncio":
+        return KeepAliveTransport()
+    return httpx.AsyncHTTPTransport(limits=httpx.Limits(max_keepalive_connections=64, max_connections=256))

@@ -17,7 +17,8 @@ docs/checkout.md):
 The hosted page itself (``/checkout/pi_…``) is not counted: it only reads, and its own polling of
 ``transfer-status`` (every 3 seconds) stays far below the per-order budget. Should the counter
 store fail (Redis down), requests are let through and the failure logged: the limits protect the
-platform, they must not take checkout down.
+platform, they must not take checkout down. The connections to Redis are closed as the app's
+lifespan ends.
 """
 
 from __future__ import annotations
@@ -70,10 +71,17 @@ class RateLimitMiddleware:
         self.app = app
         self.limits = limits
         self._limiter: MovingWindowRateLimiter | None = None
+        self._redis: Any = None  # the Redis connection pool, when the limits are counted there
         self._items: dict[str, RateLimitItem] = {}
         self._failing_since = 0.0
 
     async def __call__(self, scope: Scope, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] == "lifespan":
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                await self.aclose()
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -116,13 +124,26 @@ class RateLimitMiddleware:
             self.limits = limits
             storage: Storage
             if limits.redis_url:
+                from redis.asyncio import ConnectionPool
+
+                # A pool of ours: the storage has no way to close its connections, the pool has.
+                self._redis = ConnectionPool.from_url(limits.redis_url.removeprefix("async+"))
                 url = "async+" + limits.redis_url.removeprefix("async+")
-                storage = RedisStorage(url, implementation="redispy", key_prefix=limits.key_prefix)
+                storage = RedisStorage(
+                    url, implementation="redispy", key_prefix=limits.key_prefix, connection_pool=self._redis
+                )
             else:
                 storage = MemoryStorage()
             self._items = {name: parse(getattr(limits, name)) for name in ("per_address", "per_order", "link_openings")}
             self._limiter = MovingWindowRateLimiter(storage)
         return self._limiter
+
+    async def aclose(self) -> None:
+        """Close the connections to Redis (a later request opens new ones)."""
+        pool, self._redis = self._redis, None
+        self._limiter = None
+        if pool is not None:
+            await pool.aclose()
 
     async def _over(self, scope: Scope, counted: list[tuple[str, str]]) -> ApiError | None:
         limiter = self._setup(scope)
