@@ -24,9 +24,11 @@ import pytest
 
 from tests.reliability.cluster import Cluster, Merchant, new_address
 from x402mw.evm.keys import address_of, new_private_key
+from x402mw.platform.chain.token import authorization_state, find_authorization_use
 
 SOAK_SECONDS = float(os.environ.get("X402MW_SOAK_SECONDS", "120"))
 PRICE = 10_000
+AGENT_FUNDS = 100_000_000
 ZERO = "0x" + "00" * 20
 
 
@@ -117,7 +119,7 @@ def test_soak_with_one_fault_of_each_kind(tmp_path: Path) -> None:
         agents = [new_private_key() for _ in range(4)]
         buyers = [new_private_key() for _ in range(2)]
         for key in agents:
-            cluster.mint(address_of(key), 100_000_000)
+            cluster.mint(address_of(key), AGENT_FUNDS)
         for key in buyers:
             cluster.mint(address_of(key), 1_000_000_000)
             cluster.give_gas(address_of(key))
@@ -177,6 +179,41 @@ def test_soak_with_one_fault_of_each_kind(tmp_path: Path) -> None:
         assert injected == [name for name, _ in faults]
 
 
+def _explain_transaction(cluster: Cluster, tx: str) -> str:
+    """What the chain and the records say of a transaction on one side of a mismatch only."""
+    found = {
+        "records": cluster.sql(
+            "SELECT id, status, payer, nonce, block_number, created_at, settled_at, error_reason FROM agent_payments "
+            "WHERE transaction = %s",
+            tx,
+        ),
+        "receipt": cluster.rpc("eth_getTransactionReceipt", tx),
+        "transaction": cluster.rpc("eth_getTransactionByHash", tx),
+    }
+    receipt = found["receipt"]
+    if receipt:
+        block = cluster.rpc("eth_getBlockByNumber", receipt["blockNumber"], False)
+        found["block"] = block and {"hash": block["hash"], "transactions": block["transactions"]}
+        found["receipt"] = {key: receipt[key] for key in ("status", "blockNumber", "blockHash", "from", "to")}
+        found["logs"] = [log["topics"][0][:10] for log in receipt["logs"]]
+    transaction = found["transaction"]
+    if transaction:
+        found["transaction"] = {key: transaction.get(key) for key in ("nonce", "from", "to", "blockNumber")}
+        found["transaction"]["selector"] = transaction["input"][:10]
+    for row in found["records"]:
+        nonce = bytes.fromhex(row[3][2:])
+        found[f"authorization {row[0]}"] = {
+            "used": cluster.run(
+                lambda rpc, payer=row[2], nonce=nonce: authorization_state(rpc, cluster.usdc, payer, nonce)
+            ),
+            "by": cluster.run(
+                lambda rpc, payer=row[2], nonce=nonce: find_authorization_use(rpc, cluster.usdc, payer, nonce)
+            ),
+        }
+    head = cluster.rpc("eth_blockNumber")
+    return f"{tx} (head {int(head, 16)}): {found}"
+
+
 def _in_flight(cluster: Cluster) -> dict[str, int]:
     counts = {
         "payments": len(cluster.unfinished_payments()),
@@ -199,6 +236,8 @@ def _check_invariants(cluster: Cluster, payout: str, out: dict[str, Any]) -> dic
     records = Counter(row[0] for row in settled)
     if paid_in != records:
         mismatches.append(f"agent transfers {dict(paid_in - records)} / records {dict(records - paid_in)}")
+        for tx in (records - paid_in) + (paid_in - records):
+            mismatches.append(_explain_transaction(cluster, tx))
     if any(row[2] != PRICE for row in settled):
         mismatches.append("a settled record of another amount")
     failed = cluster.sql("SELECT error_reason FROM agent_payments WHERE status = 'failed'")
@@ -209,7 +248,11 @@ def _check_invariants(cluster: Cluster, payout: str, out: dict[str, Any]) -> dic
         out_of_wallet = [t for t in transfers if t["from"].lower() == agent.lower()]
         mine = [row for row in settled if row[1].lower() == agent.lower()]
         if len(out_of_wallet) != len(mine):
-            mismatches.append(f"{agent}: {len(out_of_wallet)} transfers, {len(mine)} settled records")
+            balance = cluster.balance(agent)
+            mismatches.append(
+                f"{agent}: {len(out_of_wallet)} transfers, {len(mine)} settled records; its balance says "
+                f"{(AGENT_FUNDS - balance) / PRICE} payments left it"
+            )
         received = set(out["paid"].get(agent, []))
         if not received <= {row[0] for row in mine} or len(mine) - len(received) > 1:
             mismatches.append(f"{agent}: {len(received)} receipts for {len(mine)} settled payments")
