@@ -91,7 +91,10 @@ async def test_a_scrape_shows_settlements_their_phases_and_the_api_calls(
         assert _delta(before, after, f"{name}_count", network=network) == 2, phase
         assert _delta(before, after, f"{name}_sum", network=network) > 0, phase
         assert _delta(before, after, f"{name}_bucket", network=network, le="+Inf") == 2, phase
-    assert _delta(before, after, "x402mw_relayer_transactions_total", network=network, result="sent") == 2
+    # The registry is the process's: every platform of the suite in this process runs a dev chain of
+    # the same id, and their workers may send a sweep or a refund meanwhile. The two transfers are
+    # among what was counted.
+    assert _delta(before, after, "x402mw_relayer_transactions_total", network=network, result="sent") >= 2
     http = "x402mw_http_requests_total"
     assert _delta(before, after, http, method="POST", route="/v1/agent/settlements", status="200") == 3
     assert _delta(before, after, http, method="GET", route="/v1/agent/endpoints/{endpoint_id}", status="200") >= 1
