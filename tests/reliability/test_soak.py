@@ -297,5 +297,7 @@ def _check_invariants(cluster: Cluster, payout: str, out: dict[str, Any]) -> dic
         "answers": dict(codes),
         "mismatches": len(mismatches),
     }
+    for mismatch in mismatches:  # whole: the assertion's message is cut short
+        print("soak mismatch:", mismatch)
     assert mismatches == [], (mismatches, summary)
     return summary
