@@ -6,7 +6,7 @@ import asyncio
 import json
 import threading
 import uuid
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import httpx
@@ -281,13 +281,19 @@ def test_failures_release_the_key_and_in_flight_keys_are_refused(dev_platform: P
     merchant_id, api_key, _ = dev_platform.merchant()
     table = tables.idempotency_keys
 
-    async def crash(platform: Platform, key: str, age: timedelta) -> None:
-        """Leave the key as a process that died while running its request would have left it."""
+    async def crash(platform: Platform, key: str, lease_left: timedelta | None, age: timedelta) -> None:
+        """Leave the key as a process that stopped while running its request would have left it,
+        its lease running out in ``lease_left`` (None: claimed before leases were kept), ``age`` ago."""
+        now = platform.clock.now()
         async with platform.engine.begin() as conn:
             await conn.execute(
                 update(table)
                 .where(table.c.merchant_id == merchant_id, table.c.key == key)
-                .values(status="in_flight", created_at=platform.clock.now() - age)
+                .values(
+                    status="in_flight",
+                    created_at=now - age,
+                    locked_until=None if lease_left is None else now + lease_left,
+                )
             )
 
     async def scenario(platform: Platform) -> dict[str, httpx.Response]:
@@ -304,10 +310,14 @@ def test_failures_release_the_key_and_in_flight_keys_are_refused(dev_platform: P
             replies["fail1"] = await post("/fail", "k-fail")
             replies["fail2"] = await post("/fail", "k-fail")
             replies["fail3"] = await post("/fail", "k-fail")
-            await crash(platform, "k-fail", age=timedelta(seconds=10))
+            await crash(platform, "k-fail", lease_left=timedelta(seconds=20), age=timedelta(seconds=10))
             replies["crashed_recently"] = await post("/fail", "k-fail")
-            await crash(platform, "k-fail", age=timedelta(minutes=10))
-            replies["crashed_long_ago"] = await post("/fail", "k-fail")
+            await crash(platform, "k-fail", lease_left=timedelta(seconds=-1), age=timedelta(seconds=31))
+            replies["crashed_lease_out"] = await post("/fail", "k-fail")
+            await crash(platform, "k-fail", lease_left=None, age=timedelta(seconds=10))
+            replies["unleased_recently"] = await post("/fail", "k-fail")
+            await crash(platform, "k-fail", lease_left=None, age=timedelta(minutes=10))
+            replies["unleased_long_ago"] = await post("/fail", "k-fail")
             replies["raise1"] = await post("/raise", "k-raise", b"payload")
             replies["raise2"] = await post("/raise", "k-raise", b"payload")
             slow = asyncio.create_task(post("/slow", "k-slow"))
@@ -324,8 +334,10 @@ def test_failures_release_the_key_and_in_flight_keys_are_refused(dev_platform: P
     assert replies["fail2"].status_code == 200 and "idempotent-replayed" not in replies["fail2"].headers
     assert replies["fail3"].json() == {"calls": 2} and replies["fail3"].headers["idempotent-replayed"] == "true"
     assert replies["crashed_recently"].status_code == 409
-    assert replies["crashed_long_ago"].json() == {"calls": 3}, "a stale in-flight key is taken over"
-    assert "idempotent-replayed" not in replies["crashed_long_ago"].headers
+    assert replies["crashed_lease_out"].json() == {"calls": 3}, "a key whose lease ran out is taken over"
+    assert "idempotent-replayed" not in replies["crashed_lease_out"].headers
+    assert replies["unleased_recently"].status_code == 409
+    assert replies["unleased_long_ago"].json() == {"calls": 4}, "a key claimed without a lease, 5 minutes on"
     assert replies["raise1"].status_code == 500
     assert replies["raise2"].json() == {"calls": 2, "body": "payload"}
     assert replies["busy"].status_code == 409
@@ -335,3 +347,38 @@ def test_failures_release_the_key_and_in_flight_keys_are_refused(dev_platform: P
     assert replies["slow_again"].content == replies["slow"].content
     assert replies["slow_again"].headers["set-cookie"] == "a=1"
     assert replies["slow_again"].headers["idempotent-replayed"] == "true"
+
+
+def test_a_request_still_running_keeps_its_key(dev_platform: PlatformHarness) -> None:
+    """The process renews the lease of a request that runs longer than it (every
+    `RENEW_EVERY`; here one renewal, at once): a retry meanwhile is refused (409), not run twice."""
+    merchant_id, api_key, _ = dev_platform.merchant()
+    table = tables.idempotency_keys
+
+    async def scenario(platform: Platform) -> tuple[httpx.Response, httpx.Response, bool]:
+        release, entered = asyncio.Event(), asyncio.Event()
+        transport = httpx.ASGITransport(_flaky_app(platform, release, entered), raise_app_exceptions=False)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://testserver", headers={"Authorization": f"Bearer {api_key}"}
+        ) as client:
+
+            async def post() -> httpx.Response:
+                return await client.post("/slow", content=b"{}", headers={"Idempotency-Key": "k-long"})
+
+            slow = asyncio.create_task(post())
+            await entered.wait()
+            mine = (table.c.merchant_id == merchant_id, table.c.key == "k-long")
+            async with platform.engine.begin() as conn:  # as if its lease had run out
+                await conn.execute(update(table).where(*mine).values(locked_until=platform.clock.now()))
+            await platform.idempotency.renew()
+            async with platform.engine.connect() as conn:
+                lease = (await conn.execute(select(table.c.locked_until).where(*mine))).scalar_one()
+            renewed = lease.replace(tzinfo=lease.tzinfo or UTC) > platform.clock.now() + timedelta(seconds=20)
+            retry = await asyncio.wait_for(post(), 10)  # a takeover would run it, and wait for release
+            release.set()
+            return await slow, retry, renewed
+
+    first, retry, renewed = dev_platform.server.call(scenario)
+    assert renewed, "the lease of a request still running is renewed"
+    assert retry.status_code == 409 and retry.json()["error"]["code"] == "idempotency_key_in_use"
+    assert first.status_code == 200 and first.json() == {"done": True}

@@ -120,7 +120,7 @@ class Platform:
             RefundService(engine, chains, clock, deposit_keys, treasury_key, base, claim=takeover),
             PaymentIntentWriter(engine, base),
             secrets,
-            IdempotencyKeys(engine),
+            IdempotencyKeys(engine, clock),
             SubscriptionService(engine, clock, links, grace),
             RenewalRunner(engine, clock, links, grace),
             EmailOutbox(engine, clock, email_transport, links, settings.smtp_sender, grace),

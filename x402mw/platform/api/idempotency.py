@@ -6,7 +6,9 @@ with the same request (method, path, query, body) answers that response again wi
 ``Idempotent-Replayed: true`` and a fresh ``Request-Id``. The same key with another request is 400
 ``idempotency_key_reused``, and while the first request still runs 409 ``idempotency_key_in_use``
 (both of type ``idempotency_error``). A 5xx or an exception releases the key so that the client may
-retry. Keys are kept 24 hours (`x402mw.platform.services.idempotency.KEEP_FOR`).
+retry; so does the stop of the process running the request, once its lease on the key has run out
+(`x402mw.platform.services.idempotency.LEASE`, 30 s), when a retry takes the key over. Keys are
+kept 24 hours (`x402mw.platform.services.idempotency.KEEP_FOR`).
 
 While the request runs, ``scope["x402mw.idempotency"]`` holds its `KeySlot` (`key_slot`). The
 endpoints named in ``takes_over`` (POST paths under the mount) take the key over: it is not claimed
@@ -21,15 +23,13 @@ with the key claimed in flight, and the middleware stores its response.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Collection
-from datetime import datetime, timedelta
+from collections.abc import Collection
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, delete, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import Row, select
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,21 +39,15 @@ from x402mw.platform.api.errors import ApiError, error_response
 from x402mw.platform.api.state import scope_platform
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
-from x402mw.platform.services.idempotency import DONE, IN_FLIGHT, IdempotencyKeys, KeySlot, KeyTaken
+from x402mw.platform.services.idempotency import DONE, IdempotencyKeys, KeySlot, KeyTaken
 from x402mw.platform.services.merchants import Caller
 
 __all__ = ["IdempotencyMiddleware", "key_slot"]
 
 logger = logging.getLogger("x402mw.platform")
 
-# A key still in flight after this long was left by a process that died mid-request: it may be taken over.
-STALE_AFTER = timedelta(minutes=5)
 REPLAYED = (b"idempotent-replayed", b"true")
 SLOT = "x402mw.idempotency"
-
-# Built once, with the values bound per call: building a statement per request costs more than running it.
-_KEYS = tables.idempotency_keys
-_RELEASE = delete(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
 
 
 def key_slot(scope: Scope) -> KeySlot | None:
@@ -149,7 +143,7 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, capture)
         finally:
             if slot.claimed and not slot.stored:
-                await _release(keys.engine, slot.row_id)
+                await _release(keys, slot.row_id)
 
 
 def _fingerprint(scope: Scope, body: bytes) -> str:
@@ -194,7 +188,7 @@ async def _claim(
     table = tables.idempotency_keys
     for _ in range(3):
         slot = KeySlot(new_id(), caller.merchant_id, caller.livemode, key, fingerprint, now)
-        if await keys.claim(slot.in_flight_row()):
+        if await keys.claim(slot):
             return slot
         async with keys.engine.begin() as conn:
             first = (await conn.execute(select(table).where(*caller.owns(table), table.c.key == key))).first()
@@ -210,14 +204,9 @@ async def _claim(
                 )
             if first.status == DONE:
                 return first
-            taken = await conn.execute(
-                update(table)
-                .where(table.c.id == first.id, table.c.status == IN_FLIGHT, table.c.created_at < now - STALE_AFTER)
-                .values(created_at=now)
-            )
-            if taken.rowcount == 1:  # a stale first use: this request takes its row over
-                return KeySlot(str(first.id), caller.merchant_id, caller.livemode, key, fingerprint, now)
-            break
+        if await keys.take_over(str(first.id), now):  # its first use's process stopped: this request runs it
+            return KeySlot(str(first.id), caller.merchant_id, caller.livemode, key, fingerprint, now)
+        break
     raise ApiError(
         409,
         "idempotency_key_in_use",
@@ -226,21 +215,12 @@ async def _claim(
     )
 
 
-async def _release(engine: AsyncEngine, row_id: str) -> None:
+async def _release(keys: IdempotencyKeys, row_id: str) -> None:
     try:
-        async with _autocommit(engine) as conn:
-            await conn.execute(_RELEASE, {"row_id": row_id})
+        await keys.release(row_id)
     except Exception:
-        # The key stays in flight until STALE_AFTER, when a retry may take it over.
+        # The key stays in flight until its lease runs out, when a retry may take it over.
         logger.exception("could not release idempotency key %s", row_id)
-
-
-@contextlib.asynccontextmanager
-async def _autocommit(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection whose statements each commit on their own: a one-statement write is one round trip
-    to the database instead of three (BEGIN, the statement, COMMIT), and just as atomic."""
-    async with engine.connect() as conn:
-        yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 async def _replay(row: Row[Any], send: Send) -> None:

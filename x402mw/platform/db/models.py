@@ -185,6 +185,8 @@ class IdempotencyKey(SQLModel, table=True):
     response_headers: list[list[str]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     response_body: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # In flight: the claim's lease, renewed while its request runs; once past, a retry may take it over.
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
 
     __table_args__ = (
         UniqueConstraint("merchant_id", "livemode", "key", name="uq_idempotency_keys_scope"),

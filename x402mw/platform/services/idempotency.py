@@ -4,6 +4,11 @@ A key's row is claimed ``in_flight`` when its first request starts and becomes `
 response (status, headers, body) that request answered. Claims and stores of concurrent requests
 are written in batches (`Coalescer`), each on a connection kept for it (`HeldConnection`).
 
+A claim holds its key for `LEASE` (``locked_until``), and the process renews the leases of its
+requests still running every `RENEW_EVERY`, in one statement. A process that stops mid-request
+leaves its keys in flight, and their leases run out: a retry with the same key may then take the
+key over and run the request, within `LEASE` of the stop rather than never.
+
 An endpoint whose work is one write may take the key over (``claimed=False`` on its `KeySlot`):
 the key is then not claimed before the endpoint runs; the endpoint inserts it, done with its
 response (`KeySlot.done_row`), in the transaction of its own write, and raises `KeyTaken` when
@@ -13,16 +18,20 @@ instead of three (claim, write, store), and the key is done exactly when the wri
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Insert, bindparam, delete, update
+from sqlalchemy import Insert, and_, bindparam, delete, or_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.batching import Coalescer
+from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
 
@@ -30,6 +39,8 @@ __all__ = [
     "DONE",
     "IN_FLIGHT",
     "KEEP_FOR",
+    "LEASE",
+    "RENEW_EVERY",
     "STORE",
     "IdempotencyKeys",
     "KeySlot",
@@ -42,14 +53,24 @@ __all__ = [
 KEEP_FOR = timedelta(hours=24)
 """How long a key is kept after its first use (`purge_idempotency_keys` deletes older ones)."""
 
+LEASE = timedelta(seconds=30)
+"""How long a claim holds its key without a renewal."""
+RENEW_EVERY = 10.0
+"""Seconds between renewals of the leases of a process's requests still running."""
+UNLEASED_STALE_AFTER = timedelta(minutes=5)
+"""A key claimed in flight without a lease (before leases were kept) may be taken over after this."""
+
 IN_FLIGHT, DONE = "in_flight", "done"
+
+logger = logging.getLogger("x402mw.platform")
 
 _KEYS = tables.idempotency_keys
 STORE = update(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
 """Marks a claimed key done with its response; executed with `KeySlot.answer` rows."""
+_RELEASE = delete(_KEYS).where(_KEYS.c.id == bindparam("row_id"))
 
 
-_NO_RESPONSE = {"response_status": None, "response_headers": None, "response_body": None}
+_NO_RESPONSE = {"response_status": None, "response_headers": None, "response_body": None, "locked_until": None}
 
 
 def key_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -86,8 +107,8 @@ class KeySlot:
         return {"row_id": self.row_id, **self._response(status, headers, body)}
 
     def in_flight_row(self) -> dict[str, Any]:
-        """The key's row as its claim inserts it."""
-        return {**self._columns(), "status": IN_FLIGHT}
+        """The key's row as its claim inserts it, held for `LEASE`."""
+        return {**self._columns(), "status": IN_FLIGHT, "locked_until": self.created_at + LEASE}
 
     def done_row(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
         """The key's whole row, done with this response (for `insert_keys`, when not claimed)."""
@@ -113,26 +134,87 @@ class IdempotencyKeys:
     """The claims and stores of one engine, each written in batches: under load, one round trip
     claims (or stores) the keys of every request that arrived meanwhile."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, clock: Clock | None = None) -> None:
         self.engine = engine
+        self.clock = clock or Clock()
         self._insert = insert_keys(engine)
         self._claim_conn, self._store_conn = HeldConnection(engine), HeldConnection(engine)
         self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._insert_rows)
         self._stores: Coalescer[dict[str, Any], None] = Coalescer(self._write_stores)
+        self._held: set[str] = set()  # rows claimed by this process's requests still running
+        self._renewer: asyncio.Task[None] | None = None
 
-    async def claim(self, row: dict[str, Any]) -> bool:
-        """Insert the ``idempotency_keys`` row unless its key is used already; whether it was free."""
-        return await self._claims.submit(row)
+    async def claim(self, slot: KeySlot) -> bool:
+        """Insert ``slot``'s key in flight unless it is used already; whether it was free. The
+        claim holds the key while the request runs (its lease is renewed until it is stored or released)."""
+        if not await self._claims.submit(slot.in_flight_row()):
+            return False
+        self._hold(slot.row_id)
+        return True
+
+    async def take_over(self, row_id: str, now: datetime) -> bool:
+        """Take the in-flight row ``row_id`` over when its lease ran out (its request's process
+        stopped); whether it was taken."""
+        table = _KEYS
+        lapsed = or_(
+            table.c.locked_until < now,
+            and_(table.c.locked_until.is_(None), table.c.created_at < now - UNLEASED_STALE_AFTER),
+        )
+        async with self.engine.begin() as conn:
+            taken = await conn.execute(
+                update(table)
+                .where(table.c.id == row_id, table.c.status == IN_FLIGHT, lapsed)
+                .values(locked_until=now + LEASE)
+            )
+        if taken.rowcount != 1:
+            return False
+        self._hold(row_id)
+        return True
 
     async def store(self, slot: KeySlot, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
         """Record the response as the key's answer; False (nothing stored) when the key was not
         claimed and turns out used by another request, whose answer stands."""
         if slot.claimed:
-            await self._stores.submit(slot.answer(status, headers, body))
+            try:
+                await self._stores.submit(slot.answer(status, headers, body))
+            finally:
+                self._held.discard(slot.row_id)
         elif not await self._claims.submit(slot.done_row(status, headers, body)):
             return False
         slot.stored = True
         return True
+
+    async def release(self, row_id: str) -> None:
+        """Give up the claim ``row_id`` (its request failed): the key is free for a retry."""
+        self._held.discard(row_id)
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")  # one statement, one round trip
+            await conn.execute(_RELEASE, {"row_id": row_id})
+
+    def _hold(self, row_id: str) -> None:
+        self._held.add(row_id)
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.get_running_loop().create_task(self._renew(), name="x402mw-idempotency-leases")
+
+    async def _renew(self) -> None:
+        """Renew the leases of the keys held, every `RENEW_EVERY`, until none is held."""
+        while self._held:
+            await asyncio.sleep(RENEW_EVERY)
+            try:
+                await self.renew()
+            except Exception:
+                logger.warning("could not renew the leases of %d idempotency keys", len(self._held), exc_info=True)
+
+    async def renew(self) -> None:
+        """Renew, in one statement, the leases of the keys this process's running requests hold."""
+        held = list(self._held)
+        if held:
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    update(_KEYS)
+                    .where(_KEYS.c.id.in_(held), _KEYS.c.status == IN_FLIGHT)
+                    .values(locked_until=self.clock.now() + LEASE)
+                )
 
     async def _insert_rows(self, rows: list[dict[str, Any]]) -> list[bool]:
         def insert(conn: Connection) -> set[str]:
@@ -146,7 +228,12 @@ class IdempotencyKeys:
         return [None] * len(rows)
 
     async def aclose(self) -> None:
-        """Give the held connections back (before the engine is disposed)."""
+        """Stop renewing leases and give the held connections back (before the engine is disposed)."""
+        renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
         await self._claim_conn.aclose()
         await self._store_conn.aclose()
 
