@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -64,13 +65,23 @@ async def _send_transfer(platform: Platform, harness: PlatformHarness, key: byte
     return await harness.chain.relayer.send(harness.usdc, calldata)
 
 
-async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: PlatformHarness) -> None:
-    harness = dev_platform
-    merchant_id, api_key, _ = harness.merchant("Recovery merchant")
+@dataclass
+class _Orphan:
+    """A payment a stopped process claimed and relayed, old enough for recovery to take it over."""
+
+    merchant_id: str
+    agent: bytes
+    pay_to: str
+    nonce: bytes
+    row: dict[str, Any]
+
+
+def _orphan(harness: PlatformHarness, merchant_name: str) -> _Orphan:
+    merchant_id, api_key, _ = harness.merchant(merchant_name)
     agent, pay_to = new_private_key(), address_of(new_private_key())
     harness.fund(api_key, address_of(agent), "1")
     nonce = random_nonce()
-    orphan = _payment_row(
+    row = _payment_row(
         harness,
         merchant_id,
         address_of(agent),
@@ -78,22 +89,49 @@ async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: Platf
         nonce="0x" + nonce.hex(),
         created_at=harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5),
     )
+    return _Orphan(merchant_id, agent, pay_to, nonce, row)
+
+
+async def _leave(platform: Platform, harness: PlatformHarness, orphan: _Orphan) -> None:
+    """Do what the stopped process did: relay the transfer and record the payment `submitted`."""
+    orphan.row["transaction"] = await _send_transfer(platform, harness, orphan.agent, orphan.pay_to, orphan.nonce)
+    async with platform.engine.begin() as conn:
+        await conn.execute(insert(tables.agent_payments), [orphan.row])
+
+
+async def _settled_events(platform: Platform, merchant_id: str) -> int:
+    """How many ``agent_payment.settled`` events the merchant has."""
+    events = tables.events
+    async with platform.engine.connect() as conn:
+        query = (
+            select(func.count())
+            .select_from(events)
+            .where(events.c.type == "agent_payment.settled", events.c.merchant_id == merchant_id)
+        )
+        return int((await conn.execute(query)).scalar_one())
+
+
+async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    left = _orphan(harness, "Recovery merchant")
+    orphan = left.row
     # A settlement claimed a moment ago may belong to a live process: recovery leaves it alone.
     young_nonce = random_nonce()
-    young = _payment_row(harness, merchant_id, address_of(agent), pay_to, nonce="0x" + young_nonce.hex())
+    young = _payment_row(harness, left.merchant_id, address_of(left.agent), left.pay_to, nonce="0x" + young_nonce.hex())
 
     async def stop_after_sending(platform: Platform) -> None:
-        orphan["transaction"] = await _send_transfer(platform, harness, agent, pay_to, nonce)
-        young["transaction"] = await _send_transfer(platform, harness, agent, pay_to, young_nonce)
+        young["transaction"] = await _send_transfer(platform, harness, left.agent, left.pay_to, young_nonce)
         async with platform.engine.begin() as conn:
-            await conn.execute(insert(tables.agent_payments), [orphan, young])
+            await conn.execute(insert(tables.agent_payments), [young])
+        await _leave(platform, harness, left)
 
     harness.server.call(stop_after_sending)
 
     async def recover_twice(platform: Platform) -> tuple[dict[str, Any], dict[str, Any], int]:
         await platform.settlement.recovery.finish_left()
         await platform.settlement.recovery.finish_left()
-        payments, events = tables.agent_payments, tables.events
+        settled_events = await _settled_events(platform, left.merchant_id)
+        payments = tables.agent_payments
         async with platform.engine.connect() as conn:
             rows = {
                 r["id"]: dict(r)
@@ -101,13 +139,6 @@ async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: Platf
                 .mappings()
                 .all()
             }
-            settled_events = (
-                await conn.execute(
-                    select(func.count())
-                    .select_from(events)
-                    .where(events.c.type == "agent_payment.settled", events.c.merchant_id == merchant_id)
-                )
-            ).scalar_one()
             await conn.execute(delete(payments).where(payments.c.id == young["id"]))
             await conn.commit()
         return rows[orphan["id"]], rows[young["id"]], settled_events
@@ -118,11 +149,11 @@ async def test_recovery_releases_an_orphaned_settlement_once(dev_platform: Platf
     assert released["block_number"] is not None
     receipt = released["receipt"]
     assert receipt["transaction"] == orphan["transaction"]
-    assert receipt["payer"] == address_of(agent)
+    assert receipt["payer"] == address_of(left.agent)
     assert verify_receipt(receipt, harness.platform.receipt_address)
     assert settled_events == 1  # released once, however often recovery runs
     assert untouched["status"] == "submitted"
-    assert harness.balance(pay_to) == 2000  # both transfers went out; only the orphan's is released
+    assert harness.balance(left.pay_to) == 2000  # both transfers went out; only the orphan's is released
 
 
 def test_recovery_settles_a_claim_whose_transfer_went_out_and_releases_one_that_did_not(
@@ -254,23 +285,11 @@ async def test_recovery_of_a_stale_read_answers_the_receipt_recorded_first(dev_p
     # first. It must never sign a second one, nor let this process answer with it meanwhile
     # (50 concurrent copies of one signature once got two different receipts that way).
     harness = dev_platform
-    merchant_id, api_key, _ = harness.merchant("Stale read merchant")
-    agent, pay_to = new_private_key(), address_of(new_private_key())
-    harness.fund(api_key, address_of(agent), "1")
-    nonce = random_nonce()
-    row = _payment_row(
-        harness,
-        merchant_id,
-        address_of(agent),
-        pay_to,
-        nonce="0x" + nonce.hex(),
-        created_at=harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5),
-    )
+    orphan = _orphan(harness, "Stale read merchant")
+    row = orphan.row
 
     async def send_and_release(platform: Platform) -> dict[str, Any]:
-        row["transaction"] = await _send_transfer(platform, harness, agent, pay_to, nonce)
-        async with platform.engine.begin() as conn:
-            await conn.execute(insert(tables.agent_payments), [row])
+        await _leave(platform, harness, orphan)
         await platform.settlement.recovery.finish_left()
         found = await platform.settlement.load(row["id"])
         assert found is not None and found.status == "settled" and found.receipt is not None
@@ -287,14 +306,7 @@ async def test_recovery_of_a_stale_read_answers_the_receipt_recorded_first(dev_p
             answered_for = answered_for or service.finishing(stale)
             await asyncio.sleep(0)
         outcome = finishing.result()
-        async with platform.engine.connect() as conn:
-            events = (
-                await conn.execute(
-                    select(func.count())
-                    .select_from(tables.events)
-                    .where(tables.events.c.type == "agent_payment.settled", tables.events.c.merchant_id == merchant_id)
-                )
-            ).scalar_one()
+        events = await _settled_events(platform, orphan.merchant_id)
         return (outcome.response.extensions or {}).get("receipt"), answered_for, events
 
     receipt, answered_for, events = harness.server.call(finish_the_stale_read)
@@ -307,34 +319,14 @@ async def test_two_recoveries_at_once_release_a_payment_once(dev_platform: Platf
     # The worker and a retry (or two workers' passes) finding one orphan at the same moment: one
     # release, one receipt, one event; and two releases written in one batch record the first only.
     harness = dev_platform
-    merchant_id, api_key, _ = harness.merchant("Concurrent recovery merchant")
-    agent, pay_to = new_private_key(), address_of(new_private_key())
-    harness.fund(api_key, address_of(agent), "1")
-    nonce = random_nonce()
-    row = _payment_row(
-        harness,
-        merchant_id,
-        address_of(agent),
-        pay_to,
-        nonce="0x" + nonce.hex(),
-        created_at=harness.platform.clock.now() - RECOVER_AFTER - timedelta(seconds=5),
-    )
+    orphan = _orphan(harness, "Concurrent recovery merchant")
 
     async def recover_twice_at_once(platform: Platform) -> tuple[list[Any], int]:
-        row["transaction"] = await _send_transfer(platform, harness, agent, pay_to, nonce)
-        async with platform.engine.begin() as conn:
-            await conn.execute(insert(tables.agent_payments), [row])
-        stale = AgentPayment.model_validate(row)
+        await _leave(platform, harness, orphan)
+        stale = AgentPayment.model_validate(orphan.row)
         recovery = platform.settlement.recovery
         outcomes = await asyncio.gather(recovery.finish(stale, wait=5.0), recovery.finish(stale, wait=5.0))
-        async with platform.engine.connect() as conn:
-            events = (
-                await conn.execute(
-                    select(func.count())
-                    .select_from(tables.events)
-                    .where(tables.events.c.type == "agent_payment.settled", tables.events.c.merchant_id == merchant_id)
-                )
-            ).scalar_one()
+        events = await _settled_events(platform, orphan.merchant_id)
         return [(o.response.extensions or {}).get("receipt") for o in outcomes], events
 
     receipts, events = harness.server.call(recover_twice_at_once)
@@ -377,15 +369,7 @@ async def test_two_releases_in_one_batch_record_the_first(dev_platform: Platform
 
         await asyncio.gather(settled("first"), settled("second"))  # queued in one turn: one batch
         found = await writes.load(row["id"])
-        async with platform.engine.connect() as conn:
-            events = (
-                await conn.execute(
-                    select(func.count())
-                    .select_from(tables.events)
-                    .where(tables.events.c.type == "agent_payment.settled", tables.events.c.merchant_id == merchant_id)
-                )
-            ).scalar_one()
-        return (found.receipt if found else None), events
+        return (found.receipt if found else None), await _settled_events(platform, merchant_id)
 
     receipt, events = harness.server.call(release_twice)
     assert receipt == {"which": "first"}
