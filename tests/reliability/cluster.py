@@ -235,33 +235,9 @@ class Cluster:
             time.sleep(0.05)
 
     def restart_node(self) -> None:
-        """Stop the node and start it again: its mined chain is kept (the state file), its pool of
-        pending transactions is lost.
-
-        anvil writes its state file as it stops, and that write does not wait for a block being
-        mined: a block mined during it can reach the file's state but not its history (a soak once
-        came back with the relayer's nonce 714 spent, the agent's balance short of that transfer,
-        and no block or log of it). A real node's restart keeps what it mined, so the node is
-        stopped only once no block has come for a moment, and the chain it comes back with must
-        still hold the last block it had."""
-        head = self._quiet_head()
+        """Stop the node and start it again: its mined chain is kept (the state file, checked by
+        `AnvilProcess.restart`), its pool of pending transactions is lost."""
         self.anvil.restart()
-        kept = self.rpc("eth_getBlockByNumber", head["number"], False)
-        assert kept is not None and kept["hash"] == head["hash"], (
-            f"the node came back without block {int(head['number'], 16)} it had mined: its state file is torn"
-        )
-
-    def _quiet_head(self, quiet: float = 0.3, timeout: float = 5.0) -> dict[str, Any]:
-        """The head block, once no new one has come for ``quiet`` seconds (or ``timeout`` passed)."""
-        deadline = time.monotonic() + timeout
-        head = self.rpc("eth_getBlockByNumber", "latest", False)
-        while time.monotonic() < deadline:
-            time.sleep(quiet)
-            now = self.rpc("eth_getBlockByNumber", "latest", False)
-            if now["hash"] == head["hash"]:
-                break
-            head = now
-        return dict(head)
 
     @property
     def relayer(self) -> str:

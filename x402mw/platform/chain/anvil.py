@@ -103,7 +103,15 @@ class AnvilProcess:
     def restart(self, *, kill: bool = False) -> None:
         """Stop the node and start it again on the same port: what it kept is what its options
         keep (with ``--state FILE`` the mined chain, never the pool of pending transactions).
-        ``kill`` stops it with SIGKILL, as a crash would (nothing is written on the way out)."""
+        ``kill`` stops it with SIGKILL, as a crash would (nothing is written on the way out).
+
+        anvil writes its state file as it stops, and that write does not wait for a block being
+        mined: the block can reach the file's state but not its history (a soak once came back with
+        a transfer spent in the state and no block, receipt or log of it). So a node that keeps its
+        chain is stopped only once no block has come for a moment, and must come back with the
+        last block it had; `RuntimeError` if it does not."""
+        keeps_chain = not kill and any(arg in ("--state", "--dump-state") for arg in self._args)
+        head = self._quiet_head() if keeps_chain else None
         process = self._process
         if kill and process is not None:
             process.kill()
@@ -111,6 +119,26 @@ class AnvilProcess:
             self._process = None
         self.stop()
         self.start()
+        if head is not None and self._block(head["number"]) != head:
+            raise RuntimeError(f"anvil came back without block {int(head['number'], 16)} it had mined")
+
+    def _block(self, number: str) -> dict[str, str] | None:
+        """Block ``number`` (``"latest"`` or hex), as its number and hash."""
+        body = {"jsonrpc": "2.0", "id": 1, "method": "eth_getBlockByNumber", "params": [number, False]}
+        block = httpx.post(self.url, json=body, timeout=10).json()["result"]
+        return None if block is None else {"number": block["number"], "hash": block["hash"]}
+
+    def _quiet_head(self, quiet: float = 0.3, timeout: float = 5.0) -> dict[str, str] | None:
+        """The head block once no new one has come for ``quiet`` seconds (or ``timeout`` passed)."""
+        deadline = time.monotonic() + timeout
+        head = self._block("latest")
+        while time.monotonic() < deadline:
+            time.sleep(quiet)
+            now = self._block("latest")
+            if now == head:
+                break
+            head = now
+        return head
 
     def __enter__(self) -> AnvilProcess:
         self.start()
