@@ -140,6 +140,7 @@ def payment_intent_of(row: Mapping[Any, Any], checkout_url_base: str) -> Payment
         checkout_url=f"{checkout_url_base}/pi_{row['id']}",
         x402_url=f"{api_host_of(checkout_url_base)}/x402/pay/pi_{row['id']}",
         payment_link_id=row.get("payment_link_id"),
+        description=row.get("description"),
         success_url=row["success_url"],
         cancel_url=row["cancel_url"],
         customer=Customer(email=row["customer_email"], name=row["customer_name"]),
@@ -228,6 +229,7 @@ class PaymentIntentWriter:
             **UNPAID,
             "amount_text": None,
             "payment_link_id": None,
+            "description": None,
             **row,
             "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None,
         }
