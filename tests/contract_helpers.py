@@ -110,11 +110,14 @@ def permit_message(
     }
 
 
-async def call_error(rpc: Any, sender: str, to: str, data: bytes) -> str:
-    """The revert data (``"0x…"``) of calling ``to`` with ``data`` from ``sender``; fails the test if
-    the call succeeds."""
+async def call_error(rpc: Any, sender: str, to: str, data: bytes, *, gas: int | None = None) -> str:
+    """The revert data (``"0x…"``) of calling ``to`` with ``data`` from ``sender`` (with at most
+    ``gas``); fails the test if the call succeeds."""
+    call = {"from": sender, "to": to, "data": "0x" + data.hex()}
+    if gas is not None:
+        call["gas"] = hex(gas)
     try:
-        await rpc.request("eth_call", [{"from": sender, "to": to, "data": "0x" + data.hex()}, "latest"])
+        await rpc.request("eth_call", [call, "latest"])
     except RpcError as exc:
         assert isinstance(exc.data, str), exc
         return exc.data

@@ -32,6 +32,7 @@ from x402mw.protocol.networks import EXACT_PERMIT2_PROXY_ADDRESS, PERMIT2_ADDRES
 __all__ = [
     "CANONICAL_CONTRACTS",
     "ERC1271_MAGIC",
+    "ERC6492_CHECK_GAS",
     "ERC6492_SUFFIX",
     "EXACT_WITNESS_TYPE_STRING",
     "PERMIT2_WITNESS_STUB",
@@ -203,19 +204,30 @@ def erc6492_wrap(factory: str, factory_calldata: bytes, signature: bytes) -> byt
     return abi_encode(["address", "bytes", "bytes"], [factory, factory_calldata, signature]) + ERC6492_SUFFIX
 
 
-def erc6492_validation_call(signer: str, digest: bytes, signature: bytes) -> dict[str, str]:
+ERC6492_CHECK_GAS = 2_000_000
+"""The gas an ERC-6492 check may use: a wallet's deployment and its ``isValidSignature`` fit in it
+many times over, and a wallet that burns gas burns no more than this (a node's default is its
+whole block gas limit)."""
+
+
+def erc6492_validation_call(
+    signer: str, digest: bytes, signature: bytes, *, gas: int = ERC6492_CHECK_GAS
+) -> dict[str, str]:
     """The ``eth_call`` transaction (no ``to``) that runs ``X402ERC6492Validator`` on ``signature``:
     it answers ``0x01`` when ``signature`` is ``signer``'s over ``digest`` (an ERC-6492 wrapper's
     factory call simulated first when ``signer`` has no code), else ``0x00``."""
     args = abi_encode(["address", "bytes32", "bytes"], [signer, _word(digest, "digest"), signature])
-    return {"data": "0x" + (creation_code("X402ERC6492Validator") + args).hex()}
+    return {"data": "0x" + (creation_code("X402ERC6492Validator") + args).hex(), "gas": hex(gas)}
 
 
-async def erc6492_is_valid(rpc: JsonRpc, signer: str, digest: bytes, signature: bytes) -> bool:
+async def erc6492_is_valid(
+    rpc: JsonRpc, signer: str, digest: bytes, signature: bytes, *, gas: int = ERC6492_CHECK_GAS
+) -> bool:
     """Whether ``signature`` is ``signer``'s over ``digest`` (ECDSA, EIP-1271, or ERC-6492 for a wallet
     not deployed yet), in one ``eth_call`` that deploys nothing. An ERC-6492 wrapper that cannot be
-    decoded makes the call revert: :class:`~x402mw.platform.chain.rpc.RpcError`."""
-    answer = await rpc.request("eth_call", [erc6492_validation_call(signer, digest, signature), "latest"])
+    decoded, or a check that needs more than ``gas``, makes the call fail:
+    :class:`~x402mw.platform.chain.rpc.RpcError`."""
+    answer = await rpc.request("eth_call", [erc6492_validation_call(signer, digest, signature, gas=gas), "latest"])
     return str(answer).lower() == "0x01"
 
 
