@@ -156,7 +156,11 @@ async def test_an_eip2612_permit_sets_an_allowance_once_and_not_after_its_deadli
     deadline = await chain_now(chain) + 600
     message = permit_message(chain, owner=owner, spender=PERMIT2_ADDRESS, value=3_000_000, nonce=0, deadline=deadline)
     data = permit_calldata(
-        owner=owner, spender=PERMIT2_ADDRESS, value=3_000_000, deadline=deadline, signature=sign_message(owner_key, message)
+        owner=owner,
+        spender=PERMIT2_ADDRESS,
+        value=3_000_000,
+        deadline=deadline,
+        signature=sign_message(owner_key, message),
     )
     # Anyone may submit it (here the facilitator, paying the gas the owner has not got).
     await transact(chain.rpc, facilitator_key, chain.usdc, data, gas=100_000)
@@ -278,7 +282,10 @@ async def test_the_witness_binds_the_payee_and_the_time_window(chain: ChainUnder
 async def test_an_owner_can_invalidate_its_unused_nonces(chain: ChainUnderTest, facilitator_key: bytes) -> None:
     upto = (await _upto(chain, facilitator_key)).sign()
     await transact(
-        chain.rpc, upto.payer_key, PERMIT2_ADDRESS, invalidate_nonces_calldata(upto.nonce >> 8, 1 << (upto.nonce & 0xFF))
+        chain.rpc,
+        upto.payer_key,
+        PERMIT2_ADDRESS,
+        invalidate_nonces_calldata(upto.nonce >> 8, 1 << (upto.nonce & 0xFF)),
     )
     assert await permit2_nonce_used(chain.rpc, upto.payer, upto.nonce)
     assert await call_error(
@@ -384,12 +391,15 @@ async def test_a_spender_pulls_with_a_plain_permit_transfer(chain: ChainUnderTes
             "deadline": deadline,
         },
     }
-    selector = keccak256(
-        b"permitTransferFrom(((address,uint256),uint256,uint256),(address,uint256),address,bytes)"
-    )[:4]
+    selector = keccak256(b"permitTransferFrom(((address,uint256),uint256,uint256),(address,uint256),address,bytes)")[:4]
     data = selector + abi_encode(
         ["((address,uint256),uint256,uint256)", "(address,uint256)", "address", "bytes"],
-        [((chain.usdc, 90_000), nonce, deadline), (payee, 60_000), _address(payer_key), sign_message(payer_key, message)],
+        [
+            ((chain.usdc, 90_000), nonce, deadline),
+            (payee, 60_000),
+            _address(payer_key),
+            sign_message(payer_key, message),
+        ],
     )
     # Another caller is not the signed spender: the hash differs, so the signer does not match.
     other = _address(await funded_key(chain))  # the dev chain charges eth_call's gas to the sender

@@ -110,7 +110,9 @@ _PERMIT_2612 = "(uint256,uint256,bytes32,bytes32,uint8)"  # EIP2612Permit(value,
 _UPTO_WITNESS = "(address,address,uint256)"
 _EXACT_WITNESS = "(address,uint256)"
 _UPTO_SETTLE = _selector(f"settle({_PERMIT},uint256,address,{_UPTO_WITNESS},bytes)")
-_UPTO_SETTLE_WITH_PERMIT = _selector(f"settleWithPermit({_PERMIT_2612},{_PERMIT},uint256,address,{_UPTO_WITNESS},bytes)")
+_UPTO_SETTLE_WITH_PERMIT = _selector(
+    f"settleWithPermit({_PERMIT_2612},{_PERMIT},uint256,address,{_UPTO_WITNESS},bytes)"
+)
 _EXACT_SETTLE = _selector(f"settle({_PERMIT},address,{_EXACT_WITNESS},bytes)")
 _EXACT_SETTLE_WITH_PERMIT = _selector(f"settleWithPermit({_PERMIT_2612},{_PERMIT},address,{_EXACT_WITNESS},bytes)")
 _NONCE_BITMAP = _selector("nonceBitmap(address,uint256)")
@@ -168,7 +170,9 @@ async def deploy_contract(
 ) -> str:
     """Deploy the contract ``name`` from ``deployer_key`` with the given constructor arguments, wait
     for it, and return its checksum address."""
-    code = creation_code(name) + (abi_encode(list(constructor_types), list(constructor_args)) if constructor_types else b"")
+    code = creation_code(name) + (
+        abi_encode(list(constructor_types), list(constructor_args)) if constructor_types else b""
+    )
     receipt = await transact(rpc, deployer_key, None, code, gas=gas)
     found = await rpc.request("eth_getTransactionReceipt", [receipt.transaction_hash])
     address = found.get("contractAddress") if found else None

@@ -147,7 +147,7 @@ class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
         overrides = {} if genesis_salt is None else {"extra_data": genesis_salt}
         params = self.generate_genesis_params(overrides=overrides)
         state = {**self.generate_genesis_state(), **canonical_genesis_accounts()}
-        self.chain = chain_class.from_genesis(AtomicDB(db), params, state)
+        self.chain = chain_class.from_genesis(AtomicDB() if db is None else AtomicDB(db), params, state)
 
     def genesis_hash(self) -> str:
         return "0x" + bytes(self.chain.get_canonical_block_header_by_number(0).hash).hex()
