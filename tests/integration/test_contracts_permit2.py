@@ -444,3 +444,80 @@ async def test_the_foundation_sdk_upto_client_signature_settles_on_our_contracts
     )
     await transact(chain.rpc, facilitator_key, UPTO_PERMIT2_PROXY_ADDRESS, data, gas=200_000)
     assert await balance_of(chain.rpc, chain.usdc, payee) == 654_321
+
+
+class _ReadingSigner:
+    """The SDK's ``ClientEvmSignerWithReadContract`` over an eth-account key, answering its two reads
+    (the Permit2 allowance and the permit nonce) with values read from the chain beforehand."""
+
+    def __init__(self, key: bytes, reads: dict[str, int]) -> None:
+        from x402.mechanisms.evm.signers import EthAccountSigner
+
+        self._signer = EthAccountSigner(Account.from_key(key))
+        self._reads = reads
+
+    @property
+    def address(self) -> str:
+        return str(self._signer.address)
+
+    def sign_typed_data(self, domain: Any, types: Any, primary_type: str, message: dict[str, Any]) -> bytes:
+        return bytes(self._signer.sign_typed_data(domain, types, primary_type, message))
+
+    def read_contract(self, address: str, abi: list[dict[str, Any]], function_name: str, *args: Any) -> Any:
+        return self._reads[function_name]
+
+
+async def test_the_foundation_sdk_gasless_first_use_settles_with_its_eip2612_permit(
+    chain: ChainUnderTest, facilitator_key: bytes
+) -> None:
+    """The SDK's upto client with the eip2612GasSponsoring extension, for a payer with no Permit2
+    allowance and no gas: its EIP-2612 permit for Permit2 and its upto permit settle together."""
+    from x402.extensions.eip2612_gas_sponsoring import EIP2612_GAS_SPONSORING_KEY
+    from x402.mechanisms.evm.upto.client import UptoEvmScheme
+    from x402.schemas import PaymentRequirements
+
+    payer_key = await funded_key(chain, gas_wei=0, usdc=3_000_000)
+    payer = _address(payer_key)
+    reads = {
+        "allowance": await allowance(chain.rpc, chain.usdc, payer, PERMIT2_ADDRESS),
+        "nonces": await permit_nonce(chain.rpc, chain.usdc, payer),
+    }
+    assert reads == {"allowance": 0, "nonces": 0}
+    payee = _address(new_key())
+    requirements = PaymentRequirements(
+        scheme="upto",
+        network=f"eip155:{chain.chain_id}",
+        asset=chain.usdc,
+        amount="2000000",
+        pay_to=payee,
+        max_timeout_seconds=600,
+        extra={"name": "USD Coin", "version": "2", "facilitatorAddress": _address(facilitator_key)},
+    )
+    scheme = UptoEvmScheme(_ReadingSigner(payer_key, reads))  # type: ignore[arg-type]
+    payload = scheme.create_payment_payload(requirements, extensions={EIP2612_GAS_SPONSORING_KEY: {}})
+    info = payload["__extensions"][EIP2612_GAS_SPONSORING_KEY]["info"]
+    assert info["spender"] == PERMIT2_ADDRESS
+    permit_signature = bytes.fromhex(info["signature"][2:])
+    auth = payload["permit2Authorization"]
+    data = upto_settle_calldata(
+        token=auth["permitted"]["token"],
+        ceiling=int(auth["permitted"]["amount"]),
+        nonce=int(auth["nonce"]),
+        deadline=int(auth["deadline"]),
+        amount=1_234_567,
+        owner=auth["from"],
+        to=auth["witness"]["to"],
+        facilitator=auth["witness"]["facilitator"],
+        valid_after=int(auth["witness"]["validAfter"]),
+        signature=bytes.fromhex(payload["signature"][2:]),
+        permit2612=(
+            int(info["amount"]),
+            int(info["deadline"]),
+            permit_signature[:32],
+            permit_signature[32:64],
+            permit_signature[64],
+        ),
+    )
+    await transact(chain.rpc, facilitator_key, UPTO_PERMIT2_PROXY_ADDRESS, data, gas=300_000)
+    assert await balance_of(chain.rpc, chain.usdc, payee) == 1_234_567
+    assert await permit_nonce(chain.rpc, chain.usdc, payer) == 1

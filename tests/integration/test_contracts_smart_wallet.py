@@ -367,3 +367,51 @@ async def test_erc6492_checks_keys_deployed_wallets_and_misbehaving_wallets(
     # A wrapper that does not decode makes the call revert rather than answer.
     with pytest.raises(RpcError):
         await erc6492_is_valid(chain.rpc, wallet, auth.digest(), b"\x05" * 40 + bytes.fromhex("6492" * 16))
+
+
+async def test_a_wallet_cancels_and_its_payee_receives_through_eip1271(
+    chain: ChainUnderTest, contracts: Contracts
+) -> None:
+    """The other bytes-signature overloads: cancelAuthorization and receiveWithAuthorization."""
+    owner_key, wallet = await _wallet(chain, contracts, usdc=600_000)
+    cancelled = await _authorization(chain, wallet)
+    cancel_message = {
+        "types": {
+            "EIP712Domain": _DOMAIN_FIELDS,
+            "CancelAuthorization": [{"name": "authorizer", "type": "address"}, {"name": "nonce", "type": "bytes32"}],
+        },
+        "primaryType": "CancelAuthorization",
+        "domain": chain.domain(),
+        "message": {"authorizer": wallet, "nonce": cancelled.nonce},
+    }
+    cancel = keccak256(b"cancelAuthorization(address,bytes32,bytes)")[:4]
+    for signer, reason in ((new_key(), "invalid signature"), (owner_key, None)):
+        data = cancel + abi_encode(
+            ["address", "bytes32", "bytes"], [wallet, cancelled.nonce, sign_message(signer, cancel_message)]
+        )
+        if reason is not None:
+            assert await call_error(chain.rpc, contracts.facilitator, chain.usdc, data) == _reason(reason)
+        else:
+            await transact(chain.rpc, contracts.facilitator_key, chain.usdc, data)
+    assert await authorization_state(chain.rpc, chain.usdc, wallet, cancelled.nonce)
+    signature = sign_message(owner_key, cancelled.message())
+    assert await call_error(chain.rpc, contracts.facilitator, chain.usdc, cancelled.calldata(signature)) == _reason(
+        "authorization is used or canceled"
+    )
+
+    payee_key = await funded_key(chain)
+    now = await chain_now(chain)
+    received = Authorization(chain, wallet, _address(payee_key), 150_000, 0, now + 600, os.urandom(32))
+    message = received.message()
+    message["primaryType"] = "ReceiveWithAuthorization"
+    message["types"] = {"EIP712Domain": _DOMAIN_FIELDS, "ReceiveWithAuthorization": _AUTH_FIELDS}
+    types = ["address", "address", "uint256", "uint256", "uint256", "bytes32", "bytes"]
+    receive = keccak256(f"receiveWithAuthorization({','.join(types)})".encode())[:4] + abi_encode(
+        types,
+        [wallet, received.to, 150_000, 0, now + 600, received.nonce, sign_message(owner_key, message)],
+    )
+    assert await call_error(chain.rpc, contracts.facilitator, chain.usdc, receive) == _reason(
+        "caller must be the payee"
+    )
+    await transact(chain.rpc, payee_key, chain.usdc, receive, gas=200_000)
+    assert await balance_of(chain.rpc, chain.usdc, received.to) == 150_000
