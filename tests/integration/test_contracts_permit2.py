@@ -521,3 +521,39 @@ async def test_the_foundation_sdk_gasless_first_use_settles_with_its_eip2612_per
     await transact(chain.rpc, facilitator_key, UPTO_PERMIT2_PROXY_ADDRESS, data, gas=300_000)
     assert await balance_of(chain.rpc, chain.usdc, payee) == 1_234_567
     assert await permit_nonce(chain.rpc, chain.usdc, payer) == 1
+
+
+async def test_the_foundation_sdk_exact_permit2_signature_settles_on_our_exact_proxy(
+    chain: ChainUnderTest, facilitator_key: bytes
+) -> None:
+    """The SDK's exact client with ``assetTransferMethod: "permit2"`` signs for the canonical exact
+    proxy; it settles here unchanged, for exactly the signed amount."""
+    from x402.mechanisms.evm.exact.client import ExactEvmScheme
+    from x402.schemas import PaymentRequirements
+
+    payer_key = await _approved_payer(chain)
+    payee = _address(new_key())
+    requirements = PaymentRequirements(
+        scheme="exact",
+        network=f"eip155:{chain.chain_id}",
+        asset=chain.usdc,
+        amount="310000",
+        pay_to=payee,
+        max_timeout_seconds=600,
+        extra={"name": "USD Coin", "version": "2", "assetTransferMethod": "permit2"},
+    )
+    payload = ExactEvmScheme(Account.from_key(payer_key)).create_payment_payload(requirements)
+    auth = payload["permit2Authorization"]
+    assert auth["spender"] == EXACT_PERMIT2_PROXY_ADDRESS
+    data = exact_settle_calldata(
+        token=auth["permitted"]["token"],
+        amount=int(auth["permitted"]["amount"]),
+        nonce=int(auth["nonce"]),
+        deadline=int(auth["deadline"]),
+        owner=auth["from"],
+        to=auth["witness"]["to"],
+        valid_after=int(auth["witness"]["validAfter"]),
+        signature=bytes.fromhex(payload["signature"][2:]),
+    )
+    await transact(chain.rpc, facilitator_key, EXACT_PERMIT2_PROXY_ADDRESS, data, gas=200_000)
+    assert await balance_of(chain.rpc, chain.usdc, payee) == 310_000
