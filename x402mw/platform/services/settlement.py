@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable, RevertError, TransactionDropped
-from x402mw.platform.chain.token import authorization_state, transfer_calldata
+from x402mw.platform.chain.token import authorization_state
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
@@ -60,6 +60,7 @@ from x402mw.platform.services.settlement_outcomes import (
 from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement_release import Releases
 from x402mw.platform.services.settlement_writes import SettlementWrites
+from x402mw.platform.services.smart_accounts import CodeCache, prepare_payer, token_calldata, verify_contract_signer
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
@@ -93,19 +94,25 @@ class SettlementService:
         self.clock = clock
         self.simulate = simulate
         self._inflight: dict[str, asyncio.Task[SettleOutcome | None]] = {}
+        self.codes = CodeCache()
         self.writes = SettlementWrites(engine)
         self.releases = Releases(self.writes, receipt_key, clock)
         self.recovery = SettlementRecovery(
-            chains, clock, self.writes, self.releases, self.finishing, takeover_after=takeover_after
+            chains, clock, self.writes, self.releases, self.finishing, self.codes, takeover_after=takeover_after
         )
 
     # -- verification (no side effects) -------------------------------------------------------
 
-    def verify(
+    async def verify(
         self, accepted: PaymentRequirements, payload: PaymentPayload, endpoint: EndpointTerms | None = None
     ) -> Verified:
-        """Check everything that can be checked off-chain (`verify_payment`); `Refusal` otherwise."""
-        return verify_payment(self.chains, self.clock, accepted, payload, endpoint)
+        """Check the payment and its signature (`verify_payment`: a key's is recovered locally; a
+        smart account's is asked of its wallet on-chain, `verify_contract_signer`); `Refusal`
+        otherwise, `ChainUnavailable` when a smart account's wallet cannot be asked."""
+        verified = verify_payment(self.chains, self.clock, accepted, payload, endpoint)
+        if verified.smart:
+            verified = await verify_contract_signer(verified.chain, verified, self.codes)
+        return verified
 
     async def check_on_chain(self, verified: Verified, token: str) -> None:
         """Simulate the transfer from the relayer; `Refusal` with the revert's reason code."""
@@ -116,7 +123,7 @@ class SettlementService:
 
     @staticmethod
     def _calldata(verified: Verified) -> bytes:
-        return transfer_calldata(verified.auth, verified.signature)
+        return token_calldata(verified.auth, verified.token_signature or verified.signature, smart=verified.smart)
 
     # -- settlement ------------------------------------------------------------------------------
 
@@ -138,9 +145,13 @@ class SettlementService:
         started = time.perf_counter()
         network = request.accepted.network
         try:
-            verified = self.verify(request.accepted, request.payload, request.terms)
+            verified = verify_payment(self.chains, self.clock, request.accepted, request.payload, request.terms)
+            if verified.smart:  # not a key's signature: its wallet says (the key path never comes here)
+                verified = await verify_contract_signer(verified.chain, verified, self.codes)
         except Refusal as refusal:
             return failed(network, refusal.reason, refusal.message)
+        except ChainUnavailable:
+            return unavailable(network)
         key = authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)
         if request.known_only:
             existing = await self.writes.load_by_authorization(
@@ -154,7 +165,12 @@ class SettlementService:
         loop = asyncio.get_running_loop()
         # The simulation (it has no side effects) and the claim are queued at once, without waiting
         # for a turn of the event loop, each to go out in the next batch of its kind.
-        simulation = self._simulate_soon(verified, request.accepted.asset) if self.simulate else None
+        # (A wallet not deployed yet cannot be simulated paying: it is, once deployed, in `_execute`.)
+        simulation = (
+            self._simulate_soon(verified, request.accepted.asset)
+            if self.simulate and verified.deployment is None
+            else None
+        )
         row = self._new_payment(request, verified)
         claim = self.writes.claim(row.row())
         # One task takes the claim's answer and goes on to the chain without waiting for this
@@ -299,6 +315,8 @@ class SettlementService:
         chain = verified.chain
         network = request.accepted.network
         try:
+            if verified.deployment is not None:
+                await prepare_payer(chain, request.accepted.asset, verified.auth, verified.deployment, self.codes)
             if simulation is not None:
                 await simulation_outcome(simulation)
             elif self.simulate:
