@@ -60,7 +60,13 @@ from x402mw.platform.services.settlement_outcomes import (
 from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement_release import Releases
 from x402mw.platform.services.settlement_writes import SettlementWrites
-from x402mw.platform.services.smart_accounts import CodeCache, prepare_payer, token_calldata, verify_contract_signer
+from x402mw.platform.services.smart_accounts import (
+    CodeCache,
+    check_balance,
+    prepare_payer,
+    token_calldata,
+    verify_contract_signer,
+)
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
@@ -115,7 +121,11 @@ class SettlementService:
         return verified
 
     async def check_on_chain(self, verified: Verified, token: str) -> None:
-        """Simulate the transfer from the relayer; `Refusal` with the revert's reason code."""
+        """Simulate the transfer from the relayer; `Refusal` with the revert's reason code. (A smart
+        account not deployed yet cannot pay before its deployment: its balance is checked instead.)"""
+        if verified.deployment is not None:
+            await check_balance(verified.chain, token, verified.auth)
+            return
         await simulation_outcome(self._simulate_soon(verified, token))
 
     def _simulate_soon(self, verified: Verified, token: str) -> asyncio.Future[Any]:

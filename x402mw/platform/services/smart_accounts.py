@@ -42,6 +42,7 @@ __all__ = [
     "DEPLOY_GAS",
     "CodeCache",
     "WalletDeployment",
+    "check_balance",
     "prepare_payer",
     "recorded_calldata",
     "token_calldata",
@@ -164,8 +165,7 @@ async def prepare_payer(
     codes.forget(chain, payer)
     if await codes.has_code(chain, payer):
         return
-    if await balance_of(chain.rpc, token, payer) < auth.value:
-        raise Refusal(reasons.INSUFFICIENT_FUNDS, "the smart account's balance does not cover the payment")
+    await check_balance(chain, token, auth)
     tx = await chain.relayer.send(
         deployment.factory, deployment.calldata, gas=DEPLOY_GAS, valid_until=auth.valid_before
     )
@@ -175,6 +175,16 @@ async def prepare_payer(
         logger.warning("deploying wallet %s in %s (status %d) left no code there", payer, tx, receipt.status)
         raise Refusal(reasons.INVALID_SIGNATURE, "the ERC-6492 factory call does not deploy a wallet at 'from'")
     logger.info("deployed smart account %s in %s before its first payment", payer, receipt.transaction_hash)
+
+
+async def check_balance(chain: ChainHandle, token: str, auth: TransferAuthorization) -> None:
+    """`Refusal` (``insufficient_funds``) when ``from``'s balance of ``token`` is below ``auth.value``."""
+    try:
+        balance = await balance_of(chain.rpc, token, auth.from_address)
+    except (httpx.TransportError, OSError, TimeoutError) as exc:
+        raise ChainUnavailable(str(exc)) from exc
+    if balance < auth.value:
+        raise Refusal(reasons.INSUFFICIENT_FUNDS, "the smart account's balance does not cover the payment")
 
 
 async def _rpc(chain: ChainHandle, method: str, params: list[object]) -> object:
