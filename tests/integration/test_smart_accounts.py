@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from eth_abi.abi import encode as abi_encode
+from eth_account import Account
 
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
@@ -38,12 +39,13 @@ class SmartAccount(Wallet):
     set to the wallet; with ``deployment`` (the factory and its call), the signature is wrapped for
     ERC-6492, as a wallet not deployed yet signs."""
 
-    __slots__ = ("deployment", "wrapper")
+    __slots__ = ("deployment", "owner_key", "wrapper")
 
     def __init__(
         self, owner_key: bytes, wallet: str, deployment: tuple[str, bytes] | None = None, wrapper: bytes | None = None
     ) -> None:
         super().__init__(owner_key)
+        self.owner_key = owner_key
         self.address = wallet
         self.deployment = deployment
         self.wrapper = wrapper
@@ -275,3 +277,74 @@ async def test_the_facilitator_api_verifies_and_settles_a_smart_accounts_payment
     assert settled.status_code == 200, settled.text
     assert settled.json()["success"] is True and settled.json()["payer"].lower() == wallet.address.lower()
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == 10_000
+
+
+def _checkout(harness: PlatformHarness) -> httpx.Client:
+    return httpx.Client(base_url=harness.url.removesuffix("/v1") + "/checkout/v1", timeout=60)
+
+
+def _pay_order(
+    harness: PlatformHarness, api_key: str, wallet: SmartAccount
+) -> tuple[httpx.Response, dict[str, Any], str]:
+    """A hosted checkout order paid with the wallet's signed authorization (what the page posts):
+    the answer, the body posted and the order's id."""
+    with httpx.Client(base_url=harness.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as api:
+        created = api.post(
+            "/payment-intents", json={"orderId": f"o-{os.urandom(8).hex()}", "amount": "0.25", "currency": "USDC"}
+        )
+    assert created.status_code == 201, created.text
+    order = created.json()["paymentIntent"]
+    with _checkout(harness) as checkout:
+        attempt = checkout.post(
+            f"/payment-intents/{order['id']}/attempts",
+            json={"network": harness.network, "currency": "USDC", "method": "wallet"},
+        )
+        assert attempt.status_code == 200, attempt.text
+        typed = attempt.json()["authorization"]
+        message = {**typed["message"], "from": wallet.address}
+        signature = bytes(
+            Account.sign_typed_data(wallet.owner_key, full_message={**typed, "message": message}).signature
+        )
+        if wallet.deployment is not None:
+            signature = erc6492_wrap(wallet.deployment[0], wallet.deployment[1], signature)
+        body = {
+            "network": harness.network,
+            "currency": "USDC",
+            "authorization": message,
+            "signature": "0x" + signature.hex(),
+        }
+        reply = checkout.post(f"/payment-intents/{order['id']}/authorizations", json=body)
+    return reply, body, str(order["id"])
+
+
+@pytest.mark.parametrize("kind", ["deployed", "counterfactual"])
+def test_a_smart_account_pays_a_hosted_checkout_order(any_chain_platform: PlatformHarness, kind: str) -> None:
+    harness = any_chain_platform
+    _, api_key, _ = harness.merchant()
+    make = deployed_wallet if kind == "deployed" else counterfactual_wallet
+    wallet = make(harness, api_key, fund="0.25")
+    reply, body, order_id = _pay_order(harness, api_key, wallet)
+    assert reply.status_code == 200, reply.text
+    paid = reply.json()
+    assert (paid["status"], paid["amountReceived"], paid["amountDue"]) == ("succeeded", "0.25", "0")
+    assert harness.balance(wallet.address) == 0
+    assert code_at(harness, wallet.address) not in ("0x", "0x0")
+    with httpx.Client(base_url=harness.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as api:
+        seen = api.get(f"/payment-intents/{order_id}").json()["paymentIntent"]
+    assert (seen["status"], seen["payer"].lower()) == ("succeeded", wallet.address.lower())
+    # the same authorization again: the order as it is, nothing moves twice
+    with _checkout(harness) as checkout:
+        again = checkout.post(f"/payment-intents/{order_id}/authorizations", json=body)
+    assert again.status_code == 200, again.text
+    assert (again.json()["status"], again.json()["txHash"]) == ("succeeded", paid["txHash"])
+
+
+def test_a_checkout_authorization_the_wallet_rejects_is_refused(dev_platform: PlatformHarness) -> None:
+    _, api_key, _ = dev_platform.merchant()
+    wallet = deployed_wallet(dev_platform, api_key, fund="0.25")
+    impostor = SmartAccount(new_private_key(), wallet.address)
+    reply, _, _ = _pay_order(dev_platform, api_key, impostor)
+    assert reply.status_code == 409, reply.text
+    assert reply.json()["error"]["code"] == "authorization_signature_invalid"
+    assert reply.json()["error"]["param"] == "signature"
+    assert dev_platform.balance(wallet.address) == 250_000
