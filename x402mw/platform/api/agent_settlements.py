@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -25,12 +25,17 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
+from x402mw.platform.services.payment_identifiers import IdentifierConflict
 from x402mw.platform.services.settlement_checks import EndpointTerms
 from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, failed, payment_of
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
-__all__ = ["MONTH", "routes", "unavailable_error"]
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+    from x402mw.platform.services.merchants import Caller
+
+__all__ = ["MONTH", "conflict_error", "routes", "unavailable_error"]
 
 MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])")
 """A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
@@ -52,6 +57,11 @@ def unavailable_error(outcome: SettleOutcome) -> ApiError:
     return ApiError(
         503, "chain_unavailable", f"{outcome.message}; nothing was taken, and the same payment may be sent again"
     )
+
+
+def conflict_error(conflict: IdentifierConflict) -> ApiError:
+    """409 for a payment-identifier already used with another payment: nothing was taken."""
+    return ApiError(409, conflict.reason, f"{conflict}; nothing was taken. Use a new id for a new payment")
 
 
 def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
@@ -98,7 +108,23 @@ async def settle(request: Request) -> ModelResponse:
             expiresAt=body.expiresAt,
         ),
     )
-    outcome = await platform.settlement.settle(
+    try:
+        outcome = await _settle(platform, caller, body, accepted, payload, endpoint, challenge)
+    except IdentifierConflict as conflict:
+        raise conflict_error(conflict) from None
+    return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
+
+
+async def _settle(
+    platform: Platform,
+    caller: Caller,
+    body: SettleBody,
+    accepted: PaymentRequirements,
+    payload: PaymentPayload,
+    endpoint: Row[Any],
+    challenge: dict[str, Any],
+) -> SettleOutcome:
+    return await platform.settlement.settle(
         SettleRequest(
             accepted=accepted,
             payload=payload,
@@ -116,7 +142,6 @@ async def settle(request: Request) -> ModelResponse:
             known_only=body.expiresAt <= platform.clock.time(),
         )
     )
-    return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
 
 
 async def list_payments(request: Request) -> ModelResponse:

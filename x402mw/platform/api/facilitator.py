@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform import metrics
-from x402mw.platform.api.agent_settlements import unavailable_error
+from x402mw.platform.api.agent_settlements import conflict_error, unavailable_error
 from x402mw.platform.api.auth import authenticate, presented_key
 from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.api.errors import ApiError
@@ -26,7 +26,7 @@ from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.db import tables
 from x402mw.platform.objects.agents import SupportedKind, SupportedKinds
 from x402mw.platform.services.merchants import Caller
-from x402mw.platform.services.settlement import Refusal, SettleRequest
+from x402mw.platform.services.settlement import IdentifierConflict, Refusal, SettleRequest
 from x402mw.platform.services.settlement_outcomes import unavailable
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, VerifyResponse
@@ -117,17 +117,20 @@ async def settle(request: Request) -> ModelResponse:
     body = await _body(request)
     challenge_id = await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
-    outcome = await platform.settlement.settle(
-        SettleRequest(
-            accepted=body.paymentRequirements,
-            payload=body.paymentPayload,
-            merchant_id=caller.merchant_id,
-            challenge_id=challenge_id,
-            resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
-            livemode=caller.livemode,
-            wait_seconds=30.0,
+    try:
+        outcome = await platform.settlement.settle(
+            SettleRequest(
+                accepted=body.paymentRequirements,
+                payload=body.paymentPayload,
+                merchant_id=caller.merchant_id,
+                challenge_id=challenge_id,
+                resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
+                livemode=caller.livemode,
+                wait_seconds=30.0,
+            )
         )
-    )
+    except IdentifierConflict as conflict:
+        raise conflict_error(conflict) from None
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
     return ModelResponse(outcome.response)

@@ -38,6 +38,12 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.services.chains import Chains
+from x402mw.platform.services.payment_identifiers import (
+    IdentifierConflict,
+    PaymentIdentifiers,
+    payment_fingerprint,
+    payment_identifier,
+)
 from x402mw.platform.services.settlement_checks import (
     EndpointTerms,
     Refusal,
@@ -70,7 +76,7 @@ from x402mw.platform.services.smart_accounts import (
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
-__all__ = ["Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
+__all__ = ["IdentifierConflict", "Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
 
 logger = logging.getLogger("x402mw.platform.settlement")
 
@@ -101,6 +107,7 @@ class SettlementService:
         self.simulate = simulate
         self._inflight: dict[str, asyncio.Task[SettleOutcome | None]] = {}
         self.codes = CodeCache()
+        self.identifiers = PaymentIdentifiers(engine, clock)
         self.writes = SettlementWrites(engine)
         self.releases = Releases(self.writes, receipt_key, clock)
         self.recovery = SettlementRecovery(
@@ -139,8 +146,24 @@ class SettlementService:
 
     async def settle(self, request: SettleRequest) -> SettleOutcome:
         """Settle one payment: verify it, claim its authorization, simulate, send and wait (up to
-        ``request.wait_seconds``) for the release; a retry of the same payment gets its outcome."""
-        outcome = await self._settle(request)
+        ``request.wait_seconds``) for the release; a retry of the same payment gets its outcome. A
+        payment carrying a ``payment-identifier`` is settled once per id (`PaymentIdentifiers`):
+        `IdentifierConflict` when its id came with another payment before."""
+        try:
+            identifier = payment_identifier(request.payload) if request.merchant_id is not None else None
+        except Refusal as refusal:
+            outcome = failed(request.accepted.network, refusal.reason, refusal.message)
+        else:
+            if identifier is None:
+                outcome = await self._settle(request)
+            else:
+                outcome = await self.identifiers.settle_once(
+                    f"{request.merchant_id}:{int(request.livemode)}",
+                    identifier,
+                    payment_fingerprint(request.accepted, request.payload, f"{request.endpoint_id} {request.resource}"),
+                    lambda: self._settle(request),
+                    wait_seconds=request.wait_seconds,
+                )
         metrics.count_settlement(
             self.network_label(request.accepted.network), outcome.status, outcome.response.error_reason
         )
