@@ -18,6 +18,7 @@ from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
 from x402mw.evm.keccak import keccak256
+from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.protocol import decode_payment_payload, decode_payment_required, decode_settlement_response, reasons
 from x402mw.protocol.codec import encode_header
@@ -132,27 +133,34 @@ async def test_a_retry_after_a_dropped_answer_gets_the_stored_answer_and_one_cha
     assert await asyncio.to_thread(harness.balance, deployment.payout) == 10_000
 
 
-async def test_the_stored_answer_is_found_before_verification(deployment: Deployment) -> None:
-    # A payment whose authorization can no longer be verified (too close to its validBefore) still
-    # gets its stored answer when sent again under its id; without the id it is refused.
+class HourLater(Clock):
+    """The platform's clock an hour on: every authorization signed now has expired by it."""
+
+    def time(self) -> float:
+        return time.time() + 3600
+
+
+async def test_the_stored_answer_is_found_before_verification(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A payment whose authorization can no longer be verified (it has expired since) still gets its
+    # stored answer when sent again under its id; without the id it is refused.
     harness = deployment.harness
     app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
     required = await _offer(app)
-    validity = required.accepts[0].max_timeout_seconds
-    signed_at = int(time.time()) - validity + 9  # valid for 9 more seconds: settles now, not in 4
-    payload = _signed(deployment, required, new_identifier(), now=signed_at)
-    bare = payload.model_copy(update={"extensions": None})
+    payload = _signed(deployment, required, new_identifier())
+    bare = _signed(deployment, required, new_identifier()).model_copy(update={"extensions": None})
     first = await _send(app, payload)
     assert first.status_code == 200, first.text
-    while int(time.time()) < signed_at + validity - 5:  # now within 6 s of validBefore: no longer verifiable
-        await asyncio.sleep(0.2)
+    assert (await _send(app, bare)).status_code == 200
+    monkeypatch.setattr(harness.platform.settlement, "clock", HourLater())
     again = await _send(app, payload)
     assert again.status_code == 200, again.text
     assert again.headers["PAYMENT-RESPONSE"] == first.headers["PAYMENT-RESPONSE"]
     without_id = await _send(app, bare)
     assert without_id.status_code == 402
     assert decode_payment_required(without_id.headers["PAYMENT-REQUIRED"]).error == reasons.INVALID_VALID_BEFORE
-    assert await asyncio.to_thread(transfers_to, harness, deployment.payout) == 1
+    assert await asyncio.to_thread(transfers_to, harness, deployment.payout) == 2
 
 
 async def test_an_id_reused_with_another_payment_is_a_409_and_charges_nothing(deployment: Deployment) -> None:

@@ -77,4 +77,4 @@ class AuthorizationBody(BaseModel):
     currency: Literal["USDC", "USDT", "EURC"]
     authorization: WalletAuthorization
     # A key's 65 bytes, or a smart account's (EIP-1271; ERC-6492 for a wallet not deployed yet).
-    signature: str = Field(pattern=r"^0x(?:[0-9a-fA-F]{2}){1,4096}$")
+    signature: str = Field(pattern=r"^0x(?:[0-9a-fA-F]{2}){65,4096}$")
