@@ -23,17 +23,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Connection, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from x402mw.platform.batching import Coalescer
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
+from x402mw.platform.db.engine import HeldConnection
 from x402mw.platform.services.settlement_checks import Refusal
 from x402mw.platform.services.settlement_outcomes import SettleOutcome
 from x402mw.protocol import reasons
@@ -50,6 +53,8 @@ __all__ = [
 LEASE = timedelta(seconds=30)
 """How long a first request is believed to be settling its id; after that a retry settles it again."""
 _POLL_SECONDS = 0.05
+
+logger = logging.getLogger("x402mw.platform.settlement")
 
 
 class IdentifierConflict(Exception):
@@ -96,8 +101,32 @@ class PaymentIdentifiers:
         self.engine = engine
         self.clock = clock
         self.lease = lease
+        table = tables.payment_identifiers
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-        self._insert = dialect.insert(tables.payment_identifiers).on_conflict_do_nothing()
+        self._insert = dialect.insert(table).on_conflict_do_nothing().returning(table.c.scope, table.c.identifier)
+        self._answer_rows = (
+            update(table)
+            .where(
+                table.c.scope == bindparam("b_scope"),
+                table.c.identifier == bindparam("b_identifier"),
+                table.c.fingerprint == bindparam("b_fingerprint"),
+            )
+            .values(status="answered", answer=bindparam("b_answer", type_=table.c.answer.type), locked_until=None)
+        )
+        # On the paid request's path: binds and answers of concurrent payments share one write each
+        # (a Coalescer on a held connection, as settlement's claims and records do).
+        self._bind_conn = HeldConnection(engine, inline=True)
+        self._answer_conn = HeldConnection(engine)
+        self._binds: Coalescer[dict[str, Any], bool] = Coalescer(self._write_binds)
+        self._answers: Coalescer[dict[str, Any], None] = Coalescer(self._write_answers)
+        self._answering: set[asyncio.Future[None]] = set()
+
+    async def aclose(self) -> None:
+        """Write the answers still queued and give the held connections back."""
+        if self._answering:
+            await asyncio.gather(*self._answering, return_exceptions=True)
+        await self._bind_conn.aclose()
+        await self._answer_conn.aclose()
 
     async def settle_once(
         self,
@@ -150,9 +179,21 @@ class PaymentIdentifiers:
             "created_at": now,
             "locked_until": now + self.lease,
         }
-        async with self.engine.begin() as conn:
-            inserted = await conn.execute(self._insert.values(row))
-        return bool(inserted.rowcount == 1)
+        return await self._binds.submit(row)
+
+    async def _write_binds(self, rows: list[dict[str, Any]]) -> list[bool]:
+        firsts: dict[tuple[str, str], dict[str, Any]] = {}
+        for row in rows:  # one id twice in a batch: the first row binds it
+            firsts.setdefault((row["scope"], row["identifier"]), row)
+
+        def insert(conn: Connection) -> set[tuple[str, str]]:
+            return {(scope, identifier) for scope, identifier in conn.execute(self._insert, list(firsts.values()))}
+
+        inserted = await self._bind_conn.run(insert, atomic=False)  # one statement: atomic by itself
+        return [
+            (row["scope"], row["identifier"]) in inserted and firsts[(row["scope"], row["identifier"])] is row
+            for row in rows
+        ]
 
     async def _load(self, scope: str, identifier: str) -> _Found | None:
         table = tables.payment_identifiers
@@ -181,19 +222,30 @@ class PaymentIdentifiers:
             )
 
     async def _answer(self, scope: str, identifier: str, fingerprint: str, outcome: SettleOutcome) -> None:
-        table = tables.payment_identifiers
+        """Store a settled answer with its id. Queued, not waited for: a retry that comes before it is
+        written waits for it (the id is in flight until then)."""
         answer = {
             "status": outcome.status,
             "settlement": outcome.response.to_wire(),
             "message": outcome.message,
             "paymentId": outcome.payment_id,
         }
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                update(table)
-                .where(table.c.scope == scope, table.c.identifier == identifier, table.c.fingerprint == fingerprint)
-                .values(status="answered", answer=answer, locked_until=None)
-            )
+        row = {"b_scope": scope, "b_identifier": identifier, "b_fingerprint": fingerprint, "b_answer": answer}
+        written = self._answers.enqueue(row)
+        self._answering.add(written)
+        written.add_done_callback(self._answered)
+
+    def _answered(self, written: asyncio.Future[None]) -> None:
+        self._answering.discard(written)
+        if not written.cancelled() and written.exception() is not None:
+            logger.warning("could not store a payment identifier's answer", exc_info=written.exception())
+
+    async def _write_answers(self, rows: list[dict[str, Any]]) -> list[None]:
+        def write(conn: Connection) -> None:
+            conn.execute(self._answer_rows, rows)
+
+        await self._answer_conn.run(write)
+        return [None] * len(rows)
 
     async def _release(self, scope: str, identifier: str, fingerprint: str) -> None:
         table = tables.payment_identifiers

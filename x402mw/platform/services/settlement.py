@@ -423,6 +423,7 @@ class SettlementService:
     async def aclose(self) -> None:
         """Record what was answered and release the writers' connections (before the engine closes)."""
         await self.releases.drain()
+        await self.identifiers.aclose()
         await self.writes.aclose()
 
     async def load(self, payment_id: str) -> AgentPayment | None:
