@@ -67,6 +67,8 @@ from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, Settlem
 from x402mw.platform.services.settlement_release import Releases
 from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.platform.services.smart_accounts import (
+    KEY_TRANSFER_GAS,
+    SMART_TRANSFER_GAS,
     CodeCache,
     check_balance,
     prepare_payer,
@@ -356,7 +358,10 @@ class SettlementService:
                 await self.check_on_chain(verified, request.accepted.asset)
             sent_at = time.perf_counter()
             tx = await chain.relayer.send(
-                request.accepted.asset, self._calldata(verified), valid_until=verified.auth.valid_before
+                request.accepted.asset,
+                self._calldata(verified),
+                gas=SMART_TRANSFER_GAS if verified.smart else KEY_TRANSFER_GAS,
+                valid_until=verified.auth.valid_before,
             )
         except Refusal as refusal:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)

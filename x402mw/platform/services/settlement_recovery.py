@@ -142,10 +142,10 @@ class SettlementRecovery:
         if not await self.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
         auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
-        calldata, deployment = recorded_calldata(chain.domain(row.asset), auth, bytes.fromhex(row.signature[2:]))
-        if deployment is not None:  # a smart account whose deployment its own process may not have sent
+        transfer = recorded_calldata(chain.domain(row.asset), auth, bytes.fromhex(row.signature[2:]))
+        if transfer.deployment is not None:  # a smart account whose deployment its own process may not have sent
             try:
-                await prepare_payer(chain, row.asset, auth, deployment, self.codes)
+                await prepare_payer(chain, row.asset, auth, transfer.deployment, self.codes)
             except Refusal as refusal:
                 await self.writes.failed(row.id, refusal.reason)
                 row.status, row.error_reason = "failed", refusal.reason
@@ -153,7 +153,7 @@ class SettlementRecovery:
         logger.warning(
             "settlement %s: its authorization is still unused %s after its claim; sending it again", row.id, age
         )
-        tx = await chain.relayer.send(row.asset, calldata, valid_until=row.valid_before)
+        tx = await chain.relayer.send(row.asset, transfer.calldata, gas=transfer.gas, valid_until=row.valid_before)
         row.transaction, row.status = tx, "submitted"
         await self.writes.submitted(row.id, tx)
         return None

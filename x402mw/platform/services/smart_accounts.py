@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import httpx
@@ -40,7 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEPLOY_GAS",
+    "KEY_TRANSFER_GAS",
+    "SMART_TRANSFER_GAS",
     "CodeCache",
+    "RecordedTransfer",
     "WalletDeployment",
     "check_balance",
     "prepare_payer",
@@ -51,6 +54,14 @@ __all__ = [
 ]
 
 logger = logging.getLogger("x402mw.platform.settlement")
+
+KEY_TRANSFER_GAS = 120_000
+"""The gas a key's transfer is sent with (it takes 82k)."""
+
+SMART_TRANSFER_GAS = 500_000
+"""The gas a smart account's transfer is sent with: the token asks the account's ``isValidSignature``,
+which for some accounts (passkeys verified in the EVM, several owners) takes far more than a key's
+``ecrecover``; what is not used is not paid."""
 
 DEPLOY_GAS = 1_000_000
 """The gas a counterfactual wallet's deployment may use (our factory's takes 411k)."""
@@ -136,11 +147,20 @@ def token_calldata(auth: TransferAuthorization, signature: bytes, *, smart: bool
     return transfer_calldata_bytes(auth, signature) if smart else transfer_calldata(auth, signature)
 
 
-def recorded_calldata(
-    domain: TokenDomain | None, auth: TransferAuthorization, signature: bytes
-) -> tuple[bytes, WalletDeployment | None]:
-    """The token call of a payment recorded with its signature as sent (settlement sends it again
-    after a takeover), and the factory call of a wallet that may not be deployed yet."""
+@dataclass(frozen=True, slots=True)
+class RecordedTransfer:
+    """The token call settling a recorded payment, the gas to send it with, and the factory call
+    of a smart account that may not be deployed yet."""
+
+    calldata: bytes
+    gas: int
+    deployment: WalletDeployment | None = None
+
+
+def recorded_calldata(domain: TokenDomain | None, auth: TransferAuthorization, signature: bytes) -> RecordedTransfer:
+    """What to send for a payment recorded with its signature as sent (settlement sends it again
+    after a takeover): a key's in the ``(v, r, s)`` form, a smart account's in the ``bytes`` form
+    (the ERC-6492 wrapper taken off, its factory call returned)."""
     try:
         key = domain is not None and recover_transfer_signer(domain, auth, signature).lower() == (
             auth.from_address.lower()
@@ -148,11 +168,11 @@ def recorded_calldata(
     except InvalidSignatureError:
         key = False
     if key:
-        return transfer_calldata(auth, signature), None
+        return RecordedTransfer(transfer_calldata(auth, signature), KEY_TRANSFER_GAS)
     wrapped = unwrap_erc6492(signature)
     if wrapped is None:
-        return transfer_calldata_bytes(auth, signature), None
-    return transfer_calldata_bytes(auth, wrapped[1]), wrapped[0]
+        return RecordedTransfer(transfer_calldata_bytes(auth, signature), SMART_TRANSFER_GAS)
+    return RecordedTransfer(transfer_calldata_bytes(auth, wrapped[1]), SMART_TRANSFER_GAS, wrapped[0])
 
 
 async def prepare_payer(
