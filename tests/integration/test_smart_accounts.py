@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from eth_abi.abi import encode as abi_encode
 from eth_account import Account
+from sqlalchemy import insert, select
 
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import Wallet, X402Auth
+from x402mw.evm.eip712 import TransferAuthorization, random_nonce, sign_transfer
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
@@ -28,6 +32,9 @@ from x402mw.platform.chain.contracts import (
     smart_wallet_address,
     wallet_deploy_calldata,
 )
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER
 from x402mw.protocol import decode_payment_required, decode_settlement_response, reasons
 from x402mw.protocol.models import ExactEvmPayload, PaymentPayload, PaymentRequirements, ResourceInfo
 
@@ -348,3 +355,62 @@ def test_a_checkout_authorization_the_wallet_rejects_is_refused(dev_platform: Pl
     assert reply.json()["error"]["code"] == "authorization_signature_invalid"
     assert reply.json()["error"]["param"] == "signature"
     assert dev_platform.balance(wallet.address) == 250_000
+
+
+@pytest.mark.parametrize("deployed_before", [False, True])
+def test_recovery_deploys_a_counterfactual_account_its_stopped_process_left(
+    dev_platform: PlatformHarness, deployed_before: bool
+) -> None:
+    # A process that claimed a counterfactual account's payment stopped before its transfer (before
+    # or after the account's deployment): the payment is taken over, the account deployed if it is
+    # not, and the authorization settled once.
+    harness = dev_platform
+    merchant_id, api_key, _ = harness.merchant()
+    wallet = counterfactual_wallet(harness, api_key, fund="1")
+    assert wallet.deployment is not None
+    if deployed_before:
+        _send(harness, wallet.deployment[0], wallet.deployment[1])
+    pay_to = address_of(new_private_key())
+    domain = harness.chain.domain(harness.usdc)
+    assert domain is not None
+    now = int(time.time())
+    auth = TransferAuthorization(wallet.address, pay_to, 1000, 0, now + 600, random_nonce())
+    signature = erc6492_wrap(*wallet.deployment, sign_transfer(wallet.owner_key, domain, auth))
+    row = {
+        "id": new_id(),
+        "merchant_id": merchant_id,
+        "endpoint_id": None,
+        "challenge_id": None,
+        "livemode": False,
+        "chain_id": harness.chain.chain_id,
+        "asset": harness.usdc,
+        "currency": "USDC",
+        "payer": wallet.address,
+        "nonce": "0x" + auth.nonce.hex(),
+        "pay_to": pay_to,
+        "amount_minor": 1000,
+        "payload_hash": random_nonce().hex(),
+        "resource": "https://seller.example/weather",
+        "release_policy": "included",
+        "status": "claimed",
+        "created_at": harness.platform.clock.now() - TAKEOVER_AFTER - timedelta(seconds=5),
+        "signature": "0x" + signature.hex(),
+        "valid_after": 0,
+        "valid_before": auth.valid_before,
+    }
+
+    async def recover(platform: Any) -> dict[str, Any]:
+        async with platform.engine.begin() as conn:
+            await conn.execute(insert(tables.agent_payments), [row])
+        for _ in range(3):  # sends it, then finds it used and releases it
+            await platform.settlement.recovery.finish_left()
+        async with platform.engine.connect() as conn:
+            found = await conn.execute(select(tables.agent_payments).where(tables.agent_payments.c.id == row["id"]))
+            return dict(found.mappings().one())
+
+    after = harness.server.call(recover)
+    assert after["status"] == "settled", after
+    assert after["receipt"]["payer"].lower() == wallet.address.lower()
+    assert code_at(harness, wallet.address) not in ("0x", "0x0")
+    assert harness.balance(pay_to) == 1000
+    assert harness.balance(wallet.address) == 1_000_000 - 1000
