@@ -1,6 +1,7 @@
-"""Paying MCP tools: `PayingSession` wraps an ``mcp`` ``ClientSession`` and pays the tools that ask.
+"""Paying MCP tools: `PayingSession` wraps an ``mcp`` ``ClientSession`` (or ``Client``) and pays the
+tools that ask.
 
->>> from mcp import ClientSession
+>>> from mcp import Client, ClientSession
 >>> from x402mw.client import Wallet, X402Auth
 >>> from x402mw.client.mcp import PayingSession
 >>> auth = X402Auth(Wallet.from_env(), max_amount="0.10", max_total="5")
@@ -19,9 +20,10 @@ recorded in ``auth.payments``. The same auth can pay HTTP routes too: its caps c
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.types import CallToolResult
 
 from x402mw.client.auth import X402Auth
@@ -47,18 +49,19 @@ class PayingSession:
     `PaymentRefusedError` (reason ``over_cap`` or ``no_acceptable_option``), nothing signed.
     """
 
-    def __init__(self, session: ClientSession, auth: X402Auth) -> None:
+    def __init__(self, session: ClientSession | Client, auth: X402Auth) -> None:
         if not isinstance(auth, X402Auth):
             raise TypeError("PayingSession needs an X402Auth (it holds the wallet and the caps)")
         self.session = session
         self.auth = auth
+        self._call: Callable[..., Awaitable[CallToolResult]] = session.call_tool
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, *, meta: dict[str, Any] | None = None, **kwargs: Any
     ) -> CallToolResult:
         # TODO(payment-identifier): send one payment identifier per logical call, kept across the
         # retries below, once X402Auth has the extension (branch h/smart-accounts).
-        result = await self.session.call_tool(name, arguments, meta=meta, **kwargs)  # type: ignore[arg-type]
+        result = await self._call(name, arguments, meta=meta, **kwargs)
         required = payment_required(result)
         for attempt in range(2):
             if required is None:
@@ -67,7 +70,7 @@ class PayingSession:
             choice = self.auth._choose(required, url)
             payload = self.auth.wallet.sign_payment(choice.requirements, resource=required.resource)
             paid_meta = {**(meta or {}), PAYMENT_META: payload.to_wire()}
-            result = await self.session.call_tool(name, arguments, meta=paid_meta, **kwargs)  # type: ignore[arg-type]
+            result = await self._call(name, arguments, meta=paid_meta, **kwargs)
             settlement = settlement_of(result)
             if not result.is_error:
                 self.auth._record(url, settlement, choice)

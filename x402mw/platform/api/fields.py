@@ -116,7 +116,8 @@ ResourceUrl = Annotated[
     WithJsonSchema(
         {
             "type": "string",
-            "anyOf": [{"pattern": URL_PATTERN, "maxLength": MAX_URL}, {"pattern": MCP_TOOL_PATTERN}],
+            "pattern": f"^(?:{URL_PATTERN[1:-1]}|{MCP_TOOL_PATTERN[1:-1]})$",
+            "maxLength": MAX_URL,
         }
     ),
 ]

@@ -153,6 +153,10 @@ class SettlementService:
         try:
             verified = self.verify(request.accepted, request.payload, request.terms)
         except Refusal as refusal:
+            if request.capture is not None:  # e.g. its validBefore passed while the tool ran
+                held_row = await self.writes.load(request.capture)
+                if held_row is not None and held_row.merchant_id == request.merchant_id:
+                    await self.writes.release(held_row.id, status="held")
             return failed(network, refusal.reason, refusal.message)
         key = authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)
         if request.capture is not None:
@@ -303,9 +307,10 @@ class SettlementService:
             existing = await self.writes.load(existing.id) or existing  # settled or released meanwhile
         if existing.status == "failed" and existing.transaction is None and not request.known_only:
             # Refused before reaching the chain (e.g. insufficient funds): the same signature may try again.
-            if await self._take(existing, "failed", "held" if request.hold else "claimed"):
-                if request.hold:
-                    return await self._hold(existing, request, verified, None)
+            taken = await self._take(existing, "failed", "held" if request.hold else "claimed")
+            if taken and request.hold:
+                return await self._hold(existing, request, verified, None)
+            if taken:
                 return await self._run_again(key, existing, request, verified)
         if request.hold:
             # Used already: a tool call is never served again on a used authorization.
