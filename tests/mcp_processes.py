@@ -39,6 +39,11 @@ def environment(**extra: str) -> dict[str, str]:
     return env
 
 
+def mcp1_environment() -> dict[str, str]:
+    """The environment of a .venv-mcp1 process: ours without what points at the main venv's packages."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ETH_HASH_BACKEND")}
+
+
 def seller_command(deployment: Deployment, *extra: str) -> list[str]:
     return [
         sys.executable,
@@ -83,13 +88,18 @@ def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> sub
     return subprocess.run(command, cwd=cwd, env=env or environment(), capture_output=True, text=True, timeout=120)
 
 
-def foundation_client(url: str, private_key: bytes, tool: str, arguments: dict[str, Any], cwd: Path) -> dict[str, Any]:
-    """The Foundation's MCP client calls ``tool`` at ``url`` and pays it (in .venv-mcp1)."""
-    command = [mcp1_python(), str(INTEROP / "x402_mcp_client.py"), url, "0x" + private_key.hex(), tool]
-    done = run([*command, json.dumps(arguments)], cwd, env=dict(os.environ))
+def foundation_client(
+    deployment: Deployment, url: str, tool: str, arguments: dict[str, Any], cwd: Path
+) -> dict[str, Any]:
+    """The Foundation's MCP client calls ``tool`` at ``url`` and pays it from ``deployment``'s agent
+    (in .venv-mcp1), up to 0.05 of the deployment's USDC."""
+    key = "0x" + deployment.agent_key.hex()
+    command = [mcp1_python(), str(INTEROP / "x402_mcp_client.py"), url, key, tool, json.dumps(arguments)]
+    command += [deployment.harness.network, deployment.harness.usdc]
+    done = run(command, cwd, env=mcp1_environment())
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-__all__ = ["foundation_client", "free_port", "mcp1_python", "run", "running", "seller_command"]
+__all__ = ["foundation_client", "free_port", "mcp1_environment", "mcp1_python", "run", "running", "seller_command"]
