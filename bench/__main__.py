@@ -5,6 +5,7 @@ from bench import (
     bench_checkout,
     bench_devchain,
     bench_e2e,
+    bench_mcp,
     bench_orders,
     bench_subscriptions,
     bench_verify,
@@ -17,4 +18,5 @@ bench_e2e.run(database="sqlite")  # the development default
 bench_orders.run()
 bench_checkout.run()
 bench_devchain.run()
+bench_mcp.run()
 bench_subscriptions.run()
