@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 
 from tests.harness import Deployment, PlatformHarness, serve_app
 from x402mw.adapters.mcp import PaidTools, current_payment
@@ -151,6 +153,50 @@ def _for(payload: dict[str, Any], tool: str) -> dict[str, Any]:
     return payload | {"resource": {**payload["resource"], "url": f"mcp://tool/{tool}"}}
 
 
+async def test_a_tool_error_result_is_not_charged_and_a_failed_settlement_gives_only_the_payment_error(
+    dev_platform: PlatformHarness,
+) -> None:
+    deployment = await asyncio.to_thread(dev_platform.deploy, resource_url="mcp://tool/slow")
+    server = MCPServer("weather")
+    ran: list[str] = []
+
+    @server.tool()
+    def refusing(city: str) -> CallToolResult:
+        ran.append("refusing")
+        return CallToolResult(content=[TextContent(type="text", text=f"no data for {city}")], is_error=True)
+
+    @server.tool()
+    async def slow(city: str) -> str:
+        ran.append("slow")
+        await anyio.sleep(3)
+        return f"the secret forecast for {city}"
+
+    tools = {"slow": deployment.endpoint_id, "refusing": endpoint_for(deployment, "refusing")}
+    server.paid = paid = PaidTools(api_key=deployment.api_key, platform_url=dev_platform.url, tools=tools)  # type: ignore[attr-defined]
+    paid.install(server)
+    before = await asyncio.to_thread(dev_platform.balance, deployment.payout)
+    with served(server) as url:
+        async with connected(url) as client:
+            paying = PayingSession(client, X402Auth(deployment.agent, max_amount="0.05"))
+            refused = await paying.call_tool("refusing", {"city": "Oslo"})
+            assert refused.is_error and refused.content[0].text == "no data for Oslo"  # type: ignore[union-attr]
+            assert settlement_of(refused) is None
+
+            # Signed to expire 8 s from now: held at once, too close to its end to settle 3 s later.
+            offer = payment_required(await client.call_tool("slow", {"city": "Oslo"}))
+            assert offer is not None
+            accepted = offer.accepts[0]
+            now = int(time.time()) - accepted.max_timeout_seconds + 8
+            payload = deployment.agent.sign_payment(accepted, resource=offer.resource, now=now).to_wire()
+            late = await client.call_tool("slow", {"city": "Oslo"}, meta={"x402/payment": payload})
+    assert ran == ["refusing", "slow"]
+    assert late.is_error and "secret" not in json.dumps(late.model_dump(mode="json")), late
+    refusal = payment_required(late)
+    assert refusal is not None and refusal.error == "invalid_exact_evm_payload_authorization_valid_before"
+    assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before
+    assert await asyncio.to_thread(payments, deployment) == []  # released, both
+
+
 async def test_dynamic_price_and_caps(dev_platform: PlatformHarness) -> None:
     deployment = await asyncio.to_thread(
         dev_platform.deploy, amount_minor=None, pricing="dynamic", resource_url="mcp://tool/forecast"
@@ -185,7 +231,7 @@ async def test_bad_payments_are_refused_in_the_protocols_shape(dev_platform: Pla
             for garbage in ("not a payment", 42, {"x402Version": 2}, {"x402Version": 2, "accepted": {"scheme": 1}}):
                 refused = await client.call_tool("forecast", {"city": "Oslo"}, meta={"x402/payment": garbage})
                 offer = payment_required(refused)
-                assert offer is not None and offer.error, refused
+                assert offer is not None and offer.error == "invalid_payload", refused
             assert server.seen == []  # type: ignore[attr-defined]
 
             # A payment of another seller's challenge (another endpoint: its seal does not match).
