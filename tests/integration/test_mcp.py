@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
@@ -23,7 +24,8 @@ from x402mw.client import X402Auth
 from x402mw.client.mcp import PayingSession, payment_required, settlement_of
 from x402mw.errors import ConfigurationError, PaymentRefusedError
 from x402mw.evm.receipts import verify_receipt
-from x402mw.seller import PaidRoute
+from x402mw.protocol import decode_payment_required
+from x402mw.seller import Answer, Held, PaidRoute, PaymentGate, RequestView, Serve, run_async
 
 pytestmark = pytest.mark.anyio
 
@@ -283,13 +285,57 @@ def test_each_paid_tool_needs_its_own_endpoint() -> None:
         PaidTools(api_key="sk_test_x", tools={"a": "ep", "b": PaidRoute("ep"), "c": "other"})
 
 
-async def test_releasing_a_held_payment_is_the_merchants_and_only_while_held(dev_platform: PlatformHarness) -> None:
+async def test_the_gates_hold_capture_and_release_against_the_platform(dev_platform: PlatformHarness) -> None:
     deployment = await asyncio.to_thread(dev_platform.deploy, resource_url="mcp://tool/forecast")
-    with deployment.api() as api:
-        missing = api.post("/agent/settlements/00000000-0000-4000-8000-000000000000/release")
-        assert missing.status_code == 404, missing.text
-        bad = api.post("/agent/settlements/nope/release")
-        assert bad.status_code in (400, 404), bad.text
+    gate = PaymentGate(api_key=deployment.api_key, platform_url=dev_platform.url)
+    route, url = PaidRoute(deployment.endpoint_id), "mcp://tool/forecast"
+    headers = {"Authorization": f"Bearer {deployment.api_key}"}
+    async with httpx.AsyncClient(base_url=dev_platform.url, headers=headers, timeout=60) as http:
+
+        async def hold(payment: dict[str, Any] | None) -> Any:
+            return await run_async(gate.hold(route, RequestView("TOOL", url, payment)), http)
+
+        async def signed() -> dict[str, Any]:
+            answer = await hold(None)
+            offer = decode_payment_required(dict(answer.headers)["PAYMENT-REQUIRED"])
+            return deployment.agent.sign_payment(offer.accepts[0], resource=offer.resource).to_wire()
+
+        async def status(payment_id: str) -> int | str:
+            reply = await http.get(f"/agent/payments/{payment_id}")
+            return reply.json()["agentPayment"]["status"] if reply.status_code == 200 else reply.status_code
+
+        # Held, then given up: the same authorization is held again, then settled; a release then is 409.
+        payload = await signed()
+        held = await hold(payload)
+        assert isinstance(held, Held) and await status(held.payment_id) == "held"
+        in_use = await hold(payload)
+        assert isinstance(in_use, Answer) and in_use.reason == "payment_in_use"
+        assert await run_async(gate.release(held), http) is True
+        assert await status(held.payment_id) == 404
+        again = await hold(payload)
+        assert isinstance(again, Held)
+        settled = await run_async(gate.capture(again), http)
+        assert isinstance(settled, Serve) and settled.settlement.response.success
+        assert await status(again.payment_id) == "settled"
+        late = await http.post(f"/agent/settlements/{again.payment_id}/release")
+        assert late.status_code == 409 and late.json()["error"]["code"] == "payment_not_held", late.text
+        assert await run_async(gate.release(again), http) is False
+        for unknown in ("00000000-0000-4000-8000-000000000000", "nope"):
+            missing = await http.post(f"/agent/settlements/{unknown}/release")
+            assert missing.status_code == 404, missing.text
+
+        # A hold nobody settles nor releases (the seller stopped) is dropped once its authorization expired.
+        payload = await signed()
+        stuck = await hold(payload)
+        assert isinstance(stuck, Held)
+        valid_before = int(payload["payload"]["authorization"]["validBefore"])
+        writes = dev_platform.platform.settlement.writes
+        assert await asyncio.to_thread(dev_platform.server.call, lambda p: writes.drop_expired_holds(valid_before)) == 0
+        assert await status(stuck.payment_id) == "held"
+        dropped = await asyncio.to_thread(
+            dev_platform.server.call, lambda p: writes.drop_expired_holds(valid_before + 1)
+        )
+        assert dropped == 1 and await status(stuck.payment_id) == 404
 
 
 async def test_agent_endpoints_accept_mcp_tool_urls_and_refuse_others(dev_platform: PlatformHarness) -> None:

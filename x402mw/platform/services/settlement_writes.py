@@ -156,6 +156,15 @@ class SettlementWrites:
             )
         return bool(gone.rowcount == 1)
 
+    async def drop_expired_holds(self, now: int) -> int:
+        """Delete held payments whose authorization expired before ``now`` (Unix seconds): their
+        seller stopped between the hold and the tool's end. Nothing was sent, and nothing can be."""
+        async with self.engine.begin() as conn:
+            gone = await conn.execute(
+                delete(_payments).where(_payments.c.status == "held", _payments.c.valid_before < now)
+            )
+        return int(gone.rowcount or 0)
+
     async def take_over(self, payment_id: str, now: datetime, until: datetime) -> bool:
         """Hold an unfinished payment until ``until`` for this process to finish (send it again);
         False when another process holds it."""
