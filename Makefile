@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The x402 Foundation's MCP server wrapper needs mcp<2 (it imports mcp.server.fastmcp): their side of
-# tests/integration/test_mcp_interop.py runs in this environment, as a subprocess.
+# tests/integration/test_mcp_interop.py runs in this environment, as a subprocess, and so does our
+# PaidTools on mcp 1's FastMCP (x402mw from this checkout on PYTHONPATH; sniffio is all it adds).
 VENV_MCP1 := .venv-mcp1
 STAMP_MCP1 := $(VENV_MCP1)/.installed
 export X402MW_MCP1_PYTHON := $(abspath $(VENV_MCP1)/bin/python)
@@ -28,7 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 $(STAMP_MCP1): constraints-mcp1.txt
 	@test -x $(VENV_MCP1)/bin/python || $(PYTHON) -m venv $(VENV_MCP1)
 	$(VENV_MCP1)/bin/python -m pip install -qq --upgrade pip
-	$(VENV_MCP1)/bin/python -m pip install -qq -c constraints-mcp1.txt "x402[evm,mcp]==2.25.0" "mcp<2"
+	$(VENV_MCP1)/bin/python -m pip install -qq -c constraints-mcp1.txt "x402[evm,mcp]==2.25.0" "mcp<2" sniffio
 	@touch $(STAMP_MCP1)
 
 $(ANVIL):

@@ -6,6 +6,7 @@ side needs mcp<2 and runs in .venv-mcp1 (`make test` creates it), as a subproces
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import Client
@@ -13,6 +14,7 @@ from mcp import Client
 from tests.harness import PlatformHarness, sqlite_only
 from tests.mcp_processes import (
     INTEROP,
+    ROOT,
     foundation_client,
     free_port,
     mcp1_environment,
@@ -45,6 +47,33 @@ def test_the_foundations_mcp_client_pays_our_example_seller(dev_platform: Platfo
     with deployment.api() as api:
         payments = api.get("/agent/payments").json()["data"]
     assert [(p["status"], p["transaction"]) for p in payments] == [("settled", response["transaction"])]
+
+
+def test_paid_tools_on_an_mcp1_fastmcp_server(dev_platform: PlatformHarness, tmp_path: Path) -> None:
+    # PaidTools installed on mcp 1's FastMCP (in .venv-mcp1): the Foundation's client and ours pay it.
+    deployment = dev_platform.deploy(resource_url="mcp://tool/forecast")
+    before = dev_platform.balance(deployment.payout)
+    port = free_port()
+    server = [mcp1_python(), str(INTEROP / "mcp1_seller.py"), str(port), dev_platform.url, deployment.api_key]
+    env = mcp1_environment() | {"PYTHONPATH": str(ROOT)}
+    auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=dev_platform.platform.receipt_address)
+
+    async def ours(url: str) -> tuple[Any, Any]:
+        async with Client(url) as client:
+            paying = PayingSession(client, auth)
+            return await paying.call_tool("forecast", {"city": "Porto"}), await paying.call_tool(
+                "forecast", {"city": "nowhere"}
+            )
+
+    with running([*server, deployment.endpoint_id], port, tmp_path, env=env) as url:
+        theirs = foundation_client(deployment, url, "forecast", {"city": "Lisbon"}, tmp_path)
+        paid, failed = anyio.run(ours, url)
+    assert theirs["isError"] is False and theirs["text"].startswith("Sunny in Lisbon tomorrow (paid by 0x"), theirs
+    assert theirs["paymentResponse"]["success"] is True
+    assert not paid.is_error and paid.content[0].text.startswith("Sunny in Porto tomorrow (paid by 0x")
+    assert [p.verified for p in auth.payments] == [True]
+    assert failed.is_error and settlement_of(failed) is None and payment_required(failed) is None
+    assert dev_platform.balance(deployment.payout) == before + 20_000  # the call that raised was not charged
 
 
 def test_our_mcp_client_pays_a_foundation_tool_server_settling_through_our_facilitator(

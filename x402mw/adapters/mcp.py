@@ -1,4 +1,5 @@
-"""Paid MCP tools: x402 for servers on the official ``mcp`` SDK (version 2's ``MCPServer``).
+"""Paid MCP tools: x402 for servers on the official ``mcp`` SDK: version 2's ``MCPServer``, and
+version 1's ``FastMCP``.
 
 >>> from mcp.server.mcpserver import MCPServer
 >>> from x402mw.adapters.mcp import PaidTools
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult
 
 from x402mw.errors import ConfigurationError
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_json_header
@@ -129,11 +130,30 @@ class PaidTools:
         return f"PaidTools(tools={sorted(self._tools)!r}, platform_url={self._gate.platform_url!r})"
 
     def install(self, server: Any) -> None:
-        """Add this middleware to an ``MCPServer`` (mcp 2)."""
+        """Add this middleware to an ``MCPServer`` (mcp 2), or wrap the ``tools/call`` handler of a
+        ``FastMCP`` server (mcp 1) with it."""
         middleware = getattr(server, "middleware", None)
-        if not isinstance(middleware, list):
-            raise TypeError("PaidTools.install takes an mcp.server.mcpserver.MCPServer (mcp 2)")
-        middleware.append(self)
+        if isinstance(middleware, list):
+            middleware.append(self)
+            return
+        handlers = getattr(getattr(server, "_mcp_server", None), "request_handlers", None)
+        if not isinstance(handlers, dict):
+            raise TypeError("PaidTools.install takes an MCPServer (mcp 2) or a FastMCP server (mcp 1)")
+        from mcp import types
+
+        original = handlers[types.CallToolRequest]
+        server_result: Any = types.ServerResult  # a model in mcp 1
+
+        async def call_tool(request: Any) -> Any:
+            params = request.params.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+            async def call_next(_ctx: Any) -> Any:
+                return (await original(request)).root
+
+            result = await self(_V1Context("tools/call", params), call_next)
+            return server_result(result)
+
+        handlers[types.CallToolRequest] = call_tool
 
     async def aclose(self) -> None:
         """Register the challenges still queued and close the connections to the platform."""
@@ -215,6 +235,14 @@ class PaidTools:
             logger.exception("could not release held payment %s", held.payment_id)
 
 
+@dataclass(frozen=True, slots=True)
+class _V1Context:
+    """What the middleware reads of a request context, for an mcp 1 server."""
+
+    method: str
+    params: Mapping[str, Any]
+
+
 def _succeeded(result: Any) -> bool:
     """Whether a ``tools/call`` handler's result is a complete, successful tool result."""
     if isinstance(result, Mapping):
@@ -251,6 +279,7 @@ def _refusal(answer: Answer) -> Any:
     if PAYMENT_RESPONSE in headers:
         meta = {PAYMENT_RESPONSE_META: decode_json_header(headers[PAYMENT_RESPONSE])}
     text = json.dumps(structured, separators=(",", ":"), ensure_ascii=False)
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=structured, is_error=True, _meta=meta
-    )
+    result = {"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": True}
+    if meta is not None:
+        result["_meta"] = meta
+    return CallToolResult.model_validate(result)  # by the wire names: the same in mcp 1 and 2
