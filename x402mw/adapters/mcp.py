@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpx
 from mcp.types import CallToolResult
 
@@ -229,10 +230,12 @@ class PaidTools:
         return _with_meta(result, {PAYMENT_RESPONSE_META: settled.settlement.response.to_wire()})
 
     async def _release(self, held: Held) -> None:
-        try:
-            await self._seller.run(self._gate.release(held))
-        except Exception:
-            logger.exception("could not release held payment %s", held.payment_id)
+        # Shielded: a call cancelled while its tool ran (the client went away) still gives its hold up.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._seller.run(self._gate.release(held))
+            except Exception:
+                logger.exception("could not release held payment %s", held.payment_id)
 
 
 @dataclass(frozen=True, slots=True)
