@@ -199,6 +199,46 @@ async def test_a_tool_error_result_is_not_charged_and_a_failed_settlement_gives_
     assert await asyncio.to_thread(payments, deployment) == []  # released, both
 
 
+async def test_a_call_cancelled_while_its_tool_runs_releases_its_hold(dev_platform: PlatformHarness) -> None:
+    deployment = await asyncio.to_thread(dev_platform.deploy, resource_url="mcp://tool/endless")
+    server = MCPServer("weather")
+
+    @server.tool()
+    async def endless(city: str) -> str:
+        await anyio.sleep(3600)
+        return city
+
+    tools = {"endless": deployment.endpoint_id}
+    server.paid = paid = PaidTools(api_key=deployment.api_key, platform_url=dev_platform.url, tools=tools)  # type: ignore[attr-defined]
+    paid.install(server)
+    with served(server) as url:
+        async with connected(url) as client:
+            offer = payment_required(await client.call_tool("endless", {"city": "Oslo"}))
+            assert offer is not None
+            payload = deployment.agent.sign_payment(offer.accepts[0], resource=offer.resource).to_wire()
+            with anyio.move_on_after(30):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(
+                        lambda: client.call_tool("endless", {"city": "Oslo"}, meta={"x402/payment": payload})
+                    )
+                    await _until(lambda: _statuses(deployment) == ["held"])
+                    group.cancel_scope.cancel()  # the agent gives up: notifications/cancelled
+            await _until(lambda: _statuses(deployment) == [])  # released, nothing taken
+    assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == 0
+
+
+def _statuses(deployment: Deployment) -> list[str]:
+    return [payment["status"] for payment in payments(deployment)]
+
+
+async def _until(condition: Any, seconds: float = 20) -> None:
+    for _ in range(int(seconds / 0.1)):
+        if await asyncio.to_thread(condition):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the condition never held")
+
+
 async def test_dynamic_price_and_caps(dev_platform: PlatformHarness) -> None:
     deployment = await asyncio.to_thread(
         dev_platform.deploy, amount_minor=None, pricing="dynamic", resource_url="mcp://tool/forecast"
