@@ -5,7 +5,8 @@ reads it (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so that another worker leav
 is sent, and sends it again if this one stops before recording the outcome (at least once; the
 Message-ID stays the same). A failed send is retried after ``1 min × 2^attempt`` (capped at an hour)
 until `GIVE_UP_AFTER`, then marked failed. An email whose invoice is no longer open when its turn
-comes (paid, or voided) is ``skipped``: it would ask for a payment nobody owes.
+comes (paid, or voided) is ``skipped``: it would ask for a payment nobody owes; the emails that bring
+the customer page link (``subscribed``, ``access``) go anyway, with a pay link only while it is open.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
-from x402mw.platform.emails.messages import Notice, compose
+from x402mw.platform.emails.messages import LINK_KINDS, Notice, compose
 from x402mw.platform.emails.transport import EmailTransport
 from x402mw.platform.services.billing_periods import grace_end
 from x402mw.platform.services.customer_links import CustomerLinks
@@ -114,6 +115,8 @@ class EmailOutbox:
                             plans.c.name.label("plan_name"),
                             plans.c.interval,
                             plans.c.grace_days,
+                            plans.c.amount_minor.label("plan_amount"),
+                            plans.c.currency.label("plan_currency"),
                             merchants.c.name.label("merchant_name"),
                         )
                         .join(plans, plans.c.id == subs.c.plan_id)
@@ -131,9 +134,18 @@ class EmailOutbox:
                     .mappings()
                     .first()
                 )
-        if found is None or invoice is None or invoice["status"] != "open":
+        unpaid = invoice if invoice is not None and invoice["status"] == "open" else None
+        if found is None or (unpaid is None and email["kind"] not in LINK_KINDS):
             return None
         sub = aware(found)
+        amount, currency = (
+            (sub["plan_amount"], sub["plan_currency"])
+            if unpaid is None
+            else (
+                unpaid["amount_minor"],
+                unpaid["currency"],
+            )
+        )
         grace = self.grace_days if sub["grace_days"] is None else int(sub["grace_days"])
         ends = None
         if email["kind"] == "past_due" and sub["past_due_at"] is not None:
@@ -145,11 +157,11 @@ class EmailOutbox:
             merchant=str(sub["merchant_name"]),
             plan=str(sub["plan_name"]),
             interval={"weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year"}[sub["interval"]],
-            amount=format_amount(invoice["amount_minor"], DECIMALS),
-            currency=str(invoice["currency"]),
+            amount=format_amount(amount, DECIMALS),
+            currency=str(currency),
             period_end=sub["current_period_end"],
             grace_end=ends,
-            pay_url=f"{self.links.checkout_url_base}/pi_{invoice['payment_intent_id']}",
+            pay_url=None if unpaid is None else f"{self.links.checkout_url_base}/pi_{unpaid['payment_intent_id']}",
             page_url=self.links.page_url(str(sub["id"])),
             livemode=bool(sub["livemode"]),
         )
