@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hmac
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -40,13 +39,12 @@ from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.pages import display_amount, not_found_page
 from x402mw.platform.db import tables
 from x402mw.platform.request_ids import current_request_id
-from x402mw.platform.services.customer_links import spend_form_token
+from x402mw.platform.services.customer_links import merchant_signed, spend_form_token
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import DECIMALS
 from x402mw.platform.services.subscription_plans import find_plan_by_ref
 from x402mw.platform.services.subscription_steps import aware
 from x402mw.platform.timestamps import iso
-from x402mw.protocol.customer_signatures import customer_signature
 from x402mw.protocol.prices import format_amount
 
 if TYPE_CHECKING:
@@ -159,26 +157,8 @@ def _signed(request: Request) -> tuple[str, str] | None:
 
 
 async def _vouched(platform: Platform, plan: Mapping[str, Any], customer: str, signed: tuple[str, str]) -> bool:
-    """Whether ``signed`` is the merchant's signature of ``customer``, unexpired, by one of its keys of the
-    plan's mode that is not revoked."""
-    expires, signature = signed
-    if not customer or not (expires.isascii() and expires.isdigit()) or len(expires) > 12 or len(signature) > 64:
-        return False
-    if int(expires) < platform.clock.now().timestamp():
-        return False
-    keys = tables.api_keys
-    async with platform.engine.connect() as conn:
-        hashes = await conn.scalars(
-            select(keys.c.key_hash).where(
-                keys.c.merchant_id == plan["merchant_id"],
-                keys.c.livemode == plan["livemode"],
-                keys.c.revoked_at.is_(None),
-            )
-        )
-        found = False
-        for key in hashes:
-            found |= hmac.compare_digest(customer_signature(key, customer, int(expires)).encode(), signature.encode())
-    return found
+    merchant, livemode, now = plan["merchant_id"], plan["livemode"], platform.clock.now()
+    return await merchant_signed(platform.engine, merchant, livemode, customer, *signed, now)
 
 
 def _expired_link(request: Request) -> HTMLResponse:

@@ -21,13 +21,14 @@ import secrets
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
+from x402mw.protocol.customer_signatures import customer_signature
 
-__all__ = ["FORM_LIFETIME", "CustomerLinks", "spend_form_token"]
+__all__ = ["FORM_LIFETIME", "CustomerLinks", "merchant_signed", "spend_form_token"]
 
 FORM_LIFETIME = timedelta(hours=2)
 _MAC_BYTES = 16
@@ -102,3 +103,28 @@ async def spend_form_token(engine: AsyncEngine, token: str, now: datetime) -> bo
         first = insert_for(uses).values(token_hash=digest, used_at=now).on_conflict_do_nothing()
         spent = await conn.scalar(first.returning(uses.c.token_hash))
     return spent is not None
+
+
+async def merchant_signed(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, customer: str, expires: str, signature: str, now: datetime
+) -> bool:
+    """Whether ``signature`` is the merchant's signature of ``customer`` until ``expires`` (unix seconds,
+    not past at ``now``) by one of its API keys of the mode that is not revoked
+    (`x402mw.protocol.customer_signatures`)."""
+    if not customer or not (expires.isascii() and expires.isdigit()) or len(expires) > 12 or len(signature) > 64:
+        return False
+    if int(expires) < now.timestamp():
+        return False
+    keys = tables.api_keys
+    async with engine.connect() as conn:
+        hashes = list(
+            await conn.scalars(
+                select(keys.c.key_hash).where(
+                    keys.c.merchant_id == merchant_id, keys.c.livemode == livemode, keys.c.revoked_at.is_(None)
+                )
+            )
+        )
+    found = False
+    for key in hashes:  # every key: the time taken does not say which one signed
+        found |= hmac.compare_digest(customer_signature(key, customer, int(expires)).encode(), signature.encode())
+    return found
