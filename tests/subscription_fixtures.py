@@ -61,6 +61,7 @@ class Mailbox:
 
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
+        self.recipients: list[list[str]] = []  # each message's envelope (RCPT TO), in step with messages
         self.gate = threading.Event()
         self.gate.set()
         self._lock = threading.Lock()
@@ -74,6 +75,7 @@ class Mailbox:
         assert isinstance(message, EmailMessage)
         with self._lock:
             self.messages.append(message)
+            self.recipients.append(list(envelope.rcpt_tos))
         return "250 Message accepted for delivery"
 
     def start(self) -> Mailbox:

@@ -204,7 +204,11 @@ def _refund_events(shop: Shop, order_id: str) -> list[tuple[str, str, str | None
         or (e.data.get("paymentIntent") or {}).get("id") == order_id
     ]
     return [
-        (e.type, (e.data.get("refund") or e.data["paymentIntent"])["status"], (e.data.get("refund") or {}).get("reason"))
+        (
+            e.type,
+            (e.data.get("refund") or e.data["paymentIntent"])["status"],
+            (e.data.get("refund") or {}).get("reason"),
+        )
         for e in sorted(about, key=lambda e: (e.created_at, e.id))
     ]
 
