@@ -154,7 +154,7 @@ class SubscriberEmail(ResponseModel):
     subscription_id: str
     invoice_id: str | None
     status: Literal["failed"]
-    attempts: int = Field(description="sending attempts made; 0 when the email could not even be built")
+    attempts: int = Field(description="sends tried; an email that cannot be built is not sent at all")
     failure_reason: str
     livemode: bool
     created_at: Timestamp
