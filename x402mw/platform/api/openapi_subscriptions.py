@@ -69,7 +69,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "planId": "an active plan of the merchant's",
         "merchantCustomerId": f"the merchant's own id of the customer, 1–{MAX_CUSTOMER_ID} characters; echoed "
         "unchanged in every webhook",
-        "customerEmail": "where renewal invoices, reminders and past-due notices are sent",
+        "customerEmail": "where renewal invoices, reminders and past-due notices are sent: exactly one address "
+        "(`local@domain.example`), no list, group or display name",
         "testClock": "test keys only: a test clock of the merchant's, whose time the subscription lives by",
     },
     "SubscriptionCancel": {

@@ -242,6 +242,7 @@ class PaymentIntent(SQLModel, table=True):
     # ``amount`` as the merchant sent it (``"25.00"``), answered as sent; NULL: a JSON number was sent
     amount_text: str | None = Field(default=None, max_length=32)
     payment_link_id: str | None = Field(default=None, max_length=36, index=True)  # the link a buyer opened
+    description: str | None = Field(default=None, max_length=1000)  # what is bought, shown at checkout
     # The signed authorization being relayed for this order (its payload hash, x402mw.platform.checkout.relay):
     # one at a time, so that two wallets or agents cannot both pay it.
     relay_hash: str | None = Field(default=None, max_length=64)

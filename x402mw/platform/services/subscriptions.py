@@ -88,7 +88,8 @@ async def void_open_invoice(
     conn: AsyncConnection, sub: Mapping[str, Any], at: datetime, now: datetime, base: str
 ) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
     """Void ``sub``'s open invoice and cancel its payment order (unless a payment is already on its
-    way: such an order is left to finish, and its payment no longer counts for the subscription).
+    way: such an order is left to finish, and its payment, which no longer counts for the
+    subscription, is refunded to its payer once confirmed: `subscription_payments`).
     The invoice and the order as they now are, or (None, None)."""
     if sub["open_invoice_id"] is None:
         return None, None

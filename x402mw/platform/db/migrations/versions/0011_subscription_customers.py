@@ -2,7 +2,7 @@
 invoice orders without the customer page as their public successUrl
 
 Revision ID: 0011
-Revises: 0010
+Revises: 0017
 Create Date: 2026-11-26 02:10:00.000000
 """
 
@@ -12,7 +12,7 @@ import sqlmodel
 
 
 revision = '0011'
-down_revision = '0010'
+down_revision = '0017'
 branch_labels = None
 depends_on = None
 
