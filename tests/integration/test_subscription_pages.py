@@ -4,6 +4,7 @@ payment and customer page links, and the hosted subscribe and customer pages, dr
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -20,6 +21,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.browser.conftest import assert_accessible
 from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
 from x402mw.client.merchant import signed_subscribe_url
+from x402mw.platform.db.engine import create_engine_for
+from x402mw.platform.services.customer_links import spend_form_token
 from x402mw.platform.services.merchants import create_api_key, revoke_api_key
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -396,3 +399,30 @@ def test_subscribe_posts_are_rate_limited_and_a_form_token_is_good_once(shop: Sh
     made = shop.ok(shop.api.get("/subscriptions", params={"planId": plan["id"], "limit": 100}))["data"]
     assert len(made) == 1, len(made)
     assert statuses[0] == 303 and set(statuses[1:30]) == {400} and set(statuses[30:]) == {429}, statuses
+
+
+def test_a_spent_form_token_is_spent_for_every_process_on_the_database(shop: Shop) -> None:
+    """The single use is kept in the database: another process's engine finds the token the serving
+    process took, and of two engines taking one new token at once, one gets it."""
+    plan = shop.plan(name="Once plan")
+    harness = shop.harness
+    url = harness.platform.settings.database_url.get_secret_value()
+    with httpx.Client(timeout=60) as visitor:
+        token = _form_token(visitor, plan["checkoutUrl"])
+        fields = {"token": token, "email": f"once-{uuid.uuid4().hex[:8]}@example.com", "customer": ""}
+        assert visitor.post(plan["checkoutUrl"], data=fields).status_code == 303
+        fresh = _form_token(visitor, plan["checkoutUrl"])
+
+    async def elsewhere(platform: Any) -> list[bool]:
+        other = create_engine_for(url, pool_size=2)  # another process's pool on the same database
+        try:
+            now = platform.clock.now()
+            spent_before = await spend_form_token(other, token, now)
+            both = await asyncio.gather(
+                spend_form_token(other, fresh, now), spend_form_token(platform.engine, fresh, now)
+            )
+            return [spent_before, *sorted(both)]
+        finally:
+            await other.dispose()
+
+    assert harness.server.call(elsewhere) == [False, False, True]
