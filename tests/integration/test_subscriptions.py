@@ -107,7 +107,10 @@ def test_the_first_confirmed_payment_activates_it(shop: Shop) -> None:
     assert (event.data["invoice"]["status"], event.data["invoice"]["periodEnd"]) == ("paid", "2026-02-28T10:00:00.000Z")
     assert event.data["paymentIntent"]["status"] == "succeeded"
     assert event.data["paymentIntent"]["txHash"] == paid["txHash"]
-    assert shop.subscription(sub_id) == sub
+    answered = shop.subscription(sub_id)
+    assert sub["customerPageUrl"] is None  # the customer's page link is in the API's answers, never in events
+    assert answered == sub | {"customerPageUrl": answered["customerPageUrl"]}
+    assert httpx.get(answered["customerPageUrl"], timeout=60).status_code == 200
 
 
 def test_a_renewal_paid_in_time_extends_the_period_from_its_end(shop: Shop) -> None:

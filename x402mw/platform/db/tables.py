@@ -16,6 +16,7 @@ __all__ = [
     "deposit_addresses",
     "embedded_chains",
     "events",
+    "form_token_uses",
     "idempotency_keys",
     "incoming_transfers",
     "ledger_entries",
@@ -56,3 +57,4 @@ subscriptions = _tables["subscriptions"]
 subscription_invoices = _tables["subscription_invoices"]
 subscription_emails = _tables["subscription_emails"]
 test_clocks = _tables["test_clocks"]
+form_token_uses = _tables["form_token_uses"]

@@ -1,9 +1,12 @@
 """What each subscriber email says, in plain text and HTML (jinja2 templates in ``templates/``).
 
-Three kinds: ``invoice_opened`` (a renewal invoice is ready), ``reminder`` (the period ends in a day
-and the invoice is unpaid) and ``past_due`` (the period ended unpaid; access ends with the grace
-period). Each carries the payment link (the invoice's payment order ``checkoutUrl``) and the link to
-the customer's subscription page.
+Five kinds: ``subscribed`` (a subscription was opened on the hosted subscribe page), ``access`` (its
+customer asked the subscribe page for their link), ``invoice_opened`` (a renewal invoice is ready),
+``reminder`` (the period ends in a day and the invoice is unpaid) and ``past_due`` (the period ended
+unpaid; access ends with the grace period). Each carries the link to the customer's subscription page
+and, while an invoice is unpaid, its payment link (the payment order's ``checkoutUrl``). The
+subscription page link reaches the customer this way, or through the merchant: never on a page a
+visitor reaches without it.
 
 An email that cannot be built is `UnbuildableEmail`, a fact of its notice that no retry changes: a
 recipient that is not exactly one address (`addresses.is_addr_spec`; rows written before the API
@@ -25,9 +28,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from x402mw.platform.emails.addresses import header_text, is_addr_spec
 
-__all__ = ["KINDS", "Notice", "UnbuildableEmail", "compose"]
+__all__ = ["KINDS", "LINK_KINDS", "Notice", "UnbuildableEmail", "compose"]
 
-KINDS = ("invoice_opened", "reminder", "past_due")
+KINDS = ("subscribed", "access", "invoice_opened", "reminder", "past_due")
+LINK_KINDS = ("subscribed", "access")  # sent for the subscription page link, with or without an invoice due
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ def _environment() -> Environment:
 
 def _subject(notice: Notice) -> str:
     what = f"{header_text(notice.merchant)}: {header_text(notice.plan)}"
+    if notice.kind == "subscribed":
+        return f"{what}: your subscription"
+    if notice.kind == "access":
+        return f"{what}: the link to your subscription"
     if notice.kind == "invoice_opened":
         return f"{what} renewal: {notice.amount} {notice.currency} to pay"
     if notice.kind == "reminder":

@@ -8,7 +8,8 @@ until `GIVE_UP_AFTER`, then marked failed. An email that cannot be built (`Unbui
 address is not one address, from a row written before the API checked that) is marked failed at
 once, without a retry. Either way the merchant gets an ``email.failed`` event, in the transaction
 that marks it. An email whose invoice is no longer open when its turn comes (paid, or voided) is
-``skipped``: it would ask for a payment nobody owes.
+``skipped``: it would ask for a payment nobody owes; the emails that bring the customer page link
+(``subscribed``, ``access``) go anyway, with a pay link only while it is open.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
-from x402mw.platform.emails.messages import Notice, UnbuildableEmail, compose
+from x402mw.platform.emails.messages import LINK_KINDS, Notice, UnbuildableEmail, compose
 from x402mw.platform.emails.transport import EmailTransport
 from x402mw.platform.objects.subscriptions import SubscriberEmail, SubscriberEmailEnvelope
 from x402mw.platform.services.billing_periods import grace_end
@@ -146,7 +147,8 @@ class EmailOutbox:
             )
 
     async def _notice(self, email: Mapping[str, Any]) -> Notice | None:
-        """What the email says, from the subscription as it now is; None once its invoice is not open."""
+        """What the email says, from the subscription as it now is; None once its invoice is not open
+        (but for the emails of the customer page link, which go without a pay link)."""
         subs, plans, merchants = tables.subscriptions, tables.subscription_plans, tables.merchants
         invoices = tables.subscription_invoices
         async with self.engine.connect() as conn:
@@ -158,6 +160,8 @@ class EmailOutbox:
                             plans.c.name.label("plan_name"),
                             plans.c.interval,
                             plans.c.grace_days,
+                            plans.c.amount_minor.label("plan_amount"),
+                            plans.c.currency.label("plan_currency"),
                             merchants.c.name.label("merchant_name"),
                         )
                         .join(plans, plans.c.id == subs.c.plan_id)
@@ -175,9 +179,12 @@ class EmailOutbox:
                     .mappings()
                     .first()
                 )
-        if found is None or invoice is None or invoice["status"] != "open":
+        unpaid = invoice if invoice is not None and invoice["status"] == "open" else None
+        if found is None or (unpaid is None and email["kind"] not in LINK_KINDS):
             return None
         sub = aware(found)
+        due = sub if unpaid is None else {"plan_amount": unpaid["amount_minor"], "plan_currency": unpaid["currency"]}
+        amount, currency = due["plan_amount"], due["plan_currency"]
         grace = self.grace_days if sub["grace_days"] is None else int(sub["grace_days"])
         ends = None
         if email["kind"] == "past_due" and sub["past_due_at"] is not None:
@@ -189,11 +196,11 @@ class EmailOutbox:
             merchant=str(sub["merchant_name"]),
             plan=str(sub["plan_name"]),
             interval={"weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year"}[sub["interval"]],
-            amount=format_amount(invoice["amount_minor"], DECIMALS),
-            currency=str(invoice["currency"]),
+            amount=format_amount(amount, DECIMALS),
+            currency=str(currency),
             period_end=sub["current_period_end"],
             grace_end=ends,
-            pay_url=f"{self.links.checkout_url_base}/pi_{invoice['payment_intent_id']}",
+            pay_url=None if unpaid is None else f"{self.links.checkout_url_base}/pi_{unpaid['payment_intent_id']}",
             page_url=self.links.page_url(str(sub["id"])),
             livemode=bool(sub["livemode"]),
         )

@@ -75,6 +75,11 @@ class Subscription(ResponseModel):
     canceled_at: Timestamp | None
     ended_at: Timestamp | None
     test_clock: str | None = Field(description="the test clock it lives on, if any")
+    customer_page_url: str | None = Field(
+        None,
+        description="the customer's own page of it (status, invoices, pay, cancel): a signed link for the "
+        "customer alone, to offer as 'manage my subscription'. In the API's answers; null in webhook events",
+    )
     livemode: bool
     created_at: Timestamp
     updated_at: Timestamp
@@ -149,7 +154,7 @@ class SubscriberEmail(ResponseModel):
 
     id: str
     object: Literal["subscription_email"] = "subscription_email"
-    kind: str = Field(description="invoice_opened, reminder or past_due")
+    kind: str = Field(description="subscribed, access, invoice_opened, reminder or past_due")
     to: str = Field(description="the address it was for, as the subscription has it")
     subscription_id: str
     invoice_id: str | None
