@@ -10,6 +10,7 @@ it was issued, and challenges already issued are unaffected."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -20,6 +21,10 @@ import pytest
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.evm.keys import address_of, new_private_key
+from x402mw.platform.app import create_app
+from x402mw.platform.runtime import Platform
+from x402mw.platform.services.endpoints import EndpointDirectory
+from x402mw.platform.services.merchants import KeyRing
 from x402mw.protocol import (
     PaymentRequirements,
     decode_payment_required,
@@ -202,3 +207,41 @@ async def test_a_payment_on_the_old_terms_is_served_by_a_seller_that_has_the_new
             await anyio.to_thread.run_sync(sync_seller.close)
         if async_seller is not None:
             await async_seller.aclose()
+
+
+async def test_a_payout_address_set_through_another_platform_process_is_paid_at_once(
+    dev_platform: PlatformHarness,
+) -> None:
+    """The platform process that settles has read the endpoint a moment before another process
+    took its PATCH; a seller that has the new terms (one background round later) is paid on them."""
+    deployment = await anyio.to_thread.run_sync(lambda: dev_platform.deploy(fund="1"))
+    platform = dev_platform.platform
+    # Another platform process: the same database, caches of its own.
+    other = dataclasses.replace(platform, keys=KeyRing(platform.engine), endpoints=EndpointDirectory(platform.engine))
+    other_app = create_app(platform=other)
+    other_app.state.platform = other  # its lifespan would set it; ASGITransport runs none
+    new_payout = address_of(new_private_key())
+
+    async def read_then_patch_elsewhere(platform: Platform) -> None:
+        await platform.endpoints.get(deployment.merchant_id, False, deployment.endpoint_id)
+        headers = {"Authorization": f"Bearer {deployment.api_key}"}
+        transport = httpx.ASGITransport(app=other_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://other/v1", headers=headers) as api:
+            reply = await api.patch(f"/agent/endpoints/{deployment.endpoint_id}", json={"payoutAddress": new_payout})
+        assert reply.status_code == 200, reply.text
+
+    clock = _Clock()
+    gate = PaymentGate(api_key=deployment.api_key, platform_url=dev_platform.url, clock=clock)
+    seller, route = AsyncSeller(gate), PaidRoute(deployment.endpoint_id)
+    try:
+        assert _offer(await seller.run(gate.process(route, _view()))).pay_to.lower() == deployment.payout.lower()
+        await anyio.to_thread.run_sync(lambda: dev_platform.server.call(read_then_patch_elsewhere))
+        clock.now += TERMS_REFRESH_SECONDS
+        await seller.flush()
+        offer = _offer(await seller.run(gate.process(route, _view())))
+        assert offer.pay_to.lower() == new_payout.lower()
+        decision = await seller.run(gate.process(route, _view(_paying(deployment, offer)["PAYMENT-SIGNATURE"])))
+        assert isinstance(decision, Serve), decision
+        assert decision.settlement.pay_to.lower() == new_payout.lower()
+    finally:
+        await seller.aclose()
