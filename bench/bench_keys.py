@@ -11,7 +11,10 @@ same run on the same platform, interleaved, best of several rounds:
 - ``lookup``: no cache, the key's row read by its hash on each request (what the platform does).
 
 Each is timed on the API path, a merchant's ``GET /v1/agent/endpoints`` through the platform's
-ASGI app in-process (no sockets), and on the key check alone. On SQLite and PostgreSQL::
+ASGI app in-process (no sockets), and on the key check alone. Also timed, with the key read each
+time: what one seller's revalidation of an endpoint's terms costs the platform (every second per
+endpoint and seller process: ``GET /v1/agent/endpoints/:id`` with ``If-None-Match``, answered
+``304``). On SQLite and PostgreSQL::
 
     python -m bench.bench_keys [REQUESTS] [ROUNDS]      # defaults: 300 5
 """
@@ -38,6 +41,13 @@ from x402mw.platform.services.cache import TTLCache
 from x402mw.platform.services.merchants import Caller, KeyRing, create_api_key, create_merchant, hash_key, lookup_key
 from x402mw.platform.settings import PlatformSettings
 
+ENDPOINT = {
+    "name": "Weather",
+    "resourceUrl": "http://bench/weather",
+    "currency": "USDC",
+    "payoutAddress": "0x" + "bb" * 20,
+    "amountMinor": "10000",
+}
 POSTGRES_URL = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -89,6 +99,8 @@ def _database(kind: str, workdir: Path) -> Iterator[str]:
 
 
 async def _measure(kind: str, url: str, workdir: Path, n: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """For each key ring, the best time per API request and per key check alone; under
+    ``"revalidation"``, the best time per 304 revalidation of an endpoint (in both places)."""
     platform = await Platform.start(PlatformSettings(database_url=url, data_dir=workdir))
     try:
         merchant = await create_merchant(platform.engine, "Bench")
@@ -103,6 +115,13 @@ async def _measure(kind: str, url: str, workdir: Path, n: int, rounds: int) -> d
         best = {name: (float("inf"), float("inf")) for name in rings}
         headers = {"Authorization": f"Bearer {key}"}
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://bench/v1") as client:
+            chain_id = next(iter(platform.chains)).chain_id
+            endpoint = await client.post("/agent/endpoints", headers=headers, json=ENDPOINT | {"chainId": chain_id})
+            assert endpoint.status_code == 201, endpoint.text
+            path = f"/agent/endpoints/{endpoint.json()['endpoint']['id']}"
+            etag = (await client.get(path, headers=headers)).headers["ETag"]
+            conditional = headers | {"If-None-Match": etag}
+            revalidation = float("inf")
             for _ in range(rounds + 1):  # the first round warms up
                 for name, ring in rings.items():
                     platform.keys = ring
@@ -116,7 +135,12 @@ async def _measure(kind: str, url: str, workdir: Path, n: int, rounds: int) -> d
                         assert await ring.lookup(key) is not None
                     check = (time.perf_counter() - start) / n
                     best[name] = (min(best[name][0], api), min(best[name][1], check))
-        return best
+                platform.keys = rings["lookup"]
+                start = time.perf_counter()
+                for _ in range(n):
+                    assert (await client.get(path, headers=conditional)).status_code == 304
+                revalidation = min(revalidation, (time.perf_counter() - start) / n)
+        return best | {"revalidation": (revalidation, revalidation)}
     finally:
         await platform.aclose()
 
@@ -127,6 +151,7 @@ def run(n: int = 300, rounds: int = 5) -> dict[str, dict[str, tuple[float, float
         with tempfile.TemporaryDirectory() as tmp, _database(kind, Path(tmp)) as url:
             best = asyncio.run(_measure(kind, url, Path(tmp), n, rounds))
         results[kind] = best
+        revalidation, _ = best.pop("revalidation")
         base_api, base_check = best["ttl"]
         for name, (api, check) in best.items():
             print(
@@ -134,6 +159,10 @@ def run(n: int = 300, rounds: int = 5) -> dict[str, dict[str, tuple[float, float
                 f"({api / base_api:.2f}x the 2 s cache), the check alone {check * 1e6:6.0f} µs "
                 f"(+{(check - base_check) * 1e6:.0f} µs)"
             )
+        print(
+            f"a seller's revalidation of an endpoint on {kind} (GET /v1/agent/endpoints/:id with If-None-Match, "
+            f"304): {revalidation * 1e6:.0f} µs, {revalidation / base_api:.2f}x a list request with the 2 s cache"
+        )
     return results
 
 
