@@ -50,11 +50,12 @@ def _patch(deployment: Deployment, **changes: Any) -> dict[str, Any]:
     return dict(reply.json()["endpoint"])
 
 
-def _offer(answer: Answer | httpx.Response) -> PaymentRequirements:
+def _offer(answer: object) -> PaymentRequirements:
     """The offer of a 402 (a gate's answer, or a seller's response)."""
     if isinstance(answer, Answer):
         status, header = answer.status, dict(answer.headers).get("PAYMENT-REQUIRED")
     else:
+        assert isinstance(answer, httpx.Response), answer
         status, header = answer.status_code, answer.headers.get("PAYMENT-REQUIRED")
     assert status == 402 and header, answer
     return decode_payment_required(header).accepts[0]
