@@ -43,8 +43,16 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "minter_key": (KEY, KEY),
     "dev_fund_addresses": (f"{USDC},{EURC}", [USDC, EURC]),
     "chains": (
-        json.dumps([{"rpc_url": ANVIL, "tokens": {"usdc": USDC}, "confirmations": 2}]),
-        [{"rpc_url": ANVIL, "tokens": {"USDC": USDC}, "confirmations": 2, "minter_key": None}],
+        json.dumps([{"rpc_url": [ANVIL, "https://node.example/v2"], "tokens": {"usdc": USDC}, "confirmations": 2}]),
+        [
+            {
+                "rpc_url": ANVIL,
+                "more_rpc_urls": ["https://node.example/v2"],
+                "tokens": {"USDC": USDC},
+                "confirmations": 2,
+                "minter_key": None,
+            }
+        ],
     ),
     "relayer_key": (KEY, KEY),
     "receipt_key": (KEY, KEY),

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.errors import ConfigurationError
 from x402mw.evm.keys import address_of
+from x402mw.platform.chain.providers import FailoverJsonRpc
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
@@ -165,8 +166,7 @@ async def _connect(
         relayer = Relayer(dev.rpc, relayer_key, chain_id=dev.chain_id)
         await relayer.start()
         return ChainHandle(network, dev.rpc, relayer, chain.confirmations or 1, dev=dev)
-    rpc: JsonRpc = HttpJsonRpc(chain.rpc_url.get_secret_value())
-    chain_id = int(await rpc.request("eth_chainId", []), 16)
+    rpc, chain_id = await _providers(chain)
     known = get_network(chain_id)
     if chain.tokens:
         assets = {}
@@ -207,6 +207,31 @@ async def _connect(
     await relayer.start()
     minter = parse_private_key(chain.minter_key.get_secret_value()) if chain.minter_key else None
     return ChainHandle(network, rpc, relayer, chain.confirmations or network.confirmations, minter_key=minter)
+
+
+async def _providers(chain: ChainSettings) -> tuple[JsonRpc, int]:
+    """The chain's JSON-RPC access (one provider, or several behind a `FailoverJsonRpc`) and its id,
+    read from the first provider that answers."""
+    urls = chain.rpc_urls
+    providers = [HttpJsonRpc(url.get_secret_value()) for url in urls]
+    error: BaseException | None = None
+    for provider in providers:
+        try:
+            chain_id = int(await provider.request("eth_chainId", []), 16)
+            break
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            error = error or exc
+            if len(providers) == 1:
+                raise
+    else:
+        for provider in providers:
+            await provider.aclose()
+        assert error is not None
+        raise error
+    if len(providers) == 1:
+        return providers[0], chain_id
+    names = [f"{n}:{shown_url(url)}" for n, url in enumerate(urls)]
+    return FailoverJsonRpc(providers, network=f"eip155:{chain_id}", names=names), chain_id
 
 
 def _key(given: SecretStr | None, path: Path) -> bytes:
