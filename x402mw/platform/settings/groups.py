@@ -157,6 +157,36 @@ class ChainAccessSettings(SettingsGroup):
         "X402MW_RPC_URL, X402MW_TOKENS, X402MW_CONFIRMATIONS and X402MW_MINTER_KEY, which apply to every chain.",
     )
 
+    relayer_pool_size: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="Relayer accounts per chain reached over JSON-RPC, derived from the relayer key and leased "
+        "by the processes (each sends only from accounts it holds); 0: the relayer key alone, shared by every "
+        "process. Written to the database at start-up; `x402mw platform relayer-pool` changes it while running.",
+    )
+    relayer_pool_keys: Annotated[list[PrivateKey], NoDecode, CommaSeparated] = Field(
+        default_factory=list,
+        description="The pool's accounts as keys (comma-separated), instead of keys derived from the relayer key.",
+    )
+    relayer_in_flight_cap: int = Field(
+        16, ge=1, le=1024, description="Transactions one relayer account of a pool may have in flight."
+    )
+    relayer_lease_seconds: float = Field(
+        30.0,
+        ge=3,
+        le=3600,
+        allow_inf_nan=False,
+        description="How long a process holds a pool account without renewing it: a stopped process's "
+        "accounts are taken over this long after it stopped.",
+    )
+    relayer_gas_floor_wei: int = Field(
+        10**17,
+        ge=0,
+        description="A pool account whose gas balance falls below this many wei is topped up to twice as "
+        "much from the relayer key's account.",
+    )
+
     @field_validator("tokens", "minter_key")
     @classmethod
     def _on_a_chain_of_an_rpc_url(cls, value: Any, info: ValidationInfo) -> Any:
