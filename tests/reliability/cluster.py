@@ -52,14 +52,16 @@ class PlatformProcess:
     popen: subprocess.Popen[bytes] | None = None
     metrics_port: int | None = None
 
-    def metric(self, name: str) -> float:
-        """The sum of metric ``name``'s samples (every label set) the process serves now."""
+    def metric(self, name: str, *, without: str | None = None) -> float:
+        """The sum of metric ``name``'s samples (every label set, but those whose line holds
+        ``without``) the process serves now."""
         assert self.metrics_port is not None, f"{self.name} serves no metrics"
         text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
         return sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
             if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ")
+            if without is None or without not in line
         )
 
     @property

@@ -26,7 +26,7 @@ What is measured:
   settlement less the chain's part.
 - ``x402mw_relayer_transactions_total{network, result}``: transactions the relayer submitted
   (``sent``) or the node refused (``refused``).
-- ``x402mw_relayer_nonce_resyncs_total{network}``: times a relayer account found a nonce it used
+- ``x402mw_relayer_nonce_resyncs_total{network, address}``: times a relayer account found a nonce it used
   taken by another sender and read its nonces from the node again (0 while no two processes share
   an account).
 - ``x402mw_relayer_account_balance_wei``, ``x402mw_relayer_account_in_flight`` (each
@@ -107,7 +107,7 @@ RELAYER_TRANSACTIONS = Counter(
 RELAYER_NONCE_RESYNCS = Counter(
     "x402mw_relayer_nonce_resyncs",
     "Times a relayer account found its nonces taken by another sender (the node said so) and resynced.",
-    ["network"],
+    ["network", "address"],
 )
 RELAYER_BALANCE = Gauge(
     "x402mw_relayer_account_balance_wei",

@@ -40,8 +40,8 @@ _FULL_FOR = 1.0  # seconds an account the node called full gets no new work
 class RelayerPool:
     """The relayer accounts this process holds on one chain (see the module's docstring).
 
-    ``reader`` is a relayer that never sends (the funding account's): simulations and receipts go
-    through it while the process holds no account. ``can_pay`` says whether an account's gas
+    ``reader`` is the funding account's relayer (it sends only top-ups): simulations and receipts
+    go through it while the process holds no account. ``can_pay`` says whether an account's gas
     balance, as last read, pays for a transaction (set by whoever reads balances)."""
 
     def __init__(

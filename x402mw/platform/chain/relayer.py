@@ -189,7 +189,7 @@ class Relayer:
         self.available = True
         network = f"eip155:{chain_id}"
         self._counts = {result: RELAYER_TRANSACTIONS.labels(network, result) for result in _RESULTS}
-        self._resyncs = RELAYER_NONCE_RESYNCS.labels(network)
+        self._resyncs = RELAYER_NONCE_RESYNCS.labels(network, self.address)
 
     def __repr__(self) -> str:
         return f"Relayer(address={self.address!r}, chain_id={self.chain_id})"

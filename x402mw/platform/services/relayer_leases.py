@@ -39,7 +39,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.pool import RelayerPool
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.db import tables
 from x402mw.platform.metrics import RELAYER_BALANCE, RELAYER_IN_FLIGHT, RELAYER_LEASE
 
@@ -103,6 +102,9 @@ class RelayerLeases:
         self.holder = holder or holder_name()
         self.size = 0
         self._keys: dict[str, bytes] = {}  # by address, the accounts held
+        self._addresses: dict[int, str] = {}  # by slot
+        self._funder = address_of(relayer_key)
+        self._funder_started = False
         self._task: asyncio.Task[None] | None = None
         self._funding: asyncio.Task[None] | None = None
 
@@ -111,6 +113,11 @@ class RelayerLeases:
 
     def key(self, slot: int) -> bytes:
         return self._given[slot] if self._given else pool_key(self._relayer_key, slot)
+
+    def address(self, slot: int) -> str:
+        if slot not in self._addresses:
+            self._addresses[slot] = address_of(self.key(slot))
+        return self._addresses[slot]
 
     async def start(self, size: int | None) -> None:
         """Write the pool's size (when given), take this process's share, and keep it."""
@@ -144,8 +151,7 @@ class RelayerLeases:
             )
             if size:
                 rows = [
-                    {"chain_id": self.chain_id, "slot": slot, "address": address_of(self.key(slot))}
-                    for slot in range(size)
+                    {"chain_id": self.chain_id, "slot": slot, "address": self.address(slot)} for slot in range(size)
                 ]
                 await conn.execute(insert(_ACCOUNTS).values(rows).on_conflict_do_nothing())
             mine = _ACCOUNTS.c.holder == self.holder
@@ -190,31 +196,36 @@ class RelayerLeases:
         for address in held:
             if address not in keep_addresses:
                 self.pool.drain(address)  # beyond this process's share, or the pool shrank
-        for address, slot in taken.items():
-            await self._hold(address, slot)
+        lacking = {a: held[a] for a in keep_addresses if a not in self.pool.relayers()}  # a start that failed
+        if taken or lacking:
+            await self._hold({**taken, **lacking})
         for address in keep_addresses:
-            if address not in self.pool.relayers():
-                await self._hold(address, held[address])
-            elif not self.pool.taking_work(address):
+            if address in lacking:
+                continue
+            if not self.pool.taking_work(address):
                 await self.pool.hold(self._keys[address])  # back within this process's share
         for address in await self.pool.let_go_idle():
             await self._let_go(address)
         await self._read_balances()
 
-    async def _hold(self, address: str, slot: int) -> None:
-        key = self.key(slot)
-        self._keys[address] = key
+    async def _hold(self, taken: dict[str, int]) -> None:
+        """Start sending from the accounts ``taken`` (address: slot), topped up first."""
+        for address, slot in taken.items():
+            self._keys[address] = self.key(slot)
         try:
-            await self._fund(address, wait=True)
-            await self.pool.hold(key)
+            await self._fund(list(taken))
         except Exception:
-            # The node is away: the lease runs out unrenewed (we do not hold it in the pool), and
-            # whoever takes it next reads its nonces again.
-            logger.warning("relayer pool of chain %d: could not start %s", self.chain_id, address, exc_info=True)
-            await self._let_go(address)
-            return
-        RELAYER_LEASE.labels(self.network, address, self.holder).set(1)
-        logger.info("relayer pool of chain %d: holding %s (slot %d)", self.chain_id, address, slot)
+            logger.warning("relayer pool of chain %d: could not top up %s", self.chain_id, list(taken), exc_info=True)
+        for address, slot in taken.items():
+            try:
+                await self.pool.hold(self._keys[address])
+            except Exception:
+                # The node is away: let it go; whoever takes it next reads its nonces again.
+                logger.warning("relayer pool of chain %d: could not start %s", self.chain_id, address, exc_info=True)
+                await self._let_go(address)
+                continue
+            RELAYER_LEASE.labels(self.network, address, self.holder).set(1)
+            logger.info("relayer pool of chain %d: holding %s (slot %d)", self.chain_id, address, slot)
 
     async def _let_go(self, address: str) -> None:
         async with self.engine.begin() as conn:
@@ -256,27 +267,34 @@ class RelayerLeases:
             self._funding = asyncio.get_running_loop().create_task(self._fund_all(low))
 
     async def _fund_all(self, addresses: list[str]) -> None:
-        for address in addresses:
-            try:
-                await self._fund(address, wait=True)
-            except Exception:
-                logger.warning("relayer pool of chain %d: could not top up %s", self.chain_id, address, exc_info=True)
+        try:
+            await self._fund(addresses)
+        except Exception:
+            logger.warning("relayer pool of chain %d: could not top up %s", self.chain_id, addresses, exc_info=True)
 
-    async def _fund(self, address: str, *, wait: bool) -> None:
-        """Top ``address`` up to twice the floor from the funding account, when below the floor."""
-        (balance,) = (await self._balances([address])).values()
-        if balance >= self.gas_floor or address == address_of(self._relayer_key):
+    async def _fund(self, addresses: list[str]) -> None:
+        """Top those of ``addresses`` below the floor up to twice the floor from the funding
+        account: every transfer sent at once, then waited for."""
+        balances = await self._balances(addresses)
+        low = {a: 2 * self.gas_floor - b for a, b in balances.items() if b < self.gas_floor and a != self._funder}
+        if not low:
             return
-        amount = 2 * self.gas_floor - balance
-        receipt = await transact(self.pool.rpc, self._relayer_key, address, b"", gas=21_000, value=amount)
-        self.pool.can_pay[address] = True
-        logger.info(
-            "relayer pool of chain %d: topped %s up by %d wei (%s)",
-            self.chain_id,
-            address,
-            amount,
-            receipt.transaction_hash,
-        )
+        funder = self.pool.reader
+        if not self._funder_started:
+            await funder.start()
+            self._funder_started = True
+        sent = {address: await funder.send(address, b"", gas=21_000, value=amount) for address, amount in low.items()}
+        receipts = await asyncio.gather(*(funder.wait_for_receipt(tx, timeout=120) for tx in sent.values()))
+        for (address, amount), receipt in zip(low.items(), receipts, strict=True):
+            if receipt.status == 1:
+                self.pool.can_pay[address] = True
+                logger.info(
+                    "relayer pool of chain %d: topped %s up by %d wei (%s)",
+                    self.chain_id,
+                    address,
+                    amount,
+                    receipt.transaction_hash,
+                )
 
     async def aclose(self) -> None:
         """Stop renewing; let go at once of the accounts with nothing in flight (the others' leases
