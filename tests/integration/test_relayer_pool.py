@@ -247,3 +247,27 @@ async def _mine_while(rpc: HttpJsonRpc) -> None:
         await asyncio.sleep(0.2)
         with contextlib.suppress(Exception):
             await rpc.request("evm_mine")
+
+
+async def test_an_account_that_cannot_pay_for_gas_gets_no_work_and_the_pool_is_not_ready(
+    rpc: HttpJsonRpc, database_url: str, relayer_key: bytes
+) -> None:
+    account = address_of(pool_key(relayer_key, 0))
+    engine = create_engine_for(database_url)
+    pool = RelayerPool(rpc, Relayer(rpc, relayer_key, chain_id=31337), chain_id=31337, wait=0.1)
+    leases = RelayerLeases(engine, pool, chain_id=31337, relayer_key=relayer_key, gas_floor=0, holder="poor")
+    try:
+        await set_pool_size(engine, 31337, 1)
+        await rpc.request("anvil_setBalance", [account, "0x0"])
+        await leases.round()
+        assert pool.addresses == [account]
+        assert not pool.available, "no held account can pay: /readyz fails for the chain"
+        with pytest.raises(RelayerBusy):
+            await pool.send(Account.create().address, b"", gas=21_000)
+        await rpc.request("anvil_setBalance", [account, hex(10**18)])
+        await leases.round()
+        assert pool.available
+    finally:
+        await leases.aclose()
+        await pool.aclose()
+        await engine.dispose()
