@@ -12,18 +12,21 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
 from eth_account import Account
 from sqlalchemy import select
 
 from tests.harness import postgres_database
 from tests.rpc_proxy import RpcProxy
+from x402mw.cli import main
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess
 from x402mw.platform.chain.pool import RelayerPool
 from x402mw.platform.chain.relayer import Relayer, RelayerBusy
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.db import tables
-from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.db.engine import create_engine_for, migrate, sync_url
 from x402mw.platform.services.relayer_leases import RelayerLeases, pool_key, set_pool_size
 
 pytestmark = [pytest.mark.anyio, pytest.mark.anvil]
@@ -170,6 +173,26 @@ async def _rounds(*processes: RelayerLeases, times: int = 1) -> None:
             await process.round()
             await asyncio.sleep(0)
         await process.pool.rpc.request("evm_mine")  # the top-ups
+
+
+def test_the_pool_is_sized_from_the_command_line(database_url: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["platform", "relayer-pool", "--chain-id", "31337", "--size", "12", "--data-dir", str(tmp_path)],
+        env={"X402MW_DATABASE_URL": database_url},
+    )
+    assert result.exit_code == 0, result.output
+    assert "has 12 accounts" in result.output
+    engine = sa.create_engine(sync_url(database_url))
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(select(tables.relayer_pools.c.chain_id, tables.relayer_pools.c.size)).all() == [
+                (31337, 12)
+            ]
+    finally:
+        engine.dispose()
+    refused = CliRunner().invoke(main, ["platform", "relayer-pool", "--chain-id", "31337", "--size", "0"])
+    assert refused.exit_code == 2 and "--size" in refused.output
 
 
 async def test_processes_share_the_pool_through_leases_and_follow_its_size(
