@@ -18,6 +18,7 @@ CPU lets the processes keep up (two cores here, shared with the load, anvil and 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -29,14 +30,51 @@ from tests.reliability.pool_load import LoadResult, SettleLoad
 RESYNCS = "x402mw_relayer_nonce_resyncs_total"
 
 
+def _cpu(pgid: int | None) -> float:
+    """CPU seconds (user and system) of every process in the process group ``pgid`` (Linux)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if pgid is not None and int(fields[2]) == pgid:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+class _CpuMeter:
+    """CPU seconds spent by the serves, the node, the proxy and this process over a measurement."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.groups = {
+            "serves": [serve.popen.pid for serve in cluster.serves if serve.popen is not None],
+            "anvil": [cluster.anvil.pid],
+            "proxy": [cluster.proxy.pid if cluster.proxy else None],
+        }
+        self.start = self._read()
+
+    def _read(self) -> dict[str, float]:
+        read = {name: sum(_cpu(pid) for pid in pids) for name, pids in self.groups.items()}
+        times = os.times()
+        read["load"] = times.user + times.system
+        return read
+
+    def spent(self) -> dict[str, float]:
+        now = self._read()
+        return {name: now[name] - self.start[name] for name in now}
+
+
 def _leased(cluster: Cluster) -> int:
     return len(cluster.sql("SELECT address FROM relayer_accounts WHERE locked_until > now() AND holder IS NOT NULL"))
 
 
-def _line(name: str, result: LoadResult) -> str:
+def _line(name: str, result: LoadResult, cpu: dict[str, float]) -> str:
+    per_paid = ", ".join(f"{part} {1000 * spent / max(len(result.settled), 1):.1f}" for part, spent in cpu.items())
     return (
         f"{name}: {len(result.settled)} paid in {result.seconds:.1f} s = {result.rate:.1f} paid/s "
-        f"({result.busy} 503s sent again, {len(result.other)} not settled)"
+        f"({result.busy} 503s sent again, {len(result.other)} not settled); "
+        f"CPU {sum(cpu.values()) / result.seconds:.2f} cores, ms per paid: {per_paid}"
     )
 
 
@@ -49,11 +87,15 @@ def run(seconds: float = 20.0, concurrency: int = 128) -> float:
             payers = [cluster.agent(usdc=10**10) for _ in range(8)]
             load = SettleLoad(cluster, merchant, merchant.endpoint(payout), payout, payers)
             _wait_for(lambda: _leased(cluster) == 1)
+            meter = _CpuMeter(cluster)
             one = asyncio.run(load.run(seconds, concurrency))
+            one_cpu = meter.spent()
             cluster.sql("UPDATE relayer_pools SET size = 8")  # no restart: the processes follow
             _wait_for(lambda: _leased(cluster) == 8)
             time.sleep(2)  # the new accounts topped up and started
+            meter = _CpuMeter(cluster)
             eight = asyncio.run(load.run(seconds, concurrency))
+            eight_cpu = meter.spent()
             # the pool's accounts only: the funding account, shared by every process, may resync
             resyncs = sum(serve.metric(RESYNCS, without=cluster.relayer) for serve in cluster.serves)
     ratio = eight.rate / one.rate if one.rate else float("inf")
@@ -61,8 +103,8 @@ def run(seconds: float = 20.0, concurrency: int = 128) -> float:
         "bench_pool: 4 serve processes, PostgreSQL, anvil (1 s blocks) behind a 16-per-sender proxy, "
         f"{concurrency} settle calls at a time"
     )
-    print("  " + _line("1 account ", one))
-    print("  " + _line("8 accounts", eight))
+    print("  " + _line("1 account ", one, one_cpu))
+    print("  " + _line("8 accounts", eight, eight_cpu))
     print(f"  ratio: {ratio:.1f}x (target >= 4x); nonce resyncs: {resyncs:.0f}")
     return ratio
 

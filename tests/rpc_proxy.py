@@ -159,6 +159,11 @@ class RpcProxy:
             time.sleep(0.05)
         raise TimeoutError(f"the RPC proxy did not answer at {self.url}")
 
+    @property
+    def pid(self) -> int | None:
+        """The proxy's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
     def kill(self) -> None:
         """SIGKILL, as a provider that goes away: connections are refused until `start`."""
         process, self._process = self._process, None
