@@ -31,14 +31,14 @@ RESYNCS = "x402mw_relayer_nonce_resyncs_total"
 
 
 def _cpu(pgid: int | None) -> float:
-    """CPU seconds (user and system) of every process in the process group ``pgid`` (Linux)."""
+    """CPU seconds (user and system) of process ``pgid`` and every process in its group (Linux)."""
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if pgid is not None and int(fields[2]) == pgid:
+        if pgid is not None and (int(fields[2]) == pgid or int(stat.parent.name) == pgid):
             total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
