@@ -19,7 +19,8 @@ import pytest
 from tests.reliability.cluster import Cluster, new_address
 from tests.reliability.pool_load import PRICE, LoadResult, SettleLoad
 
-pytestmark = [pytest.mark.slow, pytest.mark.anvil, pytest.mark.postgres]
+# Four platform processes under a minute of load: it runs with the soak, alone (make test).
+pytestmark = [pytest.mark.soak, pytest.mark.anvil, pytest.mark.postgres]
 
 LEASE = 6
 SECONDS = 60
