@@ -65,6 +65,19 @@ class _CpuMeter:
         return {name: now[name] - self.start[name] for name in now}
 
 
+def _busiest_block(cluster: Cluster, first: int, last: int) -> int:
+    """The most transactions one block from ``first`` to ``last`` holds: what the accounts carried."""
+    counts = [
+        len(cluster.rpc("eth_getBlockByNumber", hex(number), False)["transactions"])
+        for number in range(first, last + 1)
+    ]
+    return max(counts, default=0)
+
+
+def _head(cluster: Cluster) -> int:
+    return int(cluster.rpc("eth_blockNumber"), 16)
+
+
 def _leased(cluster: Cluster) -> int:
     return len(cluster.sql("SELECT address FROM relayer_accounts WHERE locked_until > now() AND holder IS NOT NULL"))
 
@@ -87,15 +100,15 @@ def run(seconds: float = 20.0, concurrency: int = 128) -> float:
             payers = [cluster.agent(usdc=10**10) for _ in range(8)]
             load = SettleLoad(cluster, merchant, merchant.endpoint(payout), payout, payers)
             _wait_for(lambda: _leased(cluster) == 1)
-            meter = _CpuMeter(cluster)
+            meter, first = _CpuMeter(cluster), _head(cluster)
             one = asyncio.run(load.run(seconds, concurrency))
-            one_cpu = meter.spent()
+            one_cpu, one_block = meter.spent(), _busiest_block(cluster, first, _head(cluster))
             cluster.sql("UPDATE relayer_pools SET size = 8")  # no restart: the processes follow
             _wait_for(lambda: _leased(cluster) == 8)
             time.sleep(2)  # the new accounts topped up and started
-            meter = _CpuMeter(cluster)
+            meter, first = _CpuMeter(cluster), _head(cluster)
             eight = asyncio.run(load.run(seconds, concurrency))
-            eight_cpu = meter.spent()
+            eight_cpu, eight_block = meter.spent(), _busiest_block(cluster, first, _head(cluster))
             # the pool's accounts only: the funding account, shared by every process, may resync
             resyncs = sum(serve.metric(RESYNCS, without=cluster.relayer) for serve in cluster.serves)
     ratio = eight.rate / one.rate if one.rate else float("inf")
@@ -103,8 +116,8 @@ def run(seconds: float = 20.0, concurrency: int = 128) -> float:
         "bench_pool: 4 serve processes, PostgreSQL, anvil (1 s blocks) behind a 16-per-sender proxy, "
         f"{concurrency} settle calls at a time"
     )
-    print("  " + _line("1 account ", one, one_cpu))
-    print("  " + _line("8 accounts", eight, eight_cpu))
+    print("  " + _line("1 account ", one, one_cpu) + f"; busiest block: {one_block} transactions")
+    print("  " + _line("8 accounts", eight, eight_cpu) + f"; busiest block: {eight_block} transactions")
     print(f"  ratio: {ratio:.1f}x (target >= 4x); nonce resyncs: {resyncs:.0f}")
     return ratio
 
