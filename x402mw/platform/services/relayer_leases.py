@@ -75,8 +75,9 @@ async def set_pool_size(engine: AsyncEngine, chain_id: int, size: int) -> None:
 
 class RelayerLeases:
     """Keeps ``pool`` holding this process's share of chain ``chain_id``'s accounts (see the
-    module's docstring). ``keys`` are the pool's accounts (``keys(slot)``, or given ones: the pool
-    is then at most that many); ``funder`` tops them up."""
+    module's docstring). The accounts are derived from ``relayer_key`` (`pool_key`), or are
+    ``given_keys`` (the pool is then at most that many); ``relayer_key``'s account tops them up
+    to twice ``gas_floor``. ``holder`` names this process (default: host, pid and a random part)."""
 
     def __init__(
         self,
@@ -192,7 +193,7 @@ class RelayerLeases:
         for address in [a for a in self.pool.addresses if a not in held]:
             logger.warning("relayer pool of chain %d: lost the lease of %s", self.chain_id, address)
             await self.pool.drop(address)
-            self._keys.pop(address, None)
+            self._forget(address)
         for address in held:
             if address not in keep_addresses:
                 self.pool.drain(address)  # beyond this process's share, or the pool shrank
@@ -235,10 +236,19 @@ class RelayerLeases:
                 .where(_ACCOUNTS.c.holder == self.holder)
                 .values(holder=None, locked_until=None)
             )
-        self._keys.pop(address, None)
-        with contextlib.suppress(KeyError):
-            RELAYER_LEASE.remove(self.network, address, self.holder)
+        self._forget(address)
         logger.info("relayer pool of chain %d: let go of %s", self.chain_id, address)
+
+    def _forget(self, address: str) -> None:
+        self._keys.pop(address, None)
+        self.pool.can_pay.pop(address, None)
+        for gauge, labels in (
+            (RELAYER_LEASE, (self.network, address, self.holder)),
+            (RELAYER_BALANCE, (self.network, address)),
+            (RELAYER_IN_FLIGHT, (self.network, address)),
+        ):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
 
     # -- gas ----------------------------------------------------------------------------------------
 
