@@ -39,6 +39,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw.platform.server import free_port
+from x402mw.transport import KeepAliveTransport
 
 POOL_FULL = {"code": -32000, "message": "txpool is full"}  # geth's ErrTxPoolOverflow
 
@@ -59,7 +60,7 @@ class PendingLimit:
         self.upstream = upstream
         self.max_pending = max_pending
         self.refused = 0
-        self._client = httpx.AsyncClient(timeout=30)
+        self._client = httpx.AsyncClient(timeout=30, transport=KeepAliveTransport())
 
     async def answer(self, body: Any) -> Any:
         calls = body if isinstance(body, list) else [body]
@@ -106,6 +107,11 @@ class PendingLimit:
         reply = await self._client.post(self.upstream, json=body)
         return reply.json()
 
+    async def forward_raw(self, content: bytes) -> bytes:
+        """``content`` to the node as it is, and its answer as it is (nothing to count in it)."""
+        reply = await self._client.post(self.upstream, content=content, headers={"content-type": "application/json"})
+        return reply.content
+
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -114,8 +120,14 @@ def app(upstream: str, max_pending: int) -> Starlette:
     limit = PendingLimit(upstream, max_pending)
 
     async def rpc(request: Request) -> Response:
+        raw = await request.body()
+        if b"eth_sendRawTransaction" not in raw:  # nothing to count: passed through untouched
+            try:
+                return Response(await limit.forward_raw(raw), media_type="application/json")
+            except httpx.TransportError as exc:
+                return Response(f"upstream unreachable: {exc}", status_code=502)
         try:
-            body = json.loads(await request.body())
+            body = json.loads(raw)
         except ValueError:
             error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}}
             return Response(json.dumps(error), media_type="application/json")
@@ -193,7 +205,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-pending", type=int, default=16)
     args = parser.parse_args()
-    uvicorn.run(app(args.upstream, args.max_pending), host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(
+        app(args.upstream, args.max_pending),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        loop="uvloop",
+        http="httptools",
+    )
 
 
 if __name__ == "__main__":

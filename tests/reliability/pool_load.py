@@ -20,6 +20,7 @@ import httpx
 from tests.reliability.cluster import Cluster, Merchant
 from x402mw.client import Wallet
 from x402mw.protocol import PaymentRequirements
+from x402mw.transport import KeepAliveTransport
 
 PRICE = 10_000  # 0.01 USDC
 
@@ -76,8 +77,8 @@ class SettleLoad:
         end is finished (however long that takes)."""
         result = LoadResult()
         headers = {"Authorization": f"Bearer {self.merchant.api_key}"}
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(headers=headers, timeout=120, limits=limits) as client:
+        transport = KeepAliveTransport(max_connections=concurrency, max_idle=concurrency)
+        async with httpx.AsyncClient(headers=headers, timeout=120, transport=transport) as client:
             started = time.monotonic()
             deadline = started + seconds
 
