@@ -611,3 +611,37 @@ class SubscriptionEmail(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
     __table_args__ = (Index("ix_subscription_emails_due", "status", "next_attempt_at"),)
+
+
+class RelayerPool(SQLModel, table=True):
+    """How many relayer accounts a chain's pool has: written by `x402mw platform relayer-pool` (or at
+    start-up by ``X402MW_RELAYER_POOL_SIZE``) and read by every process at each lease round, so that
+    it changes without a restart."""
+
+    __tablename__ = "relayer_pools"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    size: int
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class RelayerAccount(SQLModel, table=True):
+    """A relayer account of a chain's pool (``slot`` numbers it) and its lease: the process
+    ``holder`` sends from it until ``locked_until`` and renews that while it lives; no other process
+    sends from it meanwhile, so no two share its nonces."""
+
+    __tablename__ = "relayer_accounts"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    slot: int = Field(primary_key=True, ge=0)
+    address: str = Field(max_length=42)
+    holder: str | None = Field(default=None, max_length=100)
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+
+class RelayerHolder(SQLModel, table=True):
+    """A process taking part in a chain's relayer pool, seen until ``seen_until``: the live ones
+    share the pool's accounts evenly."""
+
+    __tablename__ = "relayer_holders"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    holder: str = Field(primary_key=True, max_length=100)
+    seen_until: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
