@@ -323,6 +323,11 @@ async def _other_offer(other: Deployment) -> AsyncIterator[Any]:
 def test_each_paid_tool_needs_its_own_endpoint() -> None:
     with pytest.raises(ConfigurationError, match="tools a, b share an agent endpoint"):
         PaidTools(api_key="sk_test_x", tools={"a": "ep", "b": PaidRoute("ep"), "c": "other"})
+    for tools in (["a"], {"": "ep"}, {1: "ep"}):
+        with pytest.raises(ConfigurationError, match="tools must be a mapping"):
+            PaidTools(api_key="sk_test_x", tools=tools)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="api_key must be a merchant API key"):
+        PaidTools(api_key="nope", tools={"a": "ep"})
 
 
 async def test_the_gates_hold_capture_and_release_against_the_platform(dev_platform: PlatformHarness) -> None:

@@ -46,7 +46,17 @@ from mcp.types import CallToolResult
 
 from x402mw.errors import ConfigurationError
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_json_header
-from x402mw.seller import DEFAULT_PLATFORM_URL, Answer, AsyncSeller, Held, PaidRoute, RequestView, Serve, build_gate
+from x402mw.seller import (
+    DEFAULT_PLATFORM_URL,
+    Answer,
+    AsyncSeller,
+    Held,
+    PaidRoute,
+    RequestView,
+    Serve,
+    build_gate,
+    internal_error_answer,
+)
 from x402mw.seller.routes import as_route
 
 __all__ = ["PAYMENT_META", "PAYMENT_RESPONSE_META", "PaidTools", "ToolCall", "ToolPayment", "current_payment"]
@@ -103,7 +113,9 @@ class PaidTools:
         settle_timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        routes = {f"TOOL /{name}": value for name, value in tools.items()} if isinstance(tools, Mapping) else tools
+        if not isinstance(tools, Mapping) or not all(isinstance(name, str) and name for name in tools):
+            raise ConfigurationError("tools must be a mapping such as {'forecast': '<agent endpoint id>'}")
+        routes = {f"TOOL /{name}": value for name, value in tools.items()}
         self._gate, _ = build_gate(
             api_key=api_key,
             platform_url=platform_url,
@@ -209,7 +221,11 @@ class PaidTools:
         arguments = params.get("arguments")
         call = ToolCall(name, arguments if isinstance(arguments, Mapping) else {})
         request = RequestView("TOOL", f"mcp://tool/{name}", payment)
-        decision = await self._seller.run(self._gate.hold(route, request, call))
+        try:
+            decision = await self._seller.run(self._gate.hold(route, request, call))
+        except Exception:
+            logger.exception("payment check failed unexpectedly for tool %s", name)
+            decision = internal_error_answer()
         if isinstance(decision, Answer):
             return _refusal(decision)
         held: Held = decision
