@@ -6,6 +6,7 @@ from bench import (
     bench_devchain,
     bench_e2e,
     bench_keys,
+    bench_mcp,
     bench_orders,
     bench_subscriptions,
     bench_verify,
@@ -19,4 +20,5 @@ bench_orders.run()
 bench_checkout.run()
 bench_keys.run()
 bench_devchain.run()
+bench_mcp.run()
 bench_subscriptions.run()

@@ -13,6 +13,7 @@ __all__ = [
     "Answer",
     "ComputeAmount",
     "Decision",
+    "Held",
     "PlatformCall",
     "PlatformReply",
     "Serve",
@@ -87,6 +88,19 @@ class Serve:
 
     settlement: Settlement
     headers: Headers = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Decision (a paid MCP tool): the payment is verified and claimed, nothing taken yet. Run the
+    tool, then `PaymentGate.capture` (it succeeded) or `PaymentGate.release` (it failed)."""
+
+    payment_id: str
+    payer: str
+    amount: int
+    network: str
+    body: dict[str, Any]  # the settlement call, sent again to capture
+    context: tuple[Any, ...]  # the route, terms, request and native request, for the answer after
 
 
 Decision = Answer | Serve

@@ -5,6 +5,10 @@ that a driver runs, sync or async (see `x402mw.seller.drivers`), and returns a `
 `Answer` (a 402 challenge, a pending settlement, an outage) or `Serve` (run the handler with the
 settlement). No framework, no I/O here, so every adapter shares this one implementation.
 
+A paid MCP tool (`PaymentGate.hold`) is settled after it ran, as the x402 MCP transport orders it:
+the payment is verified and claimed first (`Held`), then settled (`PaymentGate.capture`) once the tool
+succeeded or given up (`PaymentGate.release`) when it failed.
+
 The unpaid path makes no network call once an endpoint's terms are known: the challenge is issued
 locally and sealed with an HMAC keyed from the API key, so that any worker process can check the
 retried request's ``accepted`` terms; issued challenges reach the platform in background batches.
@@ -34,6 +38,7 @@ from x402mw.seller.decisions import (
     Answer,
     ComputeAmount,
     Decision,
+    Held,
     PlatformCall,
     PlatformReply,
     Serve,
@@ -66,11 +71,12 @@ AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 @dataclass(frozen=True, slots=True)
 class RequestView:
     """The little a gate needs to know of a request. ``url`` is the absolute URL of the resource;
-    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or None."""
+    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or the payload
+    as JSON (an MCP tool call's ``_meta["x402/payment"]``), or None."""
 
     method: str
     url: str
-    payment: str | None
+    payment: str | dict[str, Any] | None
 
 
 _ANSWER_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS)
@@ -138,6 +144,64 @@ class PaymentGate:
 
     def process(self, route: PaidRoute, request: RequestView, native: Any = None) -> Step:
         """Decide for one request. ``native`` is the framework's request, given to amount callbacks."""
+        decision = yield from self._paid(route, request, native, hold=False)
+        assert not isinstance(decision, Held)
+        return decision
+
+    def hold(
+        self, route: PaidRoute, request: RequestView, native: Any = None
+    ) -> Generator[PlatformCall | ComputeAmount, Any, Answer | Held]:
+        """Decide for one call of a paid MCP tool: an `Answer` (a challenge, a refusal, an outage), or
+        `Held`: the payment is verified and claimed, nothing taken; run the tool, then `capture` or
+        `release` it."""
+        decision = yield from self._paid(route, request, native, hold=True)
+        assert not isinstance(decision, Serve)
+        return decision
+
+    def capture(self, held: Held) -> Step:
+        """Settle a held payment (its tool succeeded): `Serve` with the settlement, or the `Answer`
+        of a payment that could not be settled (then the tool's result must not be given)."""
+        route, terms, request, native = held.context
+        body = held.body | {"capture": held.payment_id}
+        try:
+            reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+        except PlatformError as exc:
+            logger.error("settlement call failed: %s; answering pending", exc.message)
+            return _pending(
+                SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=held.network)
+            )
+        return (yield from self._settled(route, terms, request, native, reply))
+
+    def release(self, held: Held) -> Generator[PlatformCall, Any, bool]:
+        """Give up a held payment (its tool failed): nothing is taken, and the agent may use the same
+        authorization again. False (and logged) if the platform could not be told: the payment then
+        stays held, unsent, until its authorization expires."""
+        try:
+            reply = yield PlatformCall("POST", f"/agent/settlements/{held.payment_id}/release")
+        except PlatformError as exc:
+            reply = PlatformReply(0, {"error": {"message": exc.message}})
+        body = held.body
+        # Its challenge is recorded with the payment's outcome; a released payment has none.
+        self._issue(
+            (
+                body["challengeId"],
+                body["endpointId"],
+                held.network,
+                body["accepted"].get("asset", ""),
+                body["accepted"].get("payTo", ""),
+                held.amount,
+                body["resource"],
+                body["expiresAt"],
+            )
+        )
+        if reply.status != 200:
+            logger.error("could not release held payment %s: %s", held.payment_id, _reply_error(reply).message)
+            return False
+        return True
+
+    def _paid(
+        self, route: PaidRoute, request: RequestView, native: Any, *, hold: bool
+    ) -> Generator[PlatformCall | ComputeAmount, Any, Decision | Held]:
         known = self._terms.get(route.endpoint)
         if known is None:
             try:
@@ -150,6 +214,11 @@ class PaymentGate:
             return (yield from self._challenge(route, terms, request, native, None, None))
         try:
             payload = decode_payment_payload(request.payment)
+            if hold and payload.resource is not None and payload.resource.url != request.url:
+                raise InvalidPaymentError(
+                    f"this payment is for {payload.resource.url}, not {request.url}",
+                    reason=reasons.INVALID_REQUIREMENTS,
+                )
             accepted, challenge_id, expires = self._check_accepted(payload, route, terms)
         except InvalidPaymentError as exc:
             return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
@@ -176,6 +245,8 @@ class PaymentGate:
             "paymentPayload": payload.to_wire(),
             "waitSeconds": max(1.0, self.settle_timeout - 2.0),
         }
+        if hold:
+            body["hold"] = True
         # The settlement call carries the challenge, which the platform records with the payment's
         # outcome: it is registered once, by that call, unless the call is not answered.
         queued = self._withdraw(challenge_id)
@@ -190,6 +261,17 @@ class PaymentGate:
             )
         if reply.status != 200:
             self._requeue(queued)
+        data = reply.data
+        if hold and reply.status == 200 and isinstance(data, dict) and data.get("status") == "held":
+            settlement = data.get("settlement") or {}
+            return Held(
+                payment_id=str(data.get("paymentId", "")),
+                payer=str(settlement.get("payer", "")),
+                amount=accepted.amount,
+                network=accepted.network,
+                body=body,
+                context=(route, terms, request, native),
+            )
         return (yield from self._settled(route, terms, request, native, reply))
 
     def _check_accepted(

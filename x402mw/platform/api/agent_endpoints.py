@@ -15,7 +15,7 @@ from starlette.routing import Route
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import MINOR_SCHEMA, HttpUrl, NonZeroAddress, http_url, minor_units
+from x402mw.platform.api.fields import MINOR_SCHEMA, NonZeroAddress, ResourceUrl, minor_units, resource_url
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
@@ -40,7 +40,7 @@ FIXED_NEEDS_AMOUNT: dict[str, Any] = {  # fixed pricing (the default) needs an a
 class _EndpointFields(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    _v_url = field_validator("resourceUrl", check_fields=False)(lambda v: v if v is None else http_url(v))
+    _v_url = field_validator("resourceUrl", check_fields=False)(resource_url)
     _v_amount = field_validator("amountMinor", mode="before", check_fields=False)(minor_units)
 
 
@@ -48,7 +48,7 @@ class EndpointCreate(_EndpointFields):
     model_config = ConfigDict(json_schema_extra=FIXED_NEEDS_AMOUNT)
 
     name: str = Field(min_length=1, max_length=200)
-    resourceUrl: HttpUrl
+    resourceUrl: ResourceUrl
     chainId: StrictInt
     currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})]
     payoutAddress: NonZeroAddress
@@ -70,7 +70,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
-    resourceUrl: HttpUrl | None = None
+    resourceUrl: ResourceUrl | None = None
     payoutAddress: NonZeroAddress | None = None
     pricingMode: Literal["fixed", "dynamic"] | None = None
     amountMinor: MinorUnits | None = None

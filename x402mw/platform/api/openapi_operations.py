@@ -17,6 +17,7 @@ from x402mw.platform.objects.agents import (
     AgentPaymentList,
     AgentUsageEnvelope,
     ChallengeBatchResult,
+    SettlementRelease,
     SettlementResult,
     SupportedKinds,
 )
@@ -273,6 +274,18 @@ def operations() -> list[tuple[str, str, Schema]]:
             SettlementResult,
             body="SettleBody",
             errors=(404,),
+        ),
+        operation(
+            "POST",
+            "/v1/agent/settlements/{payment_id}/release",
+            "releaseAgentPayment",
+            payments,
+            "Release a held payment",
+            "Called by the seller's MCP adapter when a paid tool failed: the payment held with "
+            "`hold: true` is given up, nothing is taken, and its authorization may be used again. "
+            "409 once the payment is being settled or settled.",
+            SettlementRelease,
+            errors=(404, 409),
         ),
         operation(
             "GET",

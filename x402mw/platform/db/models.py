@@ -138,7 +138,7 @@ class AgentPayment(SQLModel, table=True):
     payload_hash: str = Field(max_length=64)
     resource: str = Field(default="", max_length=2048)
     release_policy: str = Field(default="included", max_length=16)
-    status: str = Field(max_length=16)  # claimed -> submitted -> settled | failed
+    status: str = Field(max_length=16)  # (held ->) claimed -> submitted -> settled | failed
     transaction: str | None = Field(default=None, max_length=66)
     block_number: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     error_reason: str | None = Field(default=None, max_length=120)
