@@ -2,7 +2,7 @@
 than a key's 65 bytes); the x402 payment-identifier extension's ids with their answers
 
 Revision ID: 0018
-Revises: 0017
+Revises: 0016
 Create Date: 2026-11-26 02:30:00.000000
 """
 
@@ -12,7 +12,7 @@ import sqlmodel
 
 
 revision = '0018'
-down_revision = '0017'
+down_revision = '0016'
 branch_labels = None
 depends_on = None
 
