@@ -26,7 +26,7 @@ from x402mw.client.wallet import Wallet, token_domain
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PaymentRefusedError, PriceError
 from x402mw.evm.keys import is_address
 from x402mw.evm.receipts import verify_receipt
-from x402mw.protocol import bounded_json, reasons
+from x402mw.protocol import bounded_json, payment_identifier, reasons
 from x402mw.protocol.codec import (
     PAYMENT_REQUIRED,
     PAYMENT_RESPONSE,
@@ -141,6 +141,11 @@ class X402Auth(httpx.Auth):
     signature is kept: the next request for the same method and URL sends it again before anything
     is signed anew (so does one after a request that failed in transport, once the payment was
     signed), until it settles, is refused, or expires.
+
+    When the seller's 402 declares the x402 ``payment-identifier`` extension, each logical request
+    gets one id (``pay_`` and 32 hex digits), sent in the payload's ``extensions`` and kept across
+    these retries (the held signature carries it; a new challenge paid again reuses it): a seller
+    that keeps ids answers a retry with the first answer, never a second charge.
 
     With ``receipt_signer`` (the platform's receipt address), a paid answer whose ``PAYMENT-RESPONSE``
     receipt does not verify raises `PaymentRefusedError` (reason ``invalid_receipt``). The payment
@@ -272,9 +277,15 @@ class X402Auth(httpx.Auth):
                     return
                 self._forget(key, held)  # refused for good: pay the new challenge
                 required = renewed
+            # One payment identifier per logical request, for sellers that declare the extension: kept
+            # across this flow's retries, so that a retry gets the first answer, never a second charge.
+            identifier = payment_identifier.new_identifier()
             for attempt in range(2):
                 choice = self._choose(required, url)
                 payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
+                if required.x402_version == 2 and payment_identifier.declared(required):
+                    extensions = payment_identifier.payload_extensions(required.extensions, identifier)
+                    payload = payload.model_copy(update={"extensions": extensions})
                 if required.x402_version == 1:
                     header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
                 else:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
-from x402mw.protocol import reasons
+from x402mw.protocol import payment_identifier, reasons
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_payment_payload, encode_header
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 from x402mw.protocol.prices import to_atomic
@@ -64,6 +64,9 @@ in the challenges issued from about 1.25 s later, within the 2 s the documentati
 
 EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 DEFAULT_PLATFORM_URL = "http://127.0.0.1:4402/v1"
+# Declared in every 402: a client may name each logical request with a payment identifier, so that
+# its retry gets the first answer (the platform keeps them) and an id reused for another payment is a 409.
+_EXTENSIONS = {payment_identifier.PAYMENT_IDENTIFIER: payment_identifier.DECLARATION}
 Step = Generator[PlatformCall | ComputeAmount, Any, Decision]
 AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 
@@ -326,6 +329,8 @@ class PaymentGate:
     ) -> Step:
         if reply.status in (401, 403, 404, 503):  # refused by the platform: nothing was taken
             return self._platform_failure(_reply_error(reply), "settlement")
+        if reply.status == 409 and _reply_error(reply).code == payment_identifier.CONFLICT:
+            return _conflict(terms.network, _reply_error(reply).message)
         unknown = SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=terms.network)
         if reply.status != 200 or not isinstance(reply.data, dict):
             logger.error("settlement answered %d; answering pending", reply.status)
@@ -432,6 +437,7 @@ class PaymentGate:
             resource["mimeType"] = route.mime_type
         required["resource"] = resource
         required["accepts"] = [offer]
+        required["extensions"] = _EXTENSIONS
         raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
         header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
         if message:
@@ -549,6 +555,16 @@ def _pending(response: SettlementResponse) -> Answer:
     }
     headers = [(PAYMENT_RESPONSE, encode_header(response)), ("Retry-After", "1")]
     return _json_answer(402, body, headers, reasons.SETTLEMENT_PENDING)
+
+
+def _conflict(network: str, message: str) -> Answer:
+    """409 ``payment_identifier_conflict``: the payment's id came with another payment before.
+    Nothing was taken; the answer says so in ``PAYMENT-RESPONSE`` too."""
+    response = SettlementResponse(
+        success=False, error_reason=payment_identifier.CONFLICT, transaction="", network=network
+    )
+    body = {"error": {"type": "payment_error", "code": payment_identifier.CONFLICT, "message": message}}
+    return _json_answer(409, body, [(PAYMENT_RESPONSE, encode_header(response))], payment_identifier.CONFLICT)
 
 
 def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:

@@ -30,12 +30,13 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
+from x402mw.platform.services.payment_identifiers import IdentifierConflict
 from x402mw.platform.services.settlement_checks import EndpointTerms
 from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, failed, payment_of
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
-__all__ = ["MONTH", "routes", "unavailable_error"]
+__all__ = ["MONTH", "conflict_error", "routes", "unavailable_error"]
 
 MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])")
 """A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
@@ -59,6 +60,11 @@ def unavailable_error(outcome: SettleOutcome) -> ApiError:
     return ApiError(
         503, "chain_unavailable", f"{outcome.message}; nothing was taken, and the same payment may be sent again"
     )
+
+
+def conflict_error(conflict: IdentifierConflict) -> ApiError:
+    """409 for a payment-identifier already used with another payment: nothing was taken."""
+    return ApiError(409, conflict.reason, f"{conflict}; nothing was taken. Use a new id for a new payment")
 
 
 def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
@@ -113,26 +119,29 @@ async def settle(request: Request) -> ModelResponse:
             expiresAt=body.expiresAt,
         ),
     )
-    outcome = await platform.settlement.settle(
-        SettleRequest(
-            accepted=accepted,
-            payload=payload,
-            merchant_id=caller.merchant_id,
-            endpoint_id=endpoint.id,
-            challenge_id=body.challengeId,
-            resource=body.resource,
-            livemode=caller.livemode,
-            release_policy=endpoint.release_policy,
-            terms=terms,
-            challenge=challenge,
-            wait_seconds=body.waitSeconds,
-            # A retry of a challenge that expired gets the outcome of its payment, if it was made;
-            # no new payment is settled on it.
-            known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
-            hold=body.hold and body.capture is None,
-            capture=body.capture,
+    try:
+        outcome = await platform.settlement.settle(
+            SettleRequest(
+                accepted=accepted,
+                payload=payload,
+                merchant_id=caller.merchant_id,
+                endpoint_id=endpoint.id,
+                challenge_id=body.challengeId,
+                resource=body.resource,
+                livemode=caller.livemode,
+                release_policy=endpoint.release_policy,
+                terms=terms,
+                challenge=challenge,
+                wait_seconds=body.waitSeconds,
+                # A retry of a challenge that expired gets the outcome of its payment, if it was made;
+                # no new payment is settled on it.
+                known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
+                hold=body.hold and body.capture is None,
+                capture=body.capture,
+            )
         )
-    )
+    except IdentifierConflict as conflict:
+        raise conflict_error(conflict) from None
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
 
 

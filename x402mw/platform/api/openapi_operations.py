@@ -270,10 +270,13 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Called by the seller middleware once per paid request. Verifies the payment, settles it "
             "on-chain with the relayer paying the gas, and answers a signed receipt. A refused "
             "payment is a 200 with `status: failed` and the reason in `settlement.errorReason`; "
-            "the same signed payload sent again answers the original outcome.",
+            "the same signed payload sent again answers the original outcome. A payload carrying the "
+            "x402 `payment-identifier` extension is settled once per id: the same id and payload answer "
+            "the stored settlement (checked before the payment is verified); the same id with another "
+            "payload is a 409 `payment_identifier_conflict`, and nothing is taken.",
             SettlementResult,
             body="SettleBody",
-            errors=(404,),
+            errors=(404, 409),
         ),
         operation(
             "POST",
@@ -347,10 +350,11 @@ def operations() -> list[tuple[str, str, Schema]]:
             "settlement still pending after 30 s answers `success: false`, `errorReason: "
             "settlement_pending` with the transaction; the same request later answers the final result. "
             "Requirements carrying another merchant's x402mw challenge (`extra.challengeId`) are a 404, and "
-            "nothing is settled.",
+            "nothing is settled. A `payment-identifier` id already used with another payload is a 409 "
+            "`payment_identifier_conflict`; with the same payload it answers the stored settlement.",
             SettlementResponse,
             body="FacilitatorBody",
-            errors=(404,),
+            errors=(404, 409),
         ),
         operation(
             "GET",

@@ -39,6 +39,7 @@ __all__ = [
     "IncomingTransfer",
     "LedgerEntry",
     "Merchant",
+    "PaymentIdentifier",
     "PaymentIntent",
     "PaymentLink",
     "Refund",
@@ -149,7 +150,8 @@ class AgentPayment(SQLModel, table=True):
     settled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
     # The signed authorization, kept so that any process can send it again should its transaction
     # vanish (with from = payer, to = pay_to, value = amount_minor and the nonce above).
-    signature: str | None = Field(default=None, max_length=132)
+    # A key's 65 bytes, or a smart account's signature (EIP-1271; ERC-6492 with its factory call).
+    signature: str | None = Field(default=None, max_length=8194)
     valid_after: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     valid_before: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     locked_until: datetime | None = Field(  # a process finishing a payment it took over holds it until then
@@ -203,6 +205,24 @@ class IdempotencyKey(SQLModel, table=True):
         UniqueConstraint("merchant_id", "livemode", "key", name="uq_idempotency_keys_scope"),
         Index("ix_idempotency_keys_created", "created_at"),
     )
+
+
+class PaymentIdentifier(SQLModel, table=True):
+    """An x402 ``payment-identifier`` a paying client sent, bound to the payment it came with, and
+    the settlement's answer once there is one (the same id and payload gets it again, whatever
+    became of the authorization since)."""
+
+    __tablename__ = "payment_identifiers"
+    scope: str = Field(primary_key=True, max_length=48)  # the merchant (and mode) the id belongs to
+    identifier: str = Field(primary_key=True, max_length=128)
+    fingerprint: str = Field(max_length=64)  # SHA-256 of the payment payload, its terms and its route
+    status: str = Field(max_length=16)  # in_flight -> answered (an answer that is not final deletes the row)
+    answer: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # In flight: until when its first request is believed to be settling it.
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+    __table_args__ = (Index("ix_payment_identifiers_created", "created_at"),)
 
 
 class PaymentIntent(SQLModel, table=True):

@@ -21,6 +21,7 @@ __all__ = [
     "incoming_transfers",
     "ledger_entries",
     "merchants",
+    "payment_identifiers",
     "payment_intents",
     "payment_links",
     "refunds",
@@ -45,6 +46,7 @@ agent_payments = _tables["agent_payments"]
 events = _tables["events"]
 idempotency_keys = _tables["idempotency_keys"]
 payment_intents = _tables["payment_intents"]
+payment_identifiers = _tables["payment_identifiers"]
 webhook_endpoints = _tables["webhook_endpoints"]
 webhook_deliveries = _tables["webhook_deliveries"]
 deposit_addresses = _tables["deposit_addresses"]

@@ -41,11 +41,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable, RevertError, TransactionDropped
-from x402mw.platform.chain.token import authorization_state, transfer_calldata
+from x402mw.platform.chain.token import authorization_state
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.services.chains import Chains
+from x402mw.platform.services.payment_identifiers import (
+    IdentifierConflict,
+    PaymentIdentifiers,
+    payment_fingerprint,
+    payment_identifier,
+)
 from x402mw.platform.services.settlement_checks import (
     EndpointTerms,
     Refusal,
@@ -69,10 +75,19 @@ from x402mw.platform.services.settlement_outcomes import (
 from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement_release import Releases
 from x402mw.platform.services.settlement_writes import SettlementWrites
+from x402mw.platform.services.smart_accounts import (
+    KEY_TRANSFER_GAS,
+    SMART_TRANSFER_GAS,
+    CodeCache,
+    check_balance,
+    prepare_payer,
+    token_calldata,
+    verify_contract_signer,
+)
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
-__all__ = ["Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
+__all__ = ["IdentifierConflict", "Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
 
 logger = logging.getLogger("x402mw.platform.settlement")
 
@@ -106,22 +121,33 @@ class SettlementService:
         self.clock = clock
         self.simulate = simulate
         self._inflight: dict[str, asyncio.Task[SettleOutcome | None]] = {}
+        self.codes = CodeCache()
+        self.identifiers = PaymentIdentifiers(engine, clock)
         self.writes = SettlementWrites(engine)
         self.releases = Releases(self.writes, receipt_key, clock)
         self.recovery = SettlementRecovery(
-            chains, clock, self.writes, self.releases, self.finishing, takeover_after=takeover_after
+            chains, clock, self.writes, self.releases, self.finishing, self.codes, takeover_after=takeover_after
         )
 
     # -- verification (no side effects) -------------------------------------------------------
 
-    def verify(
+    async def verify(
         self, accepted: PaymentRequirements, payload: PaymentPayload, endpoint: EndpointTerms | None = None
     ) -> Verified:
-        """Check everything that can be checked off-chain (`verify_payment`); `Refusal` otherwise."""
-        return verify_payment(self.chains, self.clock, accepted, payload, endpoint)
+        """Check the payment and its signature (`verify_payment`: a key's is recovered locally; a
+        smart account's is asked of its wallet on-chain, `verify_contract_signer`); `Refusal`
+        otherwise, `ChainUnavailable` when a smart account's wallet cannot be asked."""
+        verified = verify_payment(self.chains, self.clock, accepted, payload, endpoint)
+        if verified.smart:
+            verified = await verify_contract_signer(verified.chain, verified, self.codes)
+        return verified
 
     async def check_on_chain(self, verified: Verified, token: str) -> None:
-        """Simulate the transfer from the relayer; `Refusal` with the revert's reason code."""
+        """Simulate the transfer from the relayer; `Refusal` with the revert's reason code. (A smart
+        account not deployed yet cannot pay before its deployment: its balance is checked instead.)"""
+        if verified.deployment is not None:
+            await check_balance(verified.chain, token, verified.auth)
+            return
         await simulation_outcome(self._simulate_soon(verified, token))
 
     def _simulate_soon(self, verified: Verified, token: str) -> asyncio.Future[Any]:
@@ -129,14 +155,32 @@ class SettlementService:
 
     @staticmethod
     def _calldata(verified: Verified) -> bytes:
-        return transfer_calldata(verified.auth, verified.signature)
+        return token_calldata(verified.auth, verified.token_signature or verified.signature, smart=verified.smart)
 
     # -- settlement ------------------------------------------------------------------------------
 
     async def settle(self, request: SettleRequest) -> SettleOutcome:
         """Settle one payment: verify it, claim its authorization, simulate, send and wait (up to
-        ``request.wait_seconds``) for the release; a retry of the same payment gets its outcome."""
-        outcome = await self._settle(request)
+        ``request.wait_seconds``) for the release; a retry of the same payment gets its outcome. A
+        payment carrying a ``payment-identifier`` is settled once per id (`PaymentIdentifiers`):
+        `IdentifierConflict` when its id came with another payment before."""
+        try:
+            # (A paid tool's hold and capture are two steps of one payment: its id binds neither.)
+            plain = request.merchant_id is not None and not request.hold and request.capture is None
+            identifier = payment_identifier(request.payload) if plain else None
+        except Refusal as refusal:
+            outcome = failed(request.accepted.network, refusal.reason, refusal.message)
+        else:
+            if identifier is None:
+                outcome = await self._settle(request)
+            else:
+                outcome = await self.identifiers.settle_once(
+                    f"{request.merchant_id}:{int(request.livemode)}",
+                    identifier,
+                    payment_fingerprint(request.accepted, request.payload, f"{request.endpoint_id} {request.resource}"),
+                    lambda: self._settle(request),
+                    wait_seconds=request.wait_seconds,
+                )
         metrics.count_settlement(
             self.network_label(request.accepted.network), outcome.status, outcome.response.error_reason
         )
@@ -151,13 +195,17 @@ class SettlementService:
         started = time.perf_counter()
         network = request.accepted.network
         try:
-            verified = self.verify(request.accepted, request.payload, request.terms)
+            verified = verify_payment(self.chains, self.clock, request.accepted, request.payload, request.terms)
+            if verified.smart:  # not a key's signature: its wallet says (the key path never comes here)
+                verified = await verify_contract_signer(verified.chain, verified, self.codes)
         except Refusal as refusal:
             if request.capture is not None:  # e.g. its validBefore passed while the tool ran
                 held_row = await self.writes.load(request.capture)
                 if held_row is not None and held_row.merchant_id == request.merchant_id:
                     await self.writes.release(held_row.id, status="held")
             return failed(network, refusal.reason, refusal.message)
+        except ChainUnavailable:
+            return unavailable(network)
         key = authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)
         if request.capture is not None:
             existing = await self.writes.load(request.capture)
@@ -176,7 +224,12 @@ class SettlementService:
         loop = asyncio.get_running_loop()
         # The simulation (it has no side effects) and the claim are queued at once, without waiting
         # for a turn of the event loop, each to go out in the next batch of its kind.
-        simulation = self._simulate_soon(verified, request.accepted.asset) if self.simulate else None
+        # (A wallet not deployed yet cannot be simulated paying: it is, once deployed, in `_execute`.)
+        simulation = (
+            self._simulate_soon(verified, request.accepted.asset)
+            if self.simulate and verified.deployment is None
+            else None
+        )
         row = self._new_payment(request, verified)
         claim = self.writes.claim(row.row())
         # One task takes the claim's answer and goes on to the chain without waiting for this
@@ -379,13 +432,18 @@ class SettlementService:
         chain = verified.chain
         network = request.accepted.network
         try:
+            if verified.deployment is not None:
+                await prepare_payer(chain, request.accepted.asset, verified.auth, verified.deployment, self.codes)
             if simulation is not None:
                 await simulation_outcome(simulation)
             elif self.simulate:
                 await self.check_on_chain(verified, request.accepted.asset)
             sent_at = time.perf_counter()
             tx = await chain.relayer.send(
-                request.accepted.asset, self._calldata(verified), valid_until=verified.auth.valid_before
+                request.accepted.asset,
+                self._calldata(verified),
+                gas=SMART_TRANSFER_GAS if verified.smart else KEY_TRANSFER_GAS,
+                valid_until=verified.auth.valid_before,
             )
         except Refusal as refusal:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
@@ -452,6 +510,7 @@ class SettlementService:
     async def aclose(self) -> None:
         """Record what was answered and release the writers' connections (before the engine closes)."""
         await self.releases.drain()
+        await self.identifiers.aclose()
         await self.writes.aclose()
 
     async def load(self, payment_id: str) -> AgentPayment | None:

@@ -26,14 +26,16 @@ from sqlalchemy import select
 
 from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.platform.chain.relayer import ChainUnavailable
-from x402mw.platform.chain.token import authorization_state, find_authorization_use, transfer_calldata
+from x402mw.platform.chain.token import authorization_state, find_authorization_use
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.settlement_checks import Refusal
 from x402mw.platform.services.settlement_outcomes import Payment, SettleOutcome, outcome_for
 from x402mw.platform.services.settlement_release import Releases
 from x402mw.platform.services.settlement_writes import SettlementWrites
+from x402mw.platform.services.smart_accounts import CodeCache, prepare_payer, recorded_calldata
 from x402mw.protocol import reasons
 
 __all__ = ["TAKEOVER_AFTER", "SettlementRecovery"]
@@ -60,9 +62,11 @@ class SettlementRecovery:
         writes: SettlementWrites,
         releases: Releases,
         finishing: Callable[[Payment], bool],
+        codes: CodeCache | None = None,
         *,
         takeover_after: timedelta = TAKEOVER_AFTER,
     ) -> None:
+        self.codes = codes or CodeCache()
         self.chains = chains
         self.clock = clock
         self.writes = writes
@@ -143,11 +147,18 @@ class SettlementRecovery:
         if not await self.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
         auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
-        calldata = transfer_calldata(auth, bytes.fromhex(row.signature[2:]))
+        transfer = recorded_calldata(chain.domain(row.asset), auth, bytes.fromhex(row.signature[2:]))
+        if transfer.deployment is not None:  # a smart account whose deployment its own process may not have sent
+            try:
+                await prepare_payer(chain, row.asset, auth, transfer.deployment, self.codes)
+            except Refusal as refusal:
+                await self.writes.failed(row.id, refusal.reason)
+                row.status, row.error_reason = "failed", refusal.reason
+                return outcome_for(row)
         logger.warning(
             "settlement %s: its authorization is still unused %s after its claim; sending it again", row.id, age
         )
-        tx = await chain.relayer.send(row.asset, calldata, valid_until=row.valid_before)
+        tx = await chain.relayer.send(row.asset, transfer.calldata, gas=transfer.gas, valid_until=row.valid_before)
         row.transaction, row.status = tx, "submitted"
         await self.writes.submitted(row.id, tx)
         return None
