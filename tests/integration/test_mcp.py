@@ -24,6 +24,7 @@ from x402mw.client import X402Auth
 from x402mw.client.mcp import PayingSession, payment_required, settlement_of
 from x402mw.errors import ConfigurationError, PaymentRefusedError
 from x402mw.evm.receipts import verify_receipt
+from x402mw.platform.services.settlement_checks import MIN_VALIDITY_SECONDS
 from x402mw.protocol import decode_payment_required
 from x402mw.seller import Answer, Held, PaidRoute, PaymentGate, RequestView, Serve, run_async
 
@@ -167,10 +168,14 @@ async def test_a_tool_error_result_is_not_charged_and_a_failed_settlement_gives_
         ran.append("refusing")
         return CallToolResult(content=[TextContent(type="text", text=f"no data for {city}")], is_error=True)
 
+    expires: list[int] = []
+
     @server.tool()
     async def slow(city: str) -> str:
         ran.append("slow")
-        await anyio.sleep(3)
+        # Runs until its authorization is too close to its end to settle (the hold had 14 s of it):
+        # a wait on what the payment says, not on how fast this machine is.
+        await anyio.sleep(max(0.0, expires[0] - MIN_VALIDITY_SECONDS + 1 - time.time()))
         return f"the secret forecast for {city}"
 
     tools = {"slow": deployment.endpoint_id, "refusing": endpoint_for(deployment, "refusing")}
@@ -184,12 +189,14 @@ async def test_a_tool_error_result_is_not_charged_and_a_failed_settlement_gives_
             assert refused.is_error and refused.content[0].text == "no data for Oslo"  # type: ignore[union-attr]
             assert settlement_of(refused) is None
 
-            # Signed to expire 8 s from now: held at once, too close to its end to settle 3 s later.
+            # Signed to expire 14 s from now: held at once, too close to its end to settle once the tool is done.
             offer = payment_required(await client.call_tool("slow", {"city": "Oslo"}))
             assert offer is not None
             accepted = offer.accepts[0]
-            now = int(time.time()) - accepted.max_timeout_seconds + 8
-            payload = deployment.agent.sign_payment(accepted, resource=offer.resource, now=now).to_wire()
+            now = int(time.time()) - accepted.max_timeout_seconds + 14
+            signed = deployment.agent.sign_payment(accepted, resource=offer.resource, now=now)
+            expires.append(signed.payload.authorization.valid_before)
+            payload = signed.to_wire()
             late = await client.call_tool("slow", {"city": "Oslo"}, meta={"x402/payment": payload})
     assert ran == ["refusing", "slow"]
     assert late.is_error and "secret" not in json.dumps(late.model_dump(mode="json")), late
