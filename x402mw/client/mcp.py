@@ -28,7 +28,7 @@ from mcp.types import CallToolResult
 
 from x402mw.client.auth import X402Auth
 from x402mw.errors import InvalidPaymentError, PaymentRefusedError
-from x402mw.protocol import reasons
+from x402mw.protocol import payment_identifier, reasons
 from x402mw.protocol.codec import decode_payment_required
 from x402mw.protocol.models import PaymentRequired, SettlementResponse
 
@@ -59,16 +59,20 @@ class PayingSession:
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, *, meta: dict[str, Any] | None = None, **kwargs: Any
     ) -> CallToolResult:
-        # TODO(payment-identifier): send one payment identifier per logical call, kept across the
-        # retries below, once X402Auth has the extension (branch h/smart-accounts).
         result = await self._call(name, arguments, meta=meta, **kwargs)
         required = payment_required(result)
+        # One payment identifier per logical call, for tools that declare the extension, kept across
+        # the retry below (as `X402Auth` does for a request).
+        identifier = payment_identifier.new_identifier()
         for attempt in range(2):
             if required is None:
                 return result
             url = required.resource.url if required.resource and required.resource.url else f"mcp://tool/{name}"
             choice = self.auth._choose(required, url)
             payload = self.auth.wallet.sign_payment(choice.requirements, resource=required.resource)
+            if payment_identifier.declared(required):
+                extensions = payment_identifier.payload_extensions(required.extensions, identifier)
+                payload = payload.model_copy(update={"extensions": extensions})
             paid_meta = {**(meta or {}), PAYMENT_META: payload.to_wire()}
             result = await self._call(name, arguments, meta=paid_meta, **kwargs)
             settlement = settlement_of(result)
