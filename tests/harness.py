@@ -209,9 +209,10 @@ class Serve:
     """``x402mw platform serve`` on the defaults in a data dir (and its SQLite database, or the one at
     ``database_url``), as a subprocess; its output goes to ``serve.log`` beside the data dir."""
 
-    def __init__(self, data_dir: Path, database_url: str | None = None) -> None:
+    def __init__(self, data_dir: Path, database_url: str | None = None, **environment: str) -> None:
         self.data_dir = data_dir
         self.database_url = database_url
+        self.environment = environment  # more X402MW_* settings
         self.port = free_port()
         self.log = data_dir.parent / "serve.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -226,6 +227,7 @@ class Serve:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("X402MW_DATABASE_URL", "X402MW_RPC_URL")}
         env["X402MW_DATA_DIR"] = str(self.data_dir)
+        env.update(self.environment)
         if self.database_url is not None:
             env["X402MW_DATABASE_URL"] = self.database_url
         return env
@@ -263,8 +265,8 @@ class Serve:
 
 
 @contextlib.contextmanager
-def serving(data_dir: Path, database_url: str | None = None) -> Iterator[Serve]:
-    serve = Serve(data_dir, database_url)
+def serving(data_dir: Path, database_url: str | None = None, **environment: str) -> Iterator[Serve]:
+    serve = Serve(data_dir, database_url, **environment)
     serve.start()
     try:
         yield serve

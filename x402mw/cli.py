@@ -312,7 +312,7 @@ def _started(platform: Any) -> str:
         ).replace('"$AGENT_ADDRESS"', '"\'"$AGENT_ADDRESS"\'"')
         lines += [
             "  fund an agent with 5 test USDC (a test key: x402mw platform keys create --merchant <id>):",
-            f"    curl -s {settings.base_url}/sandbox/faucet -H \"Authorization: Bearer $X402MW_API_KEY\" \\",
+            f'    curl -s {settings.base_url}/sandbox/faucet -H "Authorization: Bearer $X402MW_API_KEY" \\',
             f"      -H 'Content-Type: application/json' -d '{body}'",
         ]
     return "\n".join(lines)
@@ -534,7 +534,9 @@ def status_command(settings: PlatformSettings, as_json: bool) -> None:
 
     with _configuration_errors_exit():
         report = asyncio.run(_with_engine(settings, read))
-    healthy = report["worker"] == "ok" and all(c["state"].startswith(("ok", "running", "new")) for c in report["chains"])
+    healthy = report["worker"] == "ok" and all(
+        c["state"].startswith(("ok", "running", "new")) for c in report["chains"]
+    )
     if as_json:
         click.echo(json.dumps(report))
     else:

@@ -349,7 +349,15 @@ def test_tenant_isolation(dev_platform: PlatformHarness) -> None:
         # the id as its checkoutUrl shows it, pi_<uuid>, names the same order (and only for its merchant)
         assert mine.get(f"/payment-intents/pi_{intent['id']}").json()["paymentIntent"]["id"] == intent["id"]
         _error(theirs.get(f"/payment-intents/pi_{intent['id']}"), 404, "resource_missing", "id")
-        for bad in [str(uuid.uuid4()), "pi_" + str(uuid.uuid4()), "pi_pi_" + intent["id"], "PI_" + intent["id"], "not-a-uuid", intent["id"].replace("-", ""), "x" * 300]:
+        for bad in [
+            str(uuid.uuid4()),
+            "pi_" + str(uuid.uuid4()),
+            "pi_pi_" + intent["id"],
+            "PI_" + intent["id"],
+            "not-a-uuid",
+            intent["id"].replace("-", ""),
+            "x" * 300,
+        ]:
             _error(mine.get(f"/payment-intents/{bad}"), 404, "resource_missing")
             _error(mine.post(f"/payment-intents/{bad}/cancel"), 404, "resource_missing")
 

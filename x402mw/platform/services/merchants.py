@@ -149,10 +149,14 @@ async def list_api_keys(engine: AsyncEngine, merchant_id: str) -> list[dict[str,
     key, which is not stored). LookupError when there is no such merchant."""
     keys = tables.api_keys
     async with engine.connect() as conn:
-        if (await conn.execute(select(tables.merchants.c.id).where(tables.merchants.c.id == merchant_id))).first() is None:
+        if (
+            await conn.execute(select(tables.merchants.c.id).where(tables.merchants.c.id == merchant_id))
+        ).first() is None:
             raise LookupError(f"no merchant {merchant_id}")
         rows = (
-            await conn.execute(select(keys).where(keys.c.merchant_id == merchant_id).order_by(keys.c.created_at, keys.c.id))
+            await conn.execute(
+                select(keys).where(keys.c.merchant_id == merchant_id).order_by(keys.c.created_at, keys.c.id)
+            )
         ).mappings()
         return [
             {
