@@ -18,10 +18,11 @@ Markers, an HTML comment on the line before a block (invisible on the rendered p
 
 - ``<!-- docs-check: skip -->``: the block is not run (it shows output, a fragment, or a placeholder
   such as another seller's URL);
-- ``<!-- docs-check: background -->``: a shell block that starts a server and keeps running (``serve``,
-  a seller): it is started in the background, and the next block waits until every port of the page
-  answers or the server has exited (which fails the check). Every background block is stopped at the
-  end.
+- ``<!-- docs-check: background -->``: a shell block that starts a server (``serve``, or a seller put
+  in the background with ``&``): it is started in the background, and the next block waits until the
+  page's ports answer (the platform's after the first such block, the seller's too after the second),
+  failing if the block exits with an error or nothing answers in time. The processes of every
+  background block are stopped at the end (their process group).
 
 Every block has a time limit (120 s) and the whole page is bounded by its blocks.
 """
@@ -193,8 +194,8 @@ class Page:
         deadline = time.monotonic() + BLOCK_SECONDS
         for url in urls:
             while True:
-                for process, log in self.background:
-                    assert process.poll() is None, f"a background block of docs/{self.page} ended:\n{log.read_text()}"
+                for process, log in self.background:  # a block may end once it has put its server in the background
+                    assert process.poll() in (None, 0), f"a background block of docs/{self.page} failed:\n{log.read_text()}"
                 with contextlib.suppress(httpx.HTTPError):
                     httpx.get(url, timeout=2)
                     break

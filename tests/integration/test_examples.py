@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -185,6 +186,10 @@ def _agent_pays(shop: Shop, url: str, cwd: Path) -> str:
     assert "HTTP 200" in said, said
     assert re.search(rf"paid 0\.01 USDC on {NETWORK}, transaction 0x[0-9a-f]{{64}}", said), said
     assert "receipt verified: True" in said
+    # and `x402mw pay`, which names the coin too
+    paid = json.loads(_run([sys.executable, "-m", "x402mw", "pay", url, "--json"], cwd, env))
+    assert paid["status"] == 200 and paid["payment"]["asset"] == "USDC", paid
+    assert paid["payment"]["amount"] == "0.01" and paid["payment"]["receiptVerified"] is True
     return said
 
 
