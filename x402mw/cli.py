@@ -297,6 +297,7 @@ def _started(platform: Any) -> str:
         f"x402mw platform: API at {settings.base_url}",
         f"  checkout pages at {settings.checkout_url_base}/pi_<paymentId>",
         f"  data dir: {settings.data_dir}",
+        f"  receipts signed by {platform.receipt_address} (GET /v1/health: receiptSigner)",
     ]
     test_chain = None
     for chain in platform.chains:

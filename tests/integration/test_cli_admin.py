@@ -1,7 +1,8 @@
 """A merchant's day on the command line, against a real ``x402mw platform serve`` on SQLite and on
 PostgreSQL: what ``serve`` says on start (and that the faucet command it prints works as printed),
 ``merchants create|list|show|rename``, ``keys create|list|revoke`` with their ``--json``, and
-``platform status`` while the platform runs and once it has stopped."""
+``platform status`` while the platform runs and once it has stopped. And ``x402mw demo``, which
+leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -64,6 +65,7 @@ def test_serve_says_where_it_is_and_its_faucet_command_funds_an_agent(served: Se
     assert f"API at {served.url}" in said
     assert f"checkout pages at http://127.0.0.1:{served.port}/checkout/pi_<paymentId>" in said
     assert f"data dir: {served.data_dir}" in said
+    assert re.search(r"receipts signed by 0x[0-9a-fA-F]{40} \(GET /v1/health: receiptSigner\)", said)
     assert f"chain {NETWORK} (chainId {DEV_CHAIN_ID}, x402mw dev chain, test):" in said
     tokens = dict(re.findall(r"^    (USDC|EURC) (0x[0-9a-fA-F]{40})$", said, re.MULTILINE))
     assert set(tokens) == {"USDC", "EURC"}
@@ -132,3 +134,18 @@ def test_merchants_and_keys(served: Serve) -> None:
     assert "no merchant" in _cli(served, "merchants", "show", missing, status=1)
     assert "no merchant" in _cli(served, "merchants", "rename", missing, "--name", "x", status=1)
     assert "no merchant" in _cli(served, "keys", "list", "--merchant", missing, status=1)
+
+
+def test_the_demo_removes_its_folder(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("X402MW_") or k == "X402MW_ANVIL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "x402mw", "demo", "--requests", "1"],
+        env=env | {"TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    made = re.search(r"workdir: (\S+) \(removed at the end\)", done.stdout)
+    assert made is not None and made[1].startswith(str(tmp_path)), done.stdout
+    assert list(tmp_path.iterdir()) == []

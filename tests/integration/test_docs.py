@@ -50,7 +50,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["quickstart.md", "agents.md"]
 SHELLS = {"bash", "sh", "shell"}
 BLOCK_SECONDS = 120
-_FENCE = re.compile(r"^(?P<marker><!-- docs-check: (?P<what>[a-z]+) -->\n)?```(?P<lang>[a-z]*)\n(?P<code>.*?)^```$", re.M | re.S)
+_FENCE = re.compile(
+    r"^(?P<marker><!-- docs-check: (?P<what>[a-z]+) -->\n)?```(?P<lang>[a-z]*)\n(?P<code>.*?)^```$", re.M | re.S
+)
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,9 @@ class Page:
     def code(self, block: Block) -> str:
         code = block.code
         for port, free in self.ports.items():
-            code = code.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}").replace(f"localhost:{port}", f"localhost:{free}")
+            code = code.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}").replace(
+                f"localhost:{port}", f"localhost:{free}"
+            )
         return code
 
     def where(self, block: Block) -> str:
@@ -195,7 +199,9 @@ class Page:
         for url in urls:
             while True:
                 for process, log in self.background:  # a block may end once it has put its server in the background
-                    assert process.poll() in (None, 0), f"a background block of docs/{self.page} failed:\n{log.read_text()}"
+                    assert process.poll() in (None, 0), (
+                        f"a background block of docs/{self.page} failed:\n{log.read_text()}"
+                    )
                 with contextlib.suppress(httpx.HTTPError):
                     httpx.get(url, timeout=2)
                     break
@@ -246,3 +252,17 @@ def test_the_markers_are_read() -> None:
     page = blocks("agents.md")
     assert {b.marker for b in page} >= {None, "skip", "background"}
     assert all(b.lang in SHELLS | {"python"} for b in page)
+
+
+def test_the_readme_s_five_minutes_are_the_agents_guide_s() -> None:
+    # the README's copy is not run: each of its commands must be one the docs check runs in agents.md
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Sell to agents in five minutes", 1)[1].split("\n## ", 1)[0]
+    checked = "\n".join(b.code for b in blocks("agents.md") if b.marker != "skip")
+
+    def commands(text: str) -> list[str]:
+        return [line.split("  #", 1)[0].rstrip() for line in text.splitlines()]
+
+    ran = set(commands(checked))
+    readme_commands = [c for block in re.findall(r"```bash\n(.*?)```", section, re.S) for c in commands(block) if c]
+    assert readme_commands and [c for c in readme_commands if c not in ran] == []
