@@ -520,18 +520,26 @@ def keys_revoke(settings: PlatformSettings, key_id: str, as_json: bool) -> None:
 
 @platform.command(name="status")
 @settings_options(StorageSettings, ChainAccessSettings)
+@click.option(
+    "--overdue-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="How long work may be due before the worker counts as behind.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status_command(settings: PlatformSettings, as_json: bool) -> None:
+def status_command(settings: PlatformSettings, overdue_seconds: float, as_json: bool) -> None:
     """The chains (ids, tokens, head, relayer gas) and the worker's and queues' health, read from the
     database and the chains this platform is configured with. Exits 1 when the worker is behind or a
     chain cannot be reached."""
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
 
     from x402mw.platform.services.status import chain_status, queue_status
 
     async def read(engine: Any) -> dict[str, Any]:
         chains = await chain_status(settings, engine)
-        return {"dataDir": str(settings.data_dir), "chains": chains} | await queue_status(engine, datetime.now(UTC))
+        queues = await queue_status(engine, datetime.now(UTC), timedelta(seconds=overdue_seconds))
+        return {"dataDir": str(settings.data_dir), "chains": chains} | queues
 
     with _configuration_errors_exit():
         report = asyncio.run(_with_engine(settings, read))

@@ -12,7 +12,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,34 @@ def test_merchants_and_keys(served: Serve) -> None:
     assert "no merchant" in _cli(served, "merchants", "show", missing, status=1)
     assert "no merchant" in _cli(served, "merchants", "rename", missing, "--name", "x", status=1)
     assert "no merchant" in _cli(served, "keys", "list", "--merchant", missing, status=1)
+
+
+def test_status_says_when_no_worker_does_the_work_due(database: str, tmp_path: Path) -> None:
+    # a serve without the worker duties: an order past its expiry stays owed, and status says so
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(postgres_database()) if database == "postgresql" else None
+        serve = stack.enter_context(serving(tmp_path / "data", url, X402MW_RUN_WORKER="false"))
+        merchant = _cli(serve, "merchants", "create", "--name", "Idle Co")
+        key = _cli(serve, "keys", "create", "--merchant", merchant["id"])["key"]
+        expires = datetime.now(UTC) + timedelta(seconds=1)
+        with httpx.Client(base_url=serve.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+            body = {"orderId": "late-1", "amount": "1.00", "currency": "USDC", "expiresAt": expires.isoformat()}
+            assert api.post("/payment-intents", json=body).status_code == 201
+        while datetime.now(UTC) < expires + timedelta(seconds=1.5):
+            time.sleep(0.2)
+        done = subprocess.run(
+            [sys.executable, "-m", "x402mw", "platform", "status", "--overdue-seconds", "1", "--json"],
+            capture_output=True,
+            text=True,
+            env=serve.env(),
+            timeout=120,
+        )
+        assert done.returncode == 1 and done.stdout.startswith("{"), done.stderr + done.stdout
+        report = json.loads(done.stdout)
+        assert report["queues"]["expiringOrders"] == {"waiting": 1, "overdue": 1}
+        assert report["worker"].startswith("behind (expiringOrders")
+        # within the default minute, the same order is only waiting
+        assert _cli(serve, "status")["worker"] == "ok"
 
 
 def test_the_demo_removes_its_folder(tmp_path: Path) -> None:

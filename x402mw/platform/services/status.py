@@ -119,10 +119,10 @@ async def _remote(chain: ChainSettings, relayer: str | None) -> dict[str, Any]:
     }
 
 
-async def queue_status(engine: AsyncEngine, now: datetime) -> dict[str, Any]:
+async def queue_status(engine: AsyncEngine, now: datetime, overdue: timedelta = OVERDUE) -> dict[str, Any]:
     """The background work owed, by kind: how many items are waiting and how many of them have been due
-    longer than `OVERDUE`; ``worker`` is ``ok`` or ``behind`` (some item is overdue)."""
-    late = now - OVERDUE
+    longer than ``overdue``; ``worker`` is ``ok`` or ``behind`` (some item is overdue)."""
+    late = now - overdue
     deliveries, emails, refunds = tables.webhook_deliveries, tables.subscription_emails, tables.refunds
     intents, payments = tables.payment_intents, tables.agent_payments
     kinds = {
@@ -142,8 +142,8 @@ async def queue_status(engine: AsyncEngine, now: datetime) -> dict[str, Any]:
             query = select(func.count(), func.count().filter(due_at < late)).select_from(table).where(waiting)
             if name == "expiringOrders":  # only the orders past their expiry are owed work
                 query = query.where(due_at < now)
-            total, overdue = (await conn.execute(query)).one()
-            queues[name] = {"waiting": int(total), "overdue": int(overdue)}
+            waiting_count, overdue_count = (await conn.execute(query)).one()
+            queues[name] = {"waiting": int(waiting_count), "overdue": int(overdue_count)}
     behind = [name for name, counts in queues.items() if counts["overdue"]]
-    worker = "ok" if not behind else f"behind ({', '.join(behind)} overdue for over {int(OVERDUE.total_seconds())} s)"
+    worker = "ok" if not behind else f"behind ({', '.join(behind)} due for over {overdue.total_seconds():g} s)"
     return {"worker": worker, "queues": queues}
