@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Table, func, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -101,8 +103,10 @@ async def lookup_key(engine: AsyncEngine, key: str) -> Caller | None:
         return None
     now = utcnow()
     if row.last_used_at is None or _aware(row.last_used_at) < now - KEY_USE_PRECISION:
-        async with engine.begin() as conn:
-            await conn.execute(update(keys).where(keys.c.id == row.id).values(last_used_at=now))
+        # advisory: a write that fails (a busy SQLite file) must not refuse the caller, whose key is good
+        with contextlib.suppress(SQLAlchemyError):
+            async with engine.begin() as conn:
+                await conn.execute(update(keys).where(keys.c.id == row.id).values(last_used_at=now))
     return Caller(merchant_id=row.merchant_id, livemode=bool(row.livemode), key_id=row.id)
 
 
