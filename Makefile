@@ -51,8 +51,9 @@ lint: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 # PostgreSQL at X402MW_TEST_POSTGRES_URL, or a throwaway cluster from the local binaries (tests/pg_cluster.py).
-# The soak (tests/reliability/test_soak.py) runs alone afterwards: it starts four platform processes
-# of its own and measures them under faults, which the rest of the suite running beside it would skew.
+# The soak (tests/reliability/test_soak.py, and the relayer pool's load, test_pool.py) runs alone
+# afterwards: each starts four platform processes of its own and measures them under faults, which
+# the rest of the suite running beside it would skew.
 test: $(STAMP) $(ANVIL) $(X402_TS) $(AXE) $(CHROMIUM) lint
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -n 2 --timeout 300 -m "not soak"
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -s --timeout 900 -m soak

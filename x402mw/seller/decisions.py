@@ -30,6 +30,7 @@ class PlatformCall:
     path: str
     json: Any = None
     timeout: float = 10.0
+    headers: tuple[tuple[str, str], ...] = ()  # beyond the key's (e.g. ``If-None-Match``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class PlatformReply:
     status: int
     data: Any
     request_id: str | None = None
+    etag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

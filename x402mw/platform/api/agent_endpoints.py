@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
@@ -178,12 +180,19 @@ async def create(request: Request) -> ModelResponse:
     return _answer(row, chain, 201)
 
 
-async def retrieve(request: Request) -> ModelResponse:
+async def retrieve(request: Request) -> Response:
+    """The endpoint, with an ``ETag`` of its answer; ``304`` without a body when ``If-None-Match``
+    names the current one (the seller middleware revalidates its endpoints' terms every second)."""
     caller = await authenticate(request)
     platform = platform_of(request)
     async with platform.engine.connect() as conn:
         row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
-    return _answer(row, platform.chains.get(row.chain_id))
+    answer = _answer(row, platform.chains.get(row.chain_id))
+    etag = '"' + hashlib.sha256(answer.body).hexdigest()[:32] + '"'
+    if etag in (tag.strip().removeprefix("W/") for tag in request.headers.get("if-none-match", "").split(",")):
+        return Response(status_code=304, headers={"ETag": etag})
+    answer.headers["ETag"] = etag
+    return answer
 
 
 async def update(request: Request) -> ModelResponse:

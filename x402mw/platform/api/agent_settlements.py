@@ -76,6 +76,14 @@ async def settle(request: Request) -> ModelResponse:
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+    terms = EndpointTerms.of(endpoint)
+    if accepted.pay_to.lower() not in terms.payout_history:
+        # Perhaps a payout address set through another process since this one read the endpoint:
+        # sellers issue it within 2 s of the change, sooner than this copy of the row expires.
+        endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId, fresh=True)
+        if endpoint is None:
+            raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+        terms = EndpointTerms.of(endpoint)
     if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
         refused = failed(
             accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
@@ -108,7 +116,7 @@ async def settle(request: Request) -> ModelResponse:
             resource=body.resource,
             livemode=caller.livemode,
             release_policy=endpoint.release_policy,
-            terms=EndpointTerms.of(endpoint),
+            terms=terms,
             challenge=challenge,
             wait_seconds=body.waitSeconds,
             # A retry of a challenge that expired gets the outcome of its payment, if it was made;

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, WithJsonSchema
 
 from x402mw.evm.keys import is_address, to_checksum_address
+from x402mw.platform.emails.addresses import ADDR_SPEC_PATTERN, MAX_ADDRESS, is_addr_spec
 from x402mw.protocol.prices import AmountFormat
 
 __all__ = [
@@ -179,17 +180,15 @@ MINOR_SCHEMA: dict[str, Any] = {
 }
 """The JSON schema of what `minor_units` accepts."""
 
-_SPACE = r"\x00-\x20\x7f-\x9f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-EMAIL_PATTERN = rf"^[^{_SPACE}]+@[^{_SPACE}@]*\.[^{_SPACE}@]*$"
-"""An email address as far as the platform checks one: something, ``@``, then a domain with a dot,
-without white space or control characters."""
-_EMAIL = re.compile(EMAIL_PATTERN)
-MAX_EMAIL = 320
+EMAIL_PATTERN = ADDR_SPEC_PATTERN
+"""One email address, ``local@domain``: the dot-atom form of an RFC 5322 addr-spec, with a host name
+for domain (`x402mw.platform.emails.addresses`); never a list, a group or a display name."""
+MAX_EMAIL = MAX_ADDRESS
 
 
 def _email(value: str) -> str:
-    if len(value) > MAX_EMAIL or not _EMAIL.fullmatch(value):
-        raise ValueError("must be an email address")
+    if not is_addr_spec(value):
+        raise ValueError("must be one email address (local@domain.example), without a name, list or group")
     return value
 
 

@@ -190,7 +190,6 @@ class RenewalRunner:
             period=period,
             amount=row["plan_amount"],
             currency=row["plan_currency"],
-            success_url=self.links.page_url(row["id"]),
             at=platform_now,
         )
         end = boundary(row["anchor_at"], row["interval"], period)

@@ -92,11 +92,12 @@ def invoice_order_row(
     period: int,
     amount: int,
     currency: str,
-    success_url: str | None,
     at: datetime,
 ) -> dict[str, Any]:
     """The payment order of an invoice, as a ``payment_intents`` row: open until paid, without expiry
-    (the subscription's own schedule closes it)."""
+    (the subscription's own schedule closes it). It has no ``successUrl``: an order's page and its
+    public API answer show that link to whoever holds the order's id, and the customer page link is
+    the customer's alone (it reaches them by email, or through the merchant)."""
     return {
         **UNPAID,
         "id": new_id(),
@@ -111,7 +112,7 @@ def invoice_order_row(
         "payment_methods": dict(PAYMENT_METHODS),
         "customer_email": sub["customer_email"],
         "customer_name": None,
-        "success_url": success_url,
+        "success_url": None,
         "cancel_url": None,
         "order_metadata": {"subscriptionId": sub["id"], "invoiceId": invoice_id, "period": str(period)},
         "transfer_hold": None,
