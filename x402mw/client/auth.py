@@ -400,16 +400,19 @@ class X402Auth(httpx.Auth):
             return None, exc.message
         decimals = known.decimals if known else DEFAULT_DECIMALS
         symbol = known.symbol if known else None
+        # the symbol an unknown chain's offer gives names the coin in messages and records only: caps
+        # and allow-lists go by what this process knows (a seller could name any token "USDC")
+        shown = symbol or _offered_symbol(entry)
         units = Decimal(entry.amount).scaleb(-decimals, context=_EXACT)
         if self.max_amount is not None and units > self.max_amount:
-            return None, f"over the per-payment cap of {self.max_amount} {symbol or 'tokens'}"
+            return None, f"over the per-payment cap of {self.max_amount} {shown or 'tokens'}"
         key = symbol or entry.asset.lower()
         spent = self.spent.get(key, Decimal(0))
         if self.max_total is not None and _EXACT.add(spent, units) > self.max_total:
             return None, (
-                f"over the total cap of {self.max_total} {symbol or 'tokens'} ({spent.normalize():f} already signed)"
+                f"over the total cap of {self.max_total} {shown or 'tokens'} ({spent.normalize():f} already signed)"
             )
-        return _Choice(entry, symbol, decimals, units, key), ""
+        return _Choice(entry, shown, decimals, units, key), ""
 
     def _settled(self, url: str, response: httpx.Response, choice: _Choice) -> None:
         if response.status_code >= 400:
@@ -610,8 +613,18 @@ def _receipt_matches(
     )
 
 
+def _offered_symbol(entry: PaymentRequirements) -> str | None:
+    """The token's symbol as the offer names it (``extra.currency``, which x402mw sellers send) on a
+    chain this process does not know the tokens of (the platform's dev chain): for messages and caps
+    by symbol. A value that is not a short symbol is ignored."""
+    offered = entry.extra.get("currency")
+    if isinstance(offered, str) and 0 < len(offered) <= 11 and offered.isalnum() and offered.isascii():
+        return offered.upper()
+    return None
+
+
 def _describe(entry: PaymentRequirements) -> str:
     network = get_network(entry.network)
     known = network.asset_by_address(entry.asset) if network else None
     amount = format_amount(entry.amount, known.decimals) if known else f"{entry.amount} atomic units"
-    return f"{amount} {known.symbol if known else entry.asset} on {entry.network}"
+    return f"{amount} {known.symbol if known else _offered_symbol(entry) or entry.asset} on {entry.network}"

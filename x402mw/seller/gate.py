@@ -384,6 +384,8 @@ class PaymentGate:
             "extra": {
                 "name": terms.eip712_name,
                 "version": terms.eip712_version,
+                # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
+                "currency": terms.currency,
                 "challengeId": challenge_id,
                 "expiresAt": expires,
                 "seal": seal,

@@ -24,7 +24,7 @@ from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.db import tables
-from x402mw.platform.objects.agents import SupportedKind, SupportedKinds
+from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement import IdentifierConflict, Refusal, SettleRequest
 from x402mw.platform.services.settlement_outcomes import unavailable
@@ -139,7 +139,24 @@ async def settle(request: Request) -> ModelResponse:
 async def supported(request: Request) -> ModelResponse:
     chains = list(platform_of(request).chains)
     kinds = [
-        SupportedKind(x402_version=version, scheme="exact", network=chain.network.caip2)
+        SupportedKind(
+            x402_version=version,
+            scheme="exact",
+            network=chain.network.caip2,
+            extra=SupportedKindExtra(
+                tokens=[
+                    SupportedToken(
+                        symbol=asset.symbol,
+                        address=asset.address,
+                        decimals=asset.decimals,
+                        name=asset.eip712_name,
+                        version=asset.eip712_version,
+                    )
+                    for asset in chain.network.assets.values()
+                    if asset.eip3009
+                ]
+            ),
+        )
         for chain in chains
         for version in (2,)
     ]

@@ -69,7 +69,11 @@ _MISSING = "; any other value answers 404 `resource_missing`, as an unknown id d
 _PATH_PARAMS: dict[str, tuple[str, Schema]] = {
     "endpoint_id": ("id of an agent endpoint (a UUID)", UUID),
     "challenge_id": ("id of a challenge, as the seller middleware made it", CHALLENGE_ID_SCHEMA),
-    "payment_id": ("id of an agent payment or of a payment intent (a UUID)", UUID),
+    "payment_id": (
+        "id of an agent payment or of a payment intent (a UUID; a payment intent's also as `pi_<uuid>`, "
+        "as its `checkoutUrl` shows it)",
+        {"type": "string", "pattern": "^(pi_)?" + UUID_PATTERN.removeprefix("^")},
+    ),
     "webhook_endpoint_id": ("id of a webhook endpoint (a UUID)", UUID),
     "event_id": ("id of an event (a UUID)", UUID),
     "refund_id": ("id of a refund (a UUID)", UUID),

@@ -79,6 +79,8 @@ class ApiKey(SQLModel, table=True):
     livemode: bool = False
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     revoked_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    # when a request last authenticated with the key, to the minute (KEY_USE_PRECISION)
+    last_used_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
 
 
 class AgentEndpoint(SQLModel, table=True):

@@ -36,7 +36,9 @@ __all__ = [
     "SettlementRelease",
     "SettlementResult",
     "SupportedKind",
+    "SupportedKindExtra",
     "SupportedKinds",
+    "SupportedToken",
 ]
 
 
@@ -192,12 +194,29 @@ class ChallengeBatchResult(ResponseModel):
     received: int
 
 
+class SupportedToken(ResponseModel):
+    """A token the facilitator settles on a network: what a seller puts in its ``accepts`` entry
+    (``asset``, and ``extra.name`` and ``extra.version``, the token's EIP-712 domain)."""
+
+    symbol: str
+    address: EvmAddress
+    decimals: int
+    name: str
+    version: str
+
+
+class SupportedKindExtra(ResponseModel):
+    tokens: list[SupportedToken]
+
+
 class SupportedKind(ResponseModel):
-    """A payment kind the facilitator settles."""
+    """A payment kind the facilitator settles; ``extra.tokens`` names the network's tokens, for
+    sellers on a network their SDK does not know (the dev chain, a local node)."""
 
     x402_version: int
     scheme: str
     network: str
+    extra: SupportedKindExtra
 
 
 class SupportedKinds(ResponseModel):
