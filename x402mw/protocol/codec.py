@@ -19,9 +19,11 @@ from pydantic import ValidationError
 from x402mw.errors import InvalidPaymentError
 from x402mw.protocol import bounded_json
 from x402mw.protocol.models import (
+    AnyPaymentPayload,
     PaymentPayload,
     PaymentRequired,
     SettlementResponse,
+    UptoPaymentPayload,
     WireModel,
 )
 from x402mw.protocol.networks import get_network
@@ -33,6 +35,7 @@ __all__ = [
     "PAYMENT_SIGNATURE",
     "V1_PAYMENT",
     "V1_PAYMENT_RESPONSE",
+    "decode_any_payment_payload",
     "decode_json_header",
     "decode_payment_payload",
     "decode_payment_required",
@@ -124,6 +127,25 @@ def _v1_payload_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 def decode_payment_payload(value: str | bytes) -> PaymentPayload:
     """Decode ``PAYMENT-SIGNATURE`` (v2) or ``X-PAYMENT`` (v1)."""
     data = decode_json_header(value)
+    if isinstance(data, dict) and data.get("x402Version") == 1:
+        data = _v1_payload_to_v2(data)
+    payload = _validate(PaymentPayload, data, "payment payload")
+    if payload.x402_version not in (1, 2):
+        raise InvalidPaymentError(f"unsupported x402Version {payload.x402_version}", reason="invalid_x402_version")
+    if payload.x402_version == 2 and payload.accepted is None:
+        raise InvalidPaymentError("payment payload has no 'accepted' block", reason="invalid_payload")
+    return payload
+
+
+def decode_any_payment_payload(value: str | bytes) -> AnyPaymentPayload:
+    """Decode ``PAYMENT-SIGNATURE`` of either scheme: an `UptoPaymentPayload` when its ``accepted``
+    terms are ``upto``, else as `decode_payment_payload`."""
+    data = decode_json_header(value)
+    if isinstance(data, dict) and isinstance(data.get("accepted"), dict) and data["accepted"].get("scheme") == "upto":
+        upto = _validate(UptoPaymentPayload, data, "payment payload")
+        if upto.x402_version != 2:
+            raise InvalidPaymentError("the upto scheme is x402 v2 only", reason="invalid_x402_version")
+        return upto
     if isinstance(data, dict) and data.get("x402Version") == 1:
         data = _v1_payload_to_v2(data)
     payload = _validate(PaymentPayload, data, "payment payload")

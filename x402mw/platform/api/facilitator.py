@@ -26,8 +26,9 @@ from x402mw.platform.db import tables
 from x402mw.platform.objects.agents import SupportedKind, SupportedKinds
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement import Refusal, SettleRequest
+from x402mw.platform.services.settlement_upto import EIP2612_EXTENSION
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements, VerifyResponse
+from x402mw.protocol.models import PaymentPayload, PaymentRequirements, UptoPaymentPayload, VerifyResponse
 from x402mw.protocol.seals import Sealer, sealed_terms
 
 __all__ = ["routes"]
@@ -40,8 +41,21 @@ class FacilitatorBody(BaseModel):
     paymentRequirements: PaymentRequirements
 
 
-async def _body(request: Request) -> FacilitatorBody:
-    return parse_body(FacilitatorBody, await read_json(request))
+class UptoFacilitatorBody(BaseModel):
+    """An ``upto`` payment: at ``/settle``, ``paymentRequirements.amount`` is the amount to settle."""
+
+    model_config = ConfigDict(extra="ignore")
+    x402Version: int = 2
+    paymentPayload: UptoPaymentPayload
+    paymentRequirements: PaymentRequirements
+
+
+async def _body(request: Request) -> FacilitatorBody | UptoFacilitatorBody:
+    data = await read_json(request)
+    requirements = data.get("paymentRequirements") if isinstance(data, dict) else None
+    if isinstance(requirements, dict) and requirements.get("scheme") == "upto":
+        return parse_body(UptoFacilitatorBody, data)
+    return parse_body(FacilitatorBody, data)
 
 
 async def _challenge_of(request: Request, caller: Caller, requirements: PaymentRequirements) -> str | None:
@@ -93,19 +107,29 @@ async def verify(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = await _body(request)
     await _challenge_of(request, caller, body.paymentRequirements)
-    service = platform_of(request).settlement
-    payer = body.paymentPayload.payload.authorization.from_address
+    platform = platform_of(request)
+    service = platform.settlement
     network = service.network_label(body.paymentRequirements.network)
+    if isinstance(body, UptoFacilitatorBody):
+        payer = body.paymentPayload.payload.permit2_authorization.from_address
+    else:
+        payer = body.paymentPayload.payload.authorization.from_address
     try:
         if body.x402Version not in (1, 2):
             raise Refusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
-        verified = service.verify(body.paymentRequirements, body.paymentPayload)
-        await service.check_on_chain(verified, body.paymentRequirements.asset)
+        if isinstance(body, UptoFacilitatorBody):
+            upto = platform.upto.verify(body.paymentRequirements, body.paymentPayload)
+            await platform.upto.check_on_chain(upto)
+            payer = upto.payer
+        else:
+            verified = service.verify(body.paymentRequirements, body.paymentPayload)
+            await service.check_on_chain(verified, body.paymentRequirements.asset)
+            payer = verified.payer
     except Refusal as refusal:
         metrics.count_verification(network, refusal.reason)
         return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason, payer=payer))
     metrics.count_verification(network, None)
-    return ModelResponse(VerifyResponse(is_valid=True, payer=verified.payer))
+    return ModelResponse(VerifyResponse(is_valid=True, payer=payer))
 
 
 async def settle(request: Request) -> ModelResponse:
@@ -113,17 +137,19 @@ async def settle(request: Request) -> ModelResponse:
     body = await _body(request)
     challenge_id = await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
-    outcome = await platform.settlement.settle(
-        SettleRequest(
-            accepted=body.paymentRequirements,
-            payload=body.paymentPayload,
-            merchant_id=caller.merchant_id,
-            challenge_id=challenge_id,
-            resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
-            livemode=caller.livemode,
-            wait_seconds=30.0,
-        )
+    settle = SettleRequest(
+        accepted=body.paymentRequirements,
+        payload=body.paymentPayload,
+        merchant_id=caller.merchant_id,
+        challenge_id=challenge_id,
+        resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
+        livemode=caller.livemode,
+        wait_seconds=30.0,
     )
+    if isinstance(body, UptoFacilitatorBody):
+        outcome = await platform.upto.settle(settle, body.paymentRequirements.amount)
+    else:
+        outcome = await platform.settlement.settle(settle)
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
     return ModelResponse(outcome.response)
@@ -131,13 +157,19 @@ async def settle(request: Request) -> ModelResponse:
 
 async def supported(request: Request) -> ModelResponse:
     chains = list(platform_of(request).chains)
-    kinds = [
-        SupportedKind(x402_version=version, scheme="exact", network=chain.network.caip2)
+    kinds = [SupportedKind(x402_version=2, scheme="exact", network=chain.network.caip2) for chain in chains]
+    # upto: what payers sign names the facilitator that alone may settle it (the relayer).
+    kinds += [
+        SupportedKind(
+            x402_version=2,
+            scheme="upto",
+            network=chain.network.caip2,
+            extra={"facilitatorAddress": chain.relayer.address},
+        )
         for chain in chains
-        for version in (2,)
     ]
     signers = sorted({chain.relayer.address for chain in chains})
-    return ModelResponse(SupportedKinds(kinds=kinds, extensions=[], signers={"eip155:*": signers}))
+    return ModelResponse(SupportedKinds(kinds=kinds, extensions=[EIP2612_EXTENSION], signers={"eip155:*": signers}))
 
 
 routes = [

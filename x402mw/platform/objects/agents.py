@@ -3,7 +3,7 @@ settlement and of the x402 facilitator."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainSerializer, RootModel
 
@@ -54,8 +54,14 @@ class AgentEndpoint(ResponseModel):
     asset_version: str | None = Field(description="the token's EIP-712 domain version")
     decimals: int
     payout_address: EvmAddress
-    pricing_mode: Literal["fixed", "dynamic"]
+    pricing_mode: Literal["fixed", "dynamic", "metered"]
     amount_minor: Minor | None
+    max_amount_minor: Minor | None = Field(
+        default=None, description="metered endpoints: the most one request may be charged (the `upto` ceiling)"
+    )
+    facilitator_address: EvmAddress | None = Field(
+        default=None, description="metered endpoints: the address that settles, named in what agents sign"
+    )
     release_policy: Literal["included", "confirmed"]
     max_timeout_seconds: int
     livemode: bool
@@ -83,7 +89,9 @@ class AgentPayment(ResponseModel):
 
     id: str
     object: Literal["agent_payment"] = "agent_payment"
-    status: Literal["claimed", "submitted", "settled", "failed"]
+    status: Literal["authorized", "claimed", "submitted", "settled", "failed"]
+    scheme: Literal["exact", "upto"] = "exact"
+    max_amount_minor: Minor | None = Field(default=None, description="upto: the ceiling the payer signed")
     challenge_id: str | None
     endpoint_id: str | None
     network: str
@@ -168,7 +176,10 @@ WireSettlement = Annotated[SettlementResponse, PlainSerializer(lambda response: 
 class SettlementResult(ResponseModel):
     """The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`."""
 
-    status: Literal["settled", "pending", "failed"]
+    status: Literal["settled", "pending", "failed", "authorized"] = Field(
+        description="`authorized`: an `upto` payment verified and held for the request, to be settled "
+        "for its usage with a second call carrying `settleAmount`"
+    )
     settlement: WireSettlement
     message: str | None = omitted_if_none()
     payment_id: str | None = omitted_if_none()
@@ -188,6 +199,7 @@ class SupportedKind(ResponseModel):
     x402_version: int
     scheme: str
     network: str
+    extra: dict[str, Any] | None = omitted_if_none()
 
 
 class SupportedKinds(ResponseModel):

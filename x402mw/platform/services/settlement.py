@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -33,11 +34,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable, RevertError, TransactionDropped
-from x402mw.platform.chain.token import authorization_state, transfer_calldata
+from x402mw.platform.chain.token import transfer_calldata
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
-from x402mw.platform.services.chains import Chains
+from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.settlement_checks import (
     EndpointTerms,
     Refusal,
@@ -59,9 +60,10 @@ from x402mw.platform.services.settlement_outcomes import (
 )
 from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement_release import Releases
+from x402mw.platform.services.settlement_transfers import Transfer, exact_transfer
 from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements
 
 __all__ = ["Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
 
@@ -102,9 +104,11 @@ class SettlementService:
     # -- verification (no side effects) -------------------------------------------------------
 
     def verify(
-        self, accepted: PaymentRequirements, payload: PaymentPayload, endpoint: EndpointTerms | None = None
+        self, accepted: PaymentRequirements, payload: AnyPaymentPayload, endpoint: EndpointTerms | None = None
     ) -> Verified:
         """Check everything that can be checked off-chain (`verify_payment`); `Refusal` otherwise."""
+        if not isinstance(payload, PaymentPayload):
+            raise Refusal(reasons.INVALID_SCHEME, "an upto payload cannot pay exact terms")
         return verify_payment(self.chains, self.clock, accepted, payload, endpoint)
 
     async def check_on_chain(self, verified: Verified, token: str) -> None:
@@ -267,6 +271,21 @@ class SettlementService:
             return answered or outcome_for(existing)
         return await self.recovery.finish(existing, wait=request.wait_seconds)
 
+    async def run_settlement(
+        self, key: str, payment_id: str, network: str, wait_seconds: float, work: Coroutine[Any, Any, SettleOutcome]
+    ) -> SettleOutcome:
+        """Run ``work`` (the settlement of the authorization ``key``) as this process's settlement of
+        it, and wait up to ``wait_seconds`` for its outcome (pending after that)."""
+        task: asyncio.Task[SettleOutcome | None] = asyncio.get_running_loop().create_task(work)
+        self._inflight[key] = task
+        task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return await self._wait(task, payment_id, network, wait_seconds)
+
+    async def join_running(self, key: str, payment_id: str, network: str, wait_seconds: float) -> SettleOutcome | None:
+        """The outcome of this process's settlement of the authorization ``key``, if it is running one."""
+        running = self._inflight.get(key)
+        return None if running is None else await self._wait(running, payment_id, network, wait_seconds)
+
     async def _wait(
         self, task: asyncio.Task[SettleOutcome | None], payment_id: str, network: str, wait_seconds: float
     ) -> SettleOutcome:
@@ -296,16 +315,32 @@ class SettlementService:
         started: float,
         simulation: asyncio.Future[Any] | None = None,
     ) -> SettleOutcome:
-        chain = verified.chain
+        transfer = exact_transfer(request.accepted.asset, verified.auth, verified.signature)
+        return await self.execute(row, request, verified.chain, transfer, started, simulation, simulate=self.simulate)
+
+    async def execute(
+        self,
+        row: Payment,
+        request: SettleRequest,
+        chain: ChainHandle,
+        transfer: Transfer,
+        started: float,
+        simulation: asyncio.Future[Any] | None = None,
+        *,
+        simulate: bool = False,
+        revert_reason: Callable[[str], str] = revert_reason,
+    ) -> SettleOutcome:
+        """Send ``transfer`` for the claimed ``row`` (after ``simulation``, or a simulation of its
+        own with ``simulate``), wait for it and release the payment; the outcome, recorded."""
         network = request.accepted.network
         try:
             if simulation is not None:
-                await simulation_outcome(simulation)
-            elif self.simulate:
-                await self.check_on_chain(verified, request.accepted.asset)
+                await simulation_outcome(simulation, revert_reason)
+            elif simulate:
+                await simulation_outcome(chain.relayer.simulate_soon(transfer.to, transfer.calldata), revert_reason)
             sent_at = time.perf_counter()
             tx = await chain.relayer.send(
-                request.accepted.asset, self._calldata(verified), valid_until=verified.auth.valid_before
+                transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
             )
         except Refusal as refusal:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
@@ -342,9 +377,8 @@ class SettlementService:
             return outcome_for(row)
         included_at = time.perf_counter()
         if receipt.status != 1:
-            nonce = verified.auth.nonce
             try:
-                used = await authorization_state(chain.rpc, request.accepted.asset, verified.payer, nonce)
+                used = await transfer.used(chain.rpc)
             except Exception:  # the chain went away: what became of it is for a retry or the worker to find
                 logger.warning("settlement %s: reverted, and the chain cannot say why", row.id, exc_info=True)
                 return outcome_for(row)

@@ -23,15 +23,15 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from sqlalchemy import select
 
-from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.platform.chain.relayer import ChainUnavailable
-from x402mw.platform.chain.token import authorization_state, find_authorization_use, transfer_calldata
+from x402mw.platform.chain.token import authorization_state, find_authorization_use
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.settlement_outcomes import Payment, SettleOutcome, outcome_for
 from x402mw.platform.services.settlement_release import Releases
+from x402mw.platform.services.settlement_transfers import transfer_of
 from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.protocol import reasons
 
@@ -113,7 +113,13 @@ class SettlementRecovery:
         if chain is None or not chain.relayer.available:
             return None
         nonce = bytes.fromhex(row.nonce[2:])
-        if await authorization_state(chain.rpc, row.asset, row.payer, nonce):
+        transfer = transfer_of(row)
+        upto = row.scheme == "upto"
+        if upto:
+            used = transfer is not None and await transfer.used(chain.rpc)
+        else:
+            used = await authorization_state(chain.rpc, row.asset, row.payer, nonce)
+        if used:
             return await self._settle_used(chain, row, nonce, owner)
         if row.valid_before is not None and await chain.head_time() >= row.valid_before:
             # The token refuses it from now on, whatever is still waiting to be mined.
@@ -123,7 +129,7 @@ class SettlementRecovery:
         age = self.clock.now() - _aware(row.created_at)
         if age < self.takeover_after:
             return None  # its own process is (or was a moment ago) sending it
-        if row.signature is None or row.valid_before is None or row.valid_after is None:
+        if transfer is None:
             return await self._release_unsigned(chain, row)
         if row.transaction is not None:
             mined = await chain.rpc.request("eth_getTransactionReceipt", [row.transaction])
@@ -137,18 +143,27 @@ class SettlementRecovery:
         now = self.clock.now()
         if not await self.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
-        auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
-        calldata = transfer_calldata(auth, bytes.fromhex(row.signature[2:]))
         logger.warning(
             "settlement %s: its authorization is still unused %s after its claim; sending it again", row.id, age
         )
-        tx = await chain.relayer.send(row.asset, calldata, valid_until=row.valid_before)
+        tx = await chain.relayer.send(
+            transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
+        )
         row.transaction, row.status = tx, "submitted"
         await self.writes.submitted(row.id, tx)
         return None
 
     async def _settle_used(self, chain: ChainHandle, row: Payment, nonce: bytes, owner: bool) -> SettleOutcome | None:
-        tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
+        if row.scheme == "upto":
+            # Permit2 logs no use of a nonce: only the transaction recorded can be ours; one that
+            # reverted means something else used the nonce.
+            tx = row.transaction
+            if tx is not None:
+                mined = await chain.rpc.request("eth_getTransactionReceipt", [tx])
+                if mined and int(mined["status"], 16) != 1:
+                    tx = None
+        else:
+            tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
         if tx is None:  # used beyond the window searched, or canceled by the payer
             await self.writes.failed(row.id, reasons.NONCE_USED)
             row.status, row.error_reason = "failed", reasons.NONCE_USED
