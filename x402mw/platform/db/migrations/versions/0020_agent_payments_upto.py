@@ -1,7 +1,7 @@
 """agent payments of the upto scheme: the scheme, the signed ceiling, the Permit2 details
 
 Revision ID: 0020
-Revises: 0010
+Revises: 0017
 Create Date: 2026-11-26 02:30:00.000000
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0020"
-down_revision = "0010"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,64 @@
+"""Metered routes (the ``upto`` scheme through Permit2) end to end, on the real platform and the
+dev chain and anvil: the handler's usage is settled after it, 0 / part / all of the ceiling, the
+first use of an agent without allowance or gas goes through its EIP-2612 permit, one authorization
+has one outcome, and the facilitator API speaks upto to the Foundation's SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness import PlatformHarness
+from tests.metered_fixtures import metered_app, metered_deployment, sdk_upto_agent
+from tests.sellers import asgi_transport, lifespan
+from x402mw.evm.receipts import verify_receipt
+from x402mw.platform.chain.token import allowance
+from x402mw.protocol import decode_settlement_response
+from x402mw.protocol.networks import PERMIT2_ADDRESS
+
+pytestmark = pytest.mark.anyio
+
+
+def _settled(response: httpx.Response) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(base64.b64decode(response.headers["PAYMENT-RESPONSE"]))
+    return decoded
+
+
+async def test_the_sdk_agent_pays_0_part_and_all_of_the_ceiling(any_chain_platform: PlatformHarness) -> None:
+    harness = any_chain_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=50_000)
+    payer = deployment.agent.address
+    app = metered_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    async with lifespan(app), sdk_upto_agent(harness, deployment.agent_key, asgi_transport(app)) as agent:
+        unpaid = await httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver").get("/generate")
+        nothing = await agent.get("/generate", params={"use": "0"})
+        part = await agent.get("/generate", params={"use": "12345"})
+        beyond = await agent.get("/generate", params={"use": "999999"})
+
+    assert unpaid.status_code == 402
+    offer = json.loads(base64.b64decode(unpaid.headers["PAYMENT-REQUIRED"]))
+    (accepts,) = offer["accepts"]
+    assert accepts["scheme"] == "upto" and accepts["amount"] == "50000"
+    assert accepts["extra"]["facilitatorAddress"] == harness.chain.relayer.address
+    assert "eip2612GasSponsoring" in offer["extensions"]
+
+    for response, charged in ((nothing, 0), (part, 12345), (beyond, 50_000)):
+        assert response.status_code == 200, response.text
+        settled = _settled(response)
+        assert settled["success"] is True and settled["amount"] == str(charged)
+        receipt = decode_settlement_response(response.headers["PAYMENT-RESPONSE"]).receipt or {}
+        assert verify_receipt(receipt, harness.platform.receipt_address)
+        assert (receipt["amount"], receipt["maxAmount"], receipt["scheme"]) == (str(charged), "50000", "upto")
+    assert _settled(nothing)["transaction"] == ""  # a usage of 0 sends nothing
+    assert _settled(part)["transaction"] and _settled(beyond)["transaction"]
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == 12345 + 50_000
+    # the agent had no gas and no allowance: each settlement carried its EIP-2612 permit for the
+    # ceiling, which Permit2's transfers then spent down
+    assert await asyncio.to_thread(harness.balance, payer) == 100_000_000 - 12345 - 50_000
+    granted = harness.server.call(lambda _p: allowance(harness.chain.rpc, harness.usdc, payer, PERMIT2_ADDRESS))
+    assert granted == 0
