@@ -165,7 +165,8 @@ class PaymentMiddleware:
             nonlocal started, replaced
             if message["type"] == "http.response.start" and not started:
                 started = True
-                finished = await self._finish(payment, served=True)
+                served = int(message.get("status", 200)) < 500  # a 5xx answer is not charged
+                finished = await self._finish(payment, served=served)
                 if isinstance(finished, Answer):
                     replaced = True
                     await send_answer(finished, send)
