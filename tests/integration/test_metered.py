@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -16,6 +17,7 @@ import pytest
 from tests.harness import PlatformHarness
 from tests.metered_fixtures import metered_app, metered_deployment, sdk_upto_agent
 from tests.sellers import asgi_transport, lifespan
+from x402mw.client import X402Auth
 from x402mw.evm.receipts import verify_receipt
 from x402mw.platform.chain.token import allowance
 from x402mw.protocol import decode_settlement_response
@@ -62,3 +64,26 @@ async def test_the_sdk_agent_pays_0_part_and_all_of_the_ceiling(any_chain_platfo
     assert await asyncio.to_thread(harness.balance, payer) == 100_000_000 - 12345 - 50_000
     granted = harness.server.call(lambda _p: allowance(harness.chain.rpc, harness.usdc, payer, PERMIT2_ADDRESS))
     assert granted == 0
+
+
+async def test_our_agent_pays_a_metered_route_and_reports_the_charge(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=40_000)
+    app = metered_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+    async with (
+        lifespan(app),
+        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", auth=auth) as agent,
+    ):
+        first = await agent.get("/generate", params={"use": "1500"})  # no allowance: 412, then a permit
+        second = await agent.get("/generate", params={"use": "0"})
+    assert first.status_code == 200 and second.status_code == 200, (first.text, second.text)
+    assert [(p.scheme, p.amount, p.ceiling, p.verified) for p in auth.payments] == [
+        ("upto", 1500, 40_000, True),
+        ("upto", 0, 40_000, True),
+    ]
+    assert auth.payments[0].transaction and not auth.payments[1].transaction
+    # the refused first signature (412) still counts: whoever holds it could settle it; the second
+    # request sent its permit at once (the nonce after the first's), and was charged nothing
+    assert auth.spent["USDC"] == Decimal("0.0415")
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == 1500

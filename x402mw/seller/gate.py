@@ -344,10 +344,16 @@ class PaymentGate:
             return Answer(answer.status, [*answer.headers, header], answer.body, reasons.PERMIT2_NONCE_USED)
         reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR
         message = str(data.get("message") or f"the payment could not be authorized: {reason}")
-        answer = yield from self._challenge(route, terms, request, native, reason, message)
-        # 412: the payer must approve Permit2 once, or send an EIP-2612 permit with the payment.
-        status_code = 412 if reason == reasons.PERMIT2_ALLOWANCE_REQUIRED else answer.status
-        return Answer(status_code, [*answer.headers, header], answer.body, reason)
+        if reason != reasons.PERMIT2_ALLOWANCE_REQUIRED:
+            answer = yield from self._challenge(route, terms, request, native, reason, message)
+            return Answer(answer.status, [*answer.headers, header], answer.body, reason)
+        # 412: the payer must approve Permit2 once, or send an EIP-2612 permit with the payment; the
+        # new challenge carries the payer's permit nonce as the platform read it.
+        hint = (response.extensions or {}).get(EIP2612_EXTENSION)
+        answer = yield from self._challenge(
+            route, terms, request, native, reason, message, eip2612=hint if isinstance(hint, dict) else None
+        )
+        return Answer(412, [*answer.headers, header], answer.body, reason)
 
     def finish(self, payment: MeteredPayment, *, served: bool = True) -> FinishStep:
         """Settle a metered request for what its handler reported (at most the ceiling), as its
@@ -451,6 +457,7 @@ class PaymentGate:
         message: str | None,
         *,
         amount: int | None = None,
+        eip2612: dict[str, Any] | None = None,
     ) -> AnswerStep:
         if amount is None:
             price = yield from self._price(route, terms, native)
@@ -472,7 +479,10 @@ class PaymentGate:
         required["resource"] = resource
         required["accepts"] = [offer]
         if terms.pricing_mode == "metered":
-            required["extensions"] = {EIP2612_EXTENSION: _EIP2612_OFFER}
+            offer_2612 = _EIP2612_OFFER
+            if eip2612 is not None and isinstance(eip2612.get("info"), dict):
+                offer_2612 = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
+            required["extensions"] = {EIP2612_EXTENSION: offer_2612}
         raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
         header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
         if message:

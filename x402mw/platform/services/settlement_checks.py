@@ -45,6 +45,7 @@ class Refusal(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.details: dict[str, Any] | None = None  # what the payer needs to act on it, if anything
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from x402mw.evm.keccak import keccak256
 from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
 from x402mw.platform.chain.contracts import EIP2612Permit
 from x402mw.platform.chain.relayer import ChainUnavailable
-from x402mw.platform.chain.token import allowance, balance_of
+from x402mw.platform.chain.token import allowance, balance_of, permit_nonce
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
@@ -276,11 +276,16 @@ class UptoSettlement:
         if verified.permit2612 is None and await allowance(rpc, token, verified.payer, PERMIT2_ADDRESS) < (
             verified.permit.ceiling
         ):
-            return Refusal(
+            # The payer's EIP-2612 nonce goes with the refusal: an agent without a node of its own
+            # can sign the permit with it (a wrong one only makes the permit fail).
+            nonce = await permit_nonce(rpc, token, verified.payer)
+            refusal = Refusal(
                 reasons.PERMIT2_ALLOWANCE_REQUIRED,
                 "the payer has not approved Permit2: approve it once, or sign an EIP-2612 permit "
                 f"({EIP2612_EXTENSION})",
             )
+            refusal.details = {EIP2612_EXTENSION: {"info": {"from": verified.payer, "nonce": str(nonce)}}}
+            return refusal
         held = await balance_of(rpc, token, verified.payer)
         return Refusal(reasons.PERMIT2_INSUFFICIENT_BALANCE, f"the payer holds {held}, less than the ceiling")
 
@@ -304,7 +309,11 @@ class UptoSettlement:
         try:
             await self.check_on_chain(verified)
         except Refusal as refusal:
-            return failed(network, refusal.reason, refusal.message)
+            outcome = failed(network, refusal.reason, refusal.message)
+            if refusal.details:
+                response = outcome.response.model_copy(update={"extensions": refusal.details})
+                outcome = SettleOutcome("failed", response, outcome.message)
+            return outcome
         except ChainUnavailable:
             return unavailable(network)
         row = self._new_claim(request, verified)
