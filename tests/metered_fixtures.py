@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from eth_abi.abi import encode as abi_encode
 from eth_account import Account
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -16,7 +17,10 @@ from starlette.routing import Route
 
 from tests.harness import Deployment, PlatformHarness
 from x402mw.adapters.starlette import PaymentMiddleware, paid
+from x402mw.evm.keccak import keccak256
+from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import allowance, permit_nonce
+from x402mw.protocol.networks import PERMIT2_ADDRESS
 
 
 def metered_deployment(harness: PlatformHarness, *, ceiling: int = 50_000, fund: str = "100") -> Deployment:
@@ -96,3 +100,19 @@ def sdk_upto_agent(harness: PlatformHarness, key: bytes, inner: httpx.AsyncBaseT
         {"allowed_assets": [{"network": harness.network, "asset": harness.usdc, "max_amount_per_payment": "100000"}]}
     )
     return httpx.AsyncClient(transport=x402AsyncTransport(client, inner), base_url="http://testserver", timeout=60)
+
+
+def approve_permit2(harness: PlatformHarness, key: bytes) -> None:
+    """Give ``key`` some gas (from the relayer) and have it approve Permit2 for all its USDC."""
+    rpc, relayer = harness.chain.rpc, harness.chain.relayer
+    owner = str(Account.from_key(key).address)
+
+    async def approve(_platform: Any) -> None:
+        sent = await relayer.send(owner, b"", gas=21_000, value=10**17)
+        await relayer.wait_for_receipt(sent)
+        data = keccak256(b"approve(address,uint256)")[:4] + abi_encode(
+            ["address", "uint256"], [PERMIT2_ADDRESS, 2**256 - 1]
+        )
+        await transact(rpc, key, harness.usdc, data, gas=80_000)
+
+    harness.server.call(approve)

@@ -15,9 +15,11 @@ import httpx
 import pytest
 
 from tests.harness import PlatformHarness
-from tests.metered_fixtures import metered_app, metered_deployment, sdk_upto_agent
+from examples.x402_sdk_seller import create_metered_app
+from tests.metered_fixtures import approve_permit2, metered_app, metered_deployment, sdk_upto_agent
 from tests.sellers import asgi_transport, lifespan
 from x402mw.client import X402Auth
+from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
 from x402mw.platform.chain.token import allowance
 from x402mw.protocol import decode_settlement_response
@@ -87,3 +89,29 @@ async def test_our_agent_pays_a_metered_route_and_reports_the_charge(dev_platfor
     # request sent its permit at once (the nonce after the first's), and was charged nothing
     assert auth.spent["USDC"] == Decimal("0.0415")
     assert await asyncio.to_thread(harness.balance, deployment.payout) == 1500
+
+
+async def test_our_agent_pays_a_foundation_upto_seller_through_our_facilitator(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness)
+    with deployment.api() as api:
+        supported = api.get("/x402/supported").json()
+    upto = [kind for kind in supported["kinds"] if kind["scheme"] == "upto"]
+    assert upto and upto[0]["extra"]["facilitatorAddress"] == harness.chain.relayer.address
+    pay_to = address_of(new_private_key())
+    ceiling = {"amount": "30000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
+    app = create_metered_app(deployment.api_key, harness.url, harness.network, pay_to, ceiling)
+    # The SDK seller passes no permit nonce on: this agent approves Permit2 itself (with gas).
+    await asyncio.to_thread(approve_permit2, harness, deployment.agent_key)
+    auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+    async with lifespan(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", auth=auth) as agent:
+            part = await agent.get("/generate", params={"use": "700"})
+            nothing = await agent.get("/generate", params={"use": "0"})
+    for response, charged in ((part, 700), (nothing, 0)):
+        assert response.status_code == 200, response.text
+        assert _settled(response)["amount"] == str(charged)
+    # the SDK seller passes our facilitator's receipt on: our agent verifies amount and ceiling
+    assert [(p.amount, p.ceiling, p.verified) for p in auth.payments] == [(700, 30_000, True), (0, 30_000, True)]
+    assert await asyncio.to_thread(harness.balance, pay_to) == 700

@@ -447,8 +447,16 @@ class UptoSettlement:
         row.status, row.amount_minor, row.locked_until = "claimed", amount, None
         if amount == 0:  # nothing to move: settled for 0, no transaction
             return self.service.releases.release(row, None, "", started, started, started, request.challenge)
+        # Simulated first: a payer whose balance fell below the usage since it was authorized is
+        # refused without a transaction (permit2_insufficient_balance).
         work = self.service.execute(
-            row, request, verified.chain, verified.transfer(amount), started, revert_reason=upto_revert_reason
+            row,
+            request,
+            verified.chain,
+            verified.transfer(amount),
+            started,
+            simulate=self.service.simulate,
+            revert_reason=upto_revert_reason,
         )
         return await self.service.run_settlement(
             _key(row), row.id, request.accepted.network, request.wait_seconds, work
