@@ -4,6 +4,7 @@ the chain through the platform (its Permit2 allowance and EIP-2612 nonce)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -45,12 +46,22 @@ def metered_deployment(harness: PlatformHarness, *, ceiling: int = 50_000, fund:
     return deployment
 
 
-def metered_app(api_key: str, platform_url: str, endpoint_id: str, **options: Any) -> Starlette:
-    """``GET /generate?use=N`` charges N atomic units (``fail=1``: the handler raises first)."""
+def metered_app(
+    api_key: str,
+    platform_url: str,
+    endpoint_id: str,
+    *,
+    before: Callable[[Request], Awaitable[None]] | None = None,
+    **options: Any,
+) -> Starlette:
+    """``GET /generate?use=N`` charges N atomic units (``fail=1``: the handler raises first);
+    ``before`` is awaited in the handler first."""
 
     @paid(endpoint_id)
     async def generate(request: Request) -> JSONResponse:
         payment = request.state.x402
+        if before is not None:
+            await before(request)
         if request.query_params.get("fail"):
             raise RuntimeError("the handler failed")
         total = payment.charge(int(request.query_params.get("use", "0")))

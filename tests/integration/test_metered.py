@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import PlatformHarness
 from examples.x402_sdk_seller import create_metered_app
+from tests.harness import PlatformHarness
 from tests.metered_fixtures import approve_permit2, metered_app, metered_deployment, sdk_upto_agent
 from tests.sellers import asgi_transport, lifespan
 from x402mw.client import X402Auth

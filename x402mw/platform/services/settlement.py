@@ -350,6 +350,11 @@ class SettlementService:
             await self.writes.failed(row.id, reason, challenge=request.challenge)
             return failed(network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id)
         except Exception as exc:
+            if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
+                # The usage is known and the resource served: the claim stays, and recovery sends it
+                # once the chain is back (while the permit is valid). Pending, never failed.
+                logger.warning("settlement %s: the chain cannot be reached (%s); left to recovery", row.id, exc)
+                return outcome_for(row)
             if isinstance(exc, ChainUnavailable) or unreachable(exc):
                 # Nothing was sent: give the claim up, so that the same signature can be sent again.
                 logger.warning("settlement %s: the chain cannot be reached (%s); claim given up", row.id, exc)
