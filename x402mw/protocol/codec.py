@@ -138,10 +138,11 @@ def decode_payment_payload(value: str | bytes) -> PaymentPayload:
 
 
 def decode_any_payment_payload(value: str | bytes) -> AnyPaymentPayload:
-    """Decode ``PAYMENT-SIGNATURE`` of either scheme: an `UptoPaymentPayload` when its ``accepted``
-    terms are ``upto``, else as `decode_payment_payload`."""
+    """Decode ``PAYMENT-SIGNATURE`` of either scheme: an `UptoPaymentPayload` when it carries a
+    Permit2 authorization (``payload.permit2Authorization``), else as `decode_payment_payload`."""
     data = decode_json_header(value)
-    if isinstance(data, dict) and isinstance(data.get("accepted"), dict) and data["accepted"].get("scheme") == "upto":
+    inner = data.get("payload") if isinstance(data, dict) else None
+    if isinstance(inner, dict) and "permit2Authorization" in inner and "authorization" not in inner:
         upto = _validate(UptoPaymentPayload, data, "payment payload")
         if upto.x402_version != 2:
             raise InvalidPaymentError("the upto scheme is x402 v2 only", reason="invalid_x402_version")

@@ -221,6 +221,10 @@ class PaymentGate:
         assert accepted is not None
         if accepted.scheme != _scheme(terms):
             raise InvalidPaymentError(f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME)
+        if isinstance(payload, UptoPaymentPayload) != (accepted.scheme == "upto"):
+            raise InvalidPaymentError(
+                f"the payload is not one of scheme {accepted.scheme!r}", reason=reasons.INVALID_SCHEME
+            )
         extra = accepted.extra
         challenge_id: Any = extra.get("challengeId")
         expires: Any = extra.get("expiresAt")
