@@ -21,6 +21,7 @@ steps in one call (`UptoSettlement.settle`), as the x402 facilitator API has it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
@@ -29,11 +30,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import delete, update
 
 from x402mw.evm.eip712 import InvalidSignatureError, recover_digest_signer
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
+from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.contracts import EIP2612Permit
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.chain.token import allowance, balance_of, permit_nonce
@@ -119,6 +121,7 @@ class VerifiedUpto:
     payer: str
     payload_hash: str
     permit2612: EIP2612Permit | None
+    asset: str  # as the terms name it (the claim's)
 
     def transfer(self, amount: int) -> Transfer:
         return upto_transfer(
@@ -204,7 +207,7 @@ def verify_upto(
         raise Refusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit is not signed by its 'from'")
     permit2612 = _permit2612(chain, payload, signer, wire.permitted.token, ceiling)
     digest = hashlib.sha256(signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode())
-    return VerifiedUpto(chain, permit, signature, signer, digest.hexdigest(), permit2612)
+    return VerifiedUpto(chain, permit, signature, signer, digest.hexdigest(), permit2612, accepted.asset)
 
 
 def _permit2612(
@@ -262,10 +265,11 @@ class UptoSettlement:
         """Simulate the settlement of the whole ceiling from the relayer; `Refusal` if it would
         revert (412's ``permit2_allowance_required`` for a payer without an allowance)."""
         transfer = verified.transfer(verified.permit.ceiling)
+        await self._simulated(verified, verified.chain.relayer.simulate_soon(transfer.to, transfer.calldata))
+
+    async def _simulated(self, verified: VerifiedUpto, simulation: asyncio.Future[Any]) -> None:
         try:
-            await simulation_outcome(
-                verified.chain.relayer.simulate_soon(transfer.to, transfer.calldata), upto_revert_reason
-            )
+            await simulation_outcome(simulation, upto_revert_reason)
         except Refusal as refusal:
             if refusal.reason == reasons.PERMIT2_INSUFFICIENT_BALANCE:
                 raise await self._why_transfer_fails(verified) from None
@@ -299,30 +303,50 @@ class UptoSettlement:
             verified = self.verify(request.accepted, payload, request.terms)
         except Refusal as refusal:
             return failed(network, refusal.reason, refusal.message)
-        existing = await self._load(verified)
-        if existing is not None or request.known_only:
+        if request.known_only:  # the challenge expired: only a payment already made is answered
+            existing = await self._load(verified)
             if existing is None:
                 return failed(network, reasons.CHALLENGE_EXPIRED, "the challenge has expired; pay the new one")
             return await self._join(existing, request, verified)
         if not verified.chain.relayer.available:
             return unavailable(network)
+        # The simulation (no side effects) and the claim go out at once, as for exact payments; a
+        # claim whose simulation fails is withdrawn.
+        transfer = verified.transfer(verified.permit.ceiling)
+        simulation = verified.chain.relayer.simulate_soon(transfer.to, transfer.calldata)
+        row = self._new_claim(request, verified)
         try:
-            await self.check_on_chain(verified)
+            won = await self.service.writes.claim(row.row())
+        except BaseException:
+            simulation.cancel()
+            raise
+        if not won:  # claimed already: by this payment (a retry), or another with its nonce
+            simulation.cancel()
+            existing = await self._load(verified)
+            if existing is None:
+                return unavailable(network)
+            return await self._join(existing, request, verified)
+        try:
+            await self._simulated(verified, simulation)
         except Refusal as refusal:
+            await self._withdraw(row.id)
             outcome = failed(network, refusal.reason, refusal.message)
             if refusal.details:
                 response = outcome.response.model_copy(update={"extensions": refusal.details})
                 outcome = SettleOutcome("failed", response, outcome.message)
             return outcome
-        except ChainUnavailable:
-            return unavailable(network)
-        row = self._new_claim(request, verified)
-        if not await self.service.writes.claim(row.row()):
-            existing = await self._load(verified)
-            if existing is None:
+        except BaseException as exc:
+            await self._withdraw(row.id)
+            if isinstance(exc, ChainUnavailable) or unreachable(exc):
                 return unavailable(network)
-            return await self._join(existing, request, verified)
+            raise
         return outcome_for(row)
+
+    async def _withdraw(self, payment_id: str) -> None:
+        """Delete a claim that is still only authorized (its simulation refused it): nothing was held."""
+        table = tables.agent_payments
+        async with self.service.engine.begin() as conn:
+            await conn.execute(delete(table).where(table.c.id == payment_id, table.c.status == "authorized"))
 
     async def capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
         """Step 2: settle ``amount`` (0 … the ceiling) on the authorization ``request`` carries,
@@ -335,12 +359,38 @@ class UptoSettlement:
             verified = self.verify(request.accepted, payload, request.terms, settle_amount=amount)
         except Refusal as refusal:
             return failed(network, refusal.reason, refusal.message)
+        started = time.perf_counter()
+        # One round trip: the authorization this payload holds goes from authorized to claimed,
+        # with the usage, only if it is still authorized (a retry or another process finds it taken).
+        table = tables.agent_payments
+        merchant = table.c.merchant_id
+        async with self.service.engine.begin() as conn:
+            taken = (
+                (
+                    await conn.execute(
+                        update(table)
+                        .where(
+                            table.c.chain_id == verified.chain.chain_id,
+                            table.c.asset == verified.asset,
+                            table.c.payer == verified.payer,
+                            table.c.nonce == "0x" + _nonce_bytes(verified.permit.nonce).hex(),
+                            table.c.status == "authorized",
+                            table.c.payload_hash == verified.payload_hash,
+                            merchant.is_(None) if request.merchant_id is None else merchant == request.merchant_id,
+                        )
+                        .values(status="claimed", amount_minor=amount, locked_until=None)
+                        .returning(*table.c)
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        if taken is not None:
+            return await self._captured(AgentPayment.model_validate(dict(taken)), request, verified, amount, started)
         existing = await self._load(verified)
         if existing is None:
             return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
-        if existing.payload_hash != verified.payload_hash or existing.merchant_id != request.merchant_id:
-            return failed(network, reasons.PERMIT2_NONCE_USED, "this Permit2 nonce has already been used")
-        return await self._capture(existing, request, verified, amount)
+        return await self._join(existing, request, verified)
 
     async def settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
         """Both steps at once (the facilitator's ``/settle``): ``request.accepted.amount`` is the
@@ -362,7 +412,7 @@ class UptoSettlement:
 
     async def _load(self, verified: VerifiedUpto) -> AgentPayment | None:
         return await self.service.writes.load_by_authorization(
-            verified.chain.chain_id, verified.permit.token, verified.payer, _nonce_bytes(verified.permit.nonce)
+            verified.chain.chain_id, verified.asset, verified.payer, _nonce_bytes(verified.permit.nonce)
         )
 
     def _new_claim(self, request: SettleRequest, verified: VerifiedUpto) -> Claimed:
@@ -431,32 +481,15 @@ class UptoSettlement:
         response = outcome.response.model_copy(update={"error_reason": reasons.SETTLEMENT_PENDING})
         return SettleOutcome("pending", response, "another request is being served with this payment", existing.id)
 
-    async def _capture(
-        self, row: AgentPayment, request: SettleRequest, verified: VerifiedUpto, amount: int
+    async def _captured(
+        self, row: AgentPayment, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
     ) -> SettleOutcome:
-        started = time.perf_counter()
-        async with self.service.engine.begin() as conn:
-            taken = await conn.execute(
-                update(tables.agent_payments)
-                .where(tables.agent_payments.c.id == row.id, tables.agent_payments.c.status == "authorized")
-                .values(status="claimed", amount_minor=amount, locked_until=None)
-            )
-        if taken.rowcount != 1:  # captured already (by a retry, another process): its outcome stands
-            fresh = await self.service.writes.load(row.id)
-            return await self._join(fresh or row, request, verified)
-        row.status, row.amount_minor, row.locked_until = "claimed", amount, None
         if amount == 0:  # nothing to move: settled for 0, no transaction
             return self.service.releases.release(row, None, "", started, started, started, request.challenge)
-        # Simulated first: a payer whose balance fell below the usage since it was authorized is
-        # refused without a transaction (permit2_insufficient_balance).
+        # Not simulated again (it was, for the whole ceiling, when authorized): a payer whose balance
+        # fell below the usage since is refused by the chain (the transfer reverts, and fails).
         work = self.service.execute(
-            row,
-            request,
-            verified.chain,
-            verified.transfer(amount),
-            started,
-            simulate=self.service.simulate,
-            revert_reason=upto_revert_reason,
+            row, request, verified.chain, verified.transfer(amount), started, revert_reason=upto_revert_reason
         )
         return await self.service.run_settlement(
             _key(row), row.id, request.accepted.network, request.wait_seconds, work
