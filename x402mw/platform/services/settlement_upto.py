@@ -34,6 +34,7 @@ from sqlalchemy import delete, update
 
 from x402mw.evm.eip712 import InvalidSignatureError, recover_digest_signer
 from x402mw.evm.keccak import keccak256
+from x402mw.evm.keys import to_checksum_address
 from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.contracts import EIP2612Permit
@@ -59,7 +60,7 @@ from x402mw.platform.services.settlement_outcomes import (
     outcome_for,
     unavailable,
 )
-from x402mw.platform.services.settlement_transfers import Transfer, upto_transfer
+from x402mw.platform.services.settlement_transfers import Transfer, transfer_of, upto_transfer
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentRequirements, UptoPaymentPayload
 from x402mw.protocol.networks import PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS
@@ -151,12 +152,14 @@ def verify_upto(
     endpoint: EndpointTerms | None,
     *,
     settle_amount: int | None = None,
+    held: bool = False,
 ) -> VerifiedUpto:
     """Check an upto payment off-chain; `Refusal` with the x402 reason code otherwise.
 
     ``accepted.amount`` is the ceiling (verification) unless ``settle_amount`` is given (the
     facilitator's settle, where the requirements carry the amount to settle): then the signed
-    ceiling is ``permitted.amount``, which ``settle_amount`` may not exceed."""
+    ceiling is ``permitted.amount``, which ``settle_amount`` may not exceed. ``held``: the payment
+    is one held already, found by its payload hash; its signatures are not recovered again."""
     if accepted.scheme != "upto":
         raise Refusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not upto")
     if endpoint is not None:
@@ -200,12 +203,15 @@ def verify_upto(
             facilitator=wire.witness.facilitator,
             valid_after=wire.witness.valid_after,
         )
-        signer = recover_digest_signer(upto_permit_digest(chain.chain_id, permit), signature)
+        if held:  # checked when it was held: the claim found by its payload hash vouches for it
+            signer = to_checksum_address(wire.from_address)
+        else:
+            signer = recover_digest_signer(upto_permit_digest(chain.chain_id, permit), signature)
     except (ValueError, InvalidSignatureError):
         raise Refusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit's signature is malformed") from None
     if not _same(signer, wire.from_address):
         raise Refusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit is not signed by its 'from'")
-    permit2612 = _permit2612(chain, payload, signer, wire.permitted.token, ceiling)
+    permit2612 = None if held else _permit2612(chain, payload, signer, wire.permitted.token, ceiling)
     digest = hashlib.sha256(signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode())
     return VerifiedUpto(chain, permit, signature, signer, digest.hexdigest(), permit2612, accepted.asset)
 
@@ -251,6 +257,7 @@ class UptoSettlement:
         endpoint: EndpointTerms | None = None,
         *,
         settle_amount: int | None = None,
+        held: bool = False,
     ) -> VerifiedUpto:
         return verify_upto(
             self.service.chains,
@@ -259,6 +266,7 @@ class UptoSettlement:
             payload,
             endpoint,
             settle_amount=settle_amount,
+            held=held,
         )
 
     async def check_on_chain(self, verified: VerifiedUpto) -> None:
@@ -356,7 +364,7 @@ class UptoSettlement:
         if not isinstance(payload, UptoPaymentPayload):
             return failed(network, reasons.INVALID_SCHEME, "an exact payload cannot pay upto terms")
         try:
-            verified = self.verify(request.accepted, payload, request.terms, settle_amount=amount)
+            verified = self.verify(request.accepted, payload, request.terms, settle_amount=amount, held=True)
         except Refusal as refusal:
             return failed(network, refusal.reason, refusal.message)
         started = time.perf_counter()
@@ -488,9 +496,9 @@ class UptoSettlement:
             return self.service.releases.release(row, None, "", started, started, started, request.challenge)
         # Not simulated again (it was, for the whole ceiling, when authorized): a payer whose balance
         # fell below the usage since is refused by the chain (the transfer reverts, and fails).
-        work = self.service.execute(
-            row, request, verified.chain, verified.transfer(amount), started, revert_reason=upto_revert_reason
-        )
+        transfer = transfer_of(row)  # with the EIP-2612 permit the claim kept, if any
+        assert transfer is not None  # an upto claim keeps its signature
+        work = self.service.execute(row, request, verified.chain, transfer, started, revert_reason=upto_revert_reason)
         return await self.service.run_settlement(
             _key(row), row.id, request.accepted.network, request.wait_seconds, work
         )
