@@ -368,33 +368,21 @@ class UptoSettlement:
         except Refusal as refusal:
             return failed(network, refusal.reason, refusal.message)
         started = time.perf_counter()
-        # One round trip: the authorization this payload holds goes from authorized to claimed,
-        # with the usage, only if it is still authorized (a retry or another process finds it taken).
-        table = tables.agent_payments
-        merchant = table.c.merchant_id
-        async with self.service.engine.begin() as conn:
-            taken = (
-                (
-                    await conn.execute(
-                        update(table)
-                        .where(
-                            table.c.chain_id == verified.chain.chain_id,
-                            table.c.asset == verified.asset,
-                            table.c.payer == verified.payer,
-                            table.c.nonce == "0x" + _nonce_bytes(verified.permit.nonce).hex(),
-                            table.c.status == "authorized",
-                            table.c.payload_hash == verified.payload_hash,
-                            merchant.is_(None) if request.merchant_id is None else merchant == request.merchant_id,
-                        )
-                        .values(status="claimed", amount_minor=amount, locked_until=None)
-                        .returning(*table.c)
-                    )
-                )
-                .mappings()
-                .first()
-            )
+        # The claim this payload holds goes from authorized to claimed with the usage, only if it
+        # is still authorized (a retry, or another process, finds it taken): in one batched write.
+        taken = await self.service.writes.capture(
+            {
+                "chain_id": verified.chain.chain_id,
+                "asset": verified.asset,
+                "payer": verified.payer,
+                "nonce": "0x" + _nonce_bytes(verified.permit.nonce).hex(),
+                "payload_hash": verified.payload_hash,
+                "merchant_id": request.merchant_id,
+            },
+            amount,
+        )
         if taken is not None:
-            return await self._captured(AgentPayment.model_validate(dict(taken)), request, verified, amount, started)
+            return await self._captured(AgentPayment.model_validate(taken), request, verified, amount, started)
         existing = await self._load(verified)
         if existing is None:
             return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
