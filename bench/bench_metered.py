@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from eth_abi.abi import encode as abi_encode
 
-from bench.bench_e2e import ANVIL_ARGS, ROOT, _cli, _database, _spawn, _wait_http
+from bench.bench_e2e import ANVIL_ARGS, ROOT, _cli, _cpu_seconds, _database, _spawn, _wait_http
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of, new_private_key
@@ -58,22 +58,45 @@ async def _paying(
 
 
 async def _measure(
-    wallets: list[Wallet], routes: dict[str, tuple[str, str, bytes | None]], seconds: float
-) -> dict[str, tuple[float, float]]:
-    """Paid requests/s and p50 ms per route, each after a 2-second warm-up, one route at a time."""
-    found: dict[str, tuple[float, float]] = {}
+    wallets: list[Wallet],
+    routes: dict[str, tuple[str, str, bytes | None]],
+    seconds: float,
+    pids: dict[str, dict[str, int | None]],
+    rounds: int = 3,
+) -> dict[str, tuple[float, float, float]]:
+    """Paid requests/s, p50 ms and CPU ms per paid request (platform, seller and agents together)
+    per route, after a warm-up; the routes take turns, ``rounds`` windows each of ``seconds /
+    rounds``, so that a machine whose load varies weighs on both alike."""
+    counted = {name: [0, 0.0, 0.0] for name in routes}  # requests, seconds, CPU seconds
+    by_process = {name: dict.fromkeys(pids[name], 0.0) for name in routes}
+    latencies: dict[str, list[float]] = {name: [] for name in routes}
     async with contextlib.AsyncExitStack() as stack:
         clients = [
             await stack.enter_async_context(httpx.AsyncClient(auth=X402Auth(wallet, max_amount="0.05"), timeout=60))
             for wallet in wallets
         ]
-        for name, (method, url, body) in routes.items():
+        for method, url, body in routes.values():
             await _paying(clients, method, url, body, 2.0)
-            started = time.perf_counter()
-            latencies = await _paying(clients, method, url, body, seconds)
-            took = time.perf_counter() - started
-            found[name] = (len(latencies) / took, statistics.median(latencies) * 1000)
-    return found
+        for _ in range(rounds):
+            for name, (method, url, body) in routes.items():
+                before = {process: _cpu_seconds(pid) for process, pid in pids[name].items()}
+                started = time.perf_counter()
+                window = await _paying(clients, method, url, body, seconds / rounds)
+                counted[name][1] += time.perf_counter() - started
+                for process, pid in pids[name].items():
+                    spent = _cpu_seconds(pid) - before[process]
+                    by_process[name][process] += spent
+                    counted[name][2] += spent
+                counted[name][0] += len(window)
+                latencies[name] += window
+    for name, processes in by_process.items():
+        paid = max(int(counted[name][0]), 1)
+        shares = ", ".join(f"{process} {cpu * 1000 / paid:.2f} ms" for process, cpu in processes.items())
+        print(f"  {name} CPU per paid request: {shares}")
+    return {
+        name: (paid / took, statistics.median(latencies[name]) * 1000, cpu * 1000 / max(paid, 1))
+        for name, (paid, took, cpu) in ((n, counted[n]) for n in routes)
+    }
 
 
 def run(seconds: float = 10.0, database: str = "sqlite", agents: int = 32) -> dict[str, float]:
@@ -165,12 +188,15 @@ def _run(
         # 10 tokens of 100 atomic units: a partial settlement of the 50,000 ceiling, every time
         "metered": ("POST", f"{sellers['metered']}/generate", json.dumps({"prompt": "x", "maxTokens": 10}).encode()),
     }
-    found = asyncio.run(_measure([Wallet(k) for k in keys], routes, seconds))
-    (exact, exact_p50), (metered, metered_p50) = found["exact"], found["metered"]
+    shared = {"anvil": anvil.pid, "platform": procs[0].pid, "agents": os.getpid()}
+    pids = {"exact": {**shared, "seller": procs[1].pid}, "metered": {**shared, "seller": procs[2].pid}}
+    found = asyncio.run(_measure([Wallet(k) for k in keys], routes, seconds, pids))
+    (exact, exact_p50, exact_cpu), (metered, metered_p50, metered_cpu) = found["exact"], found["metered"]
     print(
-        f"metered vs exact ({agents} agents, {seconds:.0f}s each, {database}): exact {exact:.0f} paid requests/s "
-        f"(p50 {exact_p50:.0f} ms); metered (upto, usage settled after the handler) {metered:.0f} paid "
-        f"requests/s (p50 {metered_p50:.0f} ms); ratio {metered / exact:.2f}x (target >= 0.8x)"
+        f"metered vs exact ({agents} agents, {seconds:.0f}s each in 3 alternating windows, {database}): exact "
+        f"{exact:.0f} paid requests/s (p50 {exact_p50:.0f} ms, CPU {exact_cpu:.1f} ms/request); metered (upto, "
+        f"usage settled after the handler) {metered:.0f} paid requests/s (p50 {metered_p50:.0f} ms, CPU "
+        f"{metered_cpu:.1f} ms/request); ratio {metered / exact:.2f}x (target >= 0.8x)"
     )
     return {"exact_per_second": exact, "metered_per_second": metered, "ratio": metered / exact}
 
