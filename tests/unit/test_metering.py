@@ -155,3 +155,36 @@ def test_a_foundation_payload_decodes_with_a_decimal_or_hex_nonce(nonce: str) ->
     decoded = decode_any_payment_payload(encode_header(UptoPaymentPayload.model_validate(wire)))
     assert isinstance(decoded, UptoPaymentPayload)
     assert decoded.payload.permit2_authorization.nonce == 123456789
+
+
+@pytest.mark.parametrize("with_permit", [False, True])
+@pytest.mark.parametrize("signature_length", [64, 65, 97])
+def test_the_upto_calldata_is_eth_abis_encoding(with_permit: bool, signature_length: int) -> None:
+    import os
+
+    from eth_abi.abi import encode as abi_encode
+
+    from x402mw.evm.keccak import keccak256
+    from x402mw.platform.chain.contracts import upto_settle_calldata
+
+    permit2612 = (5_000_000, 1_900_000_000, os.urandom(32), os.urandom(32), 27) if with_permit else None
+    fields = {
+        "token": USDC, "ceiling": 5_000_000, "nonce": 2**255 + 7, "deadline": 1_900_000_000, "amount": 1234,
+        "owner": PAY_TO, "to": PAY_TO, "facilitator": FACILITATOR, "valid_after": 0,
+        "signature": os.urandom(signature_length),
+    }  # fmt: skip
+    types = ["((address,uint256),uint256,uint256)", "uint256", "address", "(address,address,uint256)", "bytes"]
+    values = [
+        ((USDC, 5_000_000), 2**255 + 7, 1_900_000_000),
+        1234,
+        PAY_TO,
+        (PAY_TO, FACILITATOR, 0),
+        fields["signature"],
+    ]
+    if permit2612 is not None:
+        types, values = ["(uint256,uint256,bytes32,bytes32,uint8)", *types], [permit2612, *values]
+        name = "settleWithPermit"
+    else:
+        name = "settle"
+    selector = keccak256(f"{name}({','.join(types)})".encode())[:4]
+    assert upto_settle_calldata(**fields, permit2612=permit2612) == selector + abi_encode(types, values)
