@@ -32,7 +32,25 @@ from x402mw.adapters.starlette import PaymentMiddleware, paid
 
 ENDPOINT_ID = os.environ.get("X402MW_ENDPOINT_ID", "set-X402MW_ENDPOINT_ID")
 PRICE_PER_TOKEN = Decimal("0.0001")  # USDC: 100 atomic units
-VOCABULARY = "the agent pays for what it uses and not a token more so metered routes settle after".split()
+VOCABULARY = [
+    "the",
+    "agent",
+    "pays",
+    "for",
+    "what",
+    "it",
+    "uses",
+    "and",
+    "not",
+    "a",
+    "token",
+    "more",
+    "so",
+    "metered",
+    "routes",
+    "settle",
+    "after",
+]
 
 
 def generate_tokens(prompt: str, limit: int) -> list[str]:
