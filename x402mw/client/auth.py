@@ -119,7 +119,9 @@ class X402Auth(httpx.Auth):
     ...     response = client.get("https://api.example.com/weather")
     >>> auth.payments[-1].transaction
 
-    On a 402 the first acceptable offer is paid: scheme ``exact``, network in ``networks`` and asset
+    On a 402 the first acceptable offer is paid: scheme ``exact`` or ``upto`` (a metered route, paid
+    with a Permit2 signature for its ceiling, and with an EIP-2612 permit for Permit2 after a 412
+    ``permit2_allowance_required``; see docs/metered.md), network in ``networks`` and asset
     (symbol such as ``"USDC"`` or address) in ``assets`` when given, amount within ``max_amount``
     and, with what this auth already signed in that asset, within ``max_total``. Caps are token units
     (``"0.10"`` USDC), converted with the token's decimals (6 when the token is unknown); floats are
