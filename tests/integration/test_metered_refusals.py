@@ -253,3 +253,39 @@ async def test_only_the_facilitator_may_settle_a_permit(
     # the payment itself still goes through, once, for what the handler reports
     paid = await _pay(client, payload, use=1_234)
     assert paid.status_code == 200 and _settled(paid)["amount"] == "1234"
+
+
+async def test_a_hold_never_settled_is_closed_once_its_permit_expired(dev_platform: PlatformHarness) -> None:
+    """A request whose process stopped between holding the payment and settling it: nothing was
+    charged; once the permit's deadline passed, the worker's recovery records it failed."""
+    from x402mw.platform.services.settlement import SettleRequest
+
+    deployment = await asyncio.to_thread(metered_deployment, dev_platform)
+    await asyncio.to_thread(approve_permit2, dev_platform, deployment.agent_key)
+    offer = PaymentRequirements.model_validate(
+        {
+            "scheme": "upto",
+            "network": dev_platform.network,
+            "amount": "50000",
+            "asset": dev_platform.usdc,
+            "payTo": deployment.payout,
+            "maxTimeoutSeconds": 30,
+            "extra": {"name": "USD Coin", "version": "2", "facilitatorAddress": dev_platform.chain.relayer.address},
+        }
+    )
+    # valid for 30 s from 22 s ago: held now, expired within seconds
+    payload = deployment.agent.sign_upto(offer, now=int(dev_platform.platform.clock.time()) - 22)
+    request = SettleRequest(accepted=offer, payload=payload, merchant_id=deployment.merchant_id)
+    held = dev_platform.server.call(lambda p: p.upto.authorize(request))
+    assert held.status == "authorized", held
+    dev_platform.server.call(lambda p: p.settlement.recovery.finish_left())
+    row = dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
+    assert row is not None and row.status == "authorized"  # still valid: held for its request
+    await anyio.sleep(9)
+    dev_platform.server.call(lambda p: p.settlement.recovery.finish_left())  # (the worker may have, already)
+    row = dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
+    assert row is not None and (row.status, row.error_reason, row.amount_minor) == (
+        "failed",
+        reasons.PERMIT2_DEADLINE_EXPIRED,
+        0,
+    )

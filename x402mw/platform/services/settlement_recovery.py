@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.chain.token import authorization_state, find_authorization_use
@@ -93,7 +93,7 @@ class SettlementRecovery:
     async def finish_left(self) -> int:
         """One look at every payment still unfinished `takeover_after` after its claim that this
         process is not settling; how many became final."""
-        finished = 0
+        finished = await self._close_lapsed_holds()
         for row in await self._left():
             try:
                 outcome = await self.finish(row, wait=0)
@@ -104,6 +104,20 @@ class SettlementRecovery:
                 finished += 1
         await self.releases.drain()
         return finished
+
+    async def _close_lapsed_holds(self) -> int:
+        """upto payments held for a request that never settled them (its process stopped) and whose
+        permit has expired: nothing was or can be charged; recorded failed, so that they leave the
+        ``authorized`` state."""
+        table = tables.agent_payments
+        now = int(self.clock.time())
+        async with self.writes.engine.begin() as conn:
+            closed = await conn.execute(
+                update(table)
+                .where(table.c.status == "authorized", table.c.valid_before <= now)
+                .values(status="failed", error_reason=reasons.PERMIT2_DEADLINE_EXPIRED, locked_until=None)
+            )
+        return int(closed.rowcount or 0)
 
     async def _step(self, row: Payment, owner: bool) -> SettleOutcome | None:
         """One look at the chain, and what it calls for; the outcome once final, else None."""
