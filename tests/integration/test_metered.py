@@ -23,6 +23,7 @@ from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
 from x402mw.platform.chain.token import allowance
 from x402mw.protocol import decode_settlement_response
+from x402mw.protocol.models import PaymentRequirements
 from x402mw.protocol.networks import PERMIT2_ADDRESS
 
 pytestmark = pytest.mark.anyio
@@ -115,3 +116,46 @@ async def test_our_agent_pays_a_foundation_upto_seller_through_our_facilitator(d
     # the SDK seller passes our facilitator's receipt on: our agent verifies amount and ceiling
     assert [(p.amount, p.ceiling, p.verified) for p in auth.payments] == [(700, 30_000, True), (0, 30_000, True)]
     assert await asyncio.to_thread(harness.balance, pay_to) == 700
+
+
+def test_the_facilitator_verifies_and_settles_upto(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = metered_deployment(harness)
+    pay_to = address_of(new_private_key())
+    requirements = PaymentRequirements.model_validate(
+        {
+            "scheme": "upto",
+            "network": harness.network,
+            "amount": "20000",
+            "asset": harness.usdc,
+            "payTo": pay_to,
+            "maxTimeoutSeconds": 300,
+            "extra": {"name": "USD Coin", "version": "2", "facilitatorAddress": harness.chain.relayer.address},
+        }
+    )
+    with deployment.api() as api:
+
+        def call(path: str, payload: Any, amount: int | None = None) -> dict[str, Any]:
+            terms = requirements.to_wire() | ({"amount": str(amount)} if amount is not None else {})
+            reply = api.post(
+                path, json={"x402Version": 2, "paymentPayload": payload.to_wire(), "paymentRequirements": terms}
+            )
+            assert reply.status_code == 200, reply.text
+            answer: dict[str, Any] = reply.json()
+            return answer
+
+        unapproved = deployment.agent.sign_upto(requirements)
+        assert call("/x402/verify", unapproved) == {
+            "isValid": False,
+            "invalidReason": "permit2_allowance_required",
+            "payer": deployment.agent.address,
+        }
+        approve_permit2(harness, deployment.agent_key)
+        payload = deployment.agent.sign_upto(requirements)
+        assert call("/x402/verify", payload)["isValid"] is True
+        over = call("/x402/settle", payload, amount=20_001)
+        assert over["success"] is False and over["errorReason"] == "invalid_upto_evm_payload_settlement_exceeds_amount"
+        settled = call("/x402/settle", payload, amount=777)
+        assert settled["success"] is True and settled["amount"] == "777" and settled["transaction"]
+        assert call("/x402/settle", payload, amount=999) == settled  # one authorization, one outcome
+    assert harness.balance(pay_to) == 777
