@@ -146,9 +146,12 @@ def test_sync_adapters_settle_the_usage_reported(framework: str, dev_platform: P
     deployment = metered_deployment(dev_platform)
     auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=dev_platform.platform.receipt_address)
     if framework == "django":
-        with _django(deployment, "/generate"), httpx.Client(
-            transport=httpx.WSGITransport(app=WSGIHandler()), base_url="http://testserver", auth=auth
-        ) as c:
+        with (
+            _django(deployment, "/generate"),
+            httpx.Client(
+                transport=httpx.WSGITransport(app=WSGIHandler()), base_url="http://testserver", auth=auth
+            ) as c,
+        ):
             response = c.get("/generate")
     else:
         app = _flask(deployment) if framework == "flask" else _wsgi(deployment)

@@ -273,15 +273,18 @@ async def test_a_hold_never_settled_is_closed_once_its_permit_expired(dev_platfo
             "extra": {"name": "USD Coin", "version": "2", "facilitatorAddress": dev_platform.chain.relayer.address},
         }
     )
-    # valid for 30 s from 22 s ago: held now, expired within seconds
-    payload = deployment.agent.sign_upto(offer, now=int(dev_platform.platform.clock.time()) - 22)
+    # valid for 30 s, until a few seconds from now on both the platform's clock and the chain's
+    clock_now = int(dev_platform.platform.clock.time())
+    head = dev_platform.server.call(lambda _p: dev_platform.chain.head_time())
+    deadline = max(clock_now, head) + 8
+    payload = deployment.agent.sign_upto(offer, now=deadline - 30)
     request = SettleRequest(accepted=offer, payload=payload, merchant_id=deployment.merchant_id)
     held = dev_platform.server.call(lambda p: p.upto.authorize(request))
     assert held.status == "authorized", held
     dev_platform.server.call(lambda p: p.settlement.recovery.finish_left())
     row = dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
     assert row is not None and row.status == "authorized"  # still valid: held for its request
-    await anyio.sleep(9)
+    await anyio.sleep(deadline - dev_platform.platform.clock.time() + 1)
     dev_platform.server.call(lambda p: p.settlement.recovery.finish_left())  # (the worker may have, already)
     row = dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
     assert row is not None and (row.status, row.error_reason, row.amount_minor) == (
