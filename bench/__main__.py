@@ -5,6 +5,7 @@ from bench import (
     bench_checkout,
     bench_devchain,
     bench_e2e,
+    bench_metered,
     bench_orders,
     bench_subscriptions,
     bench_verify,
@@ -14,6 +15,7 @@ bench_challenge.run()
 bench_verify.run()
 bench_e2e.run(database="postgresql")  # the database a deployment runs on
 bench_e2e.run(database="sqlite")  # the development default
+bench_metered.run(database="postgresql")  # metered (upto) beside exact, in one run
 bench_orders.run()
 bench_checkout.run()
 bench_devchain.run()
