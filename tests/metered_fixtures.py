@@ -54,7 +54,7 @@ def metered_app(
     before: Callable[[Request], Awaitable[None]] | None = None,
     **options: Any,
 ) -> Starlette:
-    """``GET /generate?use=N`` charges N atomic units (``fail=1``: the handler raises first);
+    """``GET /generate?use=N`` charges N atomic units (``fail=1``: then the handler raises);
     ``before`` is awaited in the handler first."""
 
     @paid(endpoint_id)
@@ -62,9 +62,9 @@ def metered_app(
         payment = request.state.x402
         if before is not None:
             await before(request)
+        total = payment.charge(int(request.query_params.get("use", "0")))
         if request.query_params.get("fail"):
             raise RuntimeError("the handler failed")
-        total = payment.charge(int(request.query_params.get("use", "0")))
         return JSONResponse({"charged": total, "ceiling": payment.ceiling})
 
     return Starlette(

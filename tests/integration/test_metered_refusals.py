@@ -292,3 +292,17 @@ async def test_a_hold_never_settled_is_closed_once_its_permit_expired(dev_platfo
         reasons.PERMIT2_DEADLINE_EXPIRED,
         0,
     )
+
+
+async def test_a_handler_that_raises_is_not_charged(
+    seller: tuple[Deployment, httpx.AsyncClient], dev_platform: PlatformHarness
+) -> None:
+    deployment, client = seller
+    payload = deployment.agent.sign_upto(await _offer(client))
+    with pytest.raises(RuntimeError, match="the handler failed"):  # the app's error, after its 500
+        await client.get(
+            "/generate", params={"use": "5000", "fail": "1"}, headers={"PAYMENT-SIGNATURE": encode_header(payload)}
+        )
+    again = await _pay(client, payload, use=5_000)  # the authorization was closed, for 0
+    assert again.status_code == 402 and _settled(again)["amount"] == "0"
+    assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == 0
