@@ -7,6 +7,7 @@ from bench import (
     bench_e2e,
     bench_keys,
     bench_mcp,
+    bench_metered,
     bench_orders,
     bench_subscriptions,
     bench_verify,
@@ -16,6 +17,7 @@ bench_challenge.run()
 bench_verify.run()
 bench_e2e.run(database="postgresql")  # the database a deployment runs on
 bench_e2e.run(database="sqlite")  # the development default
+bench_metered.run(database="postgresql")  # metered (upto) beside exact, in one run
 bench_orders.run()
 bench_checkout.run()
 bench_keys.run()

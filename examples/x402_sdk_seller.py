@@ -25,7 +25,7 @@ from typing import Any
 
 import flask
 import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from x402 import x402ResourceServer, x402ResourceServerSync
 from x402.http import HTTPFacilitatorClient, HTTPFacilitatorClientSync
 from x402.http.middleware.fastapi import PaymentMiddlewareASGI
@@ -65,6 +65,36 @@ def create_app(api_key: str, platform_url: str, network: str, pay_to: str, price
     @app.get("/weather")
     async def weather() -> dict[str, str]:
         return {"forecast": "sunny"}
+
+    return app
+
+
+def create_metered_app(api_key: str, platform_url: str, network: str, pay_to: str, ceiling: Any) -> FastAPI:
+    """FastAPI app selling ``GET /generate?use=N`` by use with the SDK's ``upto`` scheme: the agent
+    signs ``ceiling``, the route charges N atomic units (``Settlement-Overrides``), and x402mw's
+    facilitator settles that through Permit2 (it names itself in ``/supported`` as the
+    ``facilitatorAddress`` the agent's signature binds)."""
+    from x402.http.middleware.fastapi import set_settlement_overrides
+    from x402.mechanisms.evm.upto import UptoEvmServerScheme
+
+    facilitator = HTTPFacilitatorClient(_facilitator(api_key, platform_url))
+    server = x402ResourceServer(facilitator)
+    server.register("eip155:*", UptoEvmServerScheme())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await facilitator.aclose()
+
+    accepts = PaymentOption(scheme="upto", pay_to=pay_to, price=ceiling, network=network)
+    routes = {"GET /generate": RouteConfig(accepts=accepts, description="Text, charged per token")}
+    app = FastAPI(title="Text generation, charged by use (x402 SDK seller)", lifespan=lifespan)
+    app.add_middleware(PaymentMiddlewareASGI, routes=routes, server=server)
+
+    @app.get("/generate")
+    async def generate(use: int, response: Response) -> dict[str, int]:
+        set_settlement_overrides(response, {"amount": str(use)})
+        return {"charged": use}
 
     return app
 

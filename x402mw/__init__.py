@@ -15,11 +15,12 @@ from x402mw.errors import (
     SettlementError,
     X402Error,
 )
-from x402mw.seller import PaidRoute, PaymentGate, Settlement
+from x402mw.seller import MeteredPayment, PaidRoute, PaymentGate, Settlement, UsageError
 
 __all__ = [
     "ConfigurationError",
     "InvalidPaymentError",
+    "MeteredPayment",
     "PaidRoute",
     "PaymentError",
     "PaymentGate",
@@ -28,6 +29,7 @@ __all__ = [
     "PriceError",
     "Settlement",
     "SettlementError",
+    "UsageError",
     "X402Error",
     "__version__",
 ]

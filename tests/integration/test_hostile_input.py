@@ -82,6 +82,8 @@ def _real_ids(harness: PlatformHarness, key: str) -> list[str]:
 
 
 def _is_envelope(response: httpx.Response) -> bool:
+    if response.status_code == 402 and "payment-required" in response.headers:
+        return True  # an x402 challenge (GET /x402/pay/{id} of an open order): the protocol's own shape
     try:
         body = response.json()
         if response.status_code == 402 and isinstance(body, dict) and body.get("x402Version") == 2:

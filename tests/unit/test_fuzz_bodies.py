@@ -75,6 +75,26 @@ PAYLOAD = {
         },
     },
 }
+UPTO_OFFER = {
+    **OFFER,
+    "scheme": "upto",
+    "extra": {**OFFER["extra"], "facilitatorAddress": "0x" + "ef" * 20},  # type: ignore[dict-item]
+}
+UPTO_PAYLOAD = {
+    "x402Version": 2,
+    "accepted": UPTO_OFFER,
+    "payload": {
+        "signature": "0x" + "11" * 65,
+        "permit2Authorization": {
+            "from": "0x" + "cd" * 20,
+            "permitted": {"token": OFFER["asset"], "amount": "10000"},
+            "spender": "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002",
+            "nonce": "12345",
+            "deadline": "1900000000",
+            "witness": {"to": ADDRESS, "facilitator": "0x" + "ef" * 20, "validAfter": "0"},
+        },
+    },
+}
 CHALLENGE = {
     "challengeId": "ch_1",
     "endpointId": "6f1c9a52-0d36-4bd4-9a8f-4b1f0f2f6a10",
@@ -102,6 +122,7 @@ VALID: dict[str, dict[str, Any]] = {
     "FaucetBody": {"network": "eip155:84532", "currency": "USDC", "address": ADDRESS, "amount": "5"},
     "SimulatePaymentBody": {"scenario": "underpaid", "network": "eip155:84532"},
     "FacilitatorBody": {"x402Version": 2, "paymentPayload": PAYLOAD, "paymentRequirements": OFFER},
+    "UptoFacilitatorBody": {"x402Version": 2, "paymentPayload": UPTO_PAYLOAD, "paymentRequirements": UPTO_OFFER},
     "WebhookEndpointCreate": {
         "url": "https://hooks.example/x402",
         "enabledEvents": ["payment_intent.succeeded"],
@@ -133,6 +154,7 @@ VALID: dict[str, dict[str, Any]] = {
     },
     "PaymentRequirements": OFFER,
     "PaymentPayload": PAYLOAD,
+    "UptoPaymentPayload": UPTO_PAYLOAD,
     "AttemptBody": {"network": "eip155:84532", "currency": "USDC", "method": "wallet"},
     "TransferStatusBody": {},
     "SyncBody": {"txHash": "0x" + "ab" * 32, "network": "eip155:84532"},

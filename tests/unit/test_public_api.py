@@ -19,6 +19,7 @@ PINNED = {
     x402mw: [
         "ConfigurationError",
         "InvalidPaymentError",
+        "MeteredPayment",
         "PaidRoute",
         "PaymentError",
         "PaymentGate",
@@ -27,6 +28,7 @@ PINNED = {
         "PriceError",
         "Settlement",
         "SettlementError",
+        "UsageError",
         "X402Error",
         "__version__",
     ],

@@ -37,6 +37,8 @@ FIELDS = {
     "payTo": "0x" + "cd" * 20,
     "transaction": "0x" + "ef" * 32,
     "settledAt": "2025-01-02T03:04:05Z",
+    "scheme": "upto",  # an upto receipt: amount charged, of at most maxAmount
+    "maxAmount": "50000",
 }
 
 receipt_fields = st.dictionaries(st.sampled_from(RECEIPT_FIELDS), st.text(max_size=80))

@@ -6,7 +6,9 @@
 
 On a paid route the middleware answers 402 with ``PAYMENT-REQUIRED``, or settles the payment and
 runs the app with the `Settlement` in ``scope["state"]["x402"]``, adding ``PAYMENT-RESPONSE`` to
-the response as it starts. Response bodies stream through untouched; headers are appended, never
+the response as it starts. On a metered route the payment is held before the app runs,
+``scope["state"]["x402"]`` is the `MeteredPayment` the app reports usage to, and the usage is
+settled as the response starts. Response bodies stream through untouched; headers are appended, never
 rebuilt, so repeated headers such as ``Set-Cookie`` survive. Non-HTTP scopes pass through.
 
 It runs on asyncio and on trio (through anyio). The issued challenges reach the platform in the
@@ -20,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
+import anyio
 import httpx
 
 from x402mw.protocol.codec import PAYMENT_SIGNATURE, V1_PAYMENT
@@ -27,6 +30,7 @@ from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import AsyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.setup import build_gate
 
 __all__ = ["PaymentMiddleware", "encode_headers", "request_view", "send_answer"]
@@ -137,6 +141,8 @@ class PaymentMiddleware:
             decision = internal_error_answer()
         if isinstance(decision, Answer):
             await send_answer(decision, send)
+        elif isinstance(decision, ServeMetered):
+            await self._serve_metered(decision.payment, scope, receive, send)
         else:
             scope.setdefault("state", {})["x402"] = decision.settlement
             extra = encode_headers(decision.headers)
@@ -148,6 +154,41 @@ class PaymentMiddleware:
 
             await self.app(scope, receive, send_with_receipt)
         await self.seller.after_response()  # without a lifespan, the background work runs here
+
+    async def _serve_metered(self, payment: MeteredPayment, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app with ``payment`` to report usage to; settle it as the response starts (the
+        response is held until then), and answer the settlement's refusal instead of it."""
+        scope.setdefault("state", {})["x402"] = payment
+        started = replaced = False
+
+        async def settle_then_send(message: Message) -> None:
+            nonlocal started, replaced
+            if message["type"] == "http.response.start" and not started:
+                started = True
+                served = int(message.get("status", 200)) < 500  # a 5xx answer is not charged
+                finished = await self._finish(payment, served=served)
+                if isinstance(finished, Answer):
+                    replaced = True
+                    await send_answer(finished, send)
+                    return
+                message["headers"] = [*message.get("headers", []), *encode_headers(finished)]
+            elif replaced:
+                return  # the body of a response the settlement's refusal replaced
+            await send(message)
+
+        try:
+            await self.app(scope, receive, settle_then_send)
+        finally:
+            if not started:  # the app failed before it responded: nothing is charged
+                with anyio.CancelScope(shield=True):
+                    await self._finish(payment, served=False)
+
+    async def _finish(self, payment: MeteredPayment, *, served: bool) -> list[tuple[str, str]] | Answer:
+        try:
+            return await self.seller.run(self.gate.finish(payment, served=served))
+        except Exception:
+            logger.exception("settling a metered request failed unexpectedly (challenge %s)", payment.challenge_id)
+            return []
 
     def _lifespan_receive(self, receive: Receive) -> Receive:
         async def wrapped() -> Message:

@@ -39,6 +39,7 @@ from x402mw.seller.config import AmountCallback, PaidRoute
 from x402mw.seller.decisions import Answer, Decision
 from x402mw.seller.drivers import AsyncSeller, SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.setup import build_gate
 
 __all__ = ["PaymentMiddleware", "require_payment"]
@@ -48,6 +49,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT")
 _MARK = "x402_route"
 _HEADERS = "_x402mw_headers"
+_METERED = "_x402mw_metered"  # the MeteredPayment of a request to a metered route
 
 
 def require_payment(
@@ -169,10 +171,26 @@ class PaymentMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
-        return _add_headers(request, self.get_response(request))
+        response = self.get_response(request)
+        payment = getattr(request, _METERED, None)
+        if payment is not None:
+            finished = _finished(
+                payment, lambda served: self._sync().run(self.gate.finish(payment, served=served)), response
+            )
+            return _settled_response(request, response, finished)
+        return _add_headers(request, response)
 
     async def __acall__(self, request: HttpRequest) -> Any:
-        return _add_headers(request, await self.get_response(request))
+        response = await self.get_response(request)
+        payment = getattr(request, _METERED, None)
+        if payment is not None:
+            try:
+                finished = await self._async().run(self.gate.finish(payment, served=response.status_code < 500))
+            except Exception:
+                logger.exception("settling a metered request failed (challenge %s)", payment.challenge_id)
+                finished = []
+            return _settled_response(request, response, finished)
+        return _add_headers(request, response)
 
     def _route(self, request: HttpRequest, view: Callable[..., Any]) -> PaidRoute | None:
         found = self.routes.match(request.method or "GET", request.path_info)
@@ -238,12 +256,39 @@ async def _background(seller: AsyncSeller) -> None:
         await seller.aclose()
 
 
-def _apply(request: HttpRequest, decision: Decision) -> HttpResponse | None:
+def _answer(answer: Answer) -> HttpResponse:
+    response = HttpResponse(answer.body, status=answer.status)
+    for name, value in answer.headers:
+        response.headers[name] = value
+    return response
+
+
+def _finished(
+    payment: MeteredPayment, finish: Callable[[bool], list[tuple[str, str]] | Answer], response: Any
+) -> list[tuple[str, str]] | Answer:
+    """The settlement of a metered request (a 5xx response is not charged)."""
+    try:
+        return finish(response.status_code < 500)
+    except Exception:
+        logger.exception("settling a metered request failed (challenge %s)", payment.challenge_id)
+        return []
+
+
+def _settled_response(request: HttpRequest, response: Any, finished: list[tuple[str, str]] | Answer) -> Any:
+    if isinstance(finished, Answer):
+        response.close()
+        return _answer(finished)
+    setattr(request, _HEADERS, finished)
+    return _add_headers(request, response)
+
+
+def _apply(request: HttpRequest, decision: Decision | ServeMetered) -> HttpResponse | None:
     if isinstance(decision, Answer):
-        response = HttpResponse(decision.body, status=decision.status)
-        for name, value in decision.headers:
-            response.headers[name] = value
-        return response
+        return _answer(decision)
+    if isinstance(decision, ServeMetered):
+        request.x402 = decision.payment
+        setattr(request, _METERED, decision.payment)
+        return None
     request.x402 = decision.settlement
     setattr(request, _HEADERS, decision.headers)
     return None

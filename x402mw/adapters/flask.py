@@ -18,6 +18,8 @@ Paid routes are the views marked with `require_payment` and the routes listed in
 A ``before_request`` hook registered by `X402.init_app` checks the payment: it answers 402 with
 ``PAYMENT-REQUIRED``, or settles the payment, puts the `Settlement` in ``flask.g.x402`` and adds
 ``PAYMENT-RESPONSE`` to the view's response (streamed responses stream; headers are appended).
+On a metered route ``flask.g.x402`` is the `MeteredPayment` the view reports usage to
+(``g.x402.charge(amount)``); what it reported is settled as its response is finalized.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from x402mw.seller.config import AmountCallback, PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, PaymentGate, internal_error_answer
+from x402mw.seller.metering import ServeMetered
 from x402mw.seller.routes import RouteTable
 from x402mw.seller.setup import ASYNC_AMOUNT_PROBLEM, build_gate, is_async_callable
 
@@ -197,6 +200,26 @@ def _check_payment() -> Response | None:
         return _response(internal_error_answer())
     if isinstance(decision, Answer):
         return _response(decision)
+    if isinstance(decision, ServeMetered):
+        payment = g.x402 = decision.payment
+
+        @after_this_request
+        def settle_usage(response: Response) -> Response:
+            # A 5xx answer (the view raised, say) is not charged; the authorization is closed.
+            served = response.status_code < 500
+            try:
+                finished = state.seller.run(state.gate.finish(payment, served=served))
+            except Exception:
+                logger.exception("settling a metered request failed (challenge %s)", payment.challenge_id)
+                return response
+            if isinstance(finished, Answer):
+                response.close()
+                return _response(finished)
+            for name, value in finished:
+                response.headers.add(name, value)
+            return response
+
+        return None
     g.x402 = decision.settlement
     headers = decision.headers
 

@@ -54,6 +54,7 @@ from x402mw.seller import (
     PaidRoute,
     RequestView,
     Serve,
+    ServeMetered,
     build_gate,
     internal_error_answer,
 )
@@ -228,6 +229,11 @@ class PaidTools:
             decision = internal_error_answer()
         if isinstance(decision, Answer):
             return _refusal(decision)
+        if isinstance(decision, ServeMetered):
+            # Metered (upto) tools are not served over MCP yet: the authorization is closed unused.
+            finished = await self._seller.run(self._gate.finish(decision.payment, served=False))
+            logger.error("tool %s is on a metered endpoint, which paid MCP tools do not support yet", name)
+            return _refusal(finished if isinstance(finished, Answer) else internal_error_answer())
         held: Held = decision
         token = _current.set(ToolPayment(held.payment_id, held.payer, held.amount, held.network, name))
         try:
@@ -241,8 +247,9 @@ class PaidTools:
             await self._release(held)
             return result
         settled = await self._seller.run(self._gate.capture(held))
-        if not isinstance(settled, Serve):
+        if isinstance(settled, Answer):
             return _refusal(settled)  # the payment error only: the tool's result is not given away
+        assert isinstance(settled, Serve)  # a capture settles an exact payment
         return _with_meta(result, {PAYMENT_RESPONSE_META: settled.settlement.response.to_wire()})
 
     async def _release(self, held: Held) -> None:

@@ -13,7 +13,7 @@ is returned as it is, so it streams and its ``close()`` is called by the server.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from types import TracebackType
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -24,6 +24,7 @@ from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.setup import build_gate
 
 __all__ = ["SETTLEMENT_KEY", "PaymentMiddleware", "request_view"]
@@ -117,6 +118,8 @@ class PaymentMiddleware:
         if isinstance(decision, Answer):
             start_response(status_line(decision.status), list(decision.headers))
             return [decision.body]
+        if isinstance(decision, ServeMetered):
+            return self._serve_metered(decision.payment, environ, start_response)
         environ[SETTLEMENT_KEY] = decision.settlement
         extra = list(decision.headers)
 
@@ -126,3 +129,63 @@ class PaymentMiddleware:
             return start_response(status, [*headers, *extra], exc_info)
 
         return self.app(environ, start_with_receipt)
+
+    def _serve_metered(
+        self, payment: MeteredPayment, environ: WSGIEnvironment, start_response: StartResponse
+    ) -> Iterable[bytes]:
+        """Run the app with ``payment`` to report usage to; settle it when the app starts its
+        response, and answer the settlement's refusal instead of the app's response."""
+        environ[SETTLEMENT_KEY] = payment
+        state: dict[str, Answer | None] = {}
+
+        def start_after_settling(
+            status: str, headers: list[tuple[str, str]], exc_info: _ExcInfo | None = None
+        ) -> Callable[[bytes], object]:
+            if "outcome" not in state:
+                served = not status.startswith("5")  # a 5xx answer is not charged
+                finished = self._finish(payment, served)
+                state["outcome"] = finished if isinstance(finished, Answer) else None
+                if isinstance(finished, Answer):
+                    return start_response(status_line(finished.status), list(finished.headers), exc_info)
+                headers = [*headers, *finished]
+            return start_response(status, headers, exc_info)
+
+        try:
+            body = self.app(environ, start_after_settling)
+        except BaseException:
+            if "outcome" not in state:
+                self._finish(payment, False)
+            raise
+        return _MeteredBody(body, state)
+
+    def _finish(self, payment: MeteredPayment, served: bool) -> list[tuple[str, str]] | Answer:
+        try:
+            return self.seller.run(self.gate.finish(payment, served=served))
+        except Exception:
+            logger.exception("settling a metered request failed (challenge %s)", payment.challenge_id)
+            return []
+
+
+class _MeteredBody:
+    """The app's body, or, when the settlement's refusal replaced the response, that refusal's."""
+
+    def __init__(self, body: Iterable[bytes], state: dict[str, Answer | None]) -> None:
+        self._body = body
+        self._state = state
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._body:
+            answer = self._state.get("outcome")
+            if answer is not None:
+                yield answer.body
+                return
+            yield chunk
+        answer = self._state.get("outcome")
+        if answer is not None and not self._state.get("sent"):
+            self._state["sent"] = answer
+            yield answer.body
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            close()

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import httpx
 
-from x402mw.client.wallet import Wallet, token_domain
+from x402mw.client.wallet import EIP2612_EXTENSION, Wallet, token_domain
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PaymentRefusedError, PriceError
 from x402mw.evm.keys import is_address
 from x402mw.evm.receipts import verify_receipt
@@ -58,6 +58,8 @@ _MAX_V1_BODY_BYTES = 64 * 1024
 @dataclass(frozen=True, slots=True)
 class PaymentRecord:
     """One payment a seller accepted. ``amount`` is in atomic units of ``asset``; ``units`` in tokens.
+    For an ``upto`` payment (a metered route), ``amount`` is what the seller charged and ``ceiling``
+    the most the agent signed for.
 
     ``verified`` is True only when the auth has a ``receipt_signer`` and the receipt was signed by it
     and names this payment (network, asset, amount, payer, payTo, transaction as far as it states them).
@@ -74,6 +76,8 @@ class PaymentRecord:
     verified: bool
     symbol: str | None = None
     decimals: int = DEFAULT_DECIMALS
+    scheme: str = "exact"
+    ceiling: int | None = None  # upto: the most that was signed for; ``amount`` is what was charged
 
     @property
     def units(self) -> Decimal:
@@ -115,7 +119,9 @@ class X402Auth(httpx.Auth):
     ...     response = client.get("https://api.example.com/weather")
     >>> auth.payments[-1].transaction
 
-    On a 402 the first acceptable offer is paid: scheme ``exact``, network in ``networks`` and asset
+    On a 402 the first acceptable offer is paid: scheme ``exact`` or ``upto`` (a metered route, paid
+    with a Permit2 signature for its ceiling, and with an EIP-2612 permit for Permit2 after a 412
+    ``permit2_allowance_required``; see docs/metered.md), network in ``networks`` and asset
     (symbol such as ``"USDC"`` or address) in ``assets`` when given, amount within ``max_amount``
     and, with what this auth already signed in that asset, within ``max_total``. Caps are token units
     (``"0.10"`` USDC), converted with the token's decimals (6 when the token is unknown); floats are
@@ -193,6 +199,7 @@ class X402Auth(httpx.Auth):
         self._unsettled: dict[tuple[str, str], list[_Unsettled]] = {}
         self.payments: list[PaymentRecord] = []
         self.spent: dict[str, Decimal] = {}
+        self._permit_nonces: dict[tuple[str, str], int] = {}  # upto: the next EIP-2612 nonce, by token
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -280,25 +287,26 @@ class X402Auth(httpx.Auth):
             # One payment identifier per logical request, for sellers that declare the extension: kept
             # across this flow's retries, so that a retry gets the first answer, never a second charge.
             identifier = payment_identifier.new_identifier()
+            permit_nonce: int | None = None
             for attempt in range(2):
                 choice = self._choose(required, url)
-                payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
-                if required.x402_version == 2 and payment_identifier.declared(required):
-                    extensions = payment_identifier.payload_extensions(required.extensions, identifier)
-                    payload = payload.model_copy(update={"extensions": extensions})
-                if required.x402_version == 1:
-                    header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
-                else:
-                    header = (PAYMENT_SIGNATURE, encode_header(payload))
+                if permit_nonce is None and choice.requirements.scheme == "upto":
+                    permit_nonce = self._permit_nonces.get(_token_key(choice.requirements))
+                header, valid_before = self._sign(choice, required, permit_nonce, identifier)
                 request.headers[header[0]] = header[1]
                 if response.cookies:
                     httpx.Cookies(response.cookies).set_cookie_header(request)
-                held = _Unsettled(header, choice, payload.payload.authorization.valid_before)
+                held = _Unsettled(header, choice, valid_before)
                 with self._lock:
                     self._unsettled.setdefault(key, []).append(held)
                 response = yield from self._until_known(request)
                 renewed = _renewed_offer(response) if attempt == 0 and required.x402_version == 2 else None
+                if renewed is None and attempt == 0 and choice.requirements.scheme == "upto":
+                    # 412: no Permit2 allowance; pay again with an EIP-2612 permit for it.
+                    permit_nonce, renewed = _permit_wanted(response)
                 if renewed is None:
+                    if permit_nonce is not None:
+                        self._permit_used(choice.requirements, permit_nonce, response)
                     break
                 self._forget(key, held)
                 required = renewed  # the terms paid are stale: pay the new challenge, once
@@ -307,6 +315,34 @@ class X402Auth(httpx.Auth):
         finally:
             if held is not None:
                 held.busy = False
+
+    def _permit_used(self, accepted: PaymentRequirements, nonce: int, response: httpx.Response) -> None:
+        """Remember the wallet's next EIP-2612 nonce in this token: a permit for Permit2 spends
+        down to nothing (it is for one ceiling), so the next upto payment sends one at once rather
+        than after a 412. A settlement with a transaction used the permit; one of 0 did not."""
+        settlement = _settlement(response)
+        if settlement is None or not settlement.success:
+            return
+        with self._lock:
+            self._permit_nonces[_token_key(accepted)] = nonce + 1 if settlement.transaction else nonce
+
+    def _sign(
+        self, choice: _Choice, required: PaymentRequired, permit_nonce: int | None, identifier: str
+    ) -> tuple[tuple[str, str], int]:
+        """The payment header for ``choice``, and until when it can settle. An ``exact`` payment to a
+        seller that declares the payment-identifier extension carries ``identifier``."""
+        if choice.requirements.scheme == "upto":
+            upto = self.wallet.sign_upto(choice.requirements, resource=required.resource, permit_nonce=permit_nonce)
+            return (PAYMENT_SIGNATURE, encode_header(upto)), upto.payload.permit2_authorization.deadline
+        payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
+        if required.x402_version == 2 and payment_identifier.declared(required):
+            extensions = payment_identifier.payload_extensions(required.extensions, identifier)
+            payload = payload.model_copy(update={"extensions": extensions})
+        if required.x402_version == 1:
+            header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
+        else:
+            header = (PAYMENT_SIGNATURE, encode_header(payload))
+        return header, payload.payload.authorization.valid_before
 
     def _until_known(
         self, request: httpx.Request
@@ -374,8 +410,10 @@ class X402Auth(httpx.Auth):
         )
 
     def _judge(self, entry: PaymentRequirements) -> tuple[_Choice, str] | tuple[None, str]:
-        if entry.scheme != "exact":
+        if entry.scheme not in ("exact", "upto"):
             return None, f"scheme {entry.scheme!r} is not supported"
+        if entry.scheme == "upto" and not is_address(str(entry.extra.get("facilitatorAddress", ""))):
+            return None, "an upto offer without extra.facilitatorAddress cannot be signed"
         try:
             chain_id = parse_caip2(entry.network)
         except ValueError:
@@ -386,7 +424,7 @@ class X402Auth(httpx.Auth):
             return None, f"payTo {entry.pay_to!r} is not an address"
         network = get_network(chain_id)
         known = network.asset_by_address(entry.asset) if network else None
-        if known is not None and not known.eip3009:
+        if known is not None and not known.eip3009 and entry.scheme == "exact":
             return None, f"{known.symbol} cannot be paid by signed authorization"
         if (
             self.assets is not None
@@ -430,14 +468,22 @@ class X402Auth(httpx.Auth):
         payer = (settlement.payer if settlement else None) or self.wallet.address
         raw = settlement.receipt if settlement else None
         receipt = None if raw is None else {str(k): str(v) for k, v in raw.items()}
+        upto = accepted.scheme == "upto"
+        amount = accepted.amount
+        if upto:  # what the seller charged, at most the ceiling signed
+            charged = settlement.amount if settlement and settlement.amount is not None else accepted.amount
+            amount = min(charged, accepted.amount)
+            with self._lock:  # the ceiling was counted when signed; what counts now is the charge
+                left = _EXACT.subtract(choice.units, Decimal(amount).scaleb(-choice.decimals, context=_EXACT))
+                self.spent[choice.spend_key] = _EXACT.subtract(self.spent.get(choice.spend_key, Decimal(0)), left)
         verified = (
             self.receipt_signer is not None
             and receipt is not None
-            and _receipt_matches(receipt, self.receipt_signer, accepted, payer, transaction)
+            and _receipt_matches(receipt, self.receipt_signer, accepted, payer, transaction, amount)
         )
         record = PaymentRecord(
             url=url,
-            amount=accepted.amount,
+            amount=amount,
             asset=accepted.asset,
             network=accepted.network,
             pay_to=accepted.pay_to,
@@ -447,6 +493,8 @@ class X402Auth(httpx.Auth):
             verified=verified,
             symbol=choice.symbol,
             decimals=choice.decimals,
+            scheme=accepted.scheme,
+            ceiling=accepted.amount if upto else None,
         )
         with self._lock:
             self.payments.append(record)
@@ -552,6 +600,29 @@ def _renewed_offer(response: httpx.Response) -> PaymentRequired | None:
     return offer
 
 
+def _token_key(accepted: PaymentRequirements) -> tuple[str, str]:
+    return accepted.network, accepted.asset.lower()
+
+
+def _permit_wanted(response: httpx.Response) -> tuple[int | None, PaymentRequired | None]:
+    """For a 412 ``permit2_allowance_required`` answer whose new challenge carries the payer's
+    EIP-2612 nonce (``extensions.eip2612GasSponsoring.info.nonce``): that nonce and the challenge."""
+    header = response.headers.get(PAYMENT_REQUIRED)
+    if response.status_code != 412 or header is None:
+        return None, None
+    try:
+        offer = decode_payment_required(header)
+    except InvalidPaymentError:
+        return None, None
+    if offer.error is None or reasons.normalize_reason(offer.error) != reasons.PERMIT2_ALLOWANCE_REQUIRED:
+        return None, None
+    info = ((offer.extensions or {}).get(EIP2612_EXTENSION) or {}).get("info")
+    nonce = info.get("nonce") if isinstance(info, dict) else None
+    if not isinstance(nonce, str) or not nonce.isdigit():
+        return None, None
+    return int(nonce), offer
+
+
 def _v1_payload(payload: PaymentPayload, accepted: PaymentRequirements) -> dict[str, Any]:
     network = get_network(accepted.network)
     return {
@@ -593,18 +664,25 @@ def _retry_pause(response: httpx.Response, attempt: int) -> float | None:
 
 
 def _receipt_matches(
-    receipt: Mapping[str, str], signer: str, accepted: PaymentRequirements, payer: str, transaction: str
+    receipt: Mapping[str, str],
+    signer: str,
+    accepted: PaymentRequirements,
+    payer: str,
+    transaction: str,
+    amount: int,
 ) -> bool:
     if not verify_receipt(receipt, signer):
         return False
     expected = {
         "network": accepted.network,
         "asset": accepted.asset,
-        "amount": str(accepted.amount),
+        "amount": str(amount),
         "payer": payer,
         "payTo": accepted.pay_to,
         "transaction": transaction,
     }
+    if accepted.scheme == "upto":
+        expected["maxAmount"] = str(accepted.amount)
     challenge = accepted.extra.get("challengeId")
     if isinstance(challenge, str):
         expected["challengeId"] = challenge

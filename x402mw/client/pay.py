@@ -28,9 +28,13 @@ BODY_LIMIT = 2000
 def _payment_data(record: PaymentRecord | None, checked: bool) -> dict[str, Any] | None:
     if record is None:
         return None
+    ceiling = None if record.ceiling is None else format_amount(record.ceiling, record.decimals)
     return {
+        "scheme": record.scheme,
         "amount": format_amount(record.amount, record.decimals),
         "atomicAmount": str(record.amount),
+        "maxAmount": ceiling,  # upto: the most signed for; amount is what was charged
+        "atomicMaxAmount": None if record.ceiling is None else str(record.ceiling),
         "asset": record.symbol or record.asset,
         "network": record.network,
         "payTo": record.pay_to,
@@ -149,6 +153,8 @@ def pay_command(
         else:
             verified = {True: "yes", False: "no", None: "not checked (no --receipt-signer)"}
             click.echo(f"payment: {payment['amount']} {payment['asset']} on {payment['network']}")
+            if payment["maxAmount"] is not None:  # a metered route: charged, of the most signed for
+                click.echo(f"charged: {payment['amount']} of at most {payment['maxAmount']} {payment['asset']}")
             click.echo(f"transaction: {payment['transaction'] or 'unknown'}")
             click.echo(f"receipt verified: {verified[payment['receiptVerified']]}")
     if response.status_code >= 400:

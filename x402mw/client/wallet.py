@@ -1,4 +1,5 @@
-"""An agent's wallet: one secp256k1 key that signs EIP-3009 transfer authorizations for x402.
+"""An agent's wallet: one secp256k1 key that signs x402 payments: EIP-3009 transfer authorizations
+(``exact``) and Permit2 witness transfers with their EIP-2612 permit (``upto``).
 
 The key never leaves the object: it is not shown by ``repr`` and never appears in an error message.
 The wallet needs no gas money; the seller's facilitator submits the authorization on-chain.
@@ -13,14 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from x402mw.errors import ConfigurationError, PaymentRefusedError
-from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_transfer
-from x402mw.evm.keys import address_of, to_checksum_address
+from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_digest, sign_transfer
+from x402mw.evm.keys import address_of, is_address, to_checksum_address
+from x402mw.evm.permit2 import (
+    PERMIT2_ADDRESS,
+    UPTO_PERMIT2_PROXY_ADDRESS,
+    UptoPermit,
+    permit2612_digest,
+    upto_permit_digest,
+)
 from x402mw.protocol.models import (
     Authorization,
     ExactEvmPayload,
     PaymentPayload,
     PaymentRequirements,
     ResourceInfo,
+    UptoPaymentPayload,
 )
 from x402mw.protocol.networks import get_network, parse_caip2
 
@@ -29,6 +38,7 @@ __all__ = ["CLOCK_SKEW_SECONDS", "DEFAULT_KEY_VARIABLE", "MAX_VALIDITY_SECONDS",
 DEFAULT_KEY_VARIABLE = "X402MW_PRIVATE_KEY"
 CLOCK_SKEW_SECONDS = 600
 """``validAfter`` lies this far in the past, so that a facilitator whose clock is behind accepts it."""
+EIP2612_EXTENSION = "eip2612GasSponsoring"
 MAX_VALIDITY_SECONDS = 3600
 """An authorization is never valid for longer than this, whatever ``maxTimeoutSeconds`` a seller asks."""
 
@@ -75,6 +85,22 @@ class Wallet:
         self,
     ) -> str | tuple[Any, ...]:  # keep the key out of pickles, and so out of caches and queues
         raise TypeError("a Wallet cannot be pickled; load it from its file or environment variable")
+
+    def sign_upto(
+        self,
+        requirements: PaymentRequirements,
+        *,
+        resource: ResourceInfo | None = None,
+        permit_nonce: int | None = None,
+        now: int | None = None,
+    ) -> UptoPaymentPayload:
+        """Sign an ``upto`` payment: a Permit2 ``PermitWitnessTransferFrom`` letting the x402 upto
+        proxy move at most ``amount`` (the ceiling) of ``asset`` to ``payTo``, settled by
+        ``extra.facilitatorAddress`` only, valid like `sign_payment`'s authorizations, with a random
+        Permit2 nonce. With ``permit_nonce`` (the wallet's EIP-2612 nonce in the token), it also signs
+        the token's ``permit`` for Permit2 to spend the ceiling (the ``eip2612GasSponsoring``
+        extension): a wallet without a Permit2 allowance, and without gas, pays that way."""
+        return _sign_upto(self._key, self.address, requirements, resource, permit_nonce, now)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Wallet:
@@ -147,10 +173,76 @@ class Wallet:
         )
 
 
+def _sign_upto(
+    key: bytes,
+    address: str,
+    requirements: PaymentRequirements,
+    resource: ResourceInfo | None,
+    permit_nonce: int | None,
+    now: int | None,
+) -> UptoPaymentPayload:
+    facilitator = requirements.extra.get("facilitatorAddress")
+    if not isinstance(facilitator, str) or not is_address(facilitator):
+        raise _unsupported("an upto offer must name its facilitator (extra.facilitatorAddress)")
+    try:
+        chain_id = parse_caip2(requirements.network)
+        pay_to, token = to_checksum_address(requirements.pay_to), to_checksum_address(requirements.asset)
+    except ValueError as exc:
+        raise _unsupported(f"cannot sign for this offer: {exc}") from None
+    current = int(time.time()) if now is None else now
+    validity = min(max(requirements.max_timeout_seconds, 1), MAX_VALIDITY_SECONDS)
+    permit = UptoPermit(
+        owner=address,
+        token=token,
+        ceiling=requirements.amount,
+        spender=UPTO_PERMIT2_PROXY_ADDRESS,
+        nonce=int.from_bytes(random_nonce(), "big"),
+        deadline=current + validity,
+        to=pay_to,
+        facilitator=to_checksum_address(facilitator),
+        valid_after=max(current - CLOCK_SKEW_SECONDS, 0),
+    )
+    signature = sign_digest(key, upto_permit_digest(chain_id, permit))
+    authorization = {
+        "from": address,
+        "permitted": {"token": token, "amount": str(permit.ceiling)},
+        "spender": permit.spender,
+        "nonce": str(permit.nonce),
+        "deadline": str(permit.deadline),
+        "witness": {"to": pay_to, "facilitator": permit.facilitator, "validAfter": str(permit.valid_after)},
+    }
+    extensions = None
+    if permit_nonce is not None:  # the gasless first use: Permit2 may spend the ceiling
+        digest = permit2612_digest(
+            token_domain(requirements), address, PERMIT2_ADDRESS, permit.ceiling, permit_nonce, permit.deadline
+        )
+        info = {
+            "from": address,
+            "asset": token,
+            "spender": PERMIT2_ADDRESS,
+            "amount": str(permit.ceiling),
+            "nonce": str(permit_nonce),
+            "deadline": str(permit.deadline),
+            "signature": "0x" + sign_digest(key, digest).hex(),
+            "version": "1",
+        }
+        extensions = {EIP2612_EXTENSION: {"info": info}}
+    return UptoPaymentPayload.model_validate(
+        {
+            "x402Version": 2,
+            "resource": resource.to_wire() if resource else None,
+            "accepted": requirements.to_wire(),
+            "payload": {"signature": "0x" + signature.hex(), "permit2Authorization": authorization},
+            "extensions": extensions,
+        }
+    )
+
+
 def token_domain(requirements: PaymentRequirements) -> TokenDomain:
-    """The EIP-712 domain an offer must be signed for; `PaymentRefusedError` when it cannot be known."""
-    if requirements.scheme != "exact":
-        raise _unsupported(f"scheme {requirements.scheme!r} is not supported (only 'exact')")
+    """The EIP-712 domain of an offer's token (what an ``exact`` payment, or an ``upto`` payment's
+    EIP-2612 permit, is signed for); `PaymentRefusedError` when it cannot be known."""
+    if requirements.scheme not in ("exact", "upto"):
+        raise _unsupported(f"scheme {requirements.scheme!r} is not supported (only 'exact' and 'upto')")
     try:
         chain_id = parse_caip2(requirements.network)
     except ValueError:

@@ -30,7 +30,7 @@ __all__ = [
     "verify_receipt",
 ]
 
-RECEIPT_FIELDS = (
+RECEIPT_FIELDS = (  # ``scheme`` and ``maxAmount`` (the signed ceiling) only on ``upto`` receipts
     "challengeId",
     "endpointId",
     "network",
@@ -40,6 +40,8 @@ RECEIPT_FIELDS = (
     "payTo",
     "transaction",
     "settledAt",
+    "scheme",
+    "maxAmount",
 )
 _KNOWN = frozenset(RECEIPT_FIELDS)
 _SIGNATURE_KEYS = ("signer", "signature")

@@ -42,6 +42,7 @@ from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.platform.services.renewals import RenewalRunner
 from x402mw.platform.services.settlement import SettlementService
+from x402mw.platform.services.settlement_upto import UptoSettlement
 from x402mw.platform.services.subscription_payments import follow_order
 from x402mw.platform.services.subscriptions import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
@@ -76,6 +77,14 @@ class Platform:
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    _upto: UptoSettlement | None = None
+
+    @property
+    def upto(self) -> UptoSettlement:
+        """Metered settlement (the ``upto`` scheme), on `settlement`."""
+        if self._upto is None:
+            self._upto = UptoSettlement(self.settlement)
+        return self._upto
 
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:

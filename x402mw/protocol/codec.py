@@ -19,9 +19,11 @@ from pydantic import ValidationError
 from x402mw.errors import InvalidPaymentError
 from x402mw.protocol import bounded_json
 from x402mw.protocol.models import (
+    AnyPaymentPayload,
     PaymentPayload,
     PaymentRequired,
     SettlementResponse,
+    UptoPaymentPayload,
     WireModel,
 )
 from x402mw.protocol.networks import get_network
@@ -33,6 +35,7 @@ __all__ = [
     "PAYMENT_SIGNATURE",
     "V1_PAYMENT",
     "V1_PAYMENT_RESPONSE",
+    "decode_any_payment_payload",
     "decode_json_header",
     "decode_payment_payload",
     "decode_payment_required",
@@ -135,6 +138,24 @@ def decode_payment_payload(value: str | bytes | dict[str, Any]) -> PaymentPayloa
     if payload.x402_version == 2 and payload.accepted is None:
         raise InvalidPaymentError("payment payload has no 'accepted' block", reason="invalid_payload")
     return payload
+
+
+def decode_any_payment_payload(value: str | bytes | dict[str, Any]) -> AnyPaymentPayload:
+    """Decode a payment payload of either scheme (a header, or JSON as `decode_payment_payload`
+    takes it): an `UptoPaymentPayload` when it carries a Permit2 authorization
+    (``payload.permit2Authorization``), else as `decode_payment_payload`."""
+    if isinstance(value, dict) and not _is_text(value):
+        raise InvalidPaymentError("the payment payload holds an unpaired surrogate", reason="invalid_payload")
+    data = value if isinstance(value, dict) else decode_json_header(value)
+    if not isinstance(data, dict):
+        return decode_payment_payload(value)  # refused there, as any payload that is not an object
+    inner = data.get("payload")
+    if isinstance(inner, dict) and "permit2Authorization" in inner and "authorization" not in inner:
+        upto = _validate(UptoPaymentPayload, data, "payment payload")
+        if upto.x402_version != 2:
+            raise InvalidPaymentError("the upto scheme is x402 v2 only", reason="invalid_x402_version")
+        return upto
+    return decode_payment_payload(data)
 
 
 def _v1_requirements_to_v2(data: dict[str, Any]) -> dict[str, Any]:

@@ -117,6 +117,79 @@ class PaymentPayload(WireModel):
     network: str | None = None
 
 
+def _uint256(value: object) -> int:
+    """A uint256 on the wire: a decimal string (or int) of atomic units, or ``0x`` hex (Permit2 nonces
+    are written both ways)."""
+    if isinstance(value, str) and value[:2] in ("0x", "0X") and 2 < len(value) <= 66:
+        try:
+            return int(value[2:], 16)
+        except ValueError:
+            raise ValueError("must be a decimal string or 0x hex of a uint256") from None
+    return _atomic(value)
+
+
+class TokenPermissions(WireModel):
+    token: str
+    amount: int
+
+    _check_amount = field_validator("amount", mode="before")(lambda v: _atomic(v))
+
+    @field_serializer("amount")
+    def _amount_out(self, value: int) -> str:
+        return str(value)
+
+
+class UptoWitness(WireModel):
+    """The x402 upto proxy's witness: the payee, the only facilitator that may settle, the start."""
+
+    to: str
+    facilitator: str
+    valid_after: int = Field(alias="validAfter")
+
+    _check_start = field_validator("valid_after", mode="before")(lambda v: _atomic(v))
+
+    @field_serializer("valid_after")
+    def _start_out(self, value: int) -> str:
+        return str(value)
+
+
+class Permit2Authorization(WireModel):
+    """A Permit2 ``PermitWitnessTransferFrom`` with the upto witness (``permitted.amount`` is the ceiling)."""
+
+    from_address: str = Field(alias="from")
+    permitted: TokenPermissions
+    spender: str
+    nonce: int
+    deadline: int
+    witness: UptoWitness
+
+    _check_nonce = field_validator("nonce", mode="before")(lambda v: _uint256(v))
+    _check_deadline = field_validator("deadline", mode="before")(lambda v: _atomic(v))
+
+    @field_serializer("nonce", "deadline")
+    def _ints_out(self, value: int) -> str:
+        return str(value)
+
+
+class UptoEvmPayload(WireModel):
+    signature: str
+    permit2_authorization: Permit2Authorization = Field(alias="permit2Authorization")
+
+
+class UptoPaymentPayload(WireModel):
+    """The body of ``PAYMENT-SIGNATURE`` for the ``upto`` scheme (Permit2); x402 v2 only."""
+
+    x402_version: int = Field(default=X402_VERSION, alias="x402Version")
+    resource: ResourceInfo | None = None
+    accepted: PaymentRequirements
+    payload: UptoEvmPayload
+    extensions: dict[str, Any] | None = None
+
+
+AnyPaymentPayload = PaymentPayload | UptoPaymentPayload
+"""A payment payload of either scheme we take: ``exact`` (EIP-3009) or ``upto`` (Permit2)."""
+
+
 class SettlementResponse(WireModel):
     """The body of the ``PAYMENT-RESPONSE`` header. ``extensions.receipt`` carries our signed receipt."""
 

@@ -30,6 +30,22 @@ CHAIN_UNAVAILABLE = "chain_unavailable"  # nothing was sent: the same signature 
 PAYMENT_IN_USE = "payment_in_use"  # held for a tool call still running: nothing was taken
 HOLD_NOT_FOUND = "hold_not_found"  # no held payment of this authorization to settle or release
 
+# The upto scheme (Permit2), spelled as the x402 Foundation's SDK spells them.
+PERMIT2_ALLOWANCE_REQUIRED = "permit2_allowance_required"  # 412: approve Permit2, or send an EIP-2612 permit
+PERMIT2_INVALID_SPENDER = "invalid_permit2_spender"
+PERMIT2_INVALID_SIGNATURE = "invalid_permit2_signature"
+PERMIT2_DEADLINE_EXPIRED = "permit2_deadline_expired"
+PERMIT2_NOT_YET_VALID = "permit2_not_yet_valid"
+PERMIT2_AMOUNT_MISMATCH = "permit2_amount_mismatch"
+PERMIT2_TOKEN_MISMATCH = "permit2_token_mismatch"
+PERMIT2_RECIPIENT_MISMATCH = "invalid_permit2_recipient_mismatch"
+PERMIT2_INSUFFICIENT_BALANCE = "permit2_insufficient_balance"
+PERMIT2_NONCE_USED = "permit2_nonce_used"
+UPTO_FACILITATOR_MISMATCH = "upto_facilitator_mismatch"
+UPTO_SETTLEMENT_EXCEEDS_AMOUNT = "invalid_upto_evm_payload_settlement_exceeds_amount"
+UPTO_UNAUTHORIZED_FACILITATOR = "upto_unauthorized_facilitator"
+INVALID_EIP2612_PERMIT = "invalid_eip2612_permit"
+
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 
 

@@ -4,6 +4,7 @@ from x402mw.seller.config import AmountCallback, EndpointTerms, PaidRoute
 from x402mw.seller.decisions import Answer, Decision, Held, Serve, Settlement
 from x402mw.seller.drivers import AsyncSeller, SyncSeller, run_async, run_sync
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, EXPOSE_HEADERS, PaymentGate, RequestView, internal_error_answer
+from x402mw.seller.metering import MeteredPayment, ServeMetered, UsageError
 from x402mw.seller.routes import RouteTable
 from x402mw.seller.setup import build_gate
 
@@ -16,13 +17,16 @@ __all__ = [
     "Decision",
     "EndpointTerms",
     "Held",
+    "MeteredPayment",
     "PaidRoute",
     "PaymentGate",
     "RequestView",
     "RouteTable",
     "Serve",
+    "ServeMetered",
     "Settlement",
     "SyncSeller",
+    "UsageError",
     "build_gate",
     "internal_error_answer",
     "run_async",

@@ -20,6 +20,8 @@ class PaidRoute:
     """A route sold per request.
 
     ``endpoint`` is the id of the agent endpoint created with ``POST /agent/endpoints``. For an
+    endpoint with ``pricingMode: metered`` the handler reports what each request used
+    (`x402mw.seller.metering.MeteredPayment`) and ``amount`` is not used. For an
     endpoint with ``pricingMode: dynamic``, ``amount`` is called with the framework's request (sync
     or async) for each request, the paid retry too, and returns the price (``"$0.02"``, ``"0.02 USDC"``,
     a `Decimal` or an ``int`` of atomic units); a payment whose terms are below it is refused.
@@ -52,18 +54,22 @@ class EndpointTerms:
     eip712_name: str
     eip712_version: str
     pay_to: str
-    pricing_mode: Literal["fixed", "dynamic"]
-    amount: int | None
+    pricing_mode: Literal["fixed", "dynamic", "metered"]
+    amount: int | None  # metered: the ceiling one request may be charged
     release_policy: ReleasePolicy
     max_timeout_seconds: int
     resource_url: str
     name: str
+    facilitator_address: str | None = None  # metered: who alone may settle what agents sign
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> EndpointTerms:
         """Build from the platform's ``endpoint`` object; `PriceError` if it is unusable."""
         try:
-            amount = data.get("amountMinor")
+            pricing = data.get("pricingMode")
+            amount = data.get("maxAmountMinor") if pricing == "metered" else data.get("amountMinor")
+            if pricing == "metered" and (amount is None or not data.get("facilitatorAddress")):
+                raise ValueError("a metered endpoint needs maxAmountMinor and facilitatorAddress")
             return cls(
                 id=str(data["id"]),
                 network=str(data["network"]),
@@ -73,12 +79,13 @@ class EndpointTerms:
                 eip712_name=str(data["assetName"]),
                 eip712_version=str(data["assetVersion"]),
                 pay_to=str(data["payoutAddress"]),
-                pricing_mode="dynamic" if data.get("pricingMode") == "dynamic" else "fixed",
+                pricing_mode=pricing if pricing in ("dynamic", "metered") else "fixed",
                 amount=int(amount) if amount is not None else None,
                 release_policy="confirmed" if data.get("releasePolicy") == "confirmed" else "included",
                 max_timeout_seconds=int(data.get("maxTimeoutSeconds", 300)),
                 resource_url=str(data.get("resourceUrl", "")),
                 name=str(data.get("name", "")),
+                facilitator_address=data.get("facilitatorAddress"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PriceError(f"the platform's endpoint description is unusable: {exc}") from None

@@ -29,8 +29,14 @@ from typing import Any
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
 from x402mw.protocol import payment_identifier, reasons
-from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_payment_payload, encode_header
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
+from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_any_payment_payload, encode_header
+from x402mw.protocol.models import (
+    AnyPaymentPayload,
+    PaymentPayload,
+    PaymentRequirements,
+    SettlementResponse,
+    UptoPaymentPayload,
+)
 from x402mw.protocol.prices import to_atomic
 from x402mw.protocol.seals import Sealer, sealed_terms
 from x402mw.seller.config import EndpointTerms, PaidRoute
@@ -44,6 +50,7 @@ from x402mw.seller.decisions import (
     Serve,
     Settlement,
 )
+from x402mw.seller.metering import MeteredPayment, ServeMetered
 
 __all__ = [
     "DEFAULT_PLATFORM_URL",
@@ -64,10 +71,19 @@ in the challenges issued from about 1.25 s later, within the 2 s the documentati
 
 EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 DEFAULT_PLATFORM_URL = "http://127.0.0.1:4402/v1"
-# Declared in every 402: a client may name each logical request with a payment identifier, so that
-# its retry gets the first answer (the platform keeps them) and an id reused for another payment is a 409.
+# Declared in every 402 of an exact route: a client may name each logical request with a payment
+# identifier, so that its retry gets the first answer (the platform keeps them) and an id reused for
+# another payment is a 409.
 _EXTENSIONS = {payment_identifier.PAYMENT_IDENTIFIER: payment_identifier.DECLARATION}
-Step = Generator[PlatformCall | ComputeAmount, Any, Decision]
+Step = Generator[PlatformCall | ComputeAmount, Any, Decision | ServeMetered]
+FinishStep = Generator[PlatformCall, Any, "list[tuple[str, str]] | Answer"]
+EIP2612_EXTENSION = "eip2612GasSponsoring"
+_EIP2612_OFFER = {
+    "info": {
+        "description": "the facilitator accepts an EIP-2612 permit for Permit2 (gasless first use)",
+        "version": "1",
+    }
+}
 AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 
 
@@ -153,10 +169,11 @@ class PaymentGate:
 
     def hold(
         self, route: PaidRoute, request: RequestView, native: Any = None
-    ) -> Generator[PlatformCall | ComputeAmount, Any, Answer | Held]:
+    ) -> Generator[PlatformCall | ComputeAmount, Any, Answer | Held | ServeMetered]:
         """Decide for one call of a paid MCP tool: an `Answer` (a challenge, a refusal, an outage), or
         `Held`: the payment is verified and claimed, nothing taken; run the tool, then `capture` or
-        `release` it."""
+        `release` it. `ServeMetered` for an ``upto`` payment of a metered endpoint (held the same way;
+        settled by `finish`)."""
         decision = yield from self._paid(route, request, native, hold=True)
         assert not isinstance(decision, Serve)
         return decision
@@ -204,7 +221,7 @@ class PaymentGate:
 
     def _paid(
         self, route: PaidRoute, request: RequestView, native: Any, *, hold: bool
-    ) -> Generator[PlatformCall | ComputeAmount, Any, Decision | Held]:
+    ) -> Generator[PlatformCall | ComputeAmount, Any, Decision | Held | ServeMetered]:
         known = self._terms.get(route.endpoint)
         if known is None:
             try:
@@ -216,7 +233,7 @@ class PaymentGate:
         if request.payment is None:
             return (yield from self._challenge(route, terms, request, native, None, None))
         try:
-            payload = decode_payment_payload(request.payment)
+            payload = decode_any_payment_payload(request.payment)
             if hold and payload.resource is not None and payload.resource.url != request.url:
                 raise InvalidPaymentError(
                     f"this payment is for {payload.resource.url}, not {request.url}",
@@ -248,6 +265,8 @@ class PaymentGate:
             "paymentPayload": payload.to_wire(),
             "waitSeconds": max(1.0, self.settle_timeout - 2.0),
         }
+        if isinstance(payload, UptoPaymentPayload):
+            return (yield from self._authorize(route, terms, request, native, accepted, challenge_id, body))
         if hold:
             body["hold"] = True
         # The settlement call carries the challenge, which the platform records with the payment's
@@ -278,10 +297,10 @@ class PaymentGate:
         return (yield from self._settled(route, terms, request, native, reply))
 
     def _check_accepted(
-        self, payload: PaymentPayload, route: PaidRoute, terms: EndpointTerms
+        self, payload: AnyPaymentPayload, route: PaidRoute, terms: EndpointTerms
     ) -> tuple[PaymentRequirements, str, int]:
         accepted = payload.accepted
-        if accepted is None:  # x402 v1: no echoed terms; only a fixed price can be matched
+        if accepted is None and isinstance(payload, PaymentPayload):  # x402 v1: no echoed terms
             if terms.amount is None or route.amount is not None:
                 raise InvalidPaymentError(
                     "x402 v1 payments are accepted for fixed prices only", reason=reasons.INVALID_X402_VERSION
@@ -293,8 +312,13 @@ class PaymentGate:
             offer = self._offer(terms, terms.amount, fresh_id, deadline, terms.pay_to)
             self._issue((fresh_id, terms.id, terms.network, terms.asset, terms.pay_to, terms.amount, "", deadline))
             return PaymentRequirements.model_validate(offer), fresh_id, deadline
-        if accepted.scheme != "exact":
+        assert accepted is not None
+        if accepted.scheme != _scheme(terms):
             raise InvalidPaymentError(f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME)
+        if isinstance(payload, UptoPaymentPayload) != (accepted.scheme == "upto"):
+            raise InvalidPaymentError(
+                f"the payload is not one of scheme {accepted.scheme!r}", reason=reasons.INVALID_SCHEME
+            )
         extra = accepted.extra
         challenge_id: Any = extra.get("challengeId")
         expires: Any = extra.get("expiresAt")
@@ -365,6 +389,123 @@ class PaymentGate:
         answer = yield from self._challenge(route, terms, request, native, reason, message)
         return Answer(answer.status, [*answer.headers, header], answer.body, reason)
 
+    # -- metered routes (upto) ----------------------------------------------------------------
+
+    def _authorize(
+        self,
+        route: PaidRoute,
+        terms: EndpointTerms,
+        request: RequestView,
+        native: Any,
+        accepted: PaymentRequirements,
+        challenge_id: str,
+        body: dict[str, Any],
+    ) -> Step:
+        """Have the platform verify and hold an upto payment before the handler runs."""
+        queued = self._withdraw(challenge_id)
+        try:
+            reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+        except PlatformError as exc:
+            self._requeue(queued)
+            return self._platform_failure(exc, "authorization")
+        if reply.status != 200:
+            self._requeue(queued)
+        if reply.status in (401, 403, 404, 503) or reply.status != 200 or not isinstance(reply.data, dict):
+            return self._platform_failure(_reply_error(reply), "authorization")
+        data = reply.data
+        try:
+            response = SettlementResponse.model_validate(data.get("settlement"))
+        except ValueError:
+            return self._platform_failure(PlatformError("malformed authorization reply", status=502), "authorization")
+        status = data.get("status")
+        if status == "authorized":
+            payment = MeteredPayment(
+                ceiling=accepted.amount,
+                payer=response.payer or "",
+                network=accepted.network,
+                asset=accepted.asset,
+                pay_to=accepted.pay_to,
+                decimals=terms.decimals,
+                currency=terms.currency,
+                challenge_id=challenge_id,
+                endpoint_id=terms.id,
+                _body=body,
+            )
+            return ServeMetered(payment)
+        header = (PAYMENT_RESPONSE, encode_header(response))
+        if status == "pending":
+            return _pending(response)
+        if status == "settled":  # this authorization was used by an earlier request: its outcome stands
+            message = (
+                f"this payment was settled already ({response.amount} atomic units, transaction "
+                f"{response.transaction or 'none'}); an upto authorization pays for one request: sign a new one"
+            )
+            answer = yield from self._challenge(route, terms, request, native, reasons.PERMIT2_NONCE_USED, message)
+            return Answer(answer.status, [*answer.headers, header], answer.body, reasons.PERMIT2_NONCE_USED)
+        reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR
+        message = str(data.get("message") or f"the payment could not be authorized: {reason}")
+        if reason != reasons.PERMIT2_ALLOWANCE_REQUIRED:
+            answer = yield from self._challenge(route, terms, request, native, reason, message)
+            return Answer(answer.status, [*answer.headers, header], answer.body, reason)
+        # 412: the payer must approve Permit2 once, or send an EIP-2612 permit with the payment; the
+        # new challenge carries the payer's permit nonce as the platform read it.
+        hint = (response.extensions or {}).get(EIP2612_EXTENSION)
+        answer = yield from self._challenge(
+            route, terms, request, native, reason, message, eip2612=hint if isinstance(hint, dict) else None
+        )
+        return Answer(412, [*answer.headers, header], answer.body, reason)
+
+    def finish(self, payment: MeteredPayment, *, served: bool = True) -> FinishStep:
+        """Settle a metered request for what its handler reported (at most the ceiling), as its
+        response starts: the headers to add to the response (``PAYMENT-RESPONSE``: settled, or
+        pending when its outcome is not known yet), or an `Answer` to send instead when the platform
+        refused the settlement (the payer's balance fell below the usage, say). ``served=False``:
+        the handler failed without a response; nothing is charged, and the authorization is closed."""
+        amount = payment.close() if served else 0
+        body = payment._body | {"settleAmount": amount}
+        network = payment.network
+        unknown = SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=network)
+        try:
+            reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+        except PlatformError as exc:
+            logger.error("metered settlement call failed: %s; answering pending", exc.message)
+            return [(PAYMENT_RESPONSE, encode_header(unknown)), EXPOSE_HEADERS]
+        data = reply.data if isinstance(reply.data, dict) else {}
+        try:
+            response = SettlementResponse.model_validate(data.get("settlement"))
+        except ValueError:
+            logger.error("metered settlement answered %d without a settlement; answering pending", reply.status)
+            return [(PAYMENT_RESPONSE, encode_header(unknown)), EXPOSE_HEADERS]
+        header = (PAYMENT_RESPONSE, encode_header(response))
+        status = data.get("status")
+        if reply.status == 200 and status == "settled" and response.success:
+            receipt = response.receipt or {}
+            payment.settlement = Settlement(
+                transaction=response.transaction,
+                network=response.network,
+                payer=response.payer or payment.payer,
+                pay_to=payment.pay_to,
+                asset=payment.asset,
+                amount=response.amount or 0,
+                challenge_id=payment.challenge_id,
+                endpoint_id=payment.endpoint_id,
+                receipt={str(k): str(v) for k, v in receipt.items()},
+                response=response,
+            )
+            return [header, EXPOSE_HEADERS]
+        if reply.status == 200 and status == "failed":
+            reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR
+            logger.warning("metered settlement of challenge %s failed: %s", payment.challenge_id, reason)
+            body_out = {
+                "error": {
+                    "type": "payment_error",
+                    "code": reason,
+                    "message": str(data.get("message") or "the payment could not be settled"),
+                }
+            }
+            return _json_answer(402, body_out, [header], reason)
+        return [header, EXPOSE_HEADERS]  # pending: the response is served, the receipt follows
+
     # -- challenges -------------------------------------------------------------------------
 
     def _offer(self, terms: EndpointTerms, amount: int, challenge_id: str, expires: int, pay_to: str) -> dict[str, Any]:
@@ -374,22 +515,20 @@ class PaymentGate:
                 challenge_id, terms.id, terms.network, terms.asset, pay_to, amount, terms.max_timeout_seconds, expires
             )
         )
+        # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
+        extra: dict[str, Any] = {"name": terms.eip712_name, "version": terms.eip712_version, "currency": terms.currency}
+        if terms.pricing_mode == "metered":  # upto: the ceiling, settled through Permit2 by the facilitator
+            extra["assetTransferMethod"] = "permit2"
+            extra["facilitatorAddress"] = terms.facilitator_address
+        extra |= {"challengeId": challenge_id, "expiresAt": expires, "seal": seal}
         return {
-            "scheme": "exact",
+            "scheme": _scheme(terms),
             "network": terms.network,
             "amount": str(amount),
             "asset": terms.asset,
             "payTo": pay_to,
             "maxTimeoutSeconds": terms.max_timeout_seconds,
-            "extra": {
-                "name": terms.eip712_name,
-                "version": terms.eip712_version,
-                # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
-                "currency": terms.currency,
-                "challengeId": challenge_id,
-                "expiresAt": expires,
-                "seal": seal,
-            },
+            "extra": extra,
         }
 
     def _price(
@@ -419,6 +558,7 @@ class PaymentGate:
         message: str | None,
         *,
         amount: int | None = None,
+        eip2612: dict[str, Any] | None = None,
     ) -> AnswerStep:
         if amount is None:
             price = yield from self._price(route, terms, native)
@@ -439,7 +579,13 @@ class PaymentGate:
             resource["mimeType"] = route.mime_type
         required["resource"] = resource
         required["accepts"] = [offer]
-        required["extensions"] = _EXTENSIONS
+        if terms.pricing_mode == "metered":
+            offer_2612 = _EIP2612_OFFER
+            if eip2612 is not None and isinstance(eip2612.get("info"), dict):
+                offer_2612 = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
+            required["extensions"] = {EIP2612_EXTENSION: offer_2612}
+        else:
+            required["extensions"] = _EXTENSIONS
         raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
         header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
         if message:
@@ -571,8 +717,15 @@ def _conflict(network: str, message: str) -> Answer:
 
 def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:
     """Whether the route's amount callback prices each request (dynamic pricing), rather than the
-    endpoint's fixed amount."""
+    endpoint's fixed amount (or a metered endpoint's ceiling)."""
+    if terms.pricing_mode == "metered":
+        return False
     return terms.pricing_mode == "dynamic" or route.amount is not None
+
+
+def _scheme(terms: EndpointTerms) -> str:
+    """The scheme an endpoint's challenges offer: ``upto`` (a ceiling) for metered ones."""
+    return "upto" if terms.pricing_mode == "metered" else "exact"
 
 
 def _reply_error(reply: PlatformReply) -> PlatformError:

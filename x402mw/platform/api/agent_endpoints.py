@@ -41,7 +41,7 @@ class _EndpointFields(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     _v_url = field_validator("resourceUrl", check_fields=False)(resource_url)
-    _v_amount = field_validator("amountMinor", mode="before", check_fields=False)(minor_units)
+    _v_amount = field_validator("amountMinor", "maxAmountMinor", mode="before", check_fields=False)(minor_units)
 
 
 class EndpointCreate(_EndpointFields):
@@ -52,8 +52,9 @@ class EndpointCreate(_EndpointFields):
     chainId: StrictInt
     currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})]
     payoutAddress: NonZeroAddress
-    pricingMode: Literal["fixed", "dynamic"] = "fixed"
+    pricingMode: Literal["fixed", "dynamic", "metered"] = "fixed"
     amountMinor: MinorUnits | None = None
+    maxAmountMinor: MinorUnits | None = None
     releasePolicy: Literal["included", "confirmed"] = "included"
     maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600)
 
@@ -72,8 +73,9 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     name: str | None = Field(default=None, min_length=1, max_length=200)
     resourceUrl: ResourceUrl | None = None
     payoutAddress: NonZeroAddress | None = None
-    pricingMode: Literal["fixed", "dynamic"] | None = None
+    pricingMode: Literal["fixed", "dynamic", "metered"] | None = None
     amountMinor: MinorUnits | None = None
+    maxAmountMinor: MinorUnits | None = None
     releasePolicy: Literal["included", "confirmed"] | None = None
     maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600)
 
@@ -114,10 +116,33 @@ def _chain_for(request: Request, caller: Caller, chain_id: int, currency: str) -
     return chain
 
 
+def _amount_of(pricing: str, amount: int | None, ceiling: int | None) -> int | None:
+    """What the ``amount_minor`` column holds: the fixed amount, or a metered endpoint's ceiling."""
+    if pricing == "metered":
+        if ceiling is None:
+            raise ApiError(
+                400, "parameter_missing", "maxAmountMinor is required with metered pricing", param="maxAmountMinor"
+            )
+        if amount is not None:
+            raise ApiError(
+                400,
+                "parameter_invalid",
+                "a metered endpoint has no fixed amount: send maxAmountMinor only",
+                param="amountMinor",
+            )
+        return ceiling
+    if ceiling is not None:
+        raise ApiError(
+            400, "parameter_invalid", "maxAmountMinor is for pricingMode 'metered' only", param="maxAmountMinor"
+        )
+    return amount
+
+
 def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
     """The public form of an agent endpoint; its token's details come from ``chain`` (None: a
     chain the platform no longer serves)."""
     asset = chain.asset(row.currency) if chain else None
+    metered = row.pricing_mode == "metered"  # its amount_minor column holds the ceiling
     return objects.AgentEndpoint(
         id=row.id,
         name=row.name,
@@ -131,7 +156,9 @@ def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
         decimals=asset.decimals if asset else 6,
         payout_address=row.payout_address,
         pricing_mode=row.pricing_mode,
-        amount_minor=row.amount_minor,
+        amount_minor=None if metered else row.amount_minor,
+        max_amount_minor=row.amount_minor if metered else None,
+        facilitator_address=chain.relayer.address if metered and chain else None,
         release_policy=row.release_policy,
         max_timeout_seconds=row.max_timeout_seconds,
         livemode=bool(row.livemode),
@@ -158,6 +185,7 @@ async def create(request: Request) -> ModelResponse:
     chain = _chain_for(request, caller, body.chainId, body.currency)
     if body.pricingMode == "fixed" and body.amountMinor is None:
         raise ApiError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
+    amount = _amount_of(body.pricingMode, body.amountMinor, body.maxAmountMinor)
     now = utcnow()
     row = AgentEndpoint(
         merchant_id=caller.merchant_id,
@@ -169,7 +197,7 @@ async def create(request: Request) -> ModelResponse:
         payout_address=body.payoutAddress,
         payout_history=[body.payoutAddress],
         pricing_mode=body.pricingMode,
-        amount_minor=body.amountMinor,
+        amount_minor=amount,
         release_policy=body.releasePolicy,
         max_timeout_seconds=body.maxTimeoutSeconds,
         created_at=now,
@@ -204,7 +232,16 @@ async def update(request: Request) -> ModelResponse:
     async with platform.engine.begin() as conn:
         row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
         pricing = changes.get("pricingMode", row.pricing_mode)
-        amount = changes.get("amountMinor", row.amount_minor)
+        was_metered = row.pricing_mode == "metered"  # its amount_minor is a ceiling, not an amount
+        amount = changes.get("amountMinor", None if was_metered else row.amount_minor)
+        if pricing == "metered":
+            ceiling = changes.get("maxAmountMinor", row.amount_minor if was_metered else None)
+            changes["amountMinor"] = _amount_of(pricing, changes.get("amountMinor"), ceiling)
+        elif "maxAmountMinor" in changes:
+            _amount_of(pricing, amount, changes["maxAmountMinor"])  # refused: not metered
+        elif was_metered and "amountMinor" not in changes:
+            changes["amountMinor"] = None  # the ceiling is no amount
+        changes.pop("maxAmountMinor", None)
         if pricing == "fixed" and amount is None:
             if "pricingMode" in changes and "amountMinor" in changes:  # the request contradicts itself
                 raise ApiError(

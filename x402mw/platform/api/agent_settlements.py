@@ -34,7 +34,7 @@ from x402mw.platform.services.payment_identifiers import IdentifierConflict
 from x402mw.platform.services.settlement_checks import EndpointTerms
 from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, failed, payment_of
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
 
 __all__ = ["MONTH", "conflict_error", "routes", "unavailable_error"]
 
@@ -53,6 +53,9 @@ class SettleBody(BaseModel):
     waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
     hold: bool = False
     capture: Uuid | None = None
+    # upto: absent, the payment is verified and held for the request (`authorized`); present, the
+    # held payment is settled for this amount (0 … the ceiling), once.
+    settleAmount: StrictInt | None = Field(default=None, ge=0)
 
 
 def unavailable_error(outcome: SettleOutcome) -> ApiError:
@@ -85,7 +88,12 @@ async def settle(request: Request) -> ModelResponse:
     body = parse_body(SettleBody, await read_json(request))
     platform = platform_of(request)
     accepted = parse_body(PaymentRequirements, body.accepted, prefix="accepted.")
-    payload = parse_body(PaymentPayload, body.paymentPayload, prefix="paymentPayload.")
+    upto = accepted.scheme == "upto"
+    payload: AnyPaymentPayload
+    if upto:
+        payload = parse_body(UptoPaymentPayload, body.paymentPayload, prefix="paymentPayload.")
+    else:
+        payload = parse_body(PaymentPayload, body.paymentPayload, prefix="paymentPayload.")
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
@@ -119,29 +127,39 @@ async def settle(request: Request) -> ModelResponse:
             expiresAt=body.expiresAt,
         ),
     )
+    settle = SettleRequest(
+        accepted=accepted,
+        payload=payload,
+        merchant_id=caller.merchant_id,
+        endpoint_id=endpoint.id,
+        challenge_id=body.challengeId,
+        resource=body.resource,
+        livemode=caller.livemode,
+        release_policy=endpoint.release_policy,
+        terms=terms,
+        challenge=challenge,
+        wait_seconds=body.waitSeconds,
+        # A retry of a challenge that expired gets the outcome of its payment, if it was made;
+        # no new payment is settled on it.
+        known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
+        hold=body.hold and body.capture is None,
+        capture=body.capture,
+    )
     try:
-        outcome = await platform.settlement.settle(
-            SettleRequest(
-                accepted=accepted,
-                payload=payload,
-                merchant_id=caller.merchant_id,
-                endpoint_id=endpoint.id,
-                challenge_id=body.challengeId,
-                resource=body.resource,
-                livemode=caller.livemode,
-                release_policy=endpoint.release_policy,
-                terms=terms,
-                challenge=challenge,
-                wait_seconds=body.waitSeconds,
-                # A retry of a challenge that expired gets the outcome of its payment, if it was made;
-                # no new payment is settled on it.
-                known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
-                hold=body.hold and body.capture is None,
-                capture=body.capture,
-            )
-        )
+        if upto and body.settleAmount is not None:
+            outcome = await platform.upto.capture(settle, body.settleAmount)
+        elif upto:
+            outcome = await platform.upto.authorize(settle)
+        elif body.settleAmount is not None:
+            raise ApiError(400, "parameter_invalid", "settleAmount is for upto payments only", param="settleAmount")
+        else:
+            outcome = await platform.settlement.settle(settle)
     except IdentifierConflict as conflict:
         raise conflict_error(conflict) from None
+    if upto:
+        metrics.count_settlement(
+            platform.settlement.network_label(accepted.network), outcome.status, outcome.response.error_reason
+        )
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
 
 

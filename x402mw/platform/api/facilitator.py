@@ -25,11 +25,13 @@ from x402mw.platform.api.state import platform_of
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.db import tables
 from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
+from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement import IdentifierConflict, Refusal, SettleRequest
 from x402mw.platform.services.settlement_outcomes import unavailable
+from x402mw.platform.services.settlement_upto import EIP2612_EXTENSION
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements, VerifyResponse
+from x402mw.protocol.models import PaymentPayload, PaymentRequirements, UptoPaymentPayload, VerifyResponse
 from x402mw.protocol.seals import Sealer, sealed_terms
 
 __all__ = ["routes"]
@@ -42,8 +44,21 @@ class FacilitatorBody(BaseModel):
     paymentRequirements: PaymentRequirements
 
 
-async def _body(request: Request) -> FacilitatorBody:
-    return parse_body(FacilitatorBody, await read_json(request))
+class UptoFacilitatorBody(BaseModel):
+    """An ``upto`` payment: at ``/settle``, ``paymentRequirements.amount`` is the amount to settle."""
+
+    model_config = ConfigDict(extra="ignore")
+    x402Version: int = 2
+    paymentPayload: UptoPaymentPayload
+    paymentRequirements: PaymentRequirements
+
+
+async def _body(request: Request) -> FacilitatorBody | UptoFacilitatorBody:
+    data = await read_json(request)
+    requirements = data.get("paymentRequirements") if isinstance(data, dict) else None
+    if isinstance(requirements, dict) and requirements.get("scheme") == "upto":
+        return parse_body(UptoFacilitatorBody, data)
+    return parse_body(FacilitatorBody, data)
 
 
 async def _challenge_of(request: Request, caller: Caller, requirements: PaymentRequirements) -> str | None:
@@ -95,21 +110,31 @@ async def verify(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = await _body(request)
     await _challenge_of(request, caller, body.paymentRequirements)
-    service = platform_of(request).settlement
-    payer = body.paymentPayload.payload.authorization.from_address
+    platform = platform_of(request)
+    service = platform.settlement
     network = service.network_label(body.paymentRequirements.network)
+    if isinstance(body, UptoFacilitatorBody):
+        payer = body.paymentPayload.payload.permit2_authorization.from_address
+    else:
+        payer = body.paymentPayload.payload.authorization.from_address
     try:
         if body.x402Version not in (1, 2):
             raise Refusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
-        verified = await service.verify(body.paymentRequirements, body.paymentPayload)
-        await service.check_on_chain(verified, body.paymentRequirements.asset)
+        if isinstance(body, UptoFacilitatorBody):
+            upto = platform.upto.verify(body.paymentRequirements, body.paymentPayload)
+            await platform.upto.check_on_chain(upto)
+            payer = upto.payer
+        else:
+            verified = await service.verify(body.paymentRequirements, body.paymentPayload)
+            await service.check_on_chain(verified, body.paymentRequirements.asset)
+            payer = verified.payer
     except ChainUnavailable:
         raise unavailable_error(unavailable(body.paymentRequirements.network)) from None
     except Refusal as refusal:
         metrics.count_verification(network, refusal.reason)
         return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason, payer=payer))
     metrics.count_verification(network, None)
-    return ModelResponse(VerifyResponse(is_valid=True, payer=verified.payer))
+    return ModelResponse(VerifyResponse(is_valid=True, payer=payer))
 
 
 async def settle(request: Request) -> ModelResponse:
@@ -117,18 +142,20 @@ async def settle(request: Request) -> ModelResponse:
     body = await _body(request)
     challenge_id = await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
+    settle = SettleRequest(
+        accepted=body.paymentRequirements,
+        payload=body.paymentPayload,
+        merchant_id=caller.merchant_id,
+        challenge_id=challenge_id,
+        resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
+        livemode=caller.livemode,
+        wait_seconds=30.0,
+    )
     try:
-        outcome = await platform.settlement.settle(
-            SettleRequest(
-                accepted=body.paymentRequirements,
-                payload=body.paymentPayload,
-                merchant_id=caller.merchant_id,
-                challenge_id=challenge_id,
-                resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
-                livemode=caller.livemode,
-                wait_seconds=30.0,
-            )
-        )
+        if isinstance(body, UptoFacilitatorBody):
+            outcome = await platform.upto.settle(settle, body.paymentRequirements.amount)
+        else:
+            outcome = await platform.settlement.settle(settle)
     except IdentifierConflict as conflict:
         raise conflict_error(conflict) from None
     if outcome.status == "unavailable":
@@ -140,28 +167,40 @@ async def supported(request: Request) -> ModelResponse:
     chains = list(platform_of(request).chains)
     kinds = [
         SupportedKind(
-            x402_version=version,
+            x402_version=2,
             scheme="exact",
             network=chain.network.caip2,
-            extra=SupportedKindExtra(
-                tokens=[
-                    SupportedToken(
-                        symbol=asset.symbol,
-                        address=asset.address,
-                        decimals=asset.decimals,
-                        name=asset.eip712_name,
-                        version=asset.eip712_version,
-                    )
-                    for asset in chain.network.assets.values()
-                    if asset.eip3009
-                ]
-            ),
+            extra=SupportedKindExtra(tokens=_tokens(chain)),
         )
         for chain in chains
-        for version in (2,)
+    ]
+    # upto: what payers sign names the facilitator that alone may settle it (the relayer).
+    kinds += [
+        SupportedKind(
+            x402_version=2,
+            scheme="upto",
+            network=chain.network.caip2,
+            extra=SupportedKindExtra(tokens=_tokens(chain), facilitator_address=chain.relayer.address),
+        )
+        for chain in chains
     ]
     signers = sorted({address for chain in chains for address in chain.relayer.addresses})
-    return ModelResponse(SupportedKinds(kinds=kinds, extensions=[], signers={"eip155:*": signers}))
+    return ModelResponse(SupportedKinds(kinds=kinds, extensions=[EIP2612_EXTENSION], signers={"eip155:*": signers}))
+
+
+def _tokens(chain: ChainHandle) -> list[SupportedToken]:
+    """The chain's tokens a payer can sign for (EIP-3009), by symbol, for sellers whose SDK does not know it."""
+    return [
+        SupportedToken(
+            symbol=asset.symbol,
+            address=asset.address,
+            decimals=asset.decimals,
+            name=asset.eip712_name,
+            version=asset.eip712_version,
+        )
+        for asset in chain.network.assets.values()
+        if asset.eip3009
+    ]
 
 
 routes = [

@@ -20,6 +20,7 @@ from sqlalchemy import (
     DateTime,
     Index,
     LargeBinary,
+    String,
     UniqueConstraint,
     true,
 )
@@ -141,7 +142,7 @@ class AgentPayment(SQLModel, table=True):
     payload_hash: str = Field(max_length=64)
     resource: str = Field(default="", max_length=2048)
     release_policy: str = Field(default="included", max_length=16)
-    status: str = Field(max_length=16)  # (held ->) claimed -> submitted -> settled | failed
+    status: str = Field(max_length=16)  # (held, or upto's authorized ->) claimed -> submitted -> settled | failed
     transaction: str | None = Field(default=None, max_length=66)
     block_number: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     error_reason: str | None = Field(default=None, max_length=120)
@@ -159,6 +160,13 @@ class AgentPayment(SQLModel, table=True):
     locked_until: datetime | None = Field(  # a process finishing a payment it took over holds it until then
         default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
     )
+    # ``upto`` (Permit2): the nonce above is the Permit2 nonce (uint256, as 32-byte hex), valid_after
+    # the witness's and valid_before the permit's deadline; amount_minor is what was settled (0
+    # while ``authorized``), ceiling_minor what was signed; permit holds the witness's facilitator
+    # and the EIP-2612 permit sent with the first settlement, if any.
+    scheme: str = Field(default="exact", sa_column=Column(String(16), nullable=False, server_default="exact"))
+    ceiling_minor: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    permit: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
     __table_args__ = (
         UniqueConstraint("chain_id", "asset", "payer", "nonce", name="uq_agent_payments_authorization"),

@@ -57,8 +57,14 @@ class AgentEndpoint(ResponseModel):
     asset_version: str | None = Field(description="the token's EIP-712 domain version")
     decimals: int
     payout_address: EvmAddress
-    pricing_mode: Literal["fixed", "dynamic"]
+    pricing_mode: Literal["fixed", "dynamic", "metered"]
     amount_minor: Minor | None
+    max_amount_minor: Minor | None = Field(
+        default=None, description="metered endpoints: the most one request may be charged (the `upto` ceiling)"
+    )
+    facilitator_address: EvmAddress | None = Field(
+        default=None, description="metered endpoints: the address that settles, named in what agents sign"
+    )
     release_policy: Literal["included", "confirmed"]
     max_timeout_seconds: int
     livemode: bool
@@ -86,7 +92,9 @@ class AgentPayment(ResponseModel):
 
     id: str
     object: Literal["agent_payment"] = "agent_payment"
-    status: Literal["held", "claimed", "submitted", "settled", "failed"]
+    status: Literal["held", "authorized", "claimed", "submitted", "settled", "failed"]
+    scheme: Literal["exact", "upto"] = "exact"
+    max_amount_minor: Minor | None = Field(default=None, description="upto: the ceiling the payer signed")
     challenge_id: str | None
     endpoint_id: str | None
     network: str
@@ -171,7 +179,11 @@ WireSettlement = Annotated[SettlementResponse, PlainSerializer(lambda response: 
 class SettlementResult(ResponseModel):
     """The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`."""
 
-    status: Literal["settled", "pending", "failed", "held"]
+    status: Literal["settled", "pending", "failed", "held", "authorized"] = Field(
+        description="`held`: a paid tool's payment verified and claimed before the tool runs, captured or "
+        "released after it; `authorized`: an `upto` payment verified and held for the request, to be settled "
+        "for its usage with a second call carrying `settleAmount`"
+    )
     settlement: WireSettlement
     message: str | None = omitted_if_none()
     payment_id: str | None = omitted_if_none()
@@ -207,6 +219,9 @@ class SupportedToken(ResponseModel):
 
 class SupportedKindExtra(ResponseModel):
     tokens: list[SupportedToken]
+    facilitator_address: EvmAddress | None = omitted_if_none(
+        description="upto: the address that alone may settle what payers sign (the witness's facilitator)"
+    )
 
 
 class SupportedKind(ResponseModel):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -41,11 +42,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable, RevertError, TransactionDropped
-from x402mw.platform.chain.token import authorization_state
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
-from x402mw.platform.services.chains import Chains
+from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.payment_identifiers import (
     IdentifierConflict,
     PaymentIdentifiers,
@@ -74,10 +74,9 @@ from x402mw.platform.services.settlement_outcomes import (
 )
 from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement_release import Releases
+from x402mw.platform.services.settlement_transfers import Transfer, exact_transfer
 from x402mw.platform.services.settlement_writes import SettlementWrites
 from x402mw.platform.services.smart_accounts import (
-    KEY_TRANSFER_GAS,
-    SMART_TRANSFER_GAS,
     CodeCache,
     check_balance,
     prepare_payer,
@@ -85,7 +84,7 @@ from x402mw.platform.services.smart_accounts import (
     verify_contract_signer,
 )
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements
+from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements
 
 __all__ = ["IdentifierConflict", "Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
 
@@ -132,11 +131,13 @@ class SettlementService:
     # -- verification (no side effects) -------------------------------------------------------
 
     async def verify(
-        self, accepted: PaymentRequirements, payload: PaymentPayload, endpoint: EndpointTerms | None = None
+        self, accepted: PaymentRequirements, payload: AnyPaymentPayload, endpoint: EndpointTerms | None = None
     ) -> Verified:
         """Check the payment and its signature (`verify_payment`: a key's is recovered locally; a
         smart account's is asked of its wallet on-chain, `verify_contract_signer`); `Refusal`
         otherwise, `ChainUnavailable` when a smart account's wallet cannot be asked."""
+        if not isinstance(payload, PaymentPayload):
+            raise Refusal(reasons.INVALID_SCHEME, "an upto payload cannot pay exact terms")
         verified = verify_payment(self.chains, self.clock, accepted, payload, endpoint)
         if verified.smart:
             verified = await verify_contract_signer(verified.chain, verified, self.codes)
@@ -151,11 +152,9 @@ class SettlementService:
         await simulation_outcome(self._simulate_soon(verified, token))
 
     def _simulate_soon(self, verified: Verified, token: str) -> asyncio.Future[Any]:
-        return verified.chain.relayer.simulate_soon(token, self._calldata(verified))
-
-    @staticmethod
-    def _calldata(verified: Verified) -> bytes:
-        return token_calldata(verified.auth, verified.token_signature or verified.signature, smart=verified.smart)
+        signature = verified.token_signature or verified.signature
+        calldata = token_calldata(verified.auth, signature, smart=verified.smart)
+        return verified.chain.relayer.simulate_soon(token, calldata)
 
     # -- settlement ------------------------------------------------------------------------------
 
@@ -166,18 +165,19 @@ class SettlementService:
         `IdentifierConflict` when its id came with another payment before."""
         try:
             # (A paid tool's hold and capture are two steps of one payment: its id binds neither.)
-            plain = request.merchant_id is not None and not request.hold and request.capture is None
-            identifier = payment_identifier(request.payload) if plain else None
+            payload = request.payload if isinstance(request.payload, PaymentPayload) else None
+            plain = payload is not None and request.merchant_id is not None and not request.hold
+            identifier = payment_identifier(payload) if plain and payload is not None and not request.capture else None
         except Refusal as refusal:
             outcome = failed(request.accepted.network, refusal.reason, refusal.message)
         else:
-            if identifier is None:
+            if identifier is None or payload is None:
                 outcome = await self._settle(request)
             else:
                 outcome = await self.identifiers.settle_once(
                     f"{request.merchant_id}:{int(request.livemode)}",
                     identifier,
-                    payment_fingerprint(request.accepted, request.payload, f"{request.endpoint_id} {request.resource}"),
+                    payment_fingerprint(request.accepted, payload, f"{request.endpoint_id} {request.resource}"),
                     lambda: self._settle(request),
                     wait_seconds=request.wait_seconds,
                 )
@@ -195,6 +195,8 @@ class SettlementService:
         started = time.perf_counter()
         network = request.accepted.network
         try:
+            if not isinstance(request.payload, PaymentPayload):
+                raise Refusal(reasons.INVALID_SCHEME, "an upto payload cannot pay exact terms")
             verified = verify_payment(self.chains, self.clock, request.accepted, request.payload, request.terms)
             if verified.smart:  # not a key's signature: its wallet says (the key path never comes here)
                 verified = await verify_contract_signer(verified.chain, verified, self.codes)
@@ -395,10 +397,23 @@ class SettlementService:
         self, key: str, existing: AgentPayment, request: SettleRequest, verified: Verified
     ) -> SettleOutcome:
         """Send a claimed payment this caller took over (a held one, or one refused before the chain)."""
-        task = asyncio.get_running_loop().create_task(self._execute(existing, request, verified, time.perf_counter()))
+        work = self._execute(existing, request, verified, time.perf_counter())
+        return await self.run_settlement(key, existing.id, request.accepted.network, request.wait_seconds, work)
+
+    async def run_settlement(
+        self, key: str, payment_id: str, network: str, wait_seconds: float, work: Coroutine[Any, Any, SettleOutcome]
+    ) -> SettleOutcome:
+        """Run ``work`` (the settlement of the authorization ``key``) as this process's settlement of
+        it, and wait up to ``wait_seconds`` for its outcome (pending after that)."""
+        task: asyncio.Task[SettleOutcome | None] = asyncio.get_running_loop().create_task(work)
         self._inflight[key] = task
         task.add_done_callback(lambda _t: self._inflight.pop(key, None))
-        return await self._wait(task, existing.id, request.accepted.network, request.wait_seconds)
+        return await self._wait(task, payment_id, network, wait_seconds)
+
+    async def join_running(self, key: str, payment_id: str, network: str, wait_seconds: float) -> SettleOutcome | None:
+        """The outcome of this process's settlement of the authorization ``key``, if it is running one."""
+        running = self._inflight.get(key)
+        return None if running is None else await self._wait(running, payment_id, network, wait_seconds)
 
     async def _wait(
         self, task: asyncio.Task[SettleOutcome | None], payment_id: str, network: str, wait_seconds: float
@@ -429,21 +444,40 @@ class SettlementService:
         started: float,
         simulation: asyncio.Future[Any] | None = None,
     ) -> SettleOutcome:
-        chain = verified.chain
+        transfer = exact_transfer(
+            request.accepted.asset,
+            verified.auth,
+            verified.token_signature or verified.signature,
+            smart=verified.smart,
+            deployment=verified.deployment,
+        )
+        return await self.execute(row, request, verified.chain, transfer, started, simulation, simulate=self.simulate)
+
+    async def execute(
+        self,
+        row: Payment,
+        request: SettleRequest,
+        chain: ChainHandle,
+        transfer: Transfer,
+        started: float,
+        simulation: asyncio.Future[Any] | None = None,
+        *,
+        simulate: bool = False,
+        revert_reason: Callable[[str], str] = revert_reason,
+    ) -> SettleOutcome:
+        """Send ``transfer`` for the claimed ``row`` (after ``simulation``, or a simulation of its
+        own with ``simulate``), wait for it and release the payment; the outcome, recorded."""
         network = request.accepted.network
         try:
-            if verified.deployment is not None:
-                await prepare_payer(chain, request.accepted.asset, verified.auth, verified.deployment, self.codes)
+            if transfer.deployment is not None and transfer.auth is not None:
+                await prepare_payer(chain, transfer.asset, transfer.auth, transfer.deployment, self.codes)
             if simulation is not None:
-                await simulation_outcome(simulation)
-            elif self.simulate:
-                await self.check_on_chain(verified, request.accepted.asset)
+                await simulation_outcome(simulation, revert_reason)
+            elif simulate:
+                await simulation_outcome(chain.relayer.simulate_soon(transfer.to, transfer.calldata), revert_reason)
             sent_at = time.perf_counter()
             tx = await chain.relayer.send(
-                request.accepted.asset,
-                self._calldata(verified),
-                gas=SMART_TRANSFER_GAS if verified.smart else KEY_TRANSFER_GAS,
-                valid_until=verified.auth.valid_before,
+                transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
             )
         except Refusal as refusal:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
@@ -453,6 +487,11 @@ class SettlementService:
             await self.writes.failed(row.id, reason, challenge=request.challenge)
             return failed(network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id)
         except Exception as exc:
+            if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
+                # The usage is known and the resource served: the claim stays, and recovery sends it
+                # once the chain is back (while the permit is valid). Pending, never failed.
+                logger.warning("settlement %s: the chain cannot be reached (%s); left to recovery", row.id, exc)
+                return outcome_for(row)
             if isinstance(exc, ChainUnavailable) or unreachable(exc):
                 # Nothing was sent: give the claim up, so that the same signature can be sent again.
                 logger.warning("settlement %s: the chain cannot be reached (%s); claim given up", row.id, exc)
@@ -480,9 +519,8 @@ class SettlementService:
             return outcome_for(row)
         included_at = time.perf_counter()
         if receipt.status != 1:
-            nonce = verified.auth.nonce
             try:
-                used = await authorization_state(chain.rpc, request.accepted.asset, verified.payer, nonce)
+                used = await transfer.used(chain.rpc)
             except Exception:  # the chain went away: what became of it is for a retry or the worker to find
                 logger.warning("settlement %s: reverted, and the chain cannot say why", row.id, exc_info=True)
                 return outcome_for(row)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "Refusal",
     "Verified",
     "WalletDeployment",
+    "check_terms",
     "payload_hash",
     "revert_reason",
     "simulation_outcome",
@@ -47,6 +49,7 @@ class Refusal(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.details: dict[str, Any] | None = None  # what the payer needs to act on it, if anything
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,7 @@ class EndpointTerms:
         return cls(endpoint.chain_id, endpoint.currency, history)
 
 
-def _check_terms(chains: Chains, endpoint: EndpointTerms, accepted: PaymentRequirements) -> None:
+def check_terms(chains: Chains, endpoint: EndpointTerms, accepted: PaymentRequirements) -> None:
     if accepted.network != f"eip155:{endpoint.chain_id}":
         raise Refusal(reasons.INVALID_NETWORK, "the payment is for another network than the endpoint's")
     chain = chains.get(endpoint.chain_id)
@@ -121,7 +124,7 @@ def verify_payment(
     if accepted.scheme != "exact":
         raise Refusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not supported")
     if endpoint is not None:
-        _check_terms(chains, endpoint, accepted)
+        check_terms(chains, endpoint, accepted)
     chain = chains.by_network(accepted.network)
     if chain is None:
         raise Refusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
@@ -171,12 +174,13 @@ def payload_hash(signature: bytes, wire: Authorization, asset: str) -> str:
     ).hexdigest()
 
 
-async def simulation_outcome(simulation: asyncio.Future[Any]) -> None:
-    """Wait for a simulation (`Relayer.simulate_soon`); `Refusal` with the revert's reason code."""
+async def simulation_outcome(simulation: asyncio.Future[Any], reason_of: Callable[[str], str] | None = None) -> None:
+    """Wait for a simulation (`Relayer.simulate_soon`); `Refusal` with the revert's reason code
+    (``reason_of`` maps the revert's text to it; the token's reasons by default)."""
     try:
         await simulated(simulation)
     except RevertError as exc:
-        raise Refusal(revert_reason(exc.reason), f"the transfer would revert: {exc.reason}") from None
+        raise Refusal((reason_of or revert_reason)(exc.reason), f"the transfer would revert: {exc.reason}") from None
 
 
 def revert_reason(text: str) -> str:

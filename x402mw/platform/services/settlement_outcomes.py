@@ -12,7 +12,7 @@ from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.settlement_checks import EndpointTerms
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
+from x402mw.protocol.models import AnyPaymentPayload, PaymentRequirements, SettlementResponse
 
 __all__ = [
     "Claimed",
@@ -62,6 +62,9 @@ class Claimed:
     valid_after: int | None = None
     valid_before: int | None = None
     locked_until: datetime | None = None
+    scheme: str = "exact"
+    ceiling_minor: int | None = None
+    permit: dict[str, Any] | None = None
 
     def row(self) -> dict[str, Any]:
         """The row to insert: every column by name."""
@@ -76,7 +79,7 @@ claimed by this process."""
 @dataclass(frozen=True, slots=True)
 class SettleRequest:
     accepted: PaymentRequirements
-    payload: PaymentPayload
+    payload: AnyPaymentPayload
     merchant_id: str | None = None
     endpoint_id: str | None = None
     challenge_id: str | None = None
@@ -94,9 +97,10 @@ class SettleRequest:
 @dataclass(frozen=True, slots=True)
 class SettleOutcome:
     """``unavailable``: the chain could not be reached and nothing was sent or recorded; ``held``:
-    verified and claimed, nothing sent (`SettleRequest.hold`)."""
+    verified and claimed, nothing sent (`SettleRequest.hold`); ``authorized`` (``upto`` only):
+    verified and claimed, to be settled for the usage reported."""
 
-    status: Literal["settled", "pending", "failed", "unavailable", "held"]
+    status: Literal["settled", "pending", "failed", "unavailable", "held", "authorized"]
     response: SettlementResponse
     message: str | None = None
     payment_id: str | None = None
@@ -119,6 +123,8 @@ def payment_of(row: Payment) -> objects.AgentPayment:
         block_number=row.block_number,
         error_reason=row.error_reason,
         receipt=row.receipt,
+        scheme="upto" if row.scheme == "upto" else "exact",
+        max_amount_minor=row.ceiling_minor,
         livemode=row.livemode,
         created_at=row.created_at,
         settled_at=row.settled_at,
@@ -144,6 +150,9 @@ def outcome_for(row: Payment) -> SettleOutcome:
             extensions={"receipt": row.receipt},
         )
         return SettleOutcome("settled", response, payment_id=row.id)
+    if row.status == "authorized":  # upto: verified and claimed, waiting for its usage
+        response = SettlementResponse(success=False, payer=row.payer, transaction="", network=network, amount=0)
+        return SettleOutcome("authorized", response, "authorized, to be settled for the usage", payment_id=row.id)
     if row.status == "failed":
         return failed(
             network,

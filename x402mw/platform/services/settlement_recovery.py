@@ -22,9 +22,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.chain.token import authorization_state, find_authorization_use
 from x402mw.platform.clock import Clock
@@ -34,8 +33,9 @@ from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.settlement_checks import Refusal
 from x402mw.platform.services.settlement_outcomes import Payment, SettleOutcome, outcome_for
 from x402mw.platform.services.settlement_release import Releases
+from x402mw.platform.services.settlement_transfers import transfer_of
 from x402mw.platform.services.settlement_writes import SettlementWrites
-from x402mw.platform.services.smart_accounts import CodeCache, prepare_payer, recorded_calldata
+from x402mw.platform.services.smart_accounts import CodeCache, prepare_payer
 from x402mw.protocol import reasons
 
 __all__ = ["TAKEOVER_AFTER", "SettlementRecovery"]
@@ -102,7 +102,7 @@ class SettlementRecovery:
         dropped = await self.writes.drop_expired_holds(int(self.clock.time()))
         if dropped:
             logger.warning("dropped %d held payments whose authorization expired unsettled", dropped)
-        finished = 0
+        finished = await self._close_lapsed_holds()
         for row in await self._left():
             try:
                 outcome = await self.finish(row, wait=0)
@@ -114,6 +114,20 @@ class SettlementRecovery:
         await self.releases.drain()
         return finished
 
+    async def _close_lapsed_holds(self) -> int:
+        """upto payments held for a request that never settled them (its process stopped) and whose
+        permit has expired: nothing was or can be charged; recorded failed, so that they leave the
+        ``authorized`` state."""
+        table = tables.agent_payments
+        now = int(self.clock.time())
+        async with self.writes.engine.begin() as conn:
+            closed = await conn.execute(
+                update(table)
+                .where(table.c.status == "authorized", table.c.valid_before <= now)
+                .values(status="failed", error_reason=reasons.PERMIT2_DEADLINE_EXPIRED, locked_until=None)
+            )
+        return int(closed.rowcount or 0)
+
     async def _step(self, row: Payment, owner: bool) -> SettleOutcome | None:
         """One look at the chain, and what it calls for; the outcome once final, else None."""
         if row.status in ("settled", "failed"):
@@ -122,7 +136,13 @@ class SettlementRecovery:
         if chain is None or not chain.relayer.available:
             return None
         nonce = bytes.fromhex(row.nonce[2:])
-        if await authorization_state(chain.rpc, row.asset, row.payer, nonce):
+        transfer = transfer_of(row, chain.domain(row.asset))
+        upto = row.scheme == "upto"
+        if upto:
+            used = transfer is not None and await transfer.used(chain.rpc)
+        else:
+            used = await authorization_state(chain.rpc, row.asset, row.payer, nonce)
+        if used:
             return await self._settle_used(chain, row, nonce, owner)
         if row.valid_before is not None and await chain.head_time() >= row.valid_before:
             # The token refuses it from now on, whatever is still waiting to be mined.
@@ -132,7 +152,7 @@ class SettlementRecovery:
         age = self.clock.now() - _aware(row.created_at)
         if age < self.takeover_after:
             return None  # its own process is (or was a moment ago) sending it
-        if row.signature is None or row.valid_before is None or row.valid_after is None:
+        if transfer is None:
             return await self._release_unsigned(chain, row)
         if row.transaction is not None:
             mined = await chain.rpc.request("eth_getTransactionReceipt", [row.transaction])
@@ -146,11 +166,10 @@ class SettlementRecovery:
         now = self.clock.now()
         if not await self.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
-        auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
-        transfer = recorded_calldata(chain.domain(row.asset), auth, bytes.fromhex(row.signature[2:]))
-        if transfer.deployment is not None:  # a smart account whose deployment its own process may not have sent
+        if transfer.deployment is not None and transfer.auth is not None:
+            # a smart account whose deployment its own process may not have sent
             try:
-                await prepare_payer(chain, row.asset, auth, transfer.deployment, self.codes)
+                await prepare_payer(chain, row.asset, transfer.auth, transfer.deployment, self.codes)
             except Refusal as refusal:
                 await self.writes.failed(row.id, refusal.reason)
                 row.status, row.error_reason = "failed", refusal.reason
@@ -158,13 +177,24 @@ class SettlementRecovery:
         logger.warning(
             "settlement %s: its authorization is still unused %s after its claim; sending it again", row.id, age
         )
-        tx = await chain.relayer.send(row.asset, transfer.calldata, gas=transfer.gas, valid_until=row.valid_before)
+        tx = await chain.relayer.send(
+            transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
+        )
         row.transaction, row.status = tx, "submitted"
         await self.writes.submitted(row.id, tx)
         return None
 
     async def _settle_used(self, chain: ChainHandle, row: Payment, nonce: bytes, owner: bool) -> SettleOutcome | None:
-        tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
+        if row.scheme == "upto":
+            # Permit2 logs no use of a nonce: only the transaction recorded can be ours; one that
+            # reverted means something else used the nonce.
+            tx = row.transaction
+            if tx is not None:
+                mined = await chain.rpc.request("eth_getTransactionReceipt", [tx])
+                if mined and int(mined["status"], 16) != 1:
+                    tx = None
+        else:
+            tx = await find_authorization_use(chain.rpc, row.asset, row.payer, nonce)
         if tx is None:  # used beyond the window searched, or canceled by the payer
             await self.writes.failed(row.id, reasons.NONCE_USED)
             row.status, row.error_reason = "failed", reasons.NONCE_USED

@@ -49,7 +49,7 @@ class Releases:
     def release(
         self,
         row: Payment,
-        block: int,
+        block: int | None,
         tx: str,
         started: float,
         sent_at: float,
@@ -85,7 +85,7 @@ class Releases:
     def _released(
         self,
         row: Payment,
-        block: int,
+        block: int | None,
         tx: str,
         started: float,
         sent_at: float,
@@ -105,9 +105,11 @@ class Releases:
             "transaction": tx,
             "settledAt": iso(settled_at),
         }
+        if row.scheme == "upto":  # the amount settled, and the ceiling the payer signed
+            fields["scheme"], fields["maxAmount"] = "upto", str(row.ceiling_minor)
         receipt = sign_receipt({k: v for k, v in fields.items() if v}, self.receipt_key)
         row.status, row.receipt, row.settled_at, row.block_number = "settled", receipt, settled_at, block
-        row.transaction = tx  # the version of the transfer that was mined
+        row.transaction = tx or None  # the version of the transfer that was mined (none for 0 settled)
         chain_micros = int((included_at - sent_at) * 1e6)
         platform_micros = int((time.perf_counter() - started) * 1e6) - chain_micros
         event = None
@@ -122,7 +124,7 @@ class Releases:
         outcome = outcome_for(row)
         write = self.writes.settled(
             row.id,
-            transaction=tx,
+            transaction=tx or None,
             receipt=receipt,
             settled_at=settled_at,
             block=block,

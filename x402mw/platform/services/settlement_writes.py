@@ -101,11 +101,40 @@ class SettlementWrites:
         self._record_conn = HeldConnection(engine)
         self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=flushes)
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
+        # upto: authorized claims taken for their usage, a batch in one transaction.
+        self._capture_conn = HeldConnection(engine, inline=True)
+        self._captures: Coalescer[tuple[dict[str, Any], int], dict[str, Any] | None] = Coalescer(self._write_captures)
 
     def claim(self, payment: dict[str, Any]) -> asyncio.Future[bool]:
         """Queue the ``agent_payments`` row ``payment`` for the next batch of claims, at once; the
         future answers False when its authorization is claimed already."""
         return self._claims.enqueue(payment)
+
+    def capture(self, authorization: dict[str, Any], amount: int) -> asyncio.Future[dict[str, Any] | None]:
+        """Queue the capture of an upto claim: the row matching ``authorization`` (column values),
+        if still ``authorized``, becomes ``claimed`` with ``amount``; the future answers its row, or
+        None when no such claim is authorized (taken already, or never made)."""
+        return self._captures.enqueue((authorization, amount))
+
+    async def _write_captures(self, items: list[tuple[dict[str, Any], int]]) -> list[dict[str, Any] | None]:
+        def write(conn: Connection) -> list[dict[str, Any] | None]:
+            found: list[dict[str, Any] | None] = []
+            for authorization, amount in items:
+                where = [
+                    _payments.c[name].is_(None) if value is None else _payments.c[name] == value
+                    for name, value in authorization.items()
+                ]
+                statement = (
+                    update(_payments)
+                    .where(*where, _payments.c.status == "authorized")
+                    .values(status="claimed", amount_minor=amount, locked_until=None)
+                    .returning(*_payments.c)
+                )
+                row = conn.execute(statement).mappings().first()
+                found.append(dict(row) if row is not None else None)
+            return found
+
+        return await self._capture_conn.run(write)
 
     async def submitted(self, payment_id: str, transaction: str) -> None:
         await self._records.submit(_Record("submitted", {"b_id": payment_id, "b_tx": transaction}))
@@ -114,10 +143,10 @@ class SettlementWrites:
         self,
         payment_id: str,
         *,
-        transaction: str,
+        transaction: str | None,
         receipt: dict[str, Any],
         settled_at: datetime,
-        block: int,
+        block: int | None,
         chain_micros: int,
         platform_micros: int,
         challenge_id: str | None,
@@ -248,3 +277,4 @@ class SettlementWrites:
         for held in self._claim_conns:
             await held.aclose()
         await self._record_conn.aclose()
+        await self._capture_conn.aclose()

@@ -1,0 +1,161 @@
+"""Metered routes (the ``upto`` scheme through Permit2) end to end, on the real platform and the
+dev chain and anvil: the handler's usage is settled after it, 0 / part / all of the ceiling, the
+first use of an agent without allowance or gas goes through its EIP-2612 permit, one authorization
+has one outcome, and the facilitator API speaks upto to the Foundation's SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+
+from examples.x402_sdk_seller import create_metered_app
+from tests.harness import PlatformHarness
+from tests.metered_fixtures import approve_permit2, metered_app, metered_deployment, sdk_upto_agent
+from tests.sellers import asgi_transport, lifespan
+from x402mw.client import X402Auth
+from x402mw.evm.keys import address_of, new_private_key
+from x402mw.evm.receipts import verify_receipt
+from x402mw.platform.chain.token import allowance
+from x402mw.protocol import decode_settlement_response
+from x402mw.protocol.models import PaymentRequirements
+from x402mw.protocol.networks import PERMIT2_ADDRESS
+
+pytestmark = pytest.mark.anyio
+
+
+def _settled(response: httpx.Response) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(base64.b64decode(response.headers["PAYMENT-RESPONSE"]))
+    return decoded
+
+
+async def test_the_sdk_agent_pays_0_part_and_all_of_the_ceiling(any_chain_platform: PlatformHarness) -> None:
+    harness = any_chain_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=50_000)
+    payer = deployment.agent.address
+    app = metered_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    async with lifespan(app), sdk_upto_agent(harness, deployment.agent_key, asgi_transport(app)) as agent:
+        unpaid = await httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver").get("/generate")
+        nothing = await agent.get("/generate", params={"use": "0"})
+        part = await agent.get("/generate", params={"use": "12345"})
+        beyond = await agent.get("/generate", params={"use": "999999"})
+
+    assert unpaid.status_code == 402
+    offer = json.loads(base64.b64decode(unpaid.headers["PAYMENT-REQUIRED"]))
+    (accepts,) = offer["accepts"]
+    assert accepts["scheme"] == "upto" and accepts["amount"] == "50000"
+    assert accepts["extra"]["facilitatorAddress"] == harness.chain.relayer.address
+    assert "eip2612GasSponsoring" in offer["extensions"]
+
+    for response, charged in ((nothing, 0), (part, 12345), (beyond, 50_000)):
+        assert response.status_code == 200, response.text
+        settled = _settled(response)
+        assert settled["success"] is True and settled["amount"] == str(charged)
+        receipt = decode_settlement_response(response.headers["PAYMENT-RESPONSE"]).receipt or {}
+        assert verify_receipt(receipt, harness.platform.receipt_address)
+        assert (receipt["amount"], receipt["maxAmount"], receipt["scheme"]) == (str(charged), "50000", "upto")
+    assert _settled(nothing)["transaction"] == ""  # a usage of 0 sends nothing
+    assert _settled(part)["transaction"] and _settled(beyond)["transaction"]
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == 12345 + 50_000
+    # the agent had no gas and no allowance: each settlement carried its EIP-2612 permit for the
+    # ceiling, which Permit2's transfers then spent down
+    assert await asyncio.to_thread(harness.balance, payer) == 100_000_000 - 12345 - 50_000
+    granted = harness.server.call(lambda _p: allowance(harness.chain.rpc, harness.usdc, payer, PERMIT2_ADDRESS))
+    assert granted == 0
+
+
+async def test_our_agent_pays_a_metered_route_and_reports_the_charge(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=40_000)
+    app = metered_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+    async with (
+        lifespan(app),
+        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", auth=auth) as agent,
+    ):
+        first = await agent.get("/generate", params={"use": "1500"})  # no allowance: 412, then a permit
+        second = await agent.get("/generate", params={"use": "0"})
+    assert first.status_code == 200 and second.status_code == 200, (first.text, second.text)
+    assert [(p.scheme, p.amount, p.ceiling, p.verified) for p in auth.payments] == [
+        ("upto", 1500, 40_000, True),
+        ("upto", 0, 40_000, True),
+    ]
+    assert auth.payments[0].transaction and not auth.payments[1].transaction
+    # the refused first signature (412) still counts: whoever holds it could settle it; the second
+    # request sent its permit at once (the nonce after the first's), and was charged nothing
+    assert auth.spent["USDC"] == Decimal("0.0415")
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == 1500
+
+
+async def test_our_agent_pays_a_foundation_upto_seller_through_our_facilitator(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness)
+    with deployment.api() as api:
+        supported = api.get("/x402/supported").json()
+    upto = [kind for kind in supported["kinds"] if kind["scheme"] == "upto"]
+    assert upto and upto[0]["extra"]["facilitatorAddress"] == harness.chain.relayer.address
+    pay_to = address_of(new_private_key())
+    ceiling = {"amount": "30000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
+    app = create_metered_app(deployment.api_key, harness.url, harness.network, pay_to, ceiling)
+    # The SDK seller passes no permit nonce on: this agent approves Permit2 itself (with gas).
+    await asyncio.to_thread(approve_permit2, harness, deployment.agent_key)
+    auth = X402Auth(deployment.agent, max_amount="0.05", receipt_signer=harness.platform.receipt_address)
+    async with lifespan(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver", auth=auth) as agent:
+            part = await agent.get("/generate", params={"use": "700"})
+            nothing = await agent.get("/generate", params={"use": "0"})
+    for response, charged in ((part, 700), (nothing, 0)):
+        assert response.status_code == 200, response.text
+        assert _settled(response)["amount"] == str(charged)
+    # the SDK seller passes our facilitator's receipt on: our agent verifies amount and ceiling
+    assert [(p.amount, p.ceiling, p.verified) for p in auth.payments] == [(700, 30_000, True), (0, 30_000, True)]
+    assert await asyncio.to_thread(harness.balance, pay_to) == 700
+
+
+def test_the_facilitator_verifies_and_settles_upto(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = metered_deployment(harness)
+    pay_to = address_of(new_private_key())
+    requirements = PaymentRequirements.model_validate(
+        {
+            "scheme": "upto",
+            "network": harness.network,
+            "amount": "20000",
+            "asset": harness.usdc,
+            "payTo": pay_to,
+            "maxTimeoutSeconds": 300,
+            "extra": {"name": "USD Coin", "version": "2", "facilitatorAddress": harness.chain.relayer.address},
+        }
+    )
+    with deployment.api() as api:
+
+        def call(path: str, payload: Any, amount: int | None = None) -> dict[str, Any]:
+            terms = requirements.to_wire() | ({"amount": str(amount)} if amount is not None else {})
+            reply = api.post(
+                path, json={"x402Version": 2, "paymentPayload": payload.to_wire(), "paymentRequirements": terms}
+            )
+            assert reply.status_code == 200, reply.text
+            answer: dict[str, Any] = reply.json()
+            return answer
+
+        unapproved = deployment.agent.sign_upto(requirements)
+        assert call("/x402/verify", unapproved) == {
+            "isValid": False,
+            "invalidReason": "permit2_allowance_required",
+            "payer": deployment.agent.address,
+        }
+        approve_permit2(harness, deployment.agent_key)
+        payload = deployment.agent.sign_upto(requirements)
+        assert call("/x402/verify", payload)["isValid"] is True
+        over = call("/x402/settle", payload, amount=20_001)
+        assert over["success"] is False and over["errorReason"] == "invalid_upto_evm_payload_settlement_exceeds_amount"
+        settled = call("/x402/settle", payload, amount=777)
+        assert settled["success"] is True and settled["amount"] == "777" and settled["transaction"]
+        assert call("/x402/settle", payload, amount=999) == settled  # one authorization, one outcome
+    assert harness.balance(pay_to) == 777
