@@ -51,7 +51,12 @@ def test_facilitator_verifies_and_settles_for_third_party_sellers(dev_platform: 
         again = api.post("/x402/settle", json=body).json()
         tampered = api.post("/x402/verify", json=body | {"paymentRequirements": requirements | {"amount": "1"}}).json()
         unauthenticated = httpx.post(f"{dev_platform.url}/x402/verify", json=body)
-    assert {"x402Version": 2, "scheme": "exact", "network": dev_platform.network} in supported["kinds"]
+    kinds = {(kind["scheme"], kind["network"]): kind for kind in supported["kinds"]}
+    exact, upto = kinds["exact", dev_platform.network], kinds["upto", dev_platform.network]
+    assert exact["x402Version"] == upto["x402Version"] == 2
+    assert {token["symbol"] for token in exact["extra"]["tokens"]} == {"USDC", "EURC"}
+    assert "facilitatorAddress" not in exact["extra"]  # only what upto payers sign names the facilitator
+    assert upto["extra"]["facilitatorAddress"] == dev_platform.chain.relayer.address
     assert dev_platform.chain.relayer.address in supported["signers"]["eip155:*"]
     assert verified == {"isValid": True, "payer": deployment.agent.address}
     assert settled["success"] is True and settled["transaction"].startswith("0x")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -23,8 +23,9 @@ from x402mw.adapters.mcp import PaidTools, current_payment
 from x402mw.client import X402Auth
 from x402mw.client.mcp import PayingSession, payment_required, settlement_of
 from x402mw.errors import ConfigurationError, PaymentRefusedError
+from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
-from x402mw.platform.services.settlement_checks import MIN_VALIDITY_SECONDS
+from x402mw.platform.services.deposits import authorization_call
 from x402mw.protocol import decode_payment_required
 from x402mw.seller import Answer, Held, PaidRoute, PaymentGate, RequestView, Serve, run_async
 
@@ -152,6 +153,21 @@ async def test_a_tool_that_fails_is_never_charged_and_its_authorization_can_be_u
     assert [p["status"] for p in await asyncio.to_thread(payments, deployment)] == ["settled"]
 
 
+def _drain(harness: PlatformHarness, deployment: Deployment) -> None:
+    """Send all of the agent's USDC to a fresh address (an EIP-3009 transfer it signs, relayed)."""
+    chain = harness.chain
+    whole = harness.balance(deployment.agent.address)
+    data, _, _ = authorization_call(
+        chain, harness.usdc, deployment.agent_key, address_of(new_private_key()), whole, secrets.token_bytes(32)
+    )
+
+    async def send(platform: Any) -> None:
+        await chain.wait_for(await chain.relayer.send(harness.usdc, data))
+
+    harness.server.call(send)
+    assert harness.balance(deployment.agent.address) == 0
+
+
 def _for(payload: dict[str, Any], tool: str) -> dict[str, Any]:
     return payload | {"resource": {**payload["resource"], "url": f"mcp://tool/{tool}"}}
 
@@ -159,7 +175,7 @@ def _for(payload: dict[str, Any], tool: str) -> dict[str, Any]:
 async def test_a_tool_error_result_is_not_charged_and_a_failed_settlement_gives_only_the_payment_error(
     dev_platform: PlatformHarness,
 ) -> None:
-    deployment = await asyncio.to_thread(dev_platform.deploy, resource_url="mcp://tool/slow")
+    deployment = await asyncio.to_thread(dev_platform.deploy, resource_url="mcp://tool/draining")
     server = MCPServer("weather")
     ran: list[str] = []
 
@@ -168,17 +184,15 @@ async def test_a_tool_error_result_is_not_charged_and_a_failed_settlement_gives_
         ran.append("refusing")
         return CallToolResult(content=[TextContent(type="text", text=f"no data for {city}")], is_error=True)
 
-    expires: list[int] = []
-
     @server.tool()
-    async def slow(city: str) -> str:
-        ran.append("slow")
-        # Runs until its authorization is too close to its end to settle (the hold had 14 s of it):
-        # a wait on what the payment says, not on how fast this machine is.
-        await anyio.sleep(max(0.0, expires[0] - MIN_VALIDITY_SECONDS + 1 - time.time()))
+    async def draining(city: str) -> str:
+        ran.append("draining")
+        # While the tool runs, the agent's wallet is emptied elsewhere: its held payment can no
+        # longer be settled (whatever the clocks say), and the tool's result must not be given.
+        await asyncio.to_thread(_drain, dev_platform, deployment)
         return f"the secret forecast for {city}"
 
-    tools = {"slow": deployment.endpoint_id, "refusing": endpoint_for(deployment, "refusing")}
+    tools = {"draining": deployment.endpoint_id, "refusing": endpoint_for(deployment, "refusing")}
     server.paid = paid = PaidTools(api_key=deployment.api_key, platform_url=dev_platform.url, tools=tools)  # type: ignore[attr-defined]
     paid.install(server)
     before = await asyncio.to_thread(dev_platform.balance, deployment.payout)
@@ -189,21 +203,14 @@ async def test_a_tool_error_result_is_not_charged_and_a_failed_settlement_gives_
             assert refused.is_error and refused.content[0].text == "no data for Oslo"  # type: ignore[union-attr]
             assert settlement_of(refused) is None
 
-            # Signed to expire 14 s from now: held at once, too close to its end to settle once the tool is done.
-            offer = payment_required(await client.call_tool("slow", {"city": "Oslo"}))
-            assert offer is not None
-            accepted = offer.accepts[0]
-            now = int(time.time()) - accepted.max_timeout_seconds + 14
-            signed = deployment.agent.sign_payment(accepted, resource=offer.resource, now=now)
-            expires.append(signed.payload.authorization.valid_before)
-            payload = signed.to_wire()
-            late = await client.call_tool("slow", {"city": "Oslo"}, meta={"x402/payment": payload})
-    assert ran == ["refusing", "slow"]
+            late = await paying.call_tool("draining", {"city": "Oslo"})
+    assert ran == ["refusing", "draining"], late
     assert late.is_error and "secret" not in json.dumps(late.model_dump(mode="json")), late
     refusal = payment_required(late)
-    assert refusal is not None and refusal.error == "invalid_exact_evm_payload_authorization_valid_before"
+    assert refusal is not None and refusal.error is not None, late
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before
-    assert await asyncio.to_thread(payments, deployment) == []  # released, both
+    # The refusing tool's hold was released (no record); the drained one is recorded failed: nothing taken.
+    assert [p["status"] for p in await asyncio.to_thread(payments, deployment)] == ["failed"]
 
 
 async def test_a_call_cancelled_while_its_tool_runs_releases_its_hold(dev_platform: PlatformHarness) -> None:
