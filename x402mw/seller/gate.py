@@ -16,6 +16,7 @@ import base64
 import itertools
 import json
 import logging
+import re
 import secrets
 import threading
 import time
@@ -27,8 +28,10 @@ from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError
 from x402mw.protocol import reasons
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_payment_payload, encode_header
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
+from x402mw.protocol.networks import get_network
 from x402mw.protocol.prices import to_atomic
 from x402mw.protocol.seals import Sealer, sealed_terms
+from x402mw.protocol.sign_in import decode_sign_in
 from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import (
     Answer,
@@ -39,6 +42,8 @@ from x402mw.seller.decisions import (
     Serve,
     Settlement,
 )
+from x402mw.seller.discovery import well_known_manifest
+from x402mw.seller.paywall import Paywall
 
 __all__ = ["DEFAULT_PLATFORM_URL", "EXPOSE_HEADERS", "PaymentGate", "RequestView", "internal_error_answer"]
 
@@ -55,11 +60,15 @@ AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 @dataclass(frozen=True, slots=True)
 class RequestView:
     """The little a gate needs to know of a request. ``url`` is the absolute URL of the resource;
-    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or None."""
+    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or None;
+    ``accept`` the ``Accept`` header (a browser's gets the paywall page); ``sign_in`` the
+    ``SIGN-IN-WITH-X`` header."""
 
     method: str
     url: str
     payment: str | None
+    accept: str | None = None
+    sign_in: str | None = None
 
 
 _ANSWER_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS)
@@ -97,6 +106,7 @@ class PaymentGate:
         settle_timeout: float = 30.0,
         refresh_seconds: float = 60.0,
         clock: Callable[[], float] = time.time,
+        paywall: Paywall | None = None,
     ) -> None:
         problems = []
         if not isinstance(api_key, str) or not api_key.startswith(("sk_test_", "sk_live_")):
@@ -105,6 +115,8 @@ class PaymentGate:
             problems.append("platform_url must be an http(s) URL such as https://pay.example.com/v1")
         if isinstance(settle_timeout, bool) or not isinstance(settle_timeout, int | float) or settle_timeout <= 0:
             problems.append("settle_timeout must be positive")
+        if paywall is not None and not isinstance(paywall, Paywall):
+            problems.append("paywall must be a Paywall")
         if problems:
             raise ConfigurationError(problems)
         self.api_key = api_key
@@ -112,6 +124,7 @@ class PaymentGate:
         self.settle_timeout = settle_timeout
         self.refresh_seconds = refresh_seconds
         self._clock = clock
+        self.paywall = paywall if paywall is not None else Paywall()
         self._sealer = Sealer(api_key)
         self._terms: dict[str, tuple[EndpointTerms, float]] = {}
         # Challenges issued and not yet registered with the platform, by id, oldest first.
@@ -134,6 +147,8 @@ class PaymentGate:
         else:
             terms = known[0]
         if request.payment is None:
+            if request.sign_in is not None and route.sign_in is not None:
+                return (yield from self._sign_in(route, terms, request, native))
             return (yield from self._challenge(route, terms, request, native, None, None))
         try:
             payload = decode_payment_payload(request.payment)
@@ -163,6 +178,12 @@ class PaymentGate:
             "paymentPayload": payload.to_wire(),
             "waitSeconds": max(1.0, self.settle_timeout - 2.0),
         }
+        if route.description or terms.name:  # what the catalogue lists, for a discoverable endpoint
+            body["description"] = route.description or terms.name
+        if route.mime_type:
+            body["mimeType"] = route.mime_type
+        if route.discovery is not None:
+            body["extensions"] = {"bazaar": route.discovery.extension(request.method)}
         # The settlement call carries the challenge, which the platform records with the payment's
         # outcome: it is registered once, by that call, unless the call is not answered.
         queued = self._withdraw(challenge_id)
@@ -337,11 +358,101 @@ class PaymentGate:
             resource["mimeType"] = route.mime_type
         required["resource"] = resource
         required["accepts"] = [offer]
-        raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
+        text = json.dumps(required, separators=(",", ":"), ensure_ascii=False)
+        if route.discovery is not None or route.sign_in is not None:
+            # The declarations are JSON already (built once; sign-in's per 402): spliced in as text.
+            parts = []
+            if route.discovery is not None:
+                parts.append('"bazaar":' + route.discovery.extension_json(request.method))
+            if route.sign_in is not None:
+                parts.append(
+                    '"sign-in-with-x":' + route.sign_in.extension_json(request.url, terms.network, self._clock())
+                )
+            text = text[:-1] + ',"extensions":{' + ",".join(parts) + "}}"
+        raw = text.encode()
         header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+        accept = request.accept
+        if accept is not None and "text/html" in accept and self.paywall.enabled:
+            return self._paywall_page(json.loads(text), terms, header, reason)
         if message:
-            raw = json.dumps(required | {"message": message}, separators=(",", ":"), ensure_ascii=False).encode()
+            raw = (text[:-1] + ',"message":' + json.dumps(message, ensure_ascii=False) + "}").encode()
         return Answer(402, [*_ANSWER_HEADERS, header], raw, reason)
+
+    def _paywall_page(
+        self, required: dict[str, Any], terms: EndpointTerms, header: tuple[str, str], reason: str | None
+    ) -> Answer:
+        """The 402 as the paywall page, for a browser: the same status and ``PAYMENT-REQUIRED``."""
+        body = self.paywall.render(
+            required, decimals=terms.decimals, currency=terms.currency, livemode=not _is_test_network(terms.network)
+        )
+        headers = [*self.paywall.headers(), ("Cache-Control", "no-store"), ("Vary", "Accept"), EXPOSE_HEADERS, header]
+        return Answer(402, headers, body, reason)
+
+    # -- sign-in-with-x -----------------------------------------------------------------------
+
+    def _sign_in(self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any) -> Step:
+        """Serve a request signed in by a wallet that paid for this route (its earlier settlement),
+        or answer the 402 with the reason the sign-in was refused; never serve for free."""
+        sign_in = route.sign_in
+        assert sign_in is not None and request.sign_in is not None
+        try:
+            message = decode_sign_in(request.sign_in)
+            keep_until = sign_in.check(message, request.url, terms.network, self._clock())
+        except InvalidPaymentError as exc:
+            return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
+        body = {
+            "endpointId": terms.id,
+            "address": message.address,
+            "message": message.text(),
+            "signature": message.signature,
+            "nonce": message.nonce,
+            "keepUntil": int(keep_until.timestamp()),
+            "windowSeconds": sign_in.duration,
+        }
+        try:
+            reply = yield PlatformCall("POST", "/agent/sign-ins", body)
+        except PlatformError as exc:
+            logger.error("sign-in check failed: %s; answering the challenge", exc.message)
+            reply = PlatformReply(503, None)
+        data = reply.data if isinstance(reply.data, dict) else {}
+        payment = data.get("payment")
+        if reply.status == 200 and data.get("signedIn") is True and isinstance(payment, dict):
+            try:
+                settlement = _signed_in_settlement(payment, terms)
+            except (KeyError, TypeError, ValueError):
+                logger.error("malformed sign-in reply; answering the challenge")
+            else:
+                return Serve(settlement, [EXPOSE_HEADERS])
+        if reply.status == 200 and data.get("signedIn") is False:
+            reason = str(data.get("reason") or "invalid_siwx_signature")
+            text = str(data.get("message") or "the sign-in was refused")
+        else:
+            if reply.status != 200:
+                logger.error("sign-in check answered %d; answering the challenge", reply.status)
+            reason, text = "siwx_unavailable", "signing in cannot be checked right now: pay, or retry shortly"
+        return (yield from self._challenge(route, terms, request, native, reason, text))
+
+    # -- the well-known manifest -------------------------------------------------------------------
+
+    def well_known(self, routes: list[tuple[str, str, PaidRoute]], origin: str) -> AnswerStep:
+        """The ``/.well-known/x402`` answer listing ``routes`` (``(method or "*", path template,
+        route)``) under ``origin``: each route's terms (advisory; the live 402 is authoritative)
+        and its discovery declaration. Endpoints whose terms cannot be fetched are left out."""
+        items = []
+        for method, path, route in routes:
+            known = self._terms.get(route.endpoint)
+            if known is None:
+                try:
+                    terms = yield from self.fetch_terms(route.endpoint)
+                except PlatformError as exc:
+                    logger.warning("well-known: endpoint %s left out: %s", route.endpoint, exc.message)
+                    continue
+            else:
+                terms = known[0]
+            items.append(_manifest_item(method, path, route, terms))
+        manifest = well_known_manifest(origin, items, int(self._clock()))
+        raw = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()
+        return Answer(200, [("Content-Type", "application/json"), ("Cache-Control", "public, max-age=60")], raw)
 
     # -- terms and background work ------------------------------------------------------------
 
@@ -421,6 +532,69 @@ class PaymentGate:
     def _misconfigured(self, message: str) -> Answer:
         logger.error("x402 payment configuration error: %s", message)
         return _error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
+
+
+def _signed_in_settlement(payment: dict[str, Any], terms: EndpointTerms) -> Settlement:
+    """The platform's record of the payment a signed-in wallet made, as the handler sees it."""
+    response = SettlementResponse(
+        success=True,
+        payer=str(payment["payer"]),
+        transaction=str(payment["transaction"]),
+        network=str(payment["network"]),
+        amount=int(payment["amountMinor"]),
+    )
+    receipt = payment.get("receipt") or {}
+    return Settlement(
+        transaction=response.transaction,
+        network=response.network,
+        payer=str(payment["payer"]),
+        pay_to=str(payment["payTo"]),
+        asset=str(payment["asset"]),
+        amount=int(payment["amountMinor"]),
+        challenge_id=str(payment.get("challengeId") or ""),
+        endpoint_id=terms.id,
+        receipt={str(k): str(v) for k, v in receipt.items()},
+        response=response,
+        signed_in=True,
+    )
+
+
+def _manifest_item(method: str, path: str, route: PaidRoute, terms: EndpointTerms) -> dict[str, Any]:
+    template = re.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::path)?\}", r":\1", path)
+    verb = "GET" if method == "*" else method
+    offer: dict[str, Any] = {"scheme": "exact", "network": terms.network}
+    if terms.amount is not None and not _priced_per_request(route, terms):
+        offer["amount"] = str(terms.amount)
+    offer |= {
+        "asset": terms.asset,
+        "payTo": terms.pay_to,
+        "maxTimeoutSeconds": terms.max_timeout_seconds,
+        "extra": {"name": terms.eip712_name, "version": terms.eip712_version},
+    }
+    resource: dict[str, Any] = {"url": template}
+    if route.description or terms.name:
+        resource["description"] = route.description or terms.name
+    if route.mime_type:
+        resource["mimeType"] = route.mime_type
+    kind = route.discovery.kind if route.discovery is not None else "http"
+    item: dict[str, Any] = {"resource": resource, "type": kind, "accepts": [offer]}
+    contract_input: dict[str, Any] = {"method": verb, "routeTemplate": template}
+    if route.discovery is not None:
+        given, output = route.discovery.contract(verb)
+        contract_input = {k: v for k, v in given.items() if k != "type"} | {"routeTemplate": template}
+        if kind == "http":
+            contract_input["method"] = given.get("method", verb)
+        if output is not None:
+            item["output"] = output
+    item["input"] = contract_input
+    if route.sign_in is not None:
+        item["requires"] = ["sign-in-with-x"]
+    return item
+
+
+def _is_test_network(network: str) -> bool:
+    known = get_network(network)
+    return known is None or known.testnet
 
 
 def _pending(response: SettlementResponse) -> Answer:

@@ -45,6 +45,10 @@ class SettleBody(BaseModel):
     accepted: dict[str, Any]
     paymentPayload: dict[str, Any]
     waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
+    # what the discovery catalogue lists of a discoverable endpoint's resource
+    description: str | None = Field(default=None, max_length=1000)
+    mimeType: str | None = Field(default=None, max_length=200)
+    extensions: dict[str, Any] | None = None
 
 
 def unavailable_error(outcome: SettleOutcome) -> ApiError:
@@ -116,6 +120,16 @@ async def settle(request: Request) -> ModelResponse:
             known_only=body.expiresAt <= platform.clock.time(),
         )
     )
+    if outcome.status == "settled" and endpoint.discoverable:
+        await platform.catalogue.record(
+            endpoint,
+            resource=body.resource,
+            accepted=body.accepted,
+            description=body.description or (payload.resource.description if payload.resource else None),
+            mime_type=body.mimeType,
+            extensions=body.extensions if body.extensions is not None else payload.extensions,
+            settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
+        )
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
 
 

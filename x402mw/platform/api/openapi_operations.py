@@ -17,7 +17,10 @@ from x402mw.platform.objects.agents import (
     AgentPaymentList,
     AgentUsageEnvelope,
     ChallengeBatchResult,
+    DiscoveryList,
+    DiscoverySearch,
     SettlementResult,
+    SignInResult,
     SupportedKinds,
 )
 from x402mw.platform.objects.payments import FaucetTransfer
@@ -313,6 +316,62 @@ def operations() -> list[tuple[str, str, Schema]]:
             SettlementResponse,
             body="FacilitatorBody",
             errors=(404,),
+        ),
+        operation(
+            "POST",
+            "/v1/agent/sign-ins",
+            "createSignIn",
+            payments,
+            "Sign a paying wallet back in (sign-in-with-x)",
+            "The seller middleware's check of a `SIGN-IN-WITH-X` message: the signature (EIP-191; smart "
+            "accounts once verification has them), the nonce (accepted once, in every process) and a "
+            "settled payment by that address for the endpoint within `windowSeconds`. A refusal is a 200 "
+            "with `signedIn: false` and the reason.",
+            SignInResult,
+            body="SignInBody",
+            errors=(404,),
+        ),
+        operation(
+            "GET",
+            "/v1/x402/discovery/resources",
+            "discoveryListResources",
+            "Facilitator",
+            "List discoverable resources (x402 Bazaar)",
+            "The resources this platform settled for whose endpoints are `discoverable`, newest first. "
+            "Public; rate limited per client address (429 with `Retry-After`).",
+            DiscoveryList,
+            public=True,
+            query=[
+                query("type", "`http` or `mcp`", STRING),
+                query("payTo", "recipient address", STRING),
+                query("scheme", "payment scheme, e.g. `exact`", STRING),
+                query("network", "CAIP-2 network, e.g. `eip155:8453`", STRING),
+                query("extensions", "an extension the resource declares, e.g. `bazaar`", STRING),
+                query("limit", "1–100; default 20", STRING),
+                query("offset", "0–10000; default 0", STRING),
+            ],
+            errors=(429,),
+        ),
+        operation(
+            "GET",
+            "/v1/x402/discovery/search",
+            "discoverySearch",
+            "Facilitator",
+            "Search discoverable resources (x402 Bazaar)",
+            "Resources whose URL, description or name contain every word of `query`. Public; rate limited.",
+            DiscoverySearch,
+            public=True,
+            query=[
+                query("query", "1–200 printable characters: the words to find", STRING),
+                query("type", "`http` or `mcp`", STRING),
+                query("payTo", "recipient address", STRING),
+                query("scheme", "payment scheme, e.g. `exact`", STRING),
+                query("network", "CAIP-2 network, e.g. `eip155:8453`", STRING),
+                query("extensions", "an extension the resource declares, e.g. `bazaar`", STRING),
+                query("limit", "1–100; default 20", STRING),
+                query("cursor", "the `pagination.cursor` of the previous page", STRING),
+            ],
+            errors=(429,),
         ),
         operation(
             "GET",

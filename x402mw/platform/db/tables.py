@@ -14,6 +14,7 @@ __all__ = [
     "balances",
     "chain_cursors",
     "deposit_addresses",
+    "discovery_resources",
     "embedded_chains",
     "events",
     "form_token_uses",
@@ -24,6 +25,7 @@ __all__ = [
     "payment_intents",
     "payment_links",
     "refunds",
+    "sign_in_nonces",
     "subscription_emails",
     "subscription_invoices",
     "subscription_plans",
@@ -58,3 +60,5 @@ subscription_invoices = _tables["subscription_invoices"]
 subscription_emails = _tables["subscription_emails"]
 test_clocks = _tables["test_clocks"]
 form_token_uses = _tables["form_token_uses"]
+discovery_resources = _tables["discovery_resources"]
+sign_in_nonces = _tables["sign_in_nonces"]
