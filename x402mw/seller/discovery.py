@@ -228,7 +228,7 @@ def discovery_from_openapi(document: Mapping[str, Any], method: str, path: str) 
         output_schema = inline(answer.get("schema") or {}) or None
         output_example = answer.get("example", (output_schema or {}).get("example"))
         if output_example is None and output_schema:
-            output_example = {}
+            output_example = _example(output_schema)
     query_schema = {"properties": query_props, **({"required": query_required} if query_required else {})}
     return Discovery(
         query=query_example or None,
@@ -238,6 +238,29 @@ def discovery_from_openapi(document: Mapping[str, Any], method: str, path: str) 
         output=output_example,
         output_schema=output_schema,
     )
+
+
+def _example(schema: Any, depth: int = 0) -> Any:
+    """A value that the JSON Schema ``schema`` accepts, made up from its types, examples, defaults
+    and enums (for a route that declares a response schema but no example)."""
+    if not isinstance(schema, Mapping) or depth > 8:
+        return None
+    for key in ("example", "default", "const"):
+        if key in schema:
+            return schema[key]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            return _example(next((o for o in options if o.get("type") != "null"), options[0]), depth + 1)
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        properties = schema.get("properties") or {}
+        return {name: _example(sub, depth + 1) for name, sub in properties.items()}
+    if kind == "array":
+        return []
+    return {"string": "string", "integer": 0, "number": 0, "boolean": False}.get(str(kind))
 
 
 def well_known_manifest(origin: str, entries: list[dict[str, Any]], last_updated: int) -> dict[str, Any]:
