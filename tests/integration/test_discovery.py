@@ -317,3 +317,20 @@ def test_a_header_round_trips() -> None:
         resources=("https://a.example/x",),
     )
     assert decode_sign_in(encode_sign_in(message)) == message
+
+
+async def test_x402auth_signs_in_before_paying(deployment: Deployment) -> None:
+    app = seller(deployment, second_endpoint(deployment))
+    first = X402Auth(deployment.agent, max_amount="0.05", sign_in=False)
+    later = X402Auth(deployment.agent, max_amount="0.05")  # the same wallet, another process
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url=ORIGIN, timeout=60) as client:
+        paid_for = await client.get("/weather", auth=first)
+        assert paid_for.status_code == 200 and len(first.payments) == 1
+        back = await client.get("/weather", auth=later)
+        assert back.status_code == 200, back.text
+        assert back.json()["forecast"] == "sunny again"
+        assert later.signed_in == 1 and later.payments == [] and later.spent == {}
+        # where it has not paid, signing in is refused and it pays
+        other = await client.post("/translate", auth=later)
+        assert other.status_code == 200, other.text
+        assert later.signed_in == 1 and len(later.payments) == 1

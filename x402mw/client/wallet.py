@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from x402mw.errors import ConfigurationError, PaymentRefusedError
-from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_transfer
+from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_digest, sign_transfer
 from x402mw.evm.keys import address_of, to_checksum_address
+from x402mw.evm.receipts import personal_message_digest
 from x402mw.protocol.models import (
     Authorization,
     ExactEvmPayload,
@@ -93,6 +94,10 @@ class Wallet:
         if not value:
             raise ConfigurationError(f"the environment variable {var} holding the private key is not set")
         return cls(value)
+
+    def sign_message(self, text: str) -> str:
+        """Sign ``text`` as ``personal_sign`` does (EIP-191): ``0x`` and 65 bytes of hex."""
+        return "0x" + sign_digest(self._key, personal_message_digest(text.encode())).hex()
 
     def sign_payment(
         self,
