@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
@@ -30,7 +31,7 @@ from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_pay
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 from x402mw.protocol.networks import get_network
 from x402mw.protocol.prices import to_atomic
-from x402mw.protocol.seals import Sealer, sealed_terms
+from x402mw.protocol.seals import Sealer, fixed_terms, sealed_terms
 from x402mw.protocol.sign_in import decode_sign_in
 from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import (
@@ -126,6 +127,10 @@ class PaymentGate:
         self._clock = clock
         self.paywall = paywall if paywall is not None else Paywall()
         self._sealer = Sealer(api_key)
+        # Challenge ids: unique per process by a counter, across processes by a random prefix.
+        self._id_prefix = secrets.token_hex(8)
+        self._id_counter = itertools.count(secrets.randbits(32))
+        self._templates: dict[tuple[Any, ...], tuple[PaidRoute, EndpointTerms, _Template]] = {}
         self._terms: dict[str, tuple[EndpointTerms, float]] = {}
         # Challenges issued and not yet registered with the platform, by id, oldest first.
         self._issued: dict[str, tuple[Any, ...]] = {}
@@ -344,39 +349,81 @@ class PaymentGate:
             if isinstance(price, Answer):
                 return price
             amount = price
-        challenge_id = secrets.token_hex(16)
-        expires = int(self._clock()) + terms.max_timeout_seconds
-        offer = self._offer(terms, amount, challenge_id, expires, terms.pay_to)
+        challenge_id = f"{self._id_prefix}{next(self._id_counter):016x}"
+        now = self._clock()
+        expires = int(now) + terms.max_timeout_seconds
         self._issue((challenge_id, terms.id, terms.network, terms.asset, terms.pay_to, amount, request.url, expires))
-        required: dict[str, Any] = {"x402Version": 2}
-        if reason:
-            required["error"] = reason
-        resource: dict[str, Any] = {"url": request.url}
-        if route.description or terms.name:
-            resource["description"] = route.description or terms.name
-        if route.mime_type:
-            resource["mimeType"] = route.mime_type
-        required["resource"] = resource
-        required["accepts"] = [offer]
-        text = json.dumps(required, separators=(",", ":"), ensure_ascii=False)
-        if route.discovery is not None or route.sign_in is not None:
-            # The declarations are JSON already (built once; sign-in's per 402): spliced in as text.
-            parts = []
-            if route.discovery is not None:
-                parts.append('"bazaar":' + route.discovery.extension_json(request.method))
-            if route.sign_in is not None:
-                parts.append(
-                    '"sign-in-with-x":' + route.sign_in.extension_json(request.url, terms.network, self._clock())
-                )
-            text = text[:-1] + ',"extensions":{' + ",".join(parts) + "}}"
-        raw = text.encode()
-        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+        template = self._template(route, terms, amount, request.method)
+        error = f'"error":{_json_text(reason)},' if reason else ""
+        seal = self._sealer.seal_challenge(challenge_id, template.fixed, expires)
+        text = (
+            f'{{"x402Version":2,{error}"resource":{{"url":{_json_text(request.url)}{template.head}'
+            f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'
+        )
+        if template.tail_b64 is None:  # no extensions: a short tail
+            text += "}"
+            raw = text.encode()
+            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+        else:
+            # The declarations' JSON is the same in every 402: it ends the text, and the part before
+            # it is padded with JSON whitespace to whole base64 groups, so that its base64 is cached.
+            text += template.opening
+            if route.sign_in is not None:  # fresh for each 402; the challenge id is its nonce
+                text += route.sign_in.info_json(request.url, now, challenge_id)
+            raw = text.encode()
+            raw += b" " * (-len(raw) % 3)
+            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii") + template.tail_b64)
+            raw += template.tail
+            text = raw.decode()
         accept = request.accept
         if accept is not None and "text/html" in accept and self.paywall.enabled:
             return self._paywall_page(json.loads(text), terms, header, reason)
         if message:
             raw = (text[:-1] + ',"message":' + json.dumps(message, ensure_ascii=False) + "}").encode()
         return Answer(402, [*_ANSWER_HEADERS, header], raw, reason)
+
+    def _template(self, route: PaidRoute, terms: EndpointTerms, amount: int, method: str) -> _Template:
+        """What every 402 of this route, terms and amount shares, built once (see `_Template`)."""
+        key = (id(route), id(terms), amount, method if route.discovery is not None else "")
+        found = self._templates.get(key)
+        if found is not None and found[0] is route and found[1] is terms:
+            return found[2]
+        resource = ""
+        if route.description or terms.name:
+            resource += f',"description":{_json_text(route.description or terms.name)}'
+        if route.mime_type:
+            resource += f',"mimeType":{_json_text(route.mime_type)}'
+        offer = json.dumps(
+            {
+                "scheme": "exact",
+                "network": terms.network,
+                "amount": str(amount),
+                "asset": terms.asset,
+                "payTo": terms.pay_to,
+                "maxTimeoutSeconds": terms.max_timeout_seconds,
+                "extra": {"name": terms.eip712_name, "version": terms.eip712_version, "challengeId": ""},
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        head = resource + '},"accepts":[' + offer.removesuffix('""}}') + '"'
+        fixed = fixed_terms(terms.id, terms.network, terms.asset, terms.pay_to, amount, terms.max_timeout_seconds)
+        opening, tail = "", ""
+        bazaar = None if route.discovery is None else '"bazaar":' + route.discovery.extension_json(method)
+        if route.sign_in is not None:
+            opening = ',"extensions":{"sign-in-with-x":{"info":'
+            tail = "," + route.sign_in.static_json(terms.network) + "}" + ("," + bazaar if bazaar else "") + "}}"
+        elif bazaar is not None:
+            opening, tail = ',"extensions":{', bazaar + "}}"
+        if tail:
+            encoded = tail.encode()
+            built = _Template(head, fixed, opening, encoded, base64.b64encode(encoded).decode("ascii"))
+        else:
+            built = _Template(head, fixed)
+        if len(self._templates) >= 1024:  # terms refreshed, dynamic prices: start again
+            self._templates.clear()
+        self._templates[key] = (route, terms, built)
+        return built
 
     def _paywall_page(
         self, required: dict[str, Any], terms: EndpointTerms, header: tuple[str, str], reason: str | None
@@ -534,6 +581,20 @@ class PaymentGate:
         return _error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
 
 
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """The parts of a 402 its route, terms and amount fix: ``head``, the JSON from after the resource
+    URL up to the challenge id; ``fixed``, the seal's fixed terms; with extensions, the ``opening``
+    of the extensions object (up to sign-in-with-x's ``info``, which each 402 fills in) and the
+    ``tail`` that closes the text, with its base64."""
+
+    head: str
+    fixed: str
+    opening: str = ""
+    tail: bytes = b""
+    tail_b64: str | None = None
+
+
 def _signed_in_settlement(payment: dict[str, Any], terms: EndpointTerms) -> Settlement:
     """The platform's record of the payment a signed-in wallet made, as the handler sees it."""
     response = SettlementResponse(
@@ -590,6 +651,11 @@ def _manifest_item(method: str, path: str, route: PaidRoute, terms: EndpointTerm
     if route.sign_in is not None:
         item["requires"] = ["sign-in-with-x"]
     return item
+
+
+def _json_text(value: str) -> str:
+    """A JSON string literal (UTF-8 kept, as ``json.dumps(..., ensure_ascii=False)`` writes it)."""
+    return encode_basestring(value)
 
 
 def _is_test_network(network: str) -> bool:

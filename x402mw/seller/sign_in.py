@@ -14,6 +14,7 @@ import json
 import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from urllib.parse import urlsplit
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError
@@ -62,6 +63,10 @@ class SignIn:
     duration: int | None = None
     statement: str | None = None
     _domain: str = field(default="", init=False, repr=False, compare=False)
+    _head: str = field(default="", init=False, repr=False, compare=False)
+    _statement: str = field(default="", init=False, repr=False, compare=False)
+    _issued: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _tails: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -79,6 +84,9 @@ class SignIn:
             problems.append("SignIn.statement must be one line of text")
         if problems:
             raise ConfigurationError(problems)
+        object.__setattr__(self, "_head", f'{{"domain":{encode_basestring(self._domain)},"uri":')
+        if self.statement:
+            object.__setattr__(self, "_statement", f',"statement":{encode_basestring(self.statement)}')
 
     @property
     def domain(self) -> str:
@@ -89,16 +97,33 @@ class SignIn:
         rest = url.split("/", 3)[3] if url.count("/") >= 3 else ""
         return f"{self.origin}/{rest}"
 
-    def extension_json(self, url: str, network: str, now: float) -> str:
-        """The ``sign-in-with-x`` extension of one 402, as JSON text (a fresh nonce each time)."""
-        uri = json.dumps(self.uri_for(url), ensure_ascii=False)
-        issued = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        statement = f',"statement":{json.dumps(self.statement)}' if self.statement else ""
+    def info_json(self, url: str, now: float, nonce: str) -> str:
+        """The extension's ``info`` for one 402, as JSON text."""
+        uri = encode_basestring(self.uri_for(url))
+        second = int(now)
+        issued = self._issued.get(second)
+        if issued is None:
+            issued = datetime.fromtimestamp(second, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            self._issued.clear()
+            self._issued[second] = issued
         return (
-            f'{{"info":{{"domain":{json.dumps(self._domain)},"uri":{uri}{statement},"version":"1",'
-            f'"nonce":"{secrets.token_hex(16)}","issuedAt":"{issued}","resources":[{uri}]}},'
-            f'"supportedChains":[{{"chainId":{json.dumps(network)},"type":"eip191"}}],"schema":{_SCHEMA}}}'
+            f"{self._head}{uri}{self._statement},"
+            f'"version":"1","nonce":"{nonce}","issuedAt":"{issued}","resources":[{uri}]}}'
         )
+
+    def static_json(self, network: str) -> str:
+        """The members of the extension every 402 on ``network`` shares (``supportedChains``, ``schema``)."""
+        tail = self._tails.get(network)
+        if tail is None:
+            chains = f'[{{"chainId":{encode_basestring(network)},"type":"eip191"}}]'
+            tail = self._tails[network] = f'"supportedChains":{chains},"schema":{_SCHEMA}'
+        return tail
+
+    def extension_json(self, url: str, network: str, now: float, nonce: str | None = None) -> str:
+        """The ``sign-in-with-x`` extension of one 402, as JSON text: ``nonce`` (letters and digits;
+        default a random one) and the time are this 402's, the rest is built once per network."""
+        info = self.info_json(url, now, nonce or secrets.token_hex(16))
+        return f'{{"info":{info},{self.static_json(network)}}}'
 
     def check(self, message: SignInMessage, url: str, network: str, now: float) -> datetime:
         """Check a message's domain, URI, chain and times for a request to ``url``; `InvalidPaymentError`
