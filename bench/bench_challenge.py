@@ -191,7 +191,8 @@ def run(n: int = 5000, rounds: int = 5) -> dict[str, float]:
     result = asyncio.run(_run(n, rounds))
     print(
         f"402 path (FastAPI, in-process ASGI): plain route {result['plain_us']:.1f} µs/req (200); fixed-402 floor "
-        f"{result['floor_us']:.1f} µs/req; ours {result['ours_us']:.1f} µs/req (402), overhead {result['overhead_us']:.1f} µs; "
+        f"{result['floor_us']:.1f} µs/req; ours {result['ours_us']:.1f} µs/req (402), "
+        f"overhead {result['overhead_us']:.1f} µs; "
         f"x402 SDK {result['theirs_us']:.1f} µs/req (402), overhead {result['theirs_overhead_us']:.1f} µs: "
         f"ours {result['ratio_vs_sdk']:.1f}x less overhead (target >= 10x)"
     )

@@ -28,7 +28,8 @@ from x402mw.seller import Paywall, SignIn
 LOGO = (
     "data:image/svg+xml;base64,"
     + base64.b64encode(
-        b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40"><circle cx="20" cy="20" r="18" fill="#2a6"/></svg>'
+        b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40">'
+        b'<circle cx="20" cy="20" r="18" fill="#2a6"/></svg>'
     ).decode()
 )
 

@@ -161,7 +161,10 @@ class PaymentMiddleware:
             return
         try:
             decision = await self.seller.run(
-                self.gate.process(route, request_view(scope), self.native_request(scope, receive))
+                # the framework's request only for an amount callback: none is made for a fixed price
+                self.gate.process(
+                    route, request_view(scope), self.native_request(scope, receive) if route.amount else None
+                )
             )
         except Exception:
             logger.exception("payment check failed unexpectedly for %s %s", scope["method"], scope["path"])

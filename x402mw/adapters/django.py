@@ -45,7 +45,7 @@ __all__ = ["PaymentMiddleware", "require_payment"]
 
 logger = logging.getLogger("x402mw.seller")
 F = TypeVar("F", bound=Callable[..., Any])
-SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT")
+SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT", "PAYWALL")
 _MARK = "x402_route"
 _HEADERS = "_x402mw_headers"
 
@@ -117,7 +117,13 @@ def request_view(request: HttpRequest) -> RequestView:
     payment = meta.get("HTTP_PAYMENT_SIGNATURE")
     if payment is None:
         payment = meta.get("HTTP_X_PAYMENT")
-    return RequestView(request.method or "GET", f"{url}?{query}" if query else url, payment)
+    return RequestView(
+        request.method or "GET",
+        f"{url}?{query}" if query else url,
+        payment,
+        meta.get("HTTP_ACCEPT"),
+        meta.get("HTTP_SIGN_IN_WITH_X"),
+    )
 
 
 class PaymentMiddleware:
@@ -150,6 +156,7 @@ class PaymentMiddleware:
                 routes=config.get("ROUTES"),
                 settle_timeout=config.get("SETTLE_TIMEOUT", 30.0),
                 refuse_async=not self.is_async,
+                paywall=config.get("PAYWALL"),
             )
         except ConfigurationError as exc:
             problems.extend(exc.problems)

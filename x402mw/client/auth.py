@@ -284,10 +284,12 @@ class X402Auth(httpx.Auth):
                 self._forget(key, held)  # refused for good: pay the new challenge
                 required = renewed
             elif self.sign_in:
-                header = _sign_in_header(self.wallet, required, url, time.time())
-                if header is not None:
-                    request.headers[SIGN_IN_HEADER] = header
-                    response = yield request
+                signed_in = _sign_in_header(self.wallet, required, url, time.time())
+                if signed_in is not None:
+                    request.headers[SIGN_IN_HEADER] = signed_in
+                    answer = yield request
+                    assert answer is not None
+                    response = answer
                     del request.headers[SIGN_IN_HEADER]
                     if response.status_code != 402:
                         with self._lock:

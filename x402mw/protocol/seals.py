@@ -26,7 +26,7 @@ class Sealer:
     def seal_challenge(self, challenge_id: str, fixed: str, expires: int) -> str:
         """`seal` of `sealed_terms`, with the terms a route's challenges share given once as
         `fixed_terms` (the 402 path's form: one message built, no per-term conversions)."""
-        message = f"{challenge_id}\x1f{fixed}\x1f{expires}".lower().encode()
+        message = f"{challenge_id.lower()}\x1f{fixed}\x1f{expires}".encode()  # fixed_terms is lower case
         digest = hmac.digest(self._key, message, "sha256")
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
