@@ -16,7 +16,6 @@ import base64
 import itertools
 import json
 import logging
-import re
 import secrets
 import threading
 import time
@@ -44,6 +43,7 @@ from x402mw.seller.decisions import (
     Settlement,
 )
 from x402mw.seller.discovery import well_known_manifest
+from x402mw.seller.manifest import manifest_item
 from x402mw.seller.paywall import Paywall
 
 __all__ = ["DEFAULT_PLATFORM_URL", "EXPOSE_HEADERS", "PaymentGate", "RequestView", "internal_error_answer"]
@@ -496,7 +496,7 @@ class PaymentGate:
                     continue
             else:
                 terms = known[0]
-            items.append(_manifest_item(method, path, route, terms))
+            items.append(manifest_item(method, path, route, terms, _priced_per_request(route, terms)))
         manifest = well_known_manifest(origin, items, int(self._clock()))
         raw = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()
         return Answer(200, [("Content-Type", "application/json"), ("Cache-Control", "public, max-age=60")], raw)
@@ -618,39 +618,6 @@ def _signed_in_settlement(payment: dict[str, Any], terms: EndpointTerms) -> Sett
         response=response,
         signed_in=True,
     )
-
-
-def _manifest_item(method: str, path: str, route: PaidRoute, terms: EndpointTerms) -> dict[str, Any]:
-    template = re.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::path)?\}", r":\1", path)
-    verb = "GET" if method == "*" else method
-    offer: dict[str, Any] = {"scheme": "exact", "network": terms.network}
-    if terms.amount is not None and not _priced_per_request(route, terms):
-        offer["amount"] = str(terms.amount)
-    offer |= {
-        "asset": terms.asset,
-        "payTo": terms.pay_to,
-        "maxTimeoutSeconds": terms.max_timeout_seconds,
-        "extra": {"name": terms.eip712_name, "version": terms.eip712_version},
-    }
-    resource: dict[str, Any] = {"url": template}
-    if route.description or terms.name:
-        resource["description"] = route.description or terms.name
-    if route.mime_type:
-        resource["mimeType"] = route.mime_type
-    kind = route.discovery.kind if route.discovery is not None else "http"
-    item: dict[str, Any] = {"resource": resource, "type": kind, "accepts": [offer]}
-    contract_input: dict[str, Any] = {"method": verb, "routeTemplate": template}
-    if route.discovery is not None:
-        given, output = route.discovery.contract(verb)
-        contract_input = {k: v for k, v in given.items() if k != "type"} | {"routeTemplate": template}
-        if kind == "http":
-            contract_input["method"] = given.get("method", verb)
-        if output is not None:
-            item["output"] = output
-    item["input"] = contract_input
-    if route.sign_in is not None:
-        item["requires"] = ["sign-in-with-x"]
-    return item
 
 
 def _json_text(value: str) -> str:
