@@ -8,7 +8,7 @@ payment is refused before anything is signed.
 
 Against your platform, with a test key::
 
-    X402MW_BASE_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/agent_pays_order.py
+    X402MW_PLATFORM_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/agent_pays_order.py
 
 Without ``X402MW_API_KEY`` it starts an embedded platform (SQLite, in-process dev chain).
 """
@@ -26,6 +26,11 @@ import httpx
 from x402mw.client import MerchantClient, Wallet, X402Auth
 from x402mw.evm.keys import new_private_key
 from x402mw.protocol import decode_payment_required
+
+
+def platform_url() -> str:
+    """The platform's API: ``X402MW_PLATFORM_URL`` (``X402MW_BASE_URL``, its former name, still works)."""
+    return os.environ.get("X402MW_PLATFORM_URL") or os.environ.get("X402MW_BASE_URL") or "http://127.0.0.1:4402/v1"
 
 
 def run(base_url: str, api_key: str, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -72,7 +77,7 @@ def embedded_platform() -> Iterator[tuple[str, str]]:
 def main() -> None:
     key = os.environ.get("X402MW_API_KEY")
     if key:
-        run(os.environ.get("X402MW_BASE_URL", "http://127.0.0.1:4402/v1"), key)
+        run(platform_url(), key)
         return
     with embedded_platform() as (base_url, api_key):
         run(base_url, api_key)

@@ -8,7 +8,7 @@ asks the shop's server, which asks the platform: what was bought is granted from
 
 Against your platform, with a test key::
 
-    X402MW_BASE_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/checkout_merchant.py
+    X402MW_PLATFORM_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/checkout_merchant.py
 
 Without ``X402MW_API_KEY`` it starts an embedded platform (SQLite, in-process dev chain) with a test
 merchant of its own. The shop listens on http://127.0.0.1:8000 (``PORT`` changes it).
@@ -32,6 +32,11 @@ from starlette.routing import Route
 
 from x402mw.client import AsyncMerchantClient
 from x402mw.client.merchant import APIError
+
+
+def platform_url() -> str:
+    """The platform's API: ``X402MW_PLATFORM_URL`` (``X402MW_BASE_URL``, its former name, still works)."""
+    return os.environ.get("X402MW_PLATFORM_URL") or os.environ.get("X402MW_BASE_URL") or "http://127.0.0.1:4402/v1"
 
 
 @dataclass(frozen=True)
@@ -223,7 +228,7 @@ def main() -> None:
     port = int(os.environ.get("PORT", "8000"))
     with contextlib.ExitStack() as stack:
         if os.environ.get("X402MW_API_KEY"):
-            base_url, key = os.environ.get("X402MW_BASE_URL", "http://127.0.0.1:4402/v1"), os.environ["X402MW_API_KEY"]
+            base_url, key = platform_url(), os.environ["X402MW_API_KEY"]
         else:
             base_url, key = stack.enter_context(embedded_platform())
         app = create_app(base_url, key, os.environ.get("X402MW_CHECKOUT_JS") or checkout_js_url(base_url))

@@ -1,7 +1,7 @@
 """A single-file Django seller: GET /weather costs what its agent endpoint says.
 
 X402MW_API_KEY=sk_test_... X402MW_ENDPOINT_ID=... python examples/django_seller.py runserver 8000
-(or, served asynchronously: uvicorn examples.django_seller:application --port 8000)
+(or, served asynchronously: ``uvicorn --app-dir examples django_seller:application --port 8000``)
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ settings.configure(
     MIDDLEWARE=["x402mw.adapters.django.PaymentMiddleware"],
     X402={
         "API_KEY": os.environ.get("X402MW_API_KEY", ""),
-        "PLATFORM_URL": os.environ.get("X402MW_PLATFORM_URL", "http://127.0.0.1:4402/v1"),
+        "PLATFORM_URL": os.environ.get("X402MW_PLATFORM_URL")
+        or os.environ.get("X402MW_BASE_URL")
+        or "http://127.0.0.1:4402/v1",
     },
 )
 

@@ -2,7 +2,9 @@
 request (an endpoint created with ``pricingMode: dynamic``).
 
     X402MW_API_KEY=sk_test_... X402MW_ENDPOINT_ID=... X402MW_DYNAMIC_ENDPOINT_ID=... \\
-        uvicorn examples.fastapi_seller:app --port 8000
+        python examples/fastapi_seller.py
+
+(``PORT`` changes its port, 8000.)
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ app = FastAPI(title="Weather, paid per request")
 app.add_middleware(
     PaymentMiddleware,
     api_key=os.environ.get("X402MW_API_KEY", ""),
-    platform_url=os.environ.get("X402MW_PLATFORM_URL", "http://127.0.0.1:4402/v1"),
+    platform_url=os.environ.get("X402MW_PLATFORM_URL")
+    or os.environ.get("X402MW_BASE_URL")
+    or "http://127.0.0.1:4402/v1",
 )
 
 
@@ -43,3 +47,9 @@ def report_price(request: Request) -> int:
 @paid(DYNAMIC_ENDPOINT_ID, amount=report_price)
 async def report(request: Request, days: int = 1) -> dict[str, Any]:
     return {"days": days, "paid": request.state.x402.amount}
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))

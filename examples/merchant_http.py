@@ -4,7 +4,7 @@ webhook signature is checked with `construct_event` (any Standard Webhooks libra
 
 Against your platform, with a test key::
 
-    X402MW_BASE_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/merchant_http.py
+    X402MW_PLATFORM_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/merchant_http.py
 
 Without ``X402MW_API_KEY`` it starts an embedded platform (SQLite, in-process dev chain).
 """
@@ -23,6 +23,11 @@ from typing import Any
 import httpx
 
 from x402mw.client.webhooks import WebhookVerificationError, construct_event
+
+
+def platform_url() -> str:
+    """The platform's API: ``X402MW_PLATFORM_URL`` (``X402MW_BASE_URL``, its former name, still works)."""
+    return os.environ.get("X402MW_PLATFORM_URL") or os.environ.get("X402MW_BASE_URL") or "http://127.0.0.1:4402/v1"
 
 
 class Hooks(ThreadingHTTPServer):
@@ -127,7 +132,7 @@ def embedded_platform() -> Iterator[tuple[str, str]]:
 
 if __name__ == "__main__":
     if os.environ.get("X402MW_API_KEY"):
-        run(os.environ.get("X402MW_BASE_URL", "http://127.0.0.1:4402/v1"), os.environ["X402MW_API_KEY"])
+        run(platform_url(), os.environ["X402MW_API_KEY"])
     else:
         with embedded_platform() as (url, key):
             run(url, key)

@@ -3,7 +3,7 @@ webhooks, and refunded; the balance ends where it started.
 
 Against your platform, with a test key::
 
-    X402MW_BASE_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/merchant_quickstart.py
+    X402MW_PLATFORM_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/merchant_quickstart.py
 
 Without ``X402MW_API_KEY`` it starts an embedded platform (SQLite, in-process dev chain) with a test
 merchant of its own. The webhook receiver is a small Starlette app on a local port; its endpoint is
@@ -33,6 +33,11 @@ from x402mw.client import MerchantClient
 from x402mw.client.webhooks import Event, WebhookVerificationError, event_from_starlette
 
 EVENTS = ["payment_intent.succeeded", "refund.completed"]
+
+
+def platform_url() -> str:
+    """The platform's API: ``X402MW_PLATFORM_URL`` (``X402MW_BASE_URL``, its former name, still works)."""
+    return os.environ.get("X402MW_PLATFORM_URL") or os.environ.get("X402MW_BASE_URL") or "http://127.0.0.1:4402/v1"
 
 
 class WebhookReceiver:
@@ -138,7 +143,7 @@ def embedded_platform() -> Iterator[tuple[str, str]]:
 def main() -> None:
     key = os.environ.get("X402MW_API_KEY")
     if key:
-        run(os.environ.get("X402MW_BASE_URL", "http://127.0.0.1:4402/v1"), key)
+        run(platform_url(), key)
         return
     with embedded_platform() as (base_url, key):
         run(base_url, key)

@@ -7,7 +7,7 @@ merchant finds both orders by ``payment_link_id`` and finally deactivates the li
 
 Against your platform, with a test key::
 
-    X402MW_BASE_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/payment_links.py
+    X402MW_PLATFORM_URL=http://127.0.0.1:4402/v1 X402MW_API_KEY=sk_test_... python examples/payment_links.py
 
 Without ``X402MW_API_KEY`` it starts an embedded platform (SQLite, in-process dev chain).
 """
@@ -23,6 +23,11 @@ from typing import Any
 import httpx
 
 from x402mw.client import MerchantClient
+
+
+def platform_url() -> str:
+    """The platform's API: ``X402MW_PLATFORM_URL`` (``X402MW_BASE_URL``, its former name, still works)."""
+    return os.environ.get("X402MW_PLATFORM_URL") or os.environ.get("X402MW_BASE_URL") or "http://127.0.0.1:4402/v1"
 
 
 def open_link(browser: httpx.Client, url: str) -> str:
@@ -79,7 +84,7 @@ def embedded_platform() -> Iterator[tuple[str, str]]:
 def main() -> None:
     key = os.environ.get("X402MW_API_KEY")
     if key:
-        run(os.environ.get("X402MW_BASE_URL", "http://127.0.0.1:4402/v1"), key)
+        run(platform_url(), key)
         return
     with embedded_platform() as (base_url, api_key):
         run(base_url, api_key)

@@ -1,6 +1,8 @@
 """A Starlette seller: GET /weather costs what its agent endpoint says.
 
-X402MW_API_KEY=sk_test_... X402MW_ENDPOINT_ID=... uvicorn examples.starlette_seller:app --port 8000
+X402MW_API_KEY=sk_test_... X402MW_ENDPOINT_ID=... python examples/starlette_seller.py
+
+(``PORT`` changes its port, 8000.)
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ app = Starlette(
         Middleware(
             PaymentMiddleware,
             api_key=os.environ.get("X402MW_API_KEY", ""),
-            platform_url=os.environ.get("X402MW_PLATFORM_URL", "http://127.0.0.1:4402/v1"),
+            platform_url=os.environ.get("X402MW_PLATFORM_URL")
+            or os.environ.get("X402MW_BASE_URL")
+            or "http://127.0.0.1:4402/v1",
         )
     ],
 )
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))

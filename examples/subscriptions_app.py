@@ -11,7 +11,9 @@
 Run it against a platform, with a test key, the plan to sell and a webhook endpoint's secret::
 
     X402MW_API_KEY=sk_test_... X402MW_PLATFORM_URL=http://127.0.0.1:4402/v1 X402MW_PLAN_ID=... \\
-    X402MW_WEBHOOK_SECRET=whsec_... uvicorn subscriptions_app:app --port 8000
+    X402MW_WEBHOOK_SECRET=whsec_... python examples/subscriptions_app.py
+
+(``PORT`` changes its port, 8000)
 
 and register ``http://<this host>:8000/webhooks`` as a webhook endpoint of the platform.
 """
@@ -101,7 +103,12 @@ def create_app(api_key: str, platform_url: str, plan_id: str, webhook_secret: st
 
 app = create_app(
     os.environ.get("X402MW_API_KEY", "sk_test_..."),
-    os.environ.get("X402MW_PLATFORM_URL", "http://127.0.0.1:4402/v1"),
+    os.environ.get("X402MW_PLATFORM_URL") or os.environ.get("X402MW_BASE_URL") or "http://127.0.0.1:4402/v1",
     os.environ.get("X402MW_PLAN_ID", ""),
     os.environ.get("X402MW_WEBHOOK_SECRET", "whsec_" + "A" * 32),
 )
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))

@@ -1,6 +1,8 @@
 """A Starlette webhook receiver that verifies each delivery and ignores duplicates.
 
-X402MW_WEBHOOK_SECRET=whsec_... uvicorn examples.webhook_receiver:app --port 8001
+X402MW_WEBHOOK_SECRET=whsec_... python examples/webhook_receiver.py
+
+(``PORT`` changes its port, 8001.)
 """
 
 from __future__ import annotations
@@ -33,3 +35,8 @@ async def webhook(request: Request) -> JSONResponse:
 
 
 app = Starlette(routes=[Route("/webhooks/x402mw", webhook, methods=["POST"])])
+
+if __name__ == "__main__":
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8001")))

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -132,12 +136,13 @@ class PlatformHarness:
         pricing: str = "fixed",
         release: str = "included",
         fund: str = "100",
+        resource_url: str = "http://testserver/weather",
     ) -> Deployment:
         merchant_id, key, key_id = self.merchant()
         payout = address_of(new_private_key())
         body: dict[str, Any] = {
             "name": "Weather",
-            "resourceUrl": "http://testserver/weather",
+            "resourceUrl": resource_url,
             "chainId": self.chain.chain_id,
             "currency": "USDC",
             "payoutAddress": payout,
@@ -199,3 +204,73 @@ def start_anvil_platform(workdir: Path, database_url: str | None = None) -> Iter
         )
         with platform_server(settings) as server:
             yield PlatformHarness(server)
+
+
+class Serve:
+    """``x402mw platform serve`` on the defaults in a data dir (and its SQLite database, or the one at
+    ``database_url``), as a subprocess; its output goes to ``serve.log`` beside the data dir."""
+
+    def __init__(self, data_dir: Path, database_url: str | None = None, **environment: str) -> None:
+        self.data_dir = data_dir
+        self.database_url = database_url
+        self.environment = environment  # more X402MW_* settings
+        self.port = free_port()
+        self.log = data_dir.parent / "serve.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(self.port)]
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("X402MW_DATABASE_URL", "X402MW_RPC_URL")}
+        env["X402MW_DATA_DIR"] = str(self.data_dir)
+        env.update(self.environment)
+        if self.database_url is not None:
+            env["X402MW_DATABASE_URL"] = self.database_url
+        return env
+
+    def start(self) -> None:
+        with self.log.open("ab") as handle:
+            self.process = subprocess.Popen(self.command(), env=self.env(), stdout=handle, stderr=subprocess.STDOUT)
+        for _ in range(1200):
+            assert self.process.poll() is None, self.log.read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"serve never answered:\n{self.log.read_text()}")
+
+    def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
+        assert self.process is not None
+        self.process.send_signal(how)
+        code = self.process.wait(timeout=60)
+        self.process = None
+        return code
+
+    def refusal(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.command(), env=self.env(), capture_output=True, text=True, timeout=120)
+
+    def cli(self, *args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "x402mw", "platform", *args, "--data-dir", str(self.data_dir), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=self.env(),
+        )
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def serving(data_dir: Path, database_url: str | None = None, **environment: str) -> Iterator[Serve]:
+    serve = Serve(data_dir, database_url, **environment)
+    serve.start()
+    try:
+        yield serve
+    finally:
+        if serve.process is not None:
+            serve.stop(signal.SIGKILL)

@@ -44,10 +44,39 @@ T = TypeVar("T")
 
 def _emit(data: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(data))
+        click.echo(json.dumps(data, default=_json_value))
     else:
         for key, value in data.items():
-            click.echo(f"{key}: {value}")
+            click.echo(f"{key}: {_shown(value)}")
+
+
+def _json_value(value: object) -> str:
+    """What JSON cannot hold as it is: an instant as the API writes it."""
+    from datetime import datetime
+
+    from x402mw.platform.timestamps import iso
+
+    if isinstance(value, datetime):
+        return iso(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _shown(value: object) -> str:
+    from datetime import datetime
+
+    from x402mw.platform.timestamps import iso
+
+    if value is None:
+        return "-"
+    return iso(value) if isinstance(value, datetime) else str(value)
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """``rows`` as aligned columns under a header (``-`` for nothing)."""
+    cells = [[_shown(row[c]) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(columns)]
+    for line in [columns, *cells]:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -205,7 +234,13 @@ def serve(settings: PlatformSettings) -> None:
     # tokens sign otherwise than the table says, a dev chain that refuses its data dir) ends the
     # command with its message, where inside uvicorn it would be a traceback; and several workers
     # do not race to create the key files (each would make its own keys).
-    _start_and_stop_or_exit(settings)
+    started = _start_and_stop_or_exit(settings)
+    if logs is None:
+        click.echo(started)
+    else:  # JSON lines: where the platform is, as one record
+        import logging
+
+        logging.getLogger("x402mw.platform").info(started)
     settings = settings.model_copy(update={"migrate": False})
     if settings.workers == 1:
         with _metrics_served(settings):
@@ -239,15 +274,49 @@ def serve(settings: PlatformSettings) -> None:
             collected.close()
 
 
-def _start_and_stop_or_exit(settings: PlatformSettings) -> None:
+def _start_and_stop_or_exit(settings: PlatformSettings) -> str:
+    """Start the platform once and stop it; what `serve` says on start (`_started`)."""
     from x402mw.platform.runtime import Platform
 
-    async def start_and_stop() -> None:
+    async def start_and_stop() -> str:
         platform = await Platform.start(settings.model_copy(update={"run_worker": False}))
-        await platform.aclose()
+        try:
+            return _started(platform)
+        finally:
+            await platform.aclose()
 
     with _configuration_errors_exit():
-        asyncio.run(start_and_stop())
+        return asyncio.run(start_and_stop())
+
+
+def _started(platform: Any) -> str:
+    """What `serve` prints on start: where the API and checkout are, each chain with its id and tokens,
+    the data dir, and on a test chain the one command that funds an agent (the sandbox faucet)."""
+    settings = platform.settings
+    lines = [
+        f"x402mw platform: API at {settings.base_url}",
+        f"  checkout pages at {settings.checkout_url_base}/pi_<paymentId>",
+        f"  data dir: {settings.data_dir}",
+        f"  receipts signed by {platform.receipt_address} (GET /v1/health: receiptSigner)",
+    ]
+    test_chain = None
+    for chain in platform.chains:
+        network = chain.network
+        mode = "test" if not chain.livemode else "live"
+        lines.append(f"  chain {network.caip2} (chainId {network.chain_id}, {network.name}, {mode}):")
+        lines += [f"    {asset.symbol} {asset.address}" for asset in network.assets.values()]
+        if not chain.livemode and test_chain is None and network.asset("USDC") is not None:
+            test_chain = network
+    if test_chain is not None:
+        body = json.dumps(
+            {"network": test_chain.caip2, "currency": "USDC", "address": "$AGENT_ADDRESS", "amount": "5"}
+        ).replace('"$AGENT_ADDRESS"', '"\'"$AGENT_ADDRESS"\'"')
+        lines += [
+            "  fund an agent with 5 test USDC (a test key: x402mw platform keys create --merchant <id>):",
+            f'    curl -s {settings.base_url}/sandbox/faucet -H "Authorization: Bearer $X402MW_API_KEY" \\',
+            f"      -H 'Content-Type: application/json' -d '{body}'",
+        ]
+    return "\n".join(lines)
 
 
 @contextlib.contextmanager
@@ -315,6 +384,19 @@ async def _with_engine(settings: PlatformSettings, action: Callable[[Any], Await
         await engine.dispose()
 
 
+@platform.command(name="relayer-pool")
+@settings_options(StorageSettings)
+@click.option("--chain-id", type=int, required=True, help="The chain whose pool to size.")
+@click.option("--size", type=click.IntRange(1, 1000), required=True, help="How many relayer accounts it has.")
+def relayer_pool_command(settings: PlatformSettings, chain_id: int, size: int) -> None:
+    """Size a chain's pool of relayer accounts (X402MW_RELAYER_POOL_SIZE) while the platform runs:
+    every process follows within a few seconds, without a restart."""
+    from x402mw.platform.services.relayer_leases import set_pool_size
+
+    asyncio.run(_with_engine(settings, lambda engine: set_pool_size(engine, chain_id, size)))
+    click.echo(f"the relayer pool of chain {chain_id} has {size} accounts")
+
+
 @platform.group()
 def merchants() -> None:
     """Merchants."""
@@ -330,6 +412,63 @@ def merchants_create(settings: PlatformSettings, name: str, as_json: bool) -> No
 
     merchant = asyncio.run(_with_engine(settings, lambda engine: create_merchant(engine, name)))
     _emit({"id": merchant.id, "name": merchant.name}, as_json)
+
+
+@merchants.command(name="list")
+@settings_options(StorageSettings)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per merchant, one a line.")
+def merchants_list(settings: PlatformSettings, as_json: bool) -> None:
+    """List the merchants, oldest first, with their keys (all, and active)."""
+    from x402mw.platform.services.merchants import list_merchants
+
+    found = asyncio.run(_with_engine(settings, list_merchants))
+    if as_json:
+        for merchant in found:
+            _emit(merchant, True)
+    elif not found:
+        click.echo("no merchants yet: x402mw platform merchants create --name 'My shop'")
+    else:
+        _table(found, ["id", "name", "createdAt", "keys", "activeKeys"])
+
+
+@merchants.command(name="show")
+@settings_options(StorageSettings)
+@click.argument("merchant_id")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def merchants_show(settings: PlatformSettings, merchant_id: str, as_json: bool) -> None:
+    """Show one merchant and its API keys."""
+    from x402mw.platform.services.merchants import find_merchant, list_api_keys
+
+    async def show(engine: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        merchant = await find_merchant(engine, merchant_id)
+        return merchant, (await list_api_keys(engine, merchant_id) if merchant else [])
+
+    merchant, api_keys = asyncio.run(_with_engine(settings, show))
+    if merchant is None:
+        raise click.ClickException(f"no merchant {merchant_id}")
+    if as_json:
+        _emit(merchant | {"apiKeys": api_keys}, True)
+        return
+    _emit(merchant, False)
+    if api_keys:
+        click.echo("")
+        _table(api_keys, list(api_keys[0]))
+
+
+@merchants.command(name="rename")
+@settings_options(StorageSettings)
+@click.argument("merchant_id")
+@click.option("--name", required=True, help="The merchant's new name.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def merchants_rename(settings: PlatformSettings, merchant_id: str, name: str, as_json: bool) -> None:
+    """Give a merchant a new name."""
+    from x402mw.platform.services.merchants import rename_merchant
+
+    if not name.strip() or len(name) > 200:
+        raise click.BadParameter("a name has 1 to 200 characters", param_hint="--name")
+    if not asyncio.run(_with_engine(settings, lambda engine: rename_merchant(engine, merchant_id, name))):
+        raise click.ClickException(f"no merchant {merchant_id}")
+    _emit({"id": merchant_id, "name": name}, as_json)
 
 
 @platform.group()
@@ -355,16 +494,86 @@ def keys_create(settings: PlatformSettings, merchant_id: str, mode: str, as_json
     _emit({"id": row.id, "key": key, "mode": mode}, as_json)
 
 
+@keys.command(name="list")
+@settings_options(StorageSettings)
+@click.option("--merchant", "merchant_id", required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per key, one a line.")
+def keys_list(settings: PlatformSettings, merchant_id: str, as_json: bool) -> None:
+    """List a merchant's API keys: id, prefix, mode, created, last used (to the minute), revoked."""
+    from x402mw.platform.services.merchants import list_api_keys
+
+    try:
+        found = asyncio.run(_with_engine(settings, lambda engine: list_api_keys(engine, merchant_id)))
+    except LookupError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        for key in found:
+            _emit(key, True)
+    elif not found:
+        click.echo(f"no keys yet: x402mw platform keys create --merchant {merchant_id}")
+    else:
+        _table(found, ["id", "prefix", "mode", "createdAt", "lastUsedAt", "revokedAt"])
+
+
 @keys.command(name="revoke")
 @settings_options(StorageSettings)
 @click.argument("key_id")
-def keys_revoke(settings: PlatformSettings, key_id: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def keys_revoke(settings: PlatformSettings, key_id: str, as_json: bool) -> None:
     """Revoke an API key by its id."""
     from x402mw.platform.services.merchants import revoke_api_key
 
     if not asyncio.run(_with_engine(settings, lambda engine: revoke_api_key(engine, key_id))):
         raise click.ClickException(f"no active key {key_id}")
-    click.echo(f"revoked {key_id}")
+    if as_json:
+        _emit({"id": key_id, "revoked": True}, True)
+    else:
+        click.echo(f"revoked {key_id}")
+
+
+@platform.command(name="status")
+@settings_options(StorageSettings, ChainAccessSettings)
+@click.option(
+    "--overdue-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="How long work may be due before the worker counts as behind.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status_command(settings: PlatformSettings, overdue_seconds: float, as_json: bool) -> None:
+    """The chains (ids, tokens, head, relayer gas) and the worker's and queues' health, read from the
+    database and the chains this platform is configured with. Exits 1 when the worker is behind or a
+    chain cannot be reached."""
+    from datetime import UTC, datetime, timedelta
+
+    from x402mw.platform.services.status import chain_status, queue_status
+
+    async def read(engine: Any) -> dict[str, Any]:
+        chains = await chain_status(settings, engine)
+        queues = await queue_status(engine, datetime.now(UTC), timedelta(seconds=overdue_seconds))
+        return {"dataDir": str(settings.data_dir), "chains": chains} | queues
+
+    with _configuration_errors_exit():
+        report = asyncio.run(_with_engine(settings, read))
+    healthy = report["worker"] == "ok" and all(
+        c["state"].startswith(("ok", "running", "new")) for c in report["chains"]
+    )
+    if as_json:
+        click.echo(json.dumps(report))
+    else:
+        click.echo(f"data dir: {report['dataDir']}")
+        for chain in report["chains"]:
+            click.echo(f"chain {chain['network']} ({chain['name']}): {chain['state']}")
+            for symbol, address in chain["tokens"].items():
+                click.echo(f"  token {symbol}: {address}")
+            click.echo(f"  head block: {_shown(chain['head'])}")
+            click.echo(f"  relayer {_shown(chain['relayer'])}: {_shown(chain['relayerGas'])} ETH of gas")
+        click.echo(f"worker: {report['worker']}")
+        for name, counts in report["queues"].items():
+            click.echo(f"  {name}: {counts['waiting']} waiting, {counts['overdue']} overdue")
+    if not healthy:
+        sys.exit(1)
 
 
 _register_pay()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import tempfile
 import time
 from decimal import Decimal
@@ -69,17 +70,21 @@ async def _balances(server: PlatformServer, token: str, names: dict[str, str]) -
 
 async def run_demo(requests: int = 3) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="x402mw-demo-"))
-    agent = Wallet(new_private_key())
-    payout = address_of(new_private_key())
-    _say("x402mw demo — an agent pays per request in USDC; the platform's relayer pays the gas.")
-    _say(f"  workdir: {workdir}")
-    settings = PlatformSettings(database_url=f"sqlite:///{workdir / 'platform.sqlite3'}", data_dir=workdir)
-    started = time.perf_counter()
-    server = await asyncio.to_thread(PlatformServer(settings).start)
     try:
-        return await _story(server, agent, payout, requests, started)
+        agent = Wallet(new_private_key())
+        payout = address_of(new_private_key())
+        _say("x402mw demo — an agent pays per request in USDC; the platform's relayer pays the gas.")
+        _say(f"  workdir: {workdir} (removed at the end)")
+        settings = PlatformSettings(database_url=f"sqlite:///{workdir / 'platform.sqlite3'}", data_dir=workdir)
+        started = time.perf_counter()
+        server = await asyncio.to_thread(PlatformServer(settings).start)
+        try:
+            return await _story(server, agent, payout, requests, started)
+        finally:
+            await asyncio.to_thread(server.stop)
     finally:
-        await asyncio.to_thread(server.stop)
+        # the demo's platform, keys and dev chain were made for this run only
+        await asyncio.to_thread(shutil.rmtree, workdir, True)
 
 
 async def _story(server: PlatformServer, agent: Wallet, payout: str, requests: int, started: float) -> int:

@@ -348,7 +348,18 @@ def test_tenant_isolation(dev_platform: PlatformHarness) -> None:
         _error(theirs.get("/payment-intents", params={"starting_after": intent["id"]}), 404, "resource_missing")
         assert mine.get(f"/payment-intents/{intent['id']}").json()["paymentIntent"]["status"] == "requires_payment"
         assert mine.get(f"/payment-intents/{intent['id'].upper()}").json()["paymentIntent"]["id"] == intent["id"]
-        for bad in [str(uuid.uuid4()), "pi_" + intent["id"], "not-a-uuid", intent["id"].replace("-", ""), "x" * 300]:
+        # the id as its checkoutUrl shows it, pi_<uuid>, names the same order (and only for its merchant)
+        assert mine.get(f"/payment-intents/pi_{intent['id']}").json()["paymentIntent"]["id"] == intent["id"]
+        _error(theirs.get(f"/payment-intents/pi_{intent['id']}"), 404, "resource_missing", "id")
+        for bad in [
+            str(uuid.uuid4()),
+            "pi_" + str(uuid.uuid4()),
+            "pi_pi_" + intent["id"],
+            "PI_" + intent["id"],
+            "not-a-uuid",
+            intent["id"].replace("-", ""),
+            "x" * 300,
+        ]:
             _error(mine.get(f"/payment-intents/{bad}"), 404, "resource_missing")
             _error(mine.post(f"/payment-intents/{bad}/cancel"), 404, "resource_missing")
 
@@ -386,7 +397,7 @@ def test_cancel_then_cancel_again(dev_platform: PlatformHarness) -> None:
     merchant_id, api = _merchant_api(dev_platform)
     with api:
         intent = _create(api)
-        reply = api.post(f"/payment-intents/{intent['id']}/cancel")
+        reply = api.post(f"/payment-intents/pi_{intent['id']}/cancel")  # pi_<uuid> as checkoutUrl shows it
         assert reply.status_code == 200, reply.text
         canceled = reply.json()["paymentIntent"]
         assert canceled["status"] == "canceled"

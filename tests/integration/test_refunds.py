@@ -40,7 +40,8 @@ def _order(api: httpx.Client, amount: str = "12.5", **fields: Any) -> dict[str, 
 
 
 def _pay(api: httpx.Client, order: dict[str, Any], scenario: str = "exact") -> dict[str, Any]:
-    reply = api.post(f"/sandbox/payment-intents/{order['id']}/simulate-payment", json={"scenario": scenario})
+    # pi_<uuid>, as the order's checkoutUrl shows its id, is taken here too
+    reply = api.post(f"/sandbox/payment-intents/pi_{order['id']}/simulate-payment", json={"scenario": scenario})
     assert reply.status_code == 200, reply.text
     payment: dict[str, Any] = reply.json()
     return payment
@@ -80,7 +81,8 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
             assert _balances(api) == {"USDC": ("12.5", "0")}
             assert dev_platform.balance(payment["payer"]) == 0
 
-            reply = api.post(f"/payment-intents/{order['id']}/refunds", json={"reason": "requested_by_customer"})
+            # the order's id as its checkoutUrl shows it (pi_<uuid>) is taken as well as the bare one
+            reply = api.post(f"/payment-intents/pi_{order['id']}/refunds", json={"reason": "requested_by_customer"})
             assert reply.status_code == 201, reply.text
             refund = reply.json()["refund"]
             assert refund["status"] == "completed" and refund["txHash"] and refund["completedAt"]
@@ -92,6 +94,7 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
             assert api.get(f"/refunds/{refund['id']}").json()["refund"] == refund
             listed = api.get("/refunds", params={"paymentId": order["id"]}).json()
             assert [r["id"] for r in listed["data"]] == [refund["id"]] and listed["hasMore"] is False
+            assert api.get("/refunds", params={"paymentId": "pi_" + order["id"]}).json() == listed
 
         wanted = [
             "payment_intent.created",

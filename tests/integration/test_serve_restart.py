@@ -6,94 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.harness import Serve, serving
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.devchain import DEV_CHAIN_ID, DevChainRpc
 from x402mw.platform.chain.devstate import DevChainState
 from x402mw.platform.chain.token import balance_of
-from x402mw.platform.server import free_port
 from x402mw.protocol import decode_settlement_response
 
 NETWORK = f"eip155:{DEV_CHAIN_ID}"
 STOPPED = (0, -signal.SIGTERM)  # uvicorn shuts down cleanly on SIGTERM, then exits by the same signal
-
-
-class Serve:
-    """``x402mw platform serve`` on the defaults in a data dir, as a subprocess."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.log = data_dir.parent / "serve.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(self.port)]
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("X402MW_DATABASE_URL", "X402MW_RPC_URL")}
-        return dict(env, X402MW_DATA_DIR=str(self.data_dir))
-
-    def start(self) -> None:
-        with self.log.open("ab") as handle:
-            self.process = subprocess.Popen(self.command(), env=self.env(), stdout=handle, stderr=subprocess.STDOUT)
-        for _ in range(1200):
-            assert self.process.poll() is None, self.log.read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise AssertionError(f"serve never answered:\n{self.log.read_text()}")
-
-    def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
-        assert self.process is not None
-        self.process.send_signal(how)
-        code = self.process.wait(timeout=60)
-        self.process = None
-        return code
-
-    def refusal(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.command(), env=self.env(), capture_output=True, text=True, timeout=120)
-
-    def cli(self, *args: str) -> dict[str, Any]:
-        done = subprocess.run(
-            [sys.executable, "-m", "x402mw", "platform", *args, "--data-dir", str(self.data_dir), "--json"],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=self.env(),
-        )
-        return json.loads(done.stdout)  # type: ignore[no-any-return]
-
-
-@contextlib.contextmanager
-def _serving(data_dir: Path) -> Iterator[Serve]:
-    serve = Serve(data_dir)
-    serve.start()
-    try:
-        yield serve
-    finally:
-        if serve.process is not None:
-            serve.stop(signal.SIGKILL)
 
 
 def _merchant(serve: Serve) -> tuple[str, str]:
@@ -168,7 +99,7 @@ def _rows(data_dir: Path, query: str) -> list[Any]:
 def test_a_restarted_serve_keeps_balances_orders_and_receipts(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     agent = Wallet(new_private_key())
-    with _serving(data_dir) as serve:
+    with serving(data_dir) as serve:
         key, endpoint = _merchant(serve)
         hashes = [_fund(serve, key, agent.address, "1")]
         hashes += [_paid_tx(asyncio.run(_pay(serve, key, endpoint, agent))) for _ in range(2)]
@@ -201,7 +132,7 @@ def test_serve_killed_in_a_burst_of_payments_keeps_every_settled_transaction(tmp
     data_dir = tmp_path / "data"
     agents = [Wallet(new_private_key()) for _ in range(6)]
     answered: list[str] = []
-    with _serving(data_dir) as serve:
+    with serving(data_dir) as serve:
         key, endpoint = _merchant(serve)
         for agent in agents:
             _fund(serve, key, agent.address, "1")
@@ -242,7 +173,7 @@ def test_serve_killed_in_a_burst_of_payments_keeps_every_settled_transaction(tmp
 
 def test_serve_refuses_records_whose_chain_is_missing_or_damaged(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    with _serving(data_dir) as serve:
+    with serving(data_dir) as serve:
         key, _ = _merchant(serve)
         _fund(serve, key, address_of(new_private_key()), "1")
         assert serve.stop() in STOPPED

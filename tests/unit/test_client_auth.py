@@ -28,6 +28,7 @@ from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, recover_transf
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import sign_receipt
 from x402mw.protocol import PaymentPayload, PaymentRequirements, decode_payment_payload, encode_header
+from x402mw.protocol.payment_identifier import DECLARATION, PAYMENT_IDENTIFIER, identifier_of
 
 KEY_HEX = "4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318"
 USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
@@ -792,3 +793,42 @@ def test_the_pay_command_pays_and_checks_the_receipt(
     refused = CliRunner().invoke(pay_command, [url, *key_file, "--max-amount", "0.001"])
     assert refused.exit_code == 1 and "Error: refused to pay" in refused.output and "over the" in refused.output
     assert "Traceback" not in refused.output
+
+
+def _declaring(request: httpx.Request, reason: str | None = None, **extra: Any) -> httpx.Response:
+    """A 402 that declares the payment-identifier extension (as every x402mw seller's does)."""
+    offered = required(offer(**extra)) | {"extensions": {PAYMENT_IDENTIFIER: DECLARATION}}
+    if reason:
+        offered["error"] = reason
+    return httpx.Response(402, headers={"PAYMENT-REQUIRED": encode_header(offered)}, request=request)
+
+
+def _identifier(request: httpx.Request) -> str | None:
+    return identifier_of(decode_payment_payload(request.headers["PAYMENT-SIGNATURE"]))
+
+
+def test_one_payment_identifier_per_logical_request_kept_across_its_retries(wallet: Wallet) -> None:
+    auth = X402Auth(wallet, max_total="1")
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    first = flow.send(_declaring(next(flow)))
+    sent = first.headers["PAYMENT-SIGNATURE"]  # (the flow sends one request object again and again)
+    identifier = _identifier(first)
+    assert identifier is not None and identifier.startswith("pay_") and len(identifier) == 36
+    payload = decode_payment_payload(first.headers["PAYMENT-SIGNATURE"])
+    assert (payload.extensions or {})[PAYMENT_IDENTIFIER]["schema"] == DECLARATION["schema"]  # echoed
+    pending_header = encode_header(
+        {"success": False, "errorReason": "settlement_pending", "transaction": TX, "network": "eip155:8453"}
+    )
+    pending = httpx.Response(402, headers={"PAYMENT-RESPONSE": pending_header, "Retry-After": "1"}, request=first)
+    again = flow.send(pending)  # the same signature again, its id with it
+    assert again.headers["PAYMENT-SIGNATURE"] == sent
+    renewed = flow.send(_declaring(again, "challenge_expired", challengeId="ch_2"))  # a new signature, the same id
+    assert renewed.headers["PAYMENT-SIGNATURE"] != sent
+    assert _identifier(renewed) == identifier
+    with pytest.raises(StopIteration):
+        flow.send(paid(renewed, settlement(wallet.address)))
+    # the next logical request gets its own id; a seller that does not declare the extension gets none
+    other = X402Auth(wallet).auth_flow(httpx.Request("GET", URL))
+    assert _identifier(other.send(_declaring(next(other)))) not in (None, identifier)
+    plain = X402Auth(wallet).auth_flow(httpx.Request("GET", URL))
+    assert _identifier(plain.send(challenge(next(plain)))) is None

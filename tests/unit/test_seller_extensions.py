@@ -120,7 +120,7 @@ async def test_the_402_is_the_same_json_for_agents_and_a_page_for_browsers() -> 
             assert browser.status_code == 402 and browser.headers["content-type"].startswith("text/html")
             assert "0.0015" in browser.text and "PAYMENT-REQUIRED" in browser.headers
         required = json.loads(base64.b64decode(agent.headers["PAYMENT-REQUIRED"]))
-        assert "extensions" not in required  # a route that declares nothing carries nothing
+        assert set(required["extensions"]) == {"payment-identifier"}  # what every 402 declares, no more
         weather = json.loads(base64.b64decode((await client.get("/weather")).headers["PAYMENT-REQUIRED"]))
         offered = weather["extensions"]["sign-in-with-x"]
         assert offered["info"]["domain"] == "api.example" and offered["info"]["uri"] == "https://api.example/weather"

@@ -28,7 +28,7 @@ from x402mw.client.wallet import Wallet, token_domain
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PaymentRefusedError, PriceError
 from x402mw.evm.keys import is_address
 from x402mw.evm.receipts import verify_receipt
-from x402mw.protocol import bounded_json, reasons
+from x402mw.protocol import bounded_json, payment_identifier, reasons
 from x402mw.protocol.codec import (
     PAYMENT_REQUIRED,
     PAYMENT_RESPONSE,
@@ -144,6 +144,11 @@ class X402Auth(httpx.Auth):
     signature is kept: the next request for the same method and URL sends it again before anything
     is signed anew (so does one after a request that failed in transport, once the payment was
     signed), until it settles, is refused, or expires.
+
+    When the seller's 402 declares the x402 ``payment-identifier`` extension, each logical request
+    gets one id (``pay_`` and 32 hex digits), sent in the payload's ``extensions`` and kept across
+    these retries (the held signature carries it; a new challenge paid again reuses it): a seller
+    that keeps ids answers a retry with the first answer, never a second charge.
 
     With ``receipt_signer`` (the platform's receipt address), a paid answer whose ``PAYMENT-RESPONSE``
     receipt does not verify raises `PaymentRefusedError` (reason ``invalid_receipt``). The payment
@@ -299,9 +304,15 @@ class X402Auth(httpx.Auth):
                     if again is None:
                         return
                     required = again  # not let in: pay this 402's fresh challenge
+            # One payment identifier per logical request, for sellers that declare the extension: kept
+            # across this flow's retries, so that a retry gets the first answer, never a second charge.
+            identifier = payment_identifier.new_identifier()
             for attempt in range(2):
                 choice = self._choose(required, url)
                 payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
+                if required.x402_version == 2 and payment_identifier.declared(required):
+                    extensions = payment_identifier.payload_extensions(required.extensions, identifier)
+                    payload = payload.model_copy(update={"extensions": extensions})
                 if required.x402_version == 1:
                     header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
                 else:
@@ -416,21 +427,29 @@ class X402Auth(httpx.Auth):
             return None, exc.message
         decimals = known.decimals if known else DEFAULT_DECIMALS
         symbol = known.symbol if known else None
+        # the symbol an unknown chain's offer gives names the coin in messages and records only: caps
+        # and allow-lists go by what this process knows (a seller could name any token "USDC")
+        shown = symbol or _offered_symbol(entry)
         units = Decimal(entry.amount).scaleb(-decimals, context=_EXACT)
         if self.max_amount is not None and units > self.max_amount:
-            return None, f"over the per-payment cap of {self.max_amount} {symbol or 'tokens'}"
+            return None, f"over the per-payment cap of {self.max_amount} {shown or 'tokens'}"
         key = symbol or entry.asset.lower()
         spent = self.spent.get(key, Decimal(0))
         if self.max_total is not None and _EXACT.add(spent, units) > self.max_total:
             return None, (
-                f"over the total cap of {self.max_total} {symbol or 'tokens'} ({spent.normalize():f} already signed)"
+                f"over the total cap of {self.max_total} {shown or 'tokens'} ({spent.normalize():f} already signed)"
             )
-        return _Choice(entry, symbol, decimals, units, key), ""
+        return _Choice(entry, shown, decimals, units, key), ""
 
     def _settled(self, url: str, response: httpx.Response, choice: _Choice) -> None:
         if response.status_code >= 400:
             return  # refused, failed or still pending: the caller gets the seller's answer as it is
-        settlement = _settlement(response)
+        self._record(url, _settlement(response), choice)
+
+    def _record(self, url: str, settlement: SettlementResponse | None, choice: _Choice) -> None:
+        """Record a payment the seller accepted (its ``settlement``, when it gave one) in ``payments``;
+        with ``receipt_signer``, `PaymentRefusedError` when its receipt does not verify. Shared with
+        `x402mw.client.mcp`."""
         if settlement is not None and not settlement.success:
             return
         accepted = choice.requirements
@@ -662,8 +681,18 @@ def _receipt_matches(
     )
 
 
+def _offered_symbol(entry: PaymentRequirements) -> str | None:
+    """The token's symbol as the offer names it (``extra.currency``, which x402mw sellers send) on a
+    chain this process does not know the tokens of (the platform's dev chain): for messages and caps
+    by symbol. A value that is not a short symbol is ignored."""
+    offered = entry.extra.get("currency")
+    if isinstance(offered, str) and 0 < len(offered) <= 11 and offered.isalnum() and offered.isascii():
+        return offered.upper()
+    return None
+
+
 def _describe(entry: PaymentRequirements) -> str:
     network = get_network(entry.network)
     known = network.asset_by_address(entry.asset) if network else None
     amount = format_amount(entry.amount, known.decimals) if known else f"{entry.amount} atomic units"
-    return f"{amount} {known.symbol if known else entry.asset} on {entry.network}"
+    return f"{amount} {known.symbol if known else _offered_symbol(entry) or entry.asset} on {entry.network}"

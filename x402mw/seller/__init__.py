@@ -2,7 +2,7 @@
 settings), the sans-IO payment gate, its drivers."""
 
 from x402mw.seller.config import AmountCallback, EndpointTerms, PaidRoute
-from x402mw.seller.decisions import Answer, Decision, Serve, Settlement
+from x402mw.seller.decisions import Answer, Decision, Held, Serve, Settlement
 from x402mw.seller.discovery import Discovery, discovery_from_openapi
 from x402mw.seller.drivers import AsyncSeller, SyncSeller, run_async, run_sync
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, EXPOSE_HEADERS, PaymentGate, RequestView, internal_error_answer
@@ -20,6 +20,7 @@ __all__ = [
     "Decision",
     "Discovery",
     "EndpointTerms",
+    "Held",
     "PaidRoute",
     "PaymentGate",
     "Paywall",

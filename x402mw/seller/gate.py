@@ -5,6 +5,10 @@ that a driver runs, sync or async (see `x402mw.seller.drivers`), and returns a `
 `Answer` (a 402 challenge, a pending settlement, an outage) or `Serve` (run the handler with the
 settlement). No framework, no I/O here, so every adapter shares this one implementation.
 
+A paid MCP tool (`PaymentGate.hold`) is settled after it ran, as the x402 MCP transport orders it:
+the payment is verified and claimed first (`Held`), then settled (`PaymentGate.capture`) once the tool
+succeeded or given up (`PaymentGate.release`) when it failed.
+
 The unpaid path makes no network call once an endpoint's terms are known: the challenge is issued
 locally and sealed with an HMAC keyed from the API key, so that any worker process can check the
 retried request's ``accepted`` terms; issued challenges reach the platform in background batches.
@@ -25,7 +29,7 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
-from x402mw.protocol import reasons
+from x402mw.protocol import payment_identifier, reasons
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_payment_payload, encode_header
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 from x402mw.protocol.networks import get_network
@@ -37,6 +41,7 @@ from x402mw.seller.decisions import (
     Answer,
     ComputeAmount,
     Decision,
+    Held,
     PlatformCall,
     PlatformReply,
     Serve,
@@ -46,14 +51,28 @@ from x402mw.seller.discovery import well_known_manifest
 from x402mw.seller.manifest import manifest_item
 from x402mw.seller.paywall import Paywall
 
-__all__ = ["DEFAULT_PLATFORM_URL", "EXPOSE_HEADERS", "PaymentGate", "RequestView", "internal_error_answer"]
+__all__ = [
+    "DEFAULT_PLATFORM_URL",
+    "EXPOSE_HEADERS",
+    "TERMS_REFRESH_SECONDS",
+    "PaymentGate",
+    "RequestView",
+    "internal_error_answer",
+]
 
 logger = logging.getLogger("x402mw.seller")
 _ISSUED_KEPT = 100_000  # challenges kept for registration while the platform cannot be reached
 _REGISTER_BATCH = 500  # challenges registered per call
+TERMS_REFRESH_SECONDS = 1.0
+"""How old an endpoint's terms may get before the background work revalidates them (a conditional
+request, ``304`` while unchanged): with the work's 0.25 s rounds, a change made on the platform is
+in the challenges issued from about 1.25 s later, within the 2 s the documentation states."""
 
 EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 DEFAULT_PLATFORM_URL = "http://127.0.0.1:4402/v1"
+# Declared in every 402: a client may name each logical request with a payment identifier, so that
+# its retry gets the first answer (the platform keeps them) and an id reused for another payment is a 409.
+_EXTENSIONS = {payment_identifier.PAYMENT_IDENTIFIER: payment_identifier.DECLARATION}
 Step = Generator[PlatformCall | ComputeAmount, Any, Decision]
 AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 
@@ -61,13 +80,13 @@ AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 @dataclass(frozen=True, slots=True)
 class RequestView:
     """The little a gate needs to know of a request. ``url`` is the absolute URL of the resource;
-    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or None;
-    ``accept`` the ``Accept`` header (a browser's gets the paywall page); ``sign_in`` the
-    ``SIGN-IN-WITH-X`` header."""
+    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or the payload
+    as JSON (an MCP tool call's ``_meta["x402/payment"]``), or None; ``accept`` the ``Accept``
+    header (a browser's gets the paywall page); ``sign_in`` the ``SIGN-IN-WITH-X`` header."""
 
     method: str
     url: str
-    payment: str | None
+    payment: str | dict[str, Any] | None
     accept: str | None = None
     sign_in: str | None = None
 
@@ -105,7 +124,7 @@ class PaymentGate:
         api_key: str,
         platform_url: str = DEFAULT_PLATFORM_URL,
         settle_timeout: float = 30.0,
-        refresh_seconds: float = 60.0,
+        refresh_seconds: float = TERMS_REFRESH_SECONDS,
         clock: Callable[[], float] = time.time,
         paywall: Paywall | None = None,
     ) -> None:
@@ -131,7 +150,9 @@ class PaymentGate:
         self._id_prefix = secrets.token_hex(8)
         self._id_counter = itertools.count(secrets.randbits(32))
         self._templates: dict[tuple[Any, ...], tuple[PaidRoute, EndpointTerms, _Template]] = {}
-        self._terms: dict[str, tuple[EndpointTerms, float]] = {}
+        # Each endpoint's terms, when they were last known current, and their ETag.
+        self._terms: dict[str, tuple[EndpointTerms, float, str | None]] = {}
+        self._stale: set[str] = set()  # endpoints whose last revalidation failed (warned once)
         # Challenges issued and not yet registered with the platform, by id, oldest first.
         self._issued: dict[str, tuple[Any, ...]] = {}
         self._lock = threading.Lock()
@@ -143,6 +164,64 @@ class PaymentGate:
 
     def process(self, route: PaidRoute, request: RequestView, native: Any = None) -> Step:
         """Decide for one request. ``native`` is the framework's request, given to amount callbacks."""
+        decision = yield from self._paid(route, request, native, hold=False)
+        assert not isinstance(decision, Held)
+        return decision
+
+    def hold(
+        self, route: PaidRoute, request: RequestView, native: Any = None
+    ) -> Generator[PlatformCall | ComputeAmount, Any, Answer | Held]:
+        """Decide for one call of a paid MCP tool: an `Answer` (a challenge, a refusal, an outage), or
+        `Held`: the payment is verified and claimed, nothing taken; run the tool, then `capture` or
+        `release` it."""
+        decision = yield from self._paid(route, request, native, hold=True)
+        assert not isinstance(decision, Serve)
+        return decision
+
+    def capture(self, held: Held) -> Step:
+        """Settle a held payment (its tool succeeded): `Serve` with the settlement, or the `Answer`
+        of a payment that could not be settled (then the tool's result must not be given)."""
+        route, terms, request, native = held.context
+        body = held.body | {"capture": held.payment_id}
+        try:
+            reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+        except PlatformError as exc:
+            logger.error("settlement call failed: %s; answering pending", exc.message)
+            return _pending(
+                SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=held.network)
+            )
+        return (yield from self._settled(route, terms, request, native, reply))
+
+    def release(self, held: Held) -> Generator[PlatformCall, Any, bool]:
+        """Give up a held payment (its tool failed): nothing is taken, and the agent may use the same
+        authorization again. False (and logged) if the platform could not be told: the payment then
+        stays held, unsent, until its authorization expires."""
+        try:
+            reply = yield PlatformCall("POST", f"/agent/settlements/{held.payment_id}/release")
+        except PlatformError as exc:
+            reply = PlatformReply(0, {"error": {"message": exc.message}})
+        body = held.body
+        # Its challenge is recorded with the payment's outcome; a released payment has none.
+        self._issue(
+            (
+                body["challengeId"],
+                body["endpointId"],
+                held.network,
+                body["accepted"].get("asset", ""),
+                body["accepted"].get("payTo", ""),
+                held.amount,
+                body["resource"],
+                body["expiresAt"],
+            )
+        )
+        if reply.status != 200:
+            logger.error("could not release held payment %s: %s", held.payment_id, _reply_error(reply).message)
+            return False
+        return True
+
+    def _paid(
+        self, route: PaidRoute, request: RequestView, native: Any, *, hold: bool
+    ) -> Generator[PlatformCall | ComputeAmount, Any, Decision | Held]:
         known = self._terms.get(route.endpoint)
         if known is None:
             try:
@@ -157,6 +236,11 @@ class PaymentGate:
             return (yield from self._challenge(route, terms, request, native, None, None))
         try:
             payload = decode_payment_payload(request.payment)
+            if hold and payload.resource is not None and payload.resource.url != request.url:
+                raise InvalidPaymentError(
+                    f"this payment is for {payload.resource.url}, not {request.url}",
+                    reason=reasons.INVALID_REQUIREMENTS,
+                )
             accepted, challenge_id, expires = self._check_accepted(payload, route, terms)
         except InvalidPaymentError as exc:
             return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
@@ -183,6 +267,8 @@ class PaymentGate:
             "paymentPayload": payload.to_wire(),
             "waitSeconds": max(1.0, self.settle_timeout - 2.0),
         }
+        if hold:
+            body["hold"] = True
         if route.description or terms.name:  # what the catalogue lists, for a discoverable endpoint
             body["description"] = route.description or terms.name
         if route.mime_type:
@@ -203,6 +289,17 @@ class PaymentGate:
             )
         if reply.status != 200:
             self._requeue(queued)
+        data = reply.data
+        if hold and reply.status == 200 and isinstance(data, dict) and data.get("status") == "held":
+            settlement = data.get("settlement") or {}
+            return Held(
+                payment_id=str(data.get("paymentId", "")),
+                payer=str(settlement.get("payer", "")),
+                amount=accepted.amount,
+                network=accepted.network,
+                body=body,
+                context=(route, terms, request, native),
+            )
         return (yield from self._settled(route, terms, request, native, reply))
 
     def _check_accepted(
@@ -257,6 +354,8 @@ class PaymentGate:
     ) -> Step:
         if reply.status in (401, 403, 404, 503):  # refused by the platform: nothing was taken
             return self._platform_failure(_reply_error(reply), "settlement")
+        if reply.status == 409 and _reply_error(reply).code == payment_identifier.CONFLICT:
+            return _conflict(terms.network, _reply_error(reply).message)
         unknown = SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=terms.network)
         if reply.status != 200 or not isinstance(reply.data, dict):
             logger.error("settlement answered %d; answering pending", reply.status)
@@ -310,6 +409,8 @@ class PaymentGate:
             "extra": {
                 "name": terms.eip712_name,
                 "version": terms.eip712_version,
+                # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
+                "currency": terms.currency,
                 "challengeId": challenge_id,
                 "expiresAt": expires,
                 "seal": seal,
@@ -408,13 +509,14 @@ class PaymentGate:
         )
         head = resource + '},"accepts":[' + offer.removesuffix('""}}') + '"'
         fixed = fixed_terms(terms.id, terms.network, terms.asset, terms.pay_to, amount, terms.max_timeout_seconds)
-        opening, tail = "", ""
-        bazaar = None if route.discovery is None else '"bazaar":' + route.discovery.extension_json(method)
+        # Every 402 declares the payment-identifier extension; a route's own declarations follow.
+        declared = ",".join(f"{encode_basestring(k)}:{_compact(v)}" for k, v in _EXTENSIONS.items())
+        bazaar = "" if route.discovery is None else ',"bazaar":' + route.discovery.extension_json(method)
         if route.sign_in is not None:
             opening = ',"extensions":{"sign-in-with-x":{"info":'
-            tail = "," + route.sign_in.static_json(terms.network) + "}" + ("," + bazaar if bazaar else "") + "}}"
-        elif bazaar is not None:
-            opening, tail = ',"extensions":{', bazaar + "}}"
+            tail = "," + route.sign_in.static_json(terms.network) + "}," + declared + bazaar + "}}"
+        else:
+            opening, tail = ',"extensions":{', declared + bazaar + "}}"
         if tail:
             encoded = tail.encode()
             built = _Template(head, fixed, opening, encoded, base64.b64encode(encoded).decode("ascii"))
@@ -504,15 +606,24 @@ class PaymentGate:
     # -- terms and background work ------------------------------------------------------------
 
     def fetch_terms(self, endpoint_id: str) -> Generator[PlatformCall, Any, EndpointTerms]:
-        """Fetch (and cache) an endpoint's terms from the platform."""
-        reply = yield PlatformCall("GET", f"/agent/endpoints/{endpoint_id}")
+        """Fetch (and cache) an endpoint's terms from the platform; terms already cached are
+        revalidated with their ETag (``If-None-Match``), which the platform answers ``304`` while
+        they are unchanged."""
+        known = self._terms.get(endpoint_id)
+        etag = known[2] if known is not None else None
+        headers = (("If-None-Match", etag),) if etag else ()
+        reply = yield PlatformCall("GET", f"/agent/endpoints/{endpoint_id}", headers=headers)
+        now = self._clock()
+        if reply.status == 304 and known is not None:
+            self._terms[endpoint_id] = (known[0], now, etag)
+            return known[0]
         if reply.status != 200 or not isinstance(reply.data, dict) or "endpoint" not in reply.data:
             raise _reply_error(reply)
         try:
             terms = EndpointTerms.from_api(reply.data["endpoint"])
         except PriceError as exc:
             raise PlatformError(str(exc), status=502) from None
-        self._terms[endpoint_id] = (terms, self._clock())
+        self._terms[endpoint_id] = (terms, now, reply.etag)
         return terms
 
     def background(self) -> Generator[PlatformCall, Any, None]:
@@ -530,12 +641,20 @@ class PaymentGate:
                 logger.warning("could not register %d challenges (will retry): %s", len(batch), exc)
                 self._requeue(*batch)
         now = self._clock()
-        for endpoint_id, (_, fetched_at) in list(self._terms.items()):
+        for endpoint_id, (terms, fetched_at, etag) in list(self._terms.items()):
             if now - fetched_at >= self.refresh_seconds:
                 try:
                     yield from self.fetch_terms(endpoint_id)
                 except PlatformError as exc:
-                    logger.warning("could not refresh endpoint %s (keeping the old terms): %s", endpoint_id, exc)
+                    # Keep the old terms, and try again a refresh interval later; warn once a spell.
+                    self._terms[endpoint_id] = (terms, now, etag)
+                    if endpoint_id not in self._stale:
+                        self._stale.add(endpoint_id)
+                        logger.warning("could not refresh endpoint %s (keeping the old terms): %s", endpoint_id, exc)
+                else:
+                    if endpoint_id in self._stale:
+                        self._stale.discard(endpoint_id)
+                        logger.info("endpoint %s refreshed again", endpoint_id)
 
     def _issue(self, challenge: tuple[Any, ...]) -> None:
         with self._lock:
@@ -558,7 +677,7 @@ class PaymentGate:
     @property
     def has_background_work(self) -> bool:
         now = self._clock()
-        return bool(self._issued) or any(now - at >= self.refresh_seconds for _, at in self._terms.values())
+        return bool(self._issued) or any(now - at >= self.refresh_seconds for _, at, _ in self._terms.values())
 
     # -- failures -------------------------------------------------------------------------------
 
@@ -620,6 +739,10 @@ def _signed_in_settlement(payment: dict[str, Any], terms: EndpointTerms) -> Sett
     )
 
 
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def _json_text(value: str) -> str:
     """A JSON string literal (UTF-8 kept, as ``json.dumps(..., ensure_ascii=False)`` writes it)."""
     return encode_basestring(value)
@@ -644,6 +767,16 @@ def _pending(response: SettlementResponse) -> Answer:
     }
     headers = [(PAYMENT_RESPONSE, encode_header(response)), ("Retry-After", "1")]
     return _json_answer(402, body, headers, reasons.SETTLEMENT_PENDING)
+
+
+def _conflict(network: str, message: str) -> Answer:
+    """409 ``payment_identifier_conflict``: the payment's id came with another payment before.
+    Nothing was taken; the answer says so in ``PAYMENT-RESPONSE`` too."""
+    response = SettlementResponse(
+        success=False, error_reason=payment_identifier.CONFLICT, transaction="", network=network
+    )
+    body = {"error": {"type": "payment_error", "code": payment_identifier.CONFLICT, "message": message}}
+    return _json_answer(409, body, [(PAYMENT_RESPONSE, encode_header(response))], payment_identifier.CONFLICT)
 
 
 def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:

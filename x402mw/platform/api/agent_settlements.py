@@ -1,5 +1,10 @@
 """``POST /agent/settlements`` (the seller middleware's one call per paid request), the merchant's
-agent payments, and monthly usage with the planned fee (computed and shown, not billed)."""
+agent payments, and monthly usage with the planned fee (computed and shown, not billed).
+
+A paid MCP tool call makes two: ``hold: true`` verifies and claims the authorization before the tool
+runs (answered ``held`` with the payment's id); then the same body with ``capture: <that id>``
+settles it once the tool succeeded, or ``POST /agent/settlements/{id}/release`` gives it up when the
+tool failed (nothing taken; the same authorization may be used again)."""
 
 from __future__ import annotations
 
@@ -25,12 +30,13 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
+from x402mw.platform.services.payment_identifiers import IdentifierConflict
 from x402mw.platform.services.settlement_checks import EndpointTerms
 from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, failed, payment_of
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
-__all__ = ["MONTH", "routes", "unavailable_error"]
+__all__ = ["MONTH", "conflict_error", "routes", "unavailable_error"]
 
 MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])")
 """A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
@@ -45,6 +51,8 @@ class SettleBody(BaseModel):
     accepted: dict[str, Any]
     paymentPayload: dict[str, Any]
     waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
+    hold: bool = False
+    capture: Uuid | None = None
     # what the discovery catalogue lists of a discoverable endpoint's resource
     description: str | None = Field(default=None, max_length=1000)
     mimeType: str | None = Field(default=None, max_length=200)
@@ -56,6 +64,11 @@ def unavailable_error(outcome: SettleOutcome) -> ApiError:
     return ApiError(
         503, "chain_unavailable", f"{outcome.message}; nothing was taken, and the same payment may be sent again"
     )
+
+
+def conflict_error(conflict: IdentifierConflict) -> ApiError:
+    """409 for a payment-identifier already used with another payment: nothing was taken."""
+    return ApiError(409, conflict.reason, f"{conflict}; nothing was taken. Use a new id for a new payment")
 
 
 def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
@@ -80,6 +93,14 @@ async def settle(request: Request) -> ModelResponse:
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+    terms = EndpointTerms.of(endpoint)
+    if accepted.pay_to.lower() not in terms.payout_history:
+        # Perhaps a payout address set through another process since this one read the endpoint:
+        # sellers issue it within 2 s of the change, sooner than this copy of the row expires.
+        endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId, fresh=True)
+        if endpoint is None:
+            raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+        terms = EndpointTerms.of(endpoint)
     if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
         refused = failed(
             accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
@@ -102,24 +123,29 @@ async def settle(request: Request) -> ModelResponse:
             expiresAt=body.expiresAt,
         ),
     )
-    outcome = await platform.settlement.settle(
-        SettleRequest(
-            accepted=accepted,
-            payload=payload,
-            merchant_id=caller.merchant_id,
-            endpoint_id=endpoint.id,
-            challenge_id=body.challengeId,
-            resource=body.resource,
-            livemode=caller.livemode,
-            release_policy=endpoint.release_policy,
-            terms=EndpointTerms.of(endpoint),
-            challenge=challenge,
-            wait_seconds=body.waitSeconds,
-            # A retry of a challenge that expired gets the outcome of its payment, if it was made;
-            # no new payment is settled on it.
-            known_only=body.expiresAt <= platform.clock.time(),
+    try:
+        outcome = await platform.settlement.settle(
+            SettleRequest(
+                accepted=accepted,
+                payload=payload,
+                merchant_id=caller.merchant_id,
+                endpoint_id=endpoint.id,
+                challenge_id=body.challengeId,
+                resource=body.resource,
+                livemode=caller.livemode,
+                release_policy=endpoint.release_policy,
+                terms=terms,
+                challenge=challenge,
+                wait_seconds=body.waitSeconds,
+                # A retry of a challenge that expired gets the outcome of its payment, if it was made;
+                # no new payment is settled on it.
+                known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
+                hold=body.hold and body.capture is None,
+                capture=body.capture,
+            )
         )
-    )
+    except IdentifierConflict as conflict:
+        raise conflict_error(conflict) from None
     if outcome.status == "settled" and endpoint.discoverable:
         await platform.catalogue.record(
             endpoint,
@@ -131,6 +157,21 @@ async def settle(request: Request) -> ModelResponse:
             settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
         )
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
+
+
+async def release(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    payment_id = path_uuid(request, "payment_id", "agent payment")
+    left = await platform_of(request).settlement.release_hold(caller.merchant_id, payment_id)
+    if left is None:
+        raise ApiError.missing("agent payment", payment_id)
+    if left != "released":
+        raise ApiError(
+            409,
+            "payment_not_held",
+            f"agent payment {payment_id} is {left.status}, not held: it can no longer be released",
+        )
+    return ModelResponse(objects.SettlementRelease(payment_id=payment_id))
 
 
 async def list_payments(request: Request) -> ModelResponse:
@@ -192,6 +233,7 @@ async def usage(request: Request) -> ModelResponse:
 
 routes = [
     Route("/agent/settlements", settle, methods=["POST"]),
+    Route("/agent/settlements/{payment_id}/release", release, methods=["POST"]),
     Route("/agent/payments", list_payments, methods=["GET"]),
     Route("/agent/payments/{payment_id}", retrieve_payment, methods=["GET"]),
     Route("/agent/usage", usage, methods=["GET"]),

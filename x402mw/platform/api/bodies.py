@@ -16,7 +16,10 @@ from x402mw.platform.api.errors import ApiError
 from x402mw.protocol import bounded_json
 from x402mw.protocol.prices import json_number
 
-__all__ = ["MAX_BODY_BYTES", "PatchBody", "parse_body", "path_uuid", "read_json"]
+__all__ = ["MAX_BODY_BYTES", "PAYMENT_PREFIX", "PatchBody", "parse_body", "path_uuid", "read_json"]
+
+PAYMENT_PREFIX = "pi_"
+"""The prefix a payment intent's id may carry wherever the API takes it (its ``checkoutUrl`` shows it so)."""
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 1024 * 1024
@@ -149,13 +152,16 @@ class PatchBody(BaseModel):
         return answer
 
 
-def path_uuid(request: Request, name: str, what: str) -> str:
-    """The path parameter ``name``, a bare UUID in canonical form; 404 ``resource_missing`` otherwise."""
+def path_uuid(request: Request, name: str, what: str, *, prefix: str = "") -> str:
+    """The path parameter ``name``, a bare UUID in canonical form (or, with ``prefix``, also that
+    prefix and the UUID: ``pi_<uuid>`` as a payment intent's ``checkoutUrl`` shows it); 404
+    ``resource_missing`` otherwise."""
     raw: str = request.path_params[name]
+    bare = raw.removeprefix(prefix) if prefix else raw
     try:
-        canonical = str(uuid.UUID(raw))
+        canonical = str(uuid.UUID(bare))
     except ValueError:
         raise ApiError.missing(what, raw) from None
-    if canonical != raw.lower():
+    if canonical != bare.lower():
         raise ApiError.missing(what, raw)
     return canonical

@@ -76,4 +76,5 @@ class AuthorizationBody(BaseModel):
     network: str = Field(max_length=64)
     currency: Literal["USDC", "USDT", "EURC"]
     authorization: WalletAuthorization
-    signature: str = Field(pattern=r"^0x[0-9a-fA-F]{130}$")
+    # A key's 65 bytes, or a smart account's (EIP-1271; ERC-6492 for a wallet not deployed yet).
+    signature: str = Field(pattern=r"^0x(?:[0-9a-fA-F]{2}){65,4096}$")

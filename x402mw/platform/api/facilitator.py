@@ -16,16 +16,18 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform import metrics
-from x402mw.platform.api.agent_settlements import unavailable_error
+from x402mw.platform.api.agent_settlements import conflict_error, unavailable_error
 from x402mw.platform.api.auth import authenticate, presented_key
 from x402mw.platform.api.bodies import parse_body, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
+from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.db import tables
-from x402mw.platform.objects.agents import SupportedKind, SupportedKinds
+from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
 from x402mw.platform.services.merchants import Caller
-from x402mw.platform.services.settlement import Refusal, SettleRequest
+from x402mw.platform.services.settlement import IdentifierConflict, Refusal, SettleRequest
+from x402mw.platform.services.settlement_outcomes import unavailable
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, VerifyResponse
 from x402mw.protocol.seals import Sealer, sealed_terms
@@ -99,8 +101,10 @@ async def verify(request: Request) -> ModelResponse:
     try:
         if body.x402Version not in (1, 2):
             raise Refusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
-        verified = service.verify(body.paymentRequirements, body.paymentPayload)
+        verified = await service.verify(body.paymentRequirements, body.paymentPayload)
         await service.check_on_chain(verified, body.paymentRequirements.asset)
+    except ChainUnavailable:
+        raise unavailable_error(unavailable(body.paymentRequirements.network)) from None
     except Refusal as refusal:
         metrics.count_verification(network, refusal.reason)
         return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason, payer=payer))
@@ -113,17 +117,20 @@ async def settle(request: Request) -> ModelResponse:
     body = await _body(request)
     challenge_id = await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
-    outcome = await platform.settlement.settle(
-        SettleRequest(
-            accepted=body.paymentRequirements,
-            payload=body.paymentPayload,
-            merchant_id=caller.merchant_id,
-            challenge_id=challenge_id,
-            resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
-            livemode=caller.livemode,
-            wait_seconds=30.0,
+    try:
+        outcome = await platform.settlement.settle(
+            SettleRequest(
+                accepted=body.paymentRequirements,
+                payload=body.paymentPayload,
+                merchant_id=caller.merchant_id,
+                challenge_id=challenge_id,
+                resource=(body.paymentPayload.resource.url if body.paymentPayload.resource else ""),
+                livemode=caller.livemode,
+                wait_seconds=30.0,
+            )
         )
-    )
+    except IdentifierConflict as conflict:
+        raise conflict_error(conflict) from None
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
     return ModelResponse(outcome.response)
@@ -132,11 +139,28 @@ async def settle(request: Request) -> ModelResponse:
 async def supported(request: Request) -> ModelResponse:
     chains = list(platform_of(request).chains)
     kinds = [
-        SupportedKind(x402_version=version, scheme="exact", network=chain.network.caip2)
+        SupportedKind(
+            x402_version=version,
+            scheme="exact",
+            network=chain.network.caip2,
+            extra=SupportedKindExtra(
+                tokens=[
+                    SupportedToken(
+                        symbol=asset.symbol,
+                        address=asset.address,
+                        decimals=asset.decimals,
+                        name=asset.eip712_name,
+                        version=asset.eip712_version,
+                    )
+                    for asset in chain.network.assets.values()
+                    if asset.eip3009
+                ]
+            ),
+        )
         for chain in chains
         for version in (2,)
     ]
-    signers = sorted({chain.relayer.address for chain in chains})
+    signers = sorted({address for chain in chains for address in chain.relayer.addresses})
     return ModelResponse(SupportedKinds(kinds=kinds, extensions=[], signers={"eip155:*": signers}))
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "CHALLENGE_ID_PATTERN",
     "EMAIL_PATTERN",
     "MAX_MINOR",
+    "MCP_TOOL_PATTERN",
     "MINOR_PATTERN",
     "MINOR_SCHEMA",
     "NO_NUL",
@@ -40,12 +41,14 @@ __all__ = [
     "Email",
     "HttpUrl",
     "NonZeroAddress",
+    "ResourceUrl",
     "Uuid",
     "amount_schema",
     "checksum_address",
     "http_url",
     "is_uuid",
     "minor_units",
+    "resource_url",
 ]
 
 NO_NUL = r"^[^\x00]*$"
@@ -88,6 +91,38 @@ def http_url(value: str | None) -> str | None:
     if not host or (host.group(1).startswith("[") and not _ipv6(host.group(1)[1:-1])):
         raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
     return value
+
+
+MCP_TOOL_PATTERN = r"^mcp://tool/[A-Za-z0-9_.-]{1,128}$"
+"""The resource URL of an MCP tool sold per call (the x402 MCP transport's ``mcp://tool/<name>``;
+MCP tool names are 1 to 128 letters, digits, ``_``, ``-`` and ``.``)."""
+_MCP_TOOL = re.compile(MCP_TOOL_PATTERN)
+
+
+def resource_url(value: str | None) -> str | None:
+    """A pydantic field check: what an agent endpoint sells, an absolute http(s) URL (`http_url`) or
+    an MCP tool's ``mcp://tool/<name>``."""
+    if value is None or _MCP_TOOL.fullmatch(value):
+        return value
+    try:
+        return http_url(value)
+    except ValueError:
+        raise ValueError(
+            "must be an absolute http(s) URL of at most 2048 characters, or mcp://tool/<name> for an MCP tool"
+        ) from None
+
+
+ResourceUrl = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": f"^(?:{URL_PATTERN[1:-1]}|{MCP_TOOL_PATTERN[1:-1]})$",
+            "maxLength": MAX_URL,
+        }
+    ),
+]
+"""The type of an agent endpoint's ``resourceUrl`` (its validator is :func:`resource_url`)."""
 
 
 def _ipv6(text: str) -> bool:

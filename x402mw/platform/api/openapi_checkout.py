@@ -49,7 +49,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "`gasless_unavailable`)",
         "authorization": "the `TransferWithAuthorization` message the wallet signed: `attempts` (`method: "
         "wallet`) answers it in `authorization.message`, with `from` set to the wallet's account",
-        "signature": "the 65-byte signature `eth_signTypedData_v4` answered",
+        "signature": "what `eth_signTypedData_v4` answered: a key's 65 bytes, or a smart account's signature "
+        "(checked by the wallet with EIP-1271; ERC-6492-wrapped for a wallet not deployed yet)",
     },
     "WalletAuthorization": {
         "from": "the paying wallet (it needs the coin, no ETH)",

@@ -19,6 +19,7 @@ from x402mw.platform.objects.agents import (
     ChallengeBatchResult,
     DiscoveryList,
     DiscoverySearch,
+    SettlementRelease,
     SettlementResult,
     SignInResult,
     SupportedKinds,
@@ -71,7 +72,11 @@ _MISSING = "; any other value answers 404 `resource_missing`, as an unknown id d
 _PATH_PARAMS: dict[str, tuple[str, Schema]] = {
     "endpoint_id": ("id of an agent endpoint (a UUID)", UUID),
     "challenge_id": ("id of a challenge, as the seller middleware made it", CHALLENGE_ID_SCHEMA),
-    "payment_id": ("id of an agent payment or of a payment intent (a UUID)", UUID),
+    "payment_id": (
+        "id of an agent payment or of a payment intent (a UUID; a payment intent's also as `pi_<uuid>`, "
+        "as its `checkoutUrl` shows it)",
+        {"type": "string", "pattern": "^(pi_)?" + UUID_PATTERN.removeprefix("^")},
+    ),
     "webhook_endpoint_id": ("id of a webhook endpoint (a UUID)", UUID),
     "event_id": ("id of an event (a UUID)", UUID),
     "refund_id": ("id of a refund (a UUID)", UUID),
@@ -146,6 +151,28 @@ def operation(
     return method.lower(), path, operation
 
 
+def _conditional(entry: tuple[str, str, Schema]) -> tuple[str, str, Schema]:
+    """A read that answers an ``ETag`` and takes ``If-None-Match``: 304 while unchanged."""
+    method, path, operation = entry
+    etag = {"description": "the answer's entity tag, for `If-None-Match`", "schema": {"type": "string"}}
+    operation["parameters"] = [
+        *operation.get("parameters", []),
+        {
+            "name": "If-None-Match",
+            "in": "header",
+            "required": False,
+            "description": "an `ETag` of an earlier answer: 304 without a body while it is still the current one",
+            "schema": {"type": "string"},
+        },
+    ]
+    operation["responses"]["200"]["headers"]["ETag"] = etag
+    operation["responses"]["304"] = {
+        "description": "Not modified: the answer would be the one `If-None-Match` names",
+        "headers": {"Request-Id": {"$ref": "#/components/headers/Request-Id"}, "ETag": etag},
+    }
+    return method, path, operation
+
+
 def _not_ready(entry: tuple[str, str, Schema]) -> tuple[str, str, Schema]:
     """The readiness probe answers 503 with its own body, not the error envelope."""
     method, path, operation = entry
@@ -183,15 +210,18 @@ def operations() -> list[tuple[str, str, Schema]]:
             query=LIST_PARAMS,
             errors=(400, 404),
         ),
-        operation(
-            "GET",
-            "/v1/agent/endpoints/{endpoint_id}",
-            "retrieveAgentEndpoint",
-            endpoints,
-            "Retrieve an agent endpoint",
-            "",
-            AgentEndpointEnvelope,
-            errors=(404,),
+        _conditional(
+            operation(
+                "GET",
+                "/v1/agent/endpoints/{endpoint_id}",
+                "retrieveAgentEndpoint",
+                endpoints,
+                "Retrieve an agent endpoint",
+                "The answer carries an `ETag`; sent back in `If-None-Match`, it is answered `304` without "
+                "a body while the endpoint is unchanged (the seller middleware revalidates its terms so).",
+                AgentEndpointEnvelope,
+                errors=(404,),
+            )
         ),
         operation(
             "PATCH",
@@ -247,10 +277,25 @@ def operations() -> list[tuple[str, str, Schema]]:
             "Called by the seller middleware once per paid request. Verifies the payment, settles it "
             "on-chain with the relayer paying the gas, and answers a signed receipt. A refused "
             "payment is a 200 with `status: failed` and the reason in `settlement.errorReason`; "
-            "the same signed payload sent again answers the original outcome.",
+            "the same signed payload sent again answers the original outcome. A payload carrying the "
+            "x402 `payment-identifier` extension is settled once per id: the same id and payload answer "
+            "the stored settlement (checked before the payment is verified); the same id with another "
+            "payload is a 409 `payment_identifier_conflict`, and nothing is taken.",
             SettlementResult,
             body="SettleBody",
-            errors=(404,),
+            errors=(404, 409),
+        ),
+        operation(
+            "POST",
+            "/v1/agent/settlements/{payment_id}/release",
+            "releaseAgentPayment",
+            payments,
+            "Release a held payment",
+            "Called by the seller's MCP adapter when a paid tool failed: the payment held with "
+            "`hold: true` is given up, nothing is taken, and its authorization may be used again. "
+            "409 once the payment is being settled or settled.",
+            SettlementRelease,
+            errors=(404, 409),
         ),
         operation(
             "GET",
@@ -312,10 +357,11 @@ def operations() -> list[tuple[str, str, Schema]]:
             "settlement still pending after 30 s answers `success: false`, `errorReason: "
             "settlement_pending` with the transaction; the same request later answers the final result. "
             "Requirements carrying another merchant's x402mw challenge (`extra.challengeId`) are a 404, and "
-            "nothing is settled.",
+            "nothing is settled. A `payment-identifier` id already used with another payload is a 409 "
+            "`payment_identifier_conflict`; with the same payload it answers the stored settlement.",
             SettlementResponse,
             body="FacilitatorBody",
-            errors=(404,),
+            errors=(404, 409),
         ),
         operation(
             "POST",

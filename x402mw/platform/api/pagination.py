@@ -30,12 +30,15 @@ def page_params(request: Request) -> tuple[int, str | None, str | None]:
     return int(raw), query_id(request, "starting_after"), query_id(request, "ending_before")
 
 
-def query_id(request: Request, name: str) -> str | None:
-    """The query parameter ``name``, an id (a UUID, read in lower case), or None when it is absent;
-    400 ``parameter_invalid`` when it is not a UUID."""
+def query_id(request: Request, name: str, *, prefix: str = "") -> str | None:
+    """The query parameter ``name``, an id (a UUID, read in lower case; after ``prefix``, if one is
+    given and the value has it), or None when it is absent; 400 ``parameter_invalid`` when it is not
+    a UUID."""
     value = request.query_params.get(name)
     if value is None:
         return None
+    if prefix:
+        value = value.removeprefix(prefix)
     if not is_uuid(value):
         raise ApiError(400, "parameter_invalid", f"{name} must be an id (a UUID)", param=name)
     return value.lower()

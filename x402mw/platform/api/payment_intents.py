@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
+from x402mw.platform.api.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import NO_NUL, Email, HttpUrl, http_url
 from x402mw.platform.api.idempotency import key_slot
@@ -248,7 +248,7 @@ def _answer(order: PaymentIntent, status_code: int = 200) -> ModelResponse:
 
 
 def _payment_id(request: Request) -> str:
-    return path_uuid(request, "payment_id", "payment intent")
+    return path_uuid(request, "payment_id", "payment intent", prefix=PAYMENT_PREFIX)
 
 
 async def retrieve(request: Request) -> ModelResponse:

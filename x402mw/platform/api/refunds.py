@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
+from x402mw.platform.api.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.pagination import list_page, query_id
 from x402mw.platform.api.responses import ModelResponse
@@ -28,7 +28,7 @@ class RefundCreate(BaseModel):
 
 async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    payment_id = path_uuid(request, "payment_id", "payment intent")
+    payment_id = path_uuid(request, "payment_id", "payment intent", prefix=PAYMENT_PREFIX)
     body = parse_body(RefundCreate, await read_json(request, allow_empty=True) or {})
     refund = await platform_of(request).refunds.create(caller.merchant_id, caller.livemode, payment_id, body.reason)
     return ModelResponse(RefundEnvelope(refund=refund), status_code=201)
@@ -50,7 +50,7 @@ async def list_refunds(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.refunds
     filters = caller.owns(table)
-    payment_id = query_id(request, "paymentId")
+    payment_id = query_id(request, "paymentId", prefix=PAYMENT_PREFIX)
     if payment_id is not None:
         filters.append(table.c.payment_intent_id == payment_id)
     async with platform_of(request).engine.connect() as conn:

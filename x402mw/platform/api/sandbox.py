@@ -20,7 +20,7 @@ from starlette.routing import Route
 from x402mw.errors import PriceError
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
+from x402mw.platform.api.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import NonZeroAddress, amount_schema
 from x402mw.platform.api.responses import ModelResponse
@@ -140,7 +140,7 @@ async def simulate_payment(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     if caller.livemode:
         raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
-    payment_id = path_uuid(request, "payment_id", "payment intent")
+    payment_id = path_uuid(request, "payment_id", "payment intent", prefix=PAYMENT_PREFIX)
     body = parse_body(SimulatePaymentBody, await read_json(request, allow_empty=True) or {})
     platform = platform_of(request)
     chain = _test_chain(request, body.network)

@@ -38,6 +38,7 @@ __all__ = [
     "permit_nonce",
     "read_domain",
     "transfer_calldata",
+    "transfer_calldata_bytes",
 ]
 
 
@@ -74,6 +75,12 @@ def transfer_calldata(auth: TransferAuthorization, signature: bytes) -> bytes:
     return _TRANSFER_VRS + _arguments(auth, signature)
 
 
+def transfer_calldata_bytes(auth: TransferAuthorization, signature: bytes) -> bytes:
+    """Calldata for ``transferWithAuthorization(..., bytes signature)`` of ``auth`` (see
+    :func:`encode_transfer_with_authorization_bytes`)."""
+    return _TRANSFER_BYTES + auth.words + _bytes_tail(bytes(signature))
+
+
 def encode_transfer_with_authorization(
     *, from_: str, to: str, value: int, valid_after: int, valid_before: int, nonce: bytes, signature: bytes
 ) -> bytes:
@@ -87,8 +94,7 @@ def encode_transfer_with_authorization_bytes(
     """Calldata for ``transferWithAuthorization(..., bytes signature)``, the overload a contract wallet
     pays with: the token hands ``signature`` (of any length) to the payer's EIP-1271
     ``isValidSignature`` when the payer has code, and recovers it as ``r || s || v`` otherwise."""
-    auth = _authorization(from_, to, value, valid_after, valid_before, nonce)
-    return _TRANSFER_BYTES + auth.words + _bytes_tail(bytes(signature))
+    return transfer_calldata_bytes(_authorization(from_, to, value, valid_after, valid_before, nonce), signature)
 
 
 def _bytes_tail(data: bytes) -> bytes:

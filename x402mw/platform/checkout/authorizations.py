@@ -2,18 +2,20 @@
 
 The body carries what the buyer's wallet signed with ``eth_signTypedData_v4``: the
 ``TransferWithAuthorization`` message that ``attempts`` (``method: "wallet"``) answers in its
-``authorization`` field, with ``from`` set to the wallet's account, and the 65-byte signature::
+``authorization`` field, with ``from`` set to the wallet's account, and the signature (a key's 65
+bytes, or a smart account's: EIP-1271, or ERC-6492 for a wallet not deployed yet)::
 
     {"network": "eip155:8453", "currency": "USDC",
      "authorization": {"from", "to", "value", "validAfter", "validBefore", "nonce"},
      "signature": "0x…"}
 
-The platform checks it like an agent payment (the signature recovers ``from``; ``to`` is the order's
-deposit address; ``value`` the amount due; the coin and network are ones the order offers; the
-validity window), relays it (`x402mw.platform.checkout.relay`: the relayer pays the gas, the buyer
-holds only the coin), looks for the transfer at once and answers the order's public form: status
-``processing`` or ``succeeded`` once the transfer is in a block. Each refusal is a 4xx naming its
-``param``; nothing is sent for it. While the chain cannot be reached: 503 with ``Retry-After``.
+The platform checks it like an agent payment (the signature recovers ``from``, or ``from``'s wallet
+accepts it; ``to`` is the order's deposit address; ``value`` the amount due; the coin and network
+are ones the order offers; the validity window), relays it (`x402mw.platform.checkout.relay`: the
+relayer pays the gas, the buyer holds only the coin), looks for the transfer at once and answers the
+order's public form: status ``processing`` or ``succeeded`` once the transfer is in a block. Each
+refusal is a 4xx naming its ``param``; nothing is sent for it. While the chain cannot be reached:
+503 with ``Retry-After``.
 """
 
 from __future__ import annotations

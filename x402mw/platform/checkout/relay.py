@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.checkout.orders import PaymentOption, amount_due, awaiting_payment, find_order
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
@@ -149,9 +150,16 @@ async def relay_authorization(
         )
     else:
         try:  # everything that can be checked without side effects, before the order is claimed
-            platform.settlement.verify(accepted, payload)
+            await platform.settlement.verify(accepted, payload)
         except Refusal as refusal:
             raise RelayRefused.of(refusal) from None
+        except ChainUnavailable:
+            raise RelayRefused(
+                503,
+                "chain_unavailable",
+                "the chain cannot be reached; nothing was taken: retry shortly",
+                reason=reasons.CHAIN_UNAVAILABLE,
+            ) from None
     claimed = await _claim(platform, order, digest, now)
     if not claimed:
         current = await _reload(platform.engine, order["id"])

@@ -41,6 +41,7 @@ __all__ = [
     "IncomingTransfer",
     "LedgerEntry",
     "Merchant",
+    "PaymentIdentifier",
     "PaymentIntent",
     "PaymentLink",
     "Refund",
@@ -81,6 +82,8 @@ class ApiKey(SQLModel, table=True):
     livemode: bool = False
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     revoked_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    # when a request last authenticated with the key, to the minute (KEY_USE_PRECISION)
+    last_used_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
 
 
 class AgentEndpoint(SQLModel, table=True):
@@ -143,7 +146,7 @@ class AgentPayment(SQLModel, table=True):
     payload_hash: str = Field(max_length=64)
     resource: str = Field(default="", max_length=2048)
     release_policy: str = Field(default="included", max_length=16)
-    status: str = Field(max_length=16)  # claimed -> submitted -> settled | failed
+    status: str = Field(max_length=16)  # (held ->) claimed -> submitted -> settled | failed
     transaction: str | None = Field(default=None, max_length=66)
     block_number: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     error_reason: str | None = Field(default=None, max_length=120)
@@ -154,7 +157,8 @@ class AgentPayment(SQLModel, table=True):
     settled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
     # The signed authorization, kept so that any process can send it again should its transaction
     # vanish (with from = payer, to = pay_to, value = amount_minor and the nonce above).
-    signature: str | None = Field(default=None, max_length=132)
+    # A key's 65 bytes, or a smart account's signature (EIP-1271; ERC-6492 with its factory call).
+    signature: str | None = Field(default=None, max_length=8194)
     valid_after: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     valid_before: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     locked_until: datetime | None = Field(  # a process finishing a payment it took over holds it until then
@@ -208,6 +212,24 @@ class IdempotencyKey(SQLModel, table=True):
         UniqueConstraint("merchant_id", "livemode", "key", name="uq_idempotency_keys_scope"),
         Index("ix_idempotency_keys_created", "created_at"),
     )
+
+
+class PaymentIdentifier(SQLModel, table=True):
+    """An x402 ``payment-identifier`` a paying client sent, bound to the payment it came with, and
+    the settlement's answer once there is one (the same id and payload gets it again, whatever
+    became of the authorization since)."""
+
+    __tablename__ = "payment_identifiers"
+    scope: str = Field(primary_key=True, max_length=48)  # the merchant (and mode) the id belongs to
+    identifier: str = Field(primary_key=True, max_length=128)
+    fingerprint: str = Field(max_length=64)  # SHA-256 of the payment payload, its terms and its route
+    status: str = Field(max_length=16)  # in_flight -> answered (an answer that is not final deletes the row)
+    answer: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # In flight: until when its first request is believed to be settling it.
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+    __table_args__ = (Index("ix_payment_identifiers_created", "created_at"),)
 
 
 class PaymentIntent(SQLModel, table=True):
@@ -650,3 +672,37 @@ class SubscriptionEmail(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
     __table_args__ = (Index("ix_subscription_emails_due", "status", "next_attempt_at"),)
+
+
+class RelayerPool(SQLModel, table=True):
+    """How many relayer accounts a chain's pool has: written by `x402mw platform relayer-pool` (or at
+    start-up by ``X402MW_RELAYER_POOL_SIZE``) and read by every process at each lease round, so that
+    it changes without a restart."""
+
+    __tablename__ = "relayer_pools"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    size: int
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class RelayerAccount(SQLModel, table=True):
+    """A relayer account of a chain's pool (``slot`` numbers it) and its lease: the process
+    ``holder`` sends from it until ``locked_until`` and renews that while it lives; no other process
+    sends from it meanwhile, so no two share its nonces."""
+
+    __tablename__ = "relayer_accounts"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    slot: int = Field(primary_key=True, ge=0)
+    address: str = Field(max_length=42)
+    holder: str | None = Field(default=None, max_length=100)
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+
+class RelayerHolder(SQLModel, table=True):
+    """A process taking part in a chain's relayer pool, seen until ``seen_until``: the live ones
+    share the pool's accounts evenly."""
+
+    __tablename__ = "relayer_holders"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    holder: str = Field(primary_key=True, max_length=100)
+    seen_until: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))

@@ -22,9 +22,13 @@ __all__ = [
     "incoming_transfers",
     "ledger_entries",
     "merchants",
+    "payment_identifiers",
     "payment_intents",
     "payment_links",
     "refunds",
+    "relayer_accounts",
+    "relayer_holders",
+    "relayer_pools",
     "sign_in_nonces",
     "subscription_emails",
     "subscription_invoices",
@@ -44,6 +48,7 @@ agent_payments = _tables["agent_payments"]
 events = _tables["events"]
 idempotency_keys = _tables["idempotency_keys"]
 payment_intents = _tables["payment_intents"]
+payment_identifiers = _tables["payment_identifiers"]
 webhook_endpoints = _tables["webhook_endpoints"]
 webhook_deliveries = _tables["webhook_deliveries"]
 deposit_addresses = _tables["deposit_addresses"]
@@ -60,5 +65,8 @@ subscription_invoices = _tables["subscription_invoices"]
 subscription_emails = _tables["subscription_emails"]
 test_clocks = _tables["test_clocks"]
 form_token_uses = _tables["form_token_uses"]
+relayer_pools = _tables["relayer_pools"]
+relayer_accounts = _tables["relayer_accounts"]
+relayer_holders = _tables["relayer_holders"]
 discovery_resources = _tables["discovery_resources"]
 sign_in_nonces = _tables["sign_in_nonces"]

@@ -33,9 +33,12 @@ __all__ = [
     "AgentUsageEnvelope",
     "ChallengeBatchResult",
     "Receipt",
+    "SettlementRelease",
     "SettlementResult",
     "SupportedKind",
+    "SupportedKindExtra",
     "SupportedKinds",
+    "SupportedToken",
 ]
 
 
@@ -86,7 +89,7 @@ class AgentPayment(ResponseModel):
 
     id: str
     object: Literal["agent_payment"] = "agent_payment"
-    status: Literal["claimed", "submitted", "settled", "failed"]
+    status: Literal["held", "claimed", "submitted", "settled", "failed"]
     challenge_id: str | None
     endpoint_id: str | None
     network: str
@@ -171,11 +174,20 @@ WireSettlement = Annotated[SettlementResponse, PlainSerializer(lambda response: 
 class SettlementResult(ResponseModel):
     """The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`."""
 
-    status: Literal["settled", "pending", "failed"]
+    status: Literal["settled", "pending", "failed", "held"]
     settlement: WireSettlement
     message: str | None = omitted_if_none()
     payment_id: str | None = omitted_if_none()
     accepted: AcceptedTerms | None = omitted_if_none()
+
+
+class SettlementRelease(ResponseModel):
+    """A held payment given up (its tool failed): nothing was taken, and its authorization may be
+    used again."""
+
+    object: Literal["settlement_release"] = "settlement_release"
+    payment_id: str
+    status: Literal["released"] = "released"
 
 
 class ChallengeBatchResult(ResponseModel):
@@ -185,12 +197,29 @@ class ChallengeBatchResult(ResponseModel):
     received: int
 
 
+class SupportedToken(ResponseModel):
+    """A token the facilitator settles on a network: what a seller puts in its ``accepts`` entry
+    (``asset``, and ``extra.name`` and ``extra.version``, the token's EIP-712 domain)."""
+
+    symbol: str
+    address: EvmAddress
+    decimals: int
+    name: str
+    version: str
+
+
+class SupportedKindExtra(ResponseModel):
+    tokens: list[SupportedToken]
+
+
 class SupportedKind(ResponseModel):
-    """A payment kind the facilitator settles."""
+    """A payment kind the facilitator settles; ``extra.tokens`` names the network's tokens, for
+    sellers on a network their SDK does not know (the dev chain, a local node)."""
 
     x402_version: int
     scheme: str
     network: str
+    extra: SupportedKindExtra
 
 
 class SupportedKinds(ResponseModel):

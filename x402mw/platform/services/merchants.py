@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import ApiKey, Merchant, utcnow
-from x402mw.platform.services.cache import TTLCache
 
-__all__ = ["Caller", "KeyRing", "create_api_key", "create_merchant", "hash_key", "lookup_key", "revoke_api_key"]
+__all__ = [
+    "KEY_USE_PRECISION",
+    "Caller",
+    "KeyRing",
+    "create_api_key",
+    "create_merchant",
+    "find_merchant",
+    "hash_key",
+    "list_api_keys",
+    "list_merchants",
+    "lookup_key",
+    "rename_merchant",
+    "revoke_api_key",
+]
+
+KEY_USE_PRECISION = timedelta(minutes=1)
+"""How precisely a key's ``last_used_at`` is kept: it is written when a lookup finds it older than
+this, so a busy key costs one write a minute, not one a request."""
 
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
@@ -69,37 +88,107 @@ async def revoke_api_key(engine: AsyncEngine, key_id: str) -> bool:
         return bool(result.rowcount)
 
 
+_keys = tables.api_keys
+# Built once: this read is on every API request's path, and a statement kept keeps its cache key.
+_BY_HASH = select(
+    _keys.c.id, _keys.c.merchant_id, _keys.c.livemode, _keys.c.key_hash, _keys.c.revoked_at, _keys.c.last_used_at
+).where(_keys.c.key_hash == bindparam("key_hash"))
+
+
 async def lookup_key(engine: AsyncEngine, key: str) -> Caller | None:
-    """The caller for a presented key, or None when it is unknown or revoked."""
+    """The caller for a presented key, or None when it is unknown or revoked. A key found has its
+    ``last_used_at`` brought up to date (to `KEY_USE_PRECISION`)."""
     if not key.startswith(("sk_test_", "sk_live_")) or len(key) > 100:
         return None
     wanted = hash_key(key)
-    keys = tables.api_keys
     async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(keys.c.id, keys.c.merchant_id, keys.c.livemode, keys.c.key_hash, keys.c.revoked_at).where(
-                    keys.c.key_hash == wanted
-                )
-            )
-        ).first()
+        row = (await conn.execute(_BY_HASH, {"key_hash": wanted})).first()
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, wanted):
         return None
+    now = utcnow()
+    if row.last_used_at is None or _aware(row.last_used_at) < now - KEY_USE_PRECISION:
+        # advisory: a write that fails (a busy SQLite file) must not refuse the caller, whose key is good
+        with contextlib.suppress(SQLAlchemyError):
+            async with engine.begin() as conn:
+                await conn.execute(update(_keys).where(_keys.c.id == row.id).values(last_used_at=now))
     return Caller(merchant_id=row.merchant_id, livemode=bool(row.livemode), key_id=row.id)
 
 
-class KeyRing:
-    """Key lookups for the API, cached for ``ttl`` seconds. Revoking through the ring takes effect at
-    once in this process; a revocation made elsewhere (another process, the CLI) within ``ttl``."""
+def _aware(value: datetime) -> datetime:
+    """An instant from the database in UTC (SQLite gives them back without their zone)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
-    def __init__(self, engine: AsyncEngine, *, ttl: float = 2.0) -> None:
+
+async def list_merchants(engine: AsyncEngine) -> list[dict[str, object]]:
+    """Every merchant, oldest first, with how many keys it has and how many of them are active."""
+    merchants, keys = tables.merchants, tables.api_keys
+    active = func.count(keys.c.id).filter(keys.c.revoked_at.is_(None))
+    query = (
+        select(merchants.c.id, merchants.c.name, merchants.c.created_at, func.count(keys.c.id), active)
+        .select_from(merchants.outerjoin(keys, keys.c.merchant_id == merchants.c.id))
+        .group_by(merchants.c.id, merchants.c.name, merchants.c.created_at)
+        .order_by(merchants.c.created_at, merchants.c.id)
+    )
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        {"id": row[0], "name": row[1], "createdAt": _aware(row[2]), "keys": row[3], "activeKeys": row[4]}
+        for row in rows
+    ]
+
+
+async def find_merchant(engine: AsyncEngine, merchant_id: str) -> dict[str, object] | None:
+    """One merchant as `list_merchants` gives it, or None."""
+    found = [m for m in await list_merchants(engine) if m["id"] == merchant_id]
+    return found[0] if found else None
+
+
+async def rename_merchant(engine: AsyncEngine, merchant_id: str, name: str) -> bool:
+    """Give the merchant ``name``; False when there is no such merchant."""
+    async with engine.begin() as conn:
+        result = await conn.execute(
+            update(tables.merchants).where(tables.merchants.c.id == merchant_id).values(name=name)
+        )
+        return bool(result.rowcount)
+
+
+async def list_api_keys(engine: AsyncEngine, merchant_id: str) -> list[dict[str, object]]:
+    """The merchant's keys, oldest first: id, prefix, mode, created, last used, revoked (never the
+    key, which is not stored). LookupError when there is no such merchant."""
+    keys = tables.api_keys
+    async with engine.connect() as conn:
+        if (
+            await conn.execute(select(tables.merchants.c.id).where(tables.merchants.c.id == merchant_id))
+        ).first() is None:
+            raise LookupError(f"no merchant {merchant_id}")
+        rows = (
+            await conn.execute(
+                select(keys).where(keys.c.merchant_id == merchant_id).order_by(keys.c.created_at, keys.c.id)
+            )
+        ).mappings()
+        return [
+            {
+                "id": row["id"],
+                "prefix": row["prefix"],
+                "mode": "live" if row["livemode"] else "test",
+                "createdAt": _aware(row["created_at"]),
+                "lastUsedAt": row["last_used_at"] and _aware(row["last_used_at"]),
+                "revokedAt": row["revoked_at"] and _aware(row["revoked_at"]),
+            }
+            for row in rows
+        ]
+
+
+class KeyRing:
+    """Key lookups for the API. Every lookup reads the key's row (one indexed read, about the cost of
+    reading a shared version counter that a cache would have to check anyway: `bench.bench_keys`),
+    so a revocation takes effect in every process, and for the CLI's too, as soon as it returns."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._cache: TTLCache[str, Caller | None] = TTLCache(ttl)
 
     async def lookup(self, key: str) -> Caller | None:
-        return await self._cache.get(hash_key(key), lambda: lookup_key(self.engine, key))
+        return await lookup_key(self.engine, key)
 
     async def revoke(self, key_id: str) -> bool:
-        done = await revoke_api_key(self.engine, key_id)
-        self._cache.invalidate()
-        return done
+        return await revoke_api_key(self.engine, key_id)

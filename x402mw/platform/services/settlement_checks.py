@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer
+from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer, transfer_digest
 from x402mw.platform.chain.relayer import RevertError, simulated
 from x402mw.platform.clock import Clock
 from x402mw.platform.services.chains import ChainHandle, Chains
@@ -26,11 +26,15 @@ __all__ = [
     "EndpointTerms",
     "Refusal",
     "Verified",
+    "WalletDeployment",
     "payload_hash",
     "revert_reason",
     "simulation_outcome",
     "verify_payment",
 ]
+
+MAX_SIGNATURE_BYTES = 4096
+"""The longest signature checked (a smart account's, with an ERC-6492 factory call, fits many times)."""
 
 MIN_VALIDITY_SECONDS = 6
 """An authorization must stay valid at least this long after it arrives: time to relay and include it."""
@@ -46,15 +50,33 @@ class Refusal(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class WalletDeployment:
+    """The factory call of an ERC-6492 signature: what deploys the smart account at ``from``."""
+
+    factory: str
+    calldata: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Verified:
     """A payment that passed the off-chain checks: its chain, its authorization and signature, the
-    payer who signed it, and a hash of what was signed (two sends of one payload share it)."""
+    payer who signed it, and a hash of what was signed (two sends of one payload share it).
+
+    ``smart`` marks a signature that does not recover to ``from``: only a smart account's wallet can
+    accept it, which `x402mw.platform.services.smart_accounts.verify_contract_signer` asks on-chain
+    (``digest`` is what was signed). That check fills ``token_signature`` (what the token's
+    ``bytes signature`` overload gets: the ERC-6492 wrapper taken off) and ``deployment`` (the
+    factory call, for a wallet not deployed yet), and sets ``payer`` to the wallet."""
 
     chain: ChainHandle
     auth: TransferAuthorization
     signature: bytes
     payer: str
     payload_hash: str
+    smart: bool = False
+    digest: bytes | None = None
+    token_signature: bytes | None = None
+    deployment: WalletDeployment | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +148,19 @@ def verify_payment(
             valid_before=wire.valid_before,
             nonce=bytes.fromhex(wire.nonce[2:]),
         )
-        signer = recover_transfer_signer(domain, auth, signature)
-    except (ValueError, InvalidSignatureError):
+    except ValueError:
         raise Refusal(reasons.INVALID_SIGNATURE, "the signature is malformed") from None
+    try:
+        signer = recover_transfer_signer(domain, auth, signature)
+    except InvalidSignatureError:
+        signer = ""  # not a key's: perhaps a smart account's
     if signer.lower() != wire.from_address.lower():
-        raise Refusal(reasons.INVALID_SIGNATURE, "the signature is not by the authorization's 'from'")
+        if not signature or len(signature) > MAX_SIGNATURE_BYTES:
+            raise Refusal(reasons.INVALID_SIGNATURE, "the signature is malformed")
+        # Not by a key: a smart account's signature, or nobody's; the chain tells (the caller's next step).
+        hashed = payload_hash(signature, wire, accepted.asset)
+        digest = transfer_digest(domain, auth)
+        return Verified(chain, auth, signature, auth.from_address, hashed, smart=True, digest=digest)
     return Verified(chain, auth, signature, signer, payload_hash(signature, wire, accepted.asset))
 
 

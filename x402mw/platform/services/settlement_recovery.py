@@ -9,7 +9,8 @@ the signed authorization the claim keeps, once the payment is old enough that it
 would have sent it (`TAKEOVER_AFTER`, and under a lease so that one process at a time does). A
 transfer sent twice moves the money once: the token accepts an authorization once.
 
-The worker runs `SettlementRecovery.finish_left` for payments older than that.
+The worker runs `SettlementRecovery.finish_left` for payments older than that, and drops held
+payments (paid MCP tools) whose authorization expired without being settled or released.
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ from sqlalchemy import select
 
 from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.platform.chain.relayer import ChainUnavailable
-from x402mw.platform.chain.token import authorization_state, find_authorization_use, transfer_calldata
+from x402mw.platform.chain.token import authorization_state, find_authorization_use
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.settlement_checks import Refusal
 from x402mw.platform.services.settlement_outcomes import Payment, SettleOutcome, outcome_for
 from x402mw.platform.services.settlement_release import Releases
 from x402mw.platform.services.settlement_writes import SettlementWrites
+from x402mw.platform.services.smart_accounts import CodeCache, prepare_payer, recorded_calldata
 from x402mw.protocol import reasons
 
 __all__ = ["TAKEOVER_AFTER", "SettlementRecovery"]
@@ -59,9 +62,11 @@ class SettlementRecovery:
         writes: SettlementWrites,
         releases: Releases,
         finishing: Callable[[Payment], bool],
+        codes: CodeCache | None = None,
         *,
         takeover_after: timedelta = TAKEOVER_AFTER,
     ) -> None:
+        self.codes = codes or CodeCache()
         self.chains = chains
         self.clock = clock
         self.writes = writes
@@ -92,7 +97,11 @@ class SettlementRecovery:
 
     async def finish_left(self) -> int:
         """One look at every payment still unfinished `takeover_after` after its claim that this
-        process is not settling; how many became final."""
+        process is not settling; how many became final. Held payments (paid MCP tools) whose
+        authorization expired are dropped: their seller never settled nor released them."""
+        dropped = await self.writes.drop_expired_holds(int(self.clock.time()))
+        if dropped:
+            logger.warning("dropped %d held payments whose authorization expired unsettled", dropped)
         finished = 0
         for row in await self._left():
             try:
@@ -138,11 +147,18 @@ class SettlementRecovery:
         if not await self.writes.take_over(row.id, now, now + self.takeover_after):
             return None  # another process is sending it again
         auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
-        calldata = transfer_calldata(auth, bytes.fromhex(row.signature[2:]))
+        transfer = recorded_calldata(chain.domain(row.asset), auth, bytes.fromhex(row.signature[2:]))
+        if transfer.deployment is not None:  # a smart account whose deployment its own process may not have sent
+            try:
+                await prepare_payer(chain, row.asset, auth, transfer.deployment, self.codes)
+            except Refusal as refusal:
+                await self.writes.failed(row.id, refusal.reason)
+                row.status, row.error_reason = "failed", refusal.reason
+                return outcome_for(row)
         logger.warning(
             "settlement %s: its authorization is still unused %s after its claim; sending it again", row.id, age
         )
-        tx = await chain.relayer.send(row.asset, calldata, valid_until=row.valid_before)
+        tx = await chain.relayer.send(row.asset, transfer.calldata, gas=transfer.gas, valid_until=row.valid_before)
         row.transaction, row.status = tx, "submitted"
         await self.writes.submitted(row.id, tx)
         return None

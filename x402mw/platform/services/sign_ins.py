@@ -3,33 +3,60 @@ process, through the database), and that the signer paid for the endpoint within
 
 The seller's middleware has already checked the message's domain, URI, chain and times against its
 own configured origin; this is what only the platform can tell. Signatures of keys (EIP-191) are
-recovered here; a smart account's (EIP-1271, or EIP-6492 before deployment) go to
-``SignInService.smart_account_verifier`` when one is set, and are refused otherwise.
+recovered here; a smart account's (EIP-1271, or ERC-6492 before deployment) go to
+``SignInService.smart_account_verifier``: the platform sets `chain_verifier`, the same deployless
+ERC-6492 validator ``eth_call`` that checks smart-account payments.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import httpx
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.eip712 import recover_digest_signer
 from x402mw.evm.receipts import personal_message_digest
+from x402mw.platform.chain.contracts import erc6492_is_valid
+from x402mw.platform.chain.relayer import ChainUnavailable
+from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 
-__all__ = ["SignInOutcome", "SignInService", "SmartAccountVerifier"]
+__all__ = ["SignInOutcome", "SignInService", "SmartAccountVerifier", "chain_verifier"]
 
 SmartAccountVerifier = Callable[[int, str, bytes, bytes], Awaitable[bool]]
 """``(chain id, address, EIP-191 digest, signature) -> valid``: EIP-1271 / ERC-6492 verification."""
 
+if TYPE_CHECKING:
+    from x402mw.platform.services.chains import Chains
+
+logger = logging.getLogger("x402mw.platform.sign_ins")
 _PRUNE_BATCH = 500
+
+
+def chain_verifier(chains: Chains) -> SmartAccountVerifier:
+    """EIP-1271 / ERC-6492 verification on the endpoint's chain, in one ``eth_call`` that deploys
+    nothing; a chain that cannot be asked refuses."""
+
+    async def verify(chain_id: int, address: str, digest: bytes, signature: bytes) -> bool:
+        chain = chains.get(chain_id)
+        if chain is None:
+            return False
+        try:
+            return await erc6492_is_valid(chain.rpc, address, digest, signature)
+        except (RpcError, ChainUnavailable, httpx.HTTPError, ValueError):
+            logger.warning("a smart account's sign-in could not be checked on chain %d", chain_id, exc_info=True)
+            return False
+
+    return verify
 
 
 @dataclass(frozen=True, slots=True)

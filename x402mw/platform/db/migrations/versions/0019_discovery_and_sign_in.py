@@ -1,7 +1,7 @@
 """discovery and sign-in-with-x: endpoints' discoverable flag, the discovery catalogue, used sign-in nonces
 
 Revision ID: 0019
-Revises: 0011
+Revises: 0015
 Create Date: 2026-11-26 02:40:00.000000
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 
 revision = '0019'
-down_revision = '0011'
+down_revision = '0015'
 branch_labels = None
 depends_on = None
 

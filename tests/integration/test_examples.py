@@ -1,0 +1,264 @@
+"""The examples, run for real. First in-process against the platform fixtures (on SQLite and on
+PostgreSQL): the merchant quickstart (an order created through the typed client, paid in the sandbox,
+reported by verified webhooks and refunded, with the balance back where it was), the same over plain
+HTTP, payment links, an agent paying an order. Then each example as its docstring says to run it, a
+subprocess started from the repository root and from another folder (by the file's path), against a
+real ``x402mw platform serve`` and, for the scripts that have one, against their embedded platform:
+the sellers answer a paid request made by ``examples/agent.py``, which names the coin by its symbol."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import httpx
+import pytest
+
+from tests.harness import PlatformHarness, Serve, serving
+from x402mw.evm.keys import address_of, new_private_key
+from x402mw.platform.chain.devchain import DEV_CHAIN_ID
+from x402mw.platform.server import free_port
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def _example(name: str = "merchant_quickstart") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_quickstart_story(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("Quickstart shop")
+    said: list[str] = []
+    story = _example().run(dev_platform.url, key, say=said.append)
+    paid, refund = story["paid"], story["refund"]
+    assert paid.status == "succeeded" and paid.tx_hash and paid.paid_at is not None
+    assert refund.status == "completed" and refund.tx_hash and refund.destination == paid.payer
+    assert story["events"] == {"payment_intent.succeeded", "refund.completed"}
+    before, after = story["balances"]
+    assert before == after
+    assert dev_platform.balance(paid.payer) == 12_500_000  # the refund reached the payer
+    assert said[0].startswith("1. order ") and f"/checkout/pi_{paid.id}" in said[0]
+    assert said[0].split(" the buyer pays at ")[1] == paid.checkout_url
+    assert paid.checkout_url.startswith(dev_platform.platform.settings.checkout_url_base)
+    assert dev_platform.url.removesuffix("/v1") in paid.checkout_url
+
+
+def test_the_same_story_over_plain_http(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("HTTP shop")
+    said: list[str] = []
+    story = _example("merchant_http").run(dev_platform.url, key, say=said.append)
+    paid, refund = story["paid"], story["refund"]
+    assert paid["status"] == "succeeded" and paid["txHash"] and paid["paidAt"]
+    assert refund["status"] == "completed" and refund["destination"] == paid["payer"]
+    assert story["events"] == {"payment_intent.succeeded", "refund.completed"}  # verified by construct_event
+    assert dev_platform.balance(paid["payer"]) == 8_000_000
+    assert said[0].split(" the buyer pays at ")[1] == paid["checkoutUrl"]
+
+
+def test_the_payment_links_example(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("Links shop")
+    said: list[str] = []
+    story = _example("payment_links").run(dev_platform.url, key, say=said.append)
+    link, orders = story["link"], story["orders"]
+    assert link.active is False and len({order.id for order in orders}) == 2
+    assert all(order.status == "succeeded" and order.payment_link_id == link.id for order in orders)
+    assert "reloading gave the same" in said[1] and "reloading gave the same" in said[2]
+
+
+def test_the_agent_pays_an_order_example(dev_platform: PlatformHarness) -> None:
+    _, key, _ = dev_platform.merchant("Agent shop")
+    said: list[str] = []
+    story = _example("agent_pays_order").run(dev_platform.url, key, say=said.append)
+    assert story["order"].status == "succeeded" and story["paid"].status_code == 200
+    assert story["again"].status_code == 409 and len(story["payments"]) == 1
+    assert story["payments"][0].verified is True
+
+
+# -- each example as its docstring says, from the repository root and from another folder ----------
+
+ROOT = EXAMPLES.parent
+NETWORK = f"eip155:{DEV_CHAIN_ID}"
+
+
+class Shop:
+    """A ``serve`` with a merchant, its test key, an agent endpoint at 0.01 USDC and a funded agent."""
+
+    def __init__(self, serve: Serve, elsewhere: Path) -> None:
+        self.serve = serve
+        self.elsewhere = elsewhere  # a folder that is not the repository's
+        merchant = serve.cli("merchants", "create", "--name", "Examples Co")
+        self.key = serve.cli("keys", "create", "--merchant", merchant["id"])["key"]
+        self.agent_key = "0x" + new_private_key().hex()
+        self.payout = address_of(new_private_key())
+        with self.api() as api:
+            reply = api.post(
+                "/agent/endpoints",
+                json={
+                    "name": "Weather",
+                    "resourceUrl": "http://127.0.0.1/weather",
+                    "chainId": DEV_CHAIN_ID,
+                    "currency": "USDC",
+                    "payoutAddress": self.payout,
+                    "pricingMode": "fixed",
+                    "amountMinor": "10000",
+                },
+            )
+            assert reply.status_code == 201, reply.text
+            self.endpoint = reply.json()["endpoint"]["id"]
+            body = {"network": NETWORK, "currency": "USDC", "address": address_of(bytes.fromhex(self.agent_key[2:]))}
+            funded = api.post("/sandbox/faucet", json=body | {"amount": "1"})
+            assert funded.status_code == 200, funded.text
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.serve.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=60)
+
+    def env(self, **more: str) -> dict[str, str]:
+        """The environment the docstrings name: one variable for the platform, one for the key."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith("X402MW_") or k == "X402MW_ANVIL"}
+        return base | {"X402MW_PLATFORM_URL": self.serve.url, "X402MW_API_KEY": self.key} | more
+
+    def cwd(self, from_root: bool) -> Path:
+        return ROOT if from_root else self.elsewhere
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
+    base = tmp_path_factory.mktemp("examples")
+    metrics = str(free_port())
+    with serving(base / "data", X402MW_METRICS_PORT=metrics) as serve:
+        (base / "elsewhere").mkdir()
+        yield Shop(serve, base / "elsewhere")
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 240) -> str:
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{command} in {cwd}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@contextlib.contextmanager
+def _server(command: list[str], cwd: Path, env: dict[str, str], path: str = "/health") -> Iterator[str]:
+    """An example server started as its docstring says, on a free ``PORT``; its URL once ``path``
+    answers (any status)."""
+    port = free_port()
+    with subprocess.Popen(
+        command + (["127.0.0.1:" + str(port), "--noreload"] if "runserver" in command else []),
+        cwd=cwd,
+        env=env | {"PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # Django's runserver, say, may start children: all end with the group
+    ) as process:
+        try:
+            for _ in range(600):
+                assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+                with contextlib.suppress(httpx.HTTPError):
+                    httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2)
+                    break
+                time.sleep(0.1)
+            else:
+                raise AssertionError(f"{command} never answered")
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 15)
+            process.wait(timeout=30)
+
+
+def _agent_pays(shop: Shop, url: str, cwd: Path) -> str:
+    """``examples/agent.py URL`` as its docstring says; what it printed."""
+    env = shop.env(X402MW_PRIVATE_KEY=shop.agent_key, X402MW_RECEIPT_SIGNER=_receipt_signer(shop))
+    said = _run([sys.executable, str(EXAMPLES / "agent.py"), url], cwd, env)
+    assert "HTTP 200" in said, said
+    assert re.search(rf"paid 0\.01 USDC on {NETWORK}, transaction 0x[0-9a-f]{{64}}", said), said
+    assert "receipt verified: True" in said
+    # and `x402mw pay`, which names the coin too
+    paid = json.loads(_run([sys.executable, "-m", "x402mw", "pay", url, "--json"], cwd, env))
+    assert paid["status"] == 200 and paid["payment"]["asset"] == "USDC", paid
+    assert paid["payment"]["amount"] == "0.01" and paid["payment"]["receiptVerified"] is True
+    return said
+
+
+def _receipt_signer(shop: Shop) -> str:
+    """The platform's receipt address, from the key serve keeps in its data dir."""
+    return address_of(bytes.fromhex((shop.serve.data_dir / "receipt.key").read_text().strip().removeprefix("0x")))
+
+
+SELLERS = [
+    ("flask_seller", ["python", "examples/flask_seller.py"]),
+    ("starlette_seller", ["python", "examples/starlette_seller.py"]),
+    ("fastapi_seller", ["python", "examples/fastapi_seller.py"]),
+    ("django_seller", ["python", "examples/django_seller.py", "runserver"]),
+]
+
+
+@pytest.mark.parametrize("from_root", [True, False], ids=["from-root", "from-elsewhere"])
+@pytest.mark.parametrize(("name", "command"), SELLERS, ids=[name for name, _ in SELLERS])
+def test_a_seller_example_is_paid_by_the_agent_example(
+    shop: Shop, name: str, command: list[str], from_root: bool
+) -> None:
+    argv = [sys.executable, str(EXAMPLES / f"{name}.py"), *command[2:]]
+    env = shop.env(X402MW_ENDPOINT_ID=shop.endpoint, X402MW_DYNAMIC_ENDPOINT_ID=shop.endpoint)
+    with _server(argv, shop.cwd(from_root), env) as url:
+        assert httpx.get(url + "/weather", timeout=30).status_code == 402
+        _agent_pays(shop, url + "/weather", shop.cwd(not from_root))
+
+
+@pytest.mark.parametrize("from_root", [True, False], ids=["from-root", "from-elsewhere"])
+def test_the_x402_sdk_seller_example_names_the_token_on_the_dev_chain(shop: Shop, from_root: bool) -> None:
+    env = shop.env(X402MW_PAY_TO=shop.payout, X402MW_TOKEN="USDC", X402MW_PRICE="0.01")
+    with _server([sys.executable, str(EXAMPLES / "x402_sdk_seller.py")], shop.cwd(from_root), env, "/docs") as url:
+        unpaid = httpx.get(url + "/weather", timeout=30)
+        assert unpaid.status_code == 402, unpaid.text
+        _agent_pays(shop, url + "/weather", shop.cwd(not from_root))
+    # a token the platform does not have is refused at start, saying which it has
+    refused = subprocess.run(
+        [sys.executable, str(EXAMPLES / "x402_sdk_seller.py")],
+        cwd=shop.cwd(from_root),
+        env=env | {"X402MW_TOKEN": "DAI"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0 and "no DAI on" in refused.stderr and "USDC" in refused.stderr
+
+
+SCRIPTS = ["merchant_quickstart", "merchant_http", "payment_links", "agent_pays_order"]
+
+
+@pytest.mark.parametrize("embedded", [False, True], ids=["against-serve", "embedded"])
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_script_example_runs_as_its_docstring_says(shop: Shop, name: str, embedded: bool) -> None:
+    # against serve from the root, the embedded platform (no key) from another folder
+    env = shop.env()
+    if embedded:
+        del env["X402MW_API_KEY"], env["X402MW_PLATFORM_URL"]
+    said = _run([sys.executable, str(EXAMPLES / f"{name}.py")], shop.cwd(not embedded), env)
+    assert said.strip(), said
+    if not embedded:
+        assert shop.serve.url.removesuffix("/v1") in said, said  # it used the platform it was given
+
+
+def test_the_webhook_subscription_checkout_and_metrics_examples_start_anywhere(shop: Shop) -> None:
+    for name, path in [("webhook_receiver", "/"), ("subscriptions_app", "/"), ("checkout_merchant", "/")]:
+        for from_root in (True, False):
+            with _server([sys.executable, str(EXAMPLES / f"{name}.py")], shop.cwd(from_root), shop.env(), path) as url:
+                assert httpx.get(url + path, timeout=30).status_code < 500
+    metrics = f"http://127.0.0.1:{shop.serve.environment['X402MW_METRICS_PORT']}/metrics"
+    for from_root in (True, False):
+        said = _run([sys.executable, str(EXAMPLES / "metrics_summary.py"), metrics], shop.cwd(from_root), shop.env())
+        assert "settlement" in said.lower(), said
