@@ -1,7 +1,7 @@
 """api keys remember when they were last used (to the minute), for `x402mw platform keys list`
 
 Revision ID: 0015
-Revises: 0016
+Revises: 0018
 Create Date: 2026-11-26 02:10:00.000000
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 
 revision = '0015'
-down_revision = '0016'
+down_revision = '0018'
 branch_labels = None
 depends_on = None
 
