@@ -334,3 +334,18 @@ async def test_x402auth_signs_in_before_paying(deployment: Deployment) -> None:
         other = await client.post("/translate", auth=later)
         assert other.status_code == 200, other.text
         assert later.signed_in == 1 and len(later.payments) == 1
+
+
+async def test_a_smart_account_that_paid_signs_in_with_eip1271(dev_platform: PlatformHarness) -> None:
+    from tests.integration.test_smart_accounts import deployed_wallet
+
+    deployment = await asyncio.to_thread(dev_platform.deploy, fund="")
+    wallet = await asyncio.to_thread(deployed_wallet, dev_platform, deployment.api_key)
+    app = seller(deployment, second_endpoint(deployment))
+    first = X402Auth(wallet, max_amount="0.05", sign_in=False)
+    later = X402Auth(wallet, max_amount="0.05")
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url=ORIGIN, timeout=60) as client:
+        assert (await client.get("/weather", auth=first)).status_code == 200
+        back = await client.get("/weather", auth=later)  # the owner's key signs; the wallet's isValidSignature says yes
+        assert back.status_code == 200, back.text
+        assert later.signed_in == 1 and later.payments == []
