@@ -369,8 +369,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             "createSignIn",
             payments,
             "Sign a paying wallet back in (sign-in-with-x)",
-            "The seller middleware's check of a `SIGN-IN-WITH-X` message: the signature (EIP-191; smart "
-            "accounts once verification has them), the nonce (accepted once, in every process) and a "
+            "The seller middleware's check of a `SIGN-IN-WITH-X` message: the signature (EIP-191, or a smart "
+            "account's EIP-1271 / ERC-6492), the nonce (accepted once, in every process) and a "
             "settled payment by that address for the endpoint within `windowSeconds`. A refusal is a 200 "
             "with `signedIn: false` and the reason.",
             SignInResult,
