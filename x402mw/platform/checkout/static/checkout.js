@@ -249,7 +249,11 @@
   // itself and `sync` reports its hash.
   var UNSUPPORTED = { 4200: true, "-32601": true };
 
-  var walletError = window.X402Wallet.walletError; // wallet.js, loaded first
+  // wallet.js (loaded first) holds the wallet code the sellers' paywall shares; looked up when used,
+  // so that the rest of this page works even if it did not load.
+  function walletError(error) {
+    return window.X402Wallet.walletError(error);
+  }
 
   function useChain(provider, box) {
     return window.X402Wallet.useChain(
