@@ -83,17 +83,29 @@ def request_view(scope: Scope) -> RequestView:
 
 
 _NAMES: dict[str, bytes] = {}
+_PAIRS: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # the decisions' constant headers, encoded once
 
 
 def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     """ASGI header pairs (lower-case names, latin-1), with the names' encodings cached."""
     encoded = []
     for name, value in headers:
+        if len(value) <= 64:
+            pair = _PAIRS.get((name, value))
+            if pair is not None:
+                encoded.append(pair)
+                continue
         raw = _NAMES.get(name)
         if raw is None:  # names come from this package's decisions: a small, fixed set
             raw = _NAMES[name] = name.lower().encode("latin-1")
-        encoded.append((raw, value.encode("latin-1")))
+        pair = (raw, value.encode("latin-1"))
+        if name in _CONSTANT and len(_PAIRS) < 256:
+            _PAIRS[(name, value)] = pair
+        encoded.append(pair)
     return encoded
+
+
+_CONSTANT = frozenset({"Content-Type", "Cache-Control", "Access-Control-Expose-Headers", "Retry-After", "Vary"})
 
 
 async def send_answer(answer: Answer, send: Send) -> None:

@@ -445,7 +445,9 @@ class PaymentGate:
         *,
         amount: int | None = None,
     ) -> AnswerStep:
-        if amount is None:
+        if amount is None and terms.amount is not None and not _priced_per_request(route, terms):
+            amount = terms.amount  # a fixed price: no generator to step through (the hot path)
+        elif amount is None:
             price = yield from self._price(route, terms, native)
             if isinstance(price, Answer):
                 return price
