@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from eth_account import Account
+from eth_account.messages import encode_defunct
 from playwright.sync_api import Browser, BrowserContext, Frame, Page, sync_playwright
 
 from tests.harness import PlatformHarness, serve_app
@@ -229,8 +230,9 @@ window.ethereum = {
 
 @dataclass
 class BrowserWallet:
-    """A browser wallet holding one test key: it signs typed data (``eth_signTypedData_v4``) with
-    eth-account, and refuses to send transactions (its account has no gas)."""
+    """A browser wallet holding one test key: it signs typed data (``eth_signTypedData_v4``) and
+    messages (``personal_sign``) with eth-account, and refuses to send transactions (its account
+    has no gas)."""
 
     chain_id: int
     account: Any = field(default_factory=Account.create)
@@ -254,6 +256,12 @@ class BrowserWallet:
                 return {"rpcError": {"code": 4902, "message": "Unrecognized chain"}}
             self.wallet_chain = wanted
             return None
+        if method == "personal_sign":  # EIP-191, as sign-in-with-x asks
+            data, signer = params
+            assert signer.lower() == self.address.lower()
+            self.signed.append({"personal_sign": data})
+            signature = Account.sign_message(encode_defunct(hexstr=data), self.account.key).signature
+            return "0x" + bytes(signature).hex()
         if method == "eth_signTypedData_v4":
             signer, text = params
             assert signer == self.address

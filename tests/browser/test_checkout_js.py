@@ -287,7 +287,7 @@ def test_checkout_js_is_served_at_its_stable_url_with_etag_and_cache_control(dev
         assert again.status_code == 304 and again.content == b""
         page = client.get(new_order(dev_platform, dev_platform.merchant()[1])["checkoutUrl"])
         assets = [part.split('"', 1)[0] for part in page.text.split('="/checkout/static/')[1:]]
-        assert sorted(a.split("?")[0] for a in assets) == ["checkout.css", "checkout.js"]
+        assert sorted(a.split("?")[0] for a in assets) == ["checkout.css", "checkout.js", "wallet.js"]
         for asset in assets:
             reply = client.get(f"{platform_origin(dev_platform)}/checkout/static/{asset}")
             assert reply.status_code == 200

@@ -152,3 +152,13 @@ def test_the_default_budgets_leave_the_pages_own_polling_alone(dev_platform: Pla
             assert status.status_code == 200, status.text
         assert _read(origin, order).status_code == 200
     assert polls_a_minute * 3 < int(defaults.per_order.split("/")[0])
+
+
+def test_the_discovery_catalogue_has_a_budget_of_its_own(dev_platform: PlatformHarness) -> None:
+    limits = CheckoutRateLimits(per_address="100/minute", discovery="3/minute")
+    with _instance(dev_platform, limits) as origin, httpx.Client(timeout=60) as client:
+        listed = [client.get(f"{origin}/v1/x402/discovery/resources") for _ in range(2)]
+        searched = client.get(f"{origin}/v1/x402/discovery/search", params={"query": "weather"})
+        assert [reply.status_code for reply in [*listed, searched]] == [200, 200, 200]
+        assert "discovery catalogue" in _limited(client.get(f"{origin}/v1/x402/discovery/resources"))["message"]
+        assert client.get(f"{origin}/v1/x402/supported").status_code == 200  # the rest is not counted

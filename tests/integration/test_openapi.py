@@ -111,6 +111,8 @@ def test_documented_auth_and_list_conventions() -> None:
     public = {key for key, operation in operations.items() if operation["security"] == []}
     assert public == {
         ("get", "/v1/x402/supported"),
+        ("get", "/v1/x402/discovery/resources"),
+        ("get", "/v1/x402/discovery/search"),
         ("get", "/v1/health"),
         ("get", "/healthz"),
         ("get", "/readyz"),

@@ -26,12 +26,14 @@ import anyio
 import httpx
 
 from x402mw.protocol.codec import PAYMENT_SIGNATURE, V1_PAYMENT
+from x402mw.protocol.sign_in import SIGN_IN_HEADER
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import AsyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
 from x402mw.seller.metering import MeteredPayment, ServeMetered
-from x402mw.seller.setup import build_gate
+from x402mw.seller.paywall import Paywall
+from x402mw.seller.setup import WELL_KNOWN_PATHS, build_gate
 
 __all__ = ["PaymentMiddleware", "encode_headers", "request_view", "send_answer"]
 
@@ -45,6 +47,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _SIG = PAYMENT_SIGNATURE.lower().encode()
 _V1 = V1_PAYMENT.lower().encode()
+_SIGN_IN = SIGN_IN_HEADER.lower().encode()
 
 
 def _url(scope: Scope, host: bytes | None) -> str:
@@ -61,30 +64,52 @@ def _url(scope: Scope, host: bytes | None) -> str:
 
 def request_view(scope: Scope) -> RequestView:
     """Build the gate's view of an HTTP scope (one pass over the headers)."""
-    host = payment = v1 = None
+    host = payment = v1 = accept = sign_in = None
     for name, value in scope["headers"]:
         if name == b"host":
             host = value
+        elif name == b"accept":
+            accept = value
         elif name == _SIG:
             payment = value
         elif name == _V1:
             v1 = value
+        elif name == _SIGN_IN:
+            sign_in = value
     chosen = payment if payment is not None else v1
-    return RequestView(scope["method"], _url(scope, host), None if chosen is None else chosen.decode("latin-1"))
+    return RequestView(
+        scope["method"],
+        _url(scope, host),
+        None if chosen is None else chosen.decode("latin-1"),
+        None if accept is None else accept.decode("latin-1"),
+        None if sign_in is None else sign_in.decode("latin-1"),
+    )
 
 
 _NAMES: dict[str, bytes] = {}
+_PAIRS: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # the decisions' constant headers, encoded once
 
 
 def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     """ASGI header pairs (lower-case names, latin-1), with the names' encodings cached."""
     encoded = []
     for name, value in headers:
+        if len(value) <= 64:
+            pair = _PAIRS.get((name, value))
+            if pair is not None:
+                encoded.append(pair)
+                continue
         raw = _NAMES.get(name)
         if raw is None:  # names come from this package's decisions: a small, fixed set
             raw = _NAMES[name] = name.lower().encode("latin-1")
-        encoded.append((raw, value.encode("latin-1")))
+        pair = (raw, value.encode("latin-1"))
+        if name in _CONSTANT and len(_PAIRS) < 256:
+            _PAIRS[(name, value)] = pair
+        encoded.append(pair)
     return encoded
+
+
+_CONSTANT = frozenset({"Content-Type", "Cache-Control", "Access-Control-Expose-Headers", "Retry-After", "Vary"})
 
 
 async def send_answer(answer: Answer, send: Send) -> None:
@@ -93,7 +118,10 @@ async def send_answer(answer: Answer, send: Send) -> None:
 
 
 class PaymentMiddleware:
-    """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms)."""
+    """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms).
+
+    ``paywall`` sets what browsers see on the 402 page (`Paywall`); ``well_known=False`` stops
+    serving ``/.well-known/x402`` (the list of paid routes for agents)."""
 
     def __init__(
         self,
@@ -104,17 +132,29 @@ class PaymentMiddleware:
         routes: Mapping[str, PaidRoute | str] | None = None,
         settle_timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        paywall: Paywall | None = None,
+        well_known: bool = True,
     ) -> None:
         self.app = app
         self.gate, self.routes = build_gate(
-            api_key=api_key, platform_url=platform_url, routes=routes, settle_timeout=settle_timeout, refuse_async=False
+            api_key=api_key,
+            platform_url=platform_url,
+            routes=routes,
+            settle_timeout=settle_timeout,
+            refuse_async=False,
+            paywall=paywall,
         )
+        self.well_known = bool(well_known)
         self.seller = AsyncSeller(self.gate, transport=transport)
         self.resolved: dict[tuple[Any, ...], PaidRoute | None] = {}  # route lookups cached by subclasses
 
     def resolve(self, scope: Scope) -> PaidRoute | None:
         """The paid route a request is for, or None. Subclasses add framework route marks."""
         return self.routes.match(scope["method"], scope["path"])
+
+    def paid_routes(self, scope: Scope) -> list[tuple[str, str, PaidRoute]]:
+        """Every paid route, for ``/.well-known/x402``. Subclasses add framework route marks."""
+        return self.routes.entries()
 
     def native_request(self, scope: Scope, receive: Receive) -> Any:
         """What amount callbacks receive: the scope here, a framework request in subclasses."""
@@ -130,11 +170,17 @@ class PaymentMiddleware:
             return
         route = self.resolve(scope)
         if route is None:
+            if self.well_known and scope["path"] in WELL_KNOWN_PATHS and scope["method"] in ("GET", "HEAD"):
+                await self._send_well_known(scope, send)
+                return
             await self.app(scope, receive, send)
             return
         try:
             decision = await self.seller.run(
-                self.gate.process(route, request_view(scope), self.native_request(scope, receive))
+                # the framework's request only for an amount callback: none is made for a fixed price
+                self.gate.process(
+                    route, request_view(scope), self.native_request(scope, receive) if route.amount else None
+                )
             )
         except Exception:
             logger.exception("payment check failed unexpectedly for %s %s", scope["method"], scope["path"])
@@ -189,6 +235,16 @@ class PaymentMiddleware:
         except Exception:
             logger.exception("settling a metered request failed unexpectedly (challenge %s)", payment.challenge_id)
             return []
+
+    async def _send_well_known(self, scope: Scope, send: Send) -> None:
+        url = request_view(scope).url
+        origin = url[: url.index("/", url.index("//") + 2)] if url.count("/") >= 3 else url
+        try:
+            answer = await self.seller.run(self.gate.well_known(self.paid_routes(scope), origin))
+        except Exception:
+            logger.exception("the well-known manifest failed unexpectedly")
+            answer = internal_error_answer()
+        await send_answer(answer, send)
 
     def _lifespan_receive(self, receive: Receive) -> Receive:
         async def wrapped() -> Message:

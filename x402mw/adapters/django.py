@@ -46,7 +46,7 @@ __all__ = ["PaymentMiddleware", "require_payment"]
 
 logger = logging.getLogger("x402mw.seller")
 F = TypeVar("F", bound=Callable[..., Any])
-SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT")
+SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT", "PAYWALL")
 _MARK = "x402_route"
 _HEADERS = "_x402mw_headers"
 _METERED = "_x402mw_metered"  # the MeteredPayment of a request to a metered route
@@ -119,7 +119,13 @@ def request_view(request: HttpRequest) -> RequestView:
     payment = meta.get("HTTP_PAYMENT_SIGNATURE")
     if payment is None:
         payment = meta.get("HTTP_X_PAYMENT")
-    return RequestView(request.method or "GET", f"{url}?{query}" if query else url, payment)
+    return RequestView(
+        request.method or "GET",
+        f"{url}?{query}" if query else url,
+        payment,
+        meta.get("HTTP_ACCEPT"),
+        meta.get("HTTP_SIGN_IN_WITH_X"),
+    )
 
 
 class PaymentMiddleware:
@@ -152,6 +158,7 @@ class PaymentMiddleware:
                 routes=config.get("ROUTES"),
                 settle_timeout=config.get("SETTLE_TIMEOUT", 30.0),
                 refuse_async=not self.is_async,
+                paywall=config.get("PAYWALL"),
             )
         except ConfigurationError as exc:
             problems.extend(exc.problems)

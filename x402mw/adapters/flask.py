@@ -38,11 +38,14 @@ from x402mw.adapters.wsgi import request_view as wsgi_request_view
 from x402mw.errors import ConfigurationError
 from x402mw.seller.config import AmountCallback, PaidRoute
 from x402mw.seller.decisions import Answer
+from x402mw.seller.discovery import Discovery
 from x402mw.seller.drivers import SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, PaymentGate, internal_error_answer
 from x402mw.seller.metering import ServeMetered
+from x402mw.seller.paywall import Paywall
 from x402mw.seller.routes import RouteTable
 from x402mw.seller.setup import ASYNC_AMOUNT_PROBLEM, build_gate, is_async_callable
+from x402mw.seller.sign_in import SignIn
 
 __all__ = ["X402", "X402State", "require_payment"]
 
@@ -67,8 +70,8 @@ class X402State:
 
 class X402:
     """The Flask extension. Arguments given here win over the app's ``X402_*`` config keys:
-    ``X402_API_KEY``, ``X402_PLATFORM_URL``, ``X402_ROUTES`` (``{"GET /path": "<endpoint id>"}``)
-    and ``X402_SETTLE_TIMEOUT``. `init_app` checks the configuration and raises
+    ``X402_API_KEY``, ``X402_PLATFORM_URL``, ``X402_ROUTES`` (``{"GET /path": "<endpoint id>"}``),
+    ``X402_SETTLE_TIMEOUT`` and ``X402_PAYWALL`` (a `Paywall`). `init_app` checks the configuration and raises
     `ConfigurationError` listing every problem."""
 
     def __init__(
@@ -80,12 +83,14 @@ class X402:
         routes: Mapping[str, PaidRoute | str] | None = None,
         settle_timeout: float | None = None,
         transport: httpx.BaseTransport | None = None,
+        paywall: Paywall | None = None,
     ) -> None:
         self._options: dict[str, Any] = {
             "api_key": api_key,
             "platform_url": platform_url,
             "routes": routes,
             "settle_timeout": settle_timeout,
+            "paywall": paywall,
         }
         self._transport = transport
         if app is not None:
@@ -95,7 +100,7 @@ class X402:
         return "X402(api_key=<hidden>)"
 
     def init_app(self, app: Flask) -> None:
-        defaults = {"platform_url": DEFAULT_PLATFORM_URL, "routes": None, "settle_timeout": 30.0}
+        defaults = {"platform_url": DEFAULT_PLATFORM_URL, "routes": None, "settle_timeout": 30.0, "paywall": None}
         config = {
             name: value if value is not None else app.config.get(f"X402_{name.upper()}", defaults.get(name))
             for name, value in self._options.items()
@@ -112,9 +117,18 @@ class X402:
         amount: AmountCallback | None = None,
         description: str | None = None,
         mime_type: str | None = None,
+        discovery: Discovery | None = None,
+        sign_in: SignIn | None = None,
     ) -> Callable[[F], F]:
         """Mark a view as sold per request; see the module-level `require_payment`."""
-        return require_payment(endpoint, amount=amount, description=description, mime_type=mime_type)
+        return require_payment(
+            endpoint,
+            amount=amount,
+            description=description,
+            mime_type=mime_type,
+            discovery=discovery,
+            sign_in=sign_in,
+        )
 
 
 def require_payment(
@@ -123,6 +137,8 @@ def require_payment(
     amount: AmountCallback | None = None,
     description: str | None = None,
     mime_type: str | None = None,
+    discovery: Discovery | None = None,
+    sign_in: SignIn | None = None,
 ) -> Callable[[F], F]:
     """Sell a view per request through agent endpoint ``endpoint``. Put it under ``@app.route``.
 
@@ -134,7 +150,14 @@ def require_payment(
     """
     if is_async_callable(amount):
         raise ConfigurationError(f"require_payment({endpoint!r}): {ASYNC_AMOUNT_PROBLEM}")
-    route = PaidRoute(endpoint=endpoint, amount=amount, description=description, mime_type=mime_type)
+    route = PaidRoute(
+        endpoint=endpoint,
+        amount=amount,
+        description=description,
+        mime_type=mime_type,
+        discovery=discovery,
+        sign_in=sign_in,
+    )
 
     def mark(view: F) -> F:
         if inspect.iscoroutinefunction(view):

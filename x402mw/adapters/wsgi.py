@@ -25,6 +25,7 @@ from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
 from x402mw.seller.metering import MeteredPayment, ServeMetered
+from x402mw.seller.paywall import Paywall
 from x402mw.seller.setup import build_gate
 
 __all__ = ["SETTLEMENT_KEY", "PaymentMiddleware", "request_view"]
@@ -61,7 +62,13 @@ def request_view(environ: WSGIEnvironment) -> RequestView:
     payment = environ.get("HTTP_PAYMENT_SIGNATURE")
     if payment is None:
         payment = environ.get("HTTP_X_PAYMENT")
-    return RequestView(environ.get("REQUEST_METHOD", "GET"), request_url(environ), payment)
+    return RequestView(
+        environ.get("REQUEST_METHOD", "GET"),
+        request_url(environ),
+        payment,
+        environ.get("HTTP_ACCEPT"),
+        environ.get("HTTP_SIGN_IN_WITH_X"),
+    )
 
 
 def status_line(status: int) -> str:
@@ -87,6 +94,7 @@ class PaymentMiddleware:
         routes: Mapping[str, PaidRoute | str] | None = None,
         settle_timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        paywall: Paywall | None = None,
     ) -> None:
         self.app = app
         self.gate, self.routes = build_gate(
@@ -95,6 +103,7 @@ class PaymentMiddleware:
             routes=routes,
             settle_timeout=settle_timeout,
             refuse_async=True,
+            paywall=paywall,
         )
         self.seller = SyncSeller(self.gate, transport=transport)
 

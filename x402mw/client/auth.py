@@ -12,6 +12,8 @@ included, reaches the caller unread, so ``client.stream(...)`` still streams.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping
@@ -40,6 +42,7 @@ from x402mw.protocol.codec import (
 from x402mw.protocol.models import PaymentPayload, PaymentRequired, PaymentRequirements, SettlementResponse
 from x402mw.protocol.networks import get_network, parse_caip2
 from x402mw.protocol.prices import format_amount, parse_decimal
+from x402mw.protocol.sign_in import SIGN_IN_HEADER, SIGN_IN_WITH_X, SignInMessage, encode_sign_in
 
 __all__ = ["PaymentRecord", "X402Auth"]
 
@@ -158,6 +161,11 @@ class X402Auth(httpx.Auth):
     has already happened by then: the error carries the ``transaction`` and the payment is in
     ``payments`` with ``verified=False``.
 
+    When a 402 offers sign-in-with-x for the URL's own origin (the ``sign-in-with-x`` extension),
+    the request is first sent again signed in (an EIP-4361 message signed with the wallet, in
+    ``SIGN-IN-WITH-X``): a seller that has this wallet's earlier payment for the route serves it
+    without a new one. Otherwise the new 402 is paid as usual. ``sign_in=False`` skips this.
+
     Request bodies are buffered (they are sent twice when a payment is needed).
     """
 
@@ -175,6 +183,7 @@ class X402Auth(httpx.Auth):
         pending_retries: int = 10,
         retry_seconds: float = 120.0,
         on_payment: Callable[[PaymentRecord], None] | None = None,
+        sign_in: bool = True,
     ) -> None:
         problems: list[str] = []
         self.wallet = wallet
@@ -194,6 +203,8 @@ class X402Auth(httpx.Auth):
         self.pending_retries = pending_retries
         self.retry_seconds = float(retry_seconds)
         self.on_payment = on_payment
+        self.sign_in = bool(sign_in)
+        self.signed_in = 0  # requests served by signing in, without a new payment
         # Payments signed whose outcome is not known yet, by (method, URL): sent again, never signed
         # anew, when that request is made again (see _flow).
         self._unsettled: dict[tuple[str, str], list[_Unsettled]] = {}
@@ -284,6 +295,22 @@ class X402Auth(httpx.Auth):
                     return
                 self._forget(key, held)  # refused for good: pay the new challenge
                 required = renewed
+            elif self.sign_in:
+                signed_in = _sign_in_header(self.wallet, required, url, time.time())
+                if signed_in is not None:
+                    request.headers[SIGN_IN_HEADER] = signed_in
+                    answer = yield request
+                    assert answer is not None
+                    response = answer
+                    del request.headers[SIGN_IN_HEADER]
+                    if response.status_code != 402:
+                        with self._lock:
+                            self.signed_in += 1
+                        return
+                    again = _payment_required(response)
+                    if again is None:
+                        return
+                    required = again  # not let in: pay this 402's fresh challenge
             # One payment identifier per logical request, for sellers that declare the extension: kept
             # across this flow's retries, so that a retry gets the first answer, never a second charge.
             identifier = payment_identifier.new_identifier()
@@ -552,6 +579,47 @@ def _networks(values: Iterable[str] | None, problems: list[str]) -> frozenset[st
         except ValueError:
             problems.append(f"unknown network {value!r}: use a CAIP-2 id such as 'eip155:8453'")
     return frozenset(result)
+
+
+def _sign_in_header(wallet: Wallet, required: PaymentRequired, url: str, now: float) -> str | None:
+    """A ``SIGN-IN-WITH-X`` header answering the 402's sign-in-with-x offer, or None when there is
+    none this wallet can use: only an offer bound to the request's own origin is signed (another
+    site's domain in a message would let that site sign in as this wallet)."""
+    offered = (required.extensions or {}).get(SIGN_IN_WITH_X)
+    if not isinstance(offered, dict) or not isinstance(offered.get("info"), dict):
+        return None
+    info: dict[str, Any] = offered["info"]
+    chains = [c for c in offered.get("supportedChains") or [] if isinstance(c, dict)]
+    chain = next((c.get("chainId") for c in chains if str(c.get("chainId", "")).startswith("eip155:")), None)
+    target = httpx.URL(url)
+    origin = f"{target.scheme}://{target.netloc.decode('ascii')}"
+    uri = str(info.get("uri", ""))
+    if not isinstance(chain, str) or info.get("domain") != target.netloc.decode("ascii"):
+        return None
+    if not (uri == origin or uri.startswith(origin + "/")):
+        return None
+    issued = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+    try:
+        resources = info.get("resources")
+        message = SignInMessage(
+            domain=str(info["domain"]),
+            address=wallet.address,
+            uri=uri,
+            version=str(info.get("version", "1")),
+            chain_id=chain,
+            nonce=str(info.get("nonce") or secrets.token_hex(16)),
+            issued_at=str(info.get("issuedAt") or issued),
+            signature="",
+            statement=info.get("statement") if isinstance(info.get("statement"), str) else None,
+            expiration_time=info.get("expirationTime") if isinstance(info.get("expirationTime"), str) else None,
+            not_before=info.get("notBefore") if isinstance(info.get("notBefore"), str) else None,
+            request_id=info.get("requestId") if isinstance(info.get("requestId"), str) else None,
+            resources=tuple(str(r) for r in resources) if isinstance(resources, list) else None,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    signed = dataclasses.replace(message, signature=wallet.sign_message(message.text()))
+    return encode_sign_in(signed)
 
 
 def _offer_in_body(response: httpx.Response) -> bool:

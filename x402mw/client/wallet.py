@@ -23,6 +23,7 @@ from x402mw.evm.permit2 import (
     permit2612_digest,
     upto_permit_digest,
 )
+from x402mw.evm.receipts import personal_message_digest
 from x402mw.protocol.models import (
     Authorization,
     ExactEvmPayload,
@@ -119,6 +120,10 @@ class Wallet:
         if not value:
             raise ConfigurationError(f"the environment variable {var} holding the private key is not set")
         return cls(value)
+
+    def sign_message(self, text: str) -> str:
+        """Sign ``text`` as ``personal_sign`` does (EIP-191): ``0x`` and 65 bytes of hex."""
+        return "0x" + sign_digest(self._key, personal_message_digest(text.encode())).hex()
 
     def sign_payment(
         self,

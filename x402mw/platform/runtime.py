@@ -30,6 +30,7 @@ from x402mw.platform.emails.outbox import EmailOutbox
 from x402mw.platform.emails.transport import transport_for
 from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.sealing import SecretBox
+from x402mw.platform.services.catalogue import Catalogue
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.customer_links import CustomerLinks
 from x402mw.platform.services.deposits import DepositKeys
@@ -43,6 +44,7 @@ from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.platform.services.renewals import RenewalRunner
 from x402mw.platform.services.settlement import SettlementService
 from x402mw.platform.services.settlement_upto import UptoSettlement
+from x402mw.platform.services.sign_ins import SignInService, chain_verifier
 from x402mw.platform.services.subscription_payments import follow_order
 from x402mw.platform.services.subscriptions import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
@@ -74,6 +76,8 @@ class Platform:
     subscriptions: SubscriptionService
     renewals: RenewalRunner  # the subscriptions' due work (renewal invoices, reminders, grace)
     emails: EmailOutbox  # sends the subscribers' emails
+    catalogue: Catalogue  # the discovery catalogue (Bazaar) of discoverable endpoints' resources
+    sign_ins: SignInService  # sign-in-with-x: signatures, spent nonces, earlier payments
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -136,6 +140,8 @@ class Platform:
             SubscriptionService(engine, clock, links, grace),
             RenewalRunner(engine, clock, links, grace),
             EmailOutbox(engine, clock, email_transport, links, settings.smtp_sender, grace),
+            Catalogue(engine),
+            SignInService(engine, chain_verifier(chains)),
         )
         try:
             await watcher.start()

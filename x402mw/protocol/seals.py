@@ -8,7 +8,7 @@ import base64
 import hashlib
 import hmac
 
-__all__ = ["Sealer", "sealed_terms"]
+__all__ = ["Sealer", "fixed_terms", "sealed_terms"]
 
 
 class Sealer:
@@ -23,8 +23,20 @@ class Sealer:
         digest = hmac.digest(self._key, message, "sha256")
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
+    def seal_challenge(self, challenge_id: str, fixed: str, expires: int) -> str:
+        """`seal` of `sealed_terms`, with the terms a route's challenges share given once as
+        `fixed_terms` (the 402 path's form: one message built, no per-term conversions)."""
+        message = f"{challenge_id.lower()}\x1f{fixed}\x1f{expires}".encode()  # fixed_terms is lower case
+        digest = hmac.digest(self._key, message, "sha256")
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
     def check(self, seal: object, *terms: object) -> bool:
         return isinstance(seal, str) and hmac.compare_digest(seal, self.seal(*terms))
+
+
+def fixed_terms(endpoint_id: str, network: str, asset: str, pay_to: str, amount: int, timeout: int) -> str:
+    """The middle of `sealed_terms`' message: what every challenge of one offer shares."""
+    return "\x1f".join([endpoint_id, "exact", network, asset, pay_to, str(amount), str(timeout)]).lower()
 
 
 def sealed_terms(

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from x402mw.errors import ConfigurationError, PriceError
 from x402mw.protocol.prices import Price
+from x402mw.seller.discovery import Discovery
+from x402mw.seller.sign_in import SignIn
 
 __all__ = ["AmountCallback", "EndpointTerms", "PaidRoute"]
 
@@ -25,12 +27,18 @@ class PaidRoute:
     endpoint with ``pricingMode: dynamic``, ``amount`` is called with the framework's request (sync
     or async) for each request, the paid retry too, and returns the price (``"$0.02"``, ``"0.02 USDC"``,
     a `Decimal` or an ``int`` of atomic units); a payment whose terms are below it is refused.
+
+    ``discovery`` declares what the route takes and gives (its 402's ``bazaar`` extension, the
+    seller's ``/.well-known/x402`` and, for a ``discoverable`` endpoint, the platform's catalogue).
+    ``sign_in`` lets a wallet that paid for the route back in (sign-in-with-x).
     """
 
     endpoint: str
     amount: AmountCallback | None = None
     description: str | None = None
     mime_type: str | None = None
+    discovery: Discovery | None = None
+    sign_in: SignIn | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -38,6 +46,10 @@ class PaidRoute:
             problems.append("PaidRoute.endpoint must be the id of an agent endpoint")
         if self.amount is not None and not callable(self.amount):
             problems.append("PaidRoute.amount must be a callable taking the request")
+        if self.discovery is not None and not isinstance(self.discovery, Discovery):
+            problems.append("PaidRoute.discovery must be a Discovery")
+        if self.sign_in is not None and not isinstance(self.sign_in, SignIn):
+            problems.append("PaidRoute.sign_in must be a SignIn")
         if problems:
             raise ConfigurationError(problems)
 

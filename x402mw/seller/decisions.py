@@ -58,6 +58,8 @@ class Settlement:
     """A settled payment, available to the route's handler.
 
     ``amount`` is in atomic units of ``asset``; ``receipt`` is the platform's EIP-191 signed receipt.
+    ``signed_in`` is True when the request paid nothing and was let in by sign-in-with-x: this is
+    then the earlier payment of the wallet that signed in.
     """
 
     transaction: str
@@ -70,6 +72,7 @@ class Settlement:
     endpoint_id: str
     receipt: Mapping[str, str]
     response: SettlementResponse
+    signed_in: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
@@ -37,8 +38,10 @@ from x402mw.protocol.models import (
     SettlementResponse,
     UptoPaymentPayload,
 )
+from x402mw.protocol.networks import get_network
 from x402mw.protocol.prices import to_atomic
-from x402mw.protocol.seals import Sealer, sealed_terms
+from x402mw.protocol.seals import Sealer, fixed_terms, sealed_terms
+from x402mw.protocol.sign_in import decode_sign_in
 from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import (
     Answer,
@@ -50,7 +53,10 @@ from x402mw.seller.decisions import (
     Serve,
     Settlement,
 )
+from x402mw.seller.discovery import well_known_manifest
+from x402mw.seller.manifest import manifest_item
 from x402mw.seller.metering import MeteredPayment, ServeMetered
+from x402mw.seller.paywall import Paywall
 
 __all__ = [
     "DEFAULT_PLATFORM_URL",
@@ -91,11 +97,14 @@ AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 class RequestView:
     """The little a gate needs to know of a request. ``url`` is the absolute URL of the resource;
     ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or the payload
-    as JSON (an MCP tool call's ``_meta["x402/payment"]``), or None."""
+    as JSON (an MCP tool call's ``_meta["x402/payment"]``), or None; ``accept`` the ``Accept``
+    header (a browser's gets the paywall page); ``sign_in`` the ``SIGN-IN-WITH-X`` header."""
 
     method: str
     url: str
     payment: str | dict[str, Any] | None
+    accept: str | None = None
+    sign_in: str | None = None
 
 
 _ANSWER_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS)
@@ -133,6 +142,7 @@ class PaymentGate:
         settle_timeout: float = 30.0,
         refresh_seconds: float = TERMS_REFRESH_SECONDS,
         clock: Callable[[], float] = time.time,
+        paywall: Paywall | None = None,
     ) -> None:
         problems = []
         if not isinstance(api_key, str) or not api_key.startswith(("sk_test_", "sk_live_")):
@@ -141,6 +151,8 @@ class PaymentGate:
             problems.append("platform_url must be an http(s) URL such as https://pay.example.com/v1")
         if isinstance(settle_timeout, bool) or not isinstance(settle_timeout, int | float) or settle_timeout <= 0:
             problems.append("settle_timeout must be positive")
+        if paywall is not None and not isinstance(paywall, Paywall):
+            problems.append("paywall must be a Paywall")
         if problems:
             raise ConfigurationError(problems)
         self.api_key = api_key
@@ -148,7 +160,12 @@ class PaymentGate:
         self.settle_timeout = settle_timeout
         self.refresh_seconds = refresh_seconds
         self._clock = clock
+        self.paywall = paywall if paywall is not None else Paywall()
         self._sealer = Sealer(api_key)
+        # Challenge ids: unique per process by a counter, across processes by a random prefix.
+        self._id_prefix = secrets.token_hex(8)
+        self._id_counter = itertools.count(secrets.randbits(32))
+        self._templates: dict[tuple[Any, ...], tuple[PaidRoute, EndpointTerms, _Template]] = {}
         # Each endpoint's terms, when they were last known current, and their ETag.
         self._terms: dict[str, tuple[EndpointTerms, float, str | None]] = {}
         self._stale: set[str] = set()  # endpoints whose last revalidation failed (warned once)
@@ -231,6 +248,8 @@ class PaymentGate:
         else:
             terms = known[0]
         if request.payment is None:
+            if request.sign_in is not None and route.sign_in is not None:
+                return (yield from self._sign_in(route, terms, request, native))
             return (yield from self._challenge(route, terms, request, native, None, None))
         try:
             payload = decode_any_payment_payload(request.payment)
@@ -269,6 +288,12 @@ class PaymentGate:
             return (yield from self._authorize(route, terms, request, native, accepted, challenge_id, body))
         if hold:
             body["hold"] = True
+        if route.description or terms.name:  # what the catalogue lists, for a discoverable endpoint
+            body["description"] = route.description or terms.name
+        if route.mime_type:
+            body["mimeType"] = route.mime_type
+        if route.discovery is not None:
+            body["extensions"] = {"bazaar": route.discovery.extension(request.method)}
         # The settlement call carries the challenge, which the platform records with the payment's
         # outcome: it is registered once, by that call, unless the call is not answered.
         queued = self._withdraw(challenge_id)
@@ -560,37 +585,180 @@ class PaymentGate:
         amount: int | None = None,
         eip2612: dict[str, Any] | None = None,
     ) -> AnswerStep:
-        if amount is None:
+        if amount is None and terms.amount is not None and not _priced_per_request(route, terms):
+            amount = terms.amount  # a fixed price: no generator to step through (the hot path)
+        elif amount is None:
             price = yield from self._price(route, terms, native)
             if isinstance(price, Answer):
                 return price
             amount = price
-        challenge_id = secrets.token_hex(16)
-        expires = int(self._clock()) + terms.max_timeout_seconds
-        offer = self._offer(terms, amount, challenge_id, expires, terms.pay_to)
+        challenge_id = f"{self._id_prefix}{next(self._id_counter):016x}"
+        now = self._clock()
+        expires = int(now) + terms.max_timeout_seconds
         self._issue((challenge_id, terms.id, terms.network, terms.asset, terms.pay_to, amount, request.url, expires))
-        required: dict[str, Any] = {"x402Version": 2}
-        if reason:
-            required["error"] = reason
-        resource: dict[str, Any] = {"url": request.url}
-        if route.description or terms.name:
-            resource["description"] = route.description or terms.name
-        if route.mime_type:
-            resource["mimeType"] = route.mime_type
-        required["resource"] = resource
-        required["accepts"] = [offer]
-        if terms.pricing_mode == "metered":
-            offer_2612 = _EIP2612_OFFER
-            if eip2612 is not None and isinstance(eip2612.get("info"), dict):
-                offer_2612 = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
-            required["extensions"] = {EIP2612_EXTENSION: offer_2612}
+        template = self._template(route, terms, amount, request.method)
+        error = f'"error":{_json_text(reason)},' if reason else ""
+        seal = self._sealer.seal_challenge(challenge_id, template.fixed, expires)
+        text = (
+            f'{{"x402Version":2,{error}"resource":{{"url":{_json_text(request.url)}{template.head}'
+            f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'
+        )
+        if template.tail_b64 is None:  # no extensions: a short tail
+            text += "}"
+            raw = text.encode()
+            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
         else:
-            required["extensions"] = _EXTENSIONS
-        raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
-        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+            # The declarations' JSON is the same in every 402: it ends the text, and the part before
+            # it is padded with JSON whitespace to whole base64 groups, so that its base64 is cached.
+            text += template.opening
+            if route.sign_in is not None:  # fresh for each 402; the challenge id is its nonce
+                text += route.sign_in.info_json(request.url, now, challenge_id)
+            raw = text.encode()
+            raw += b" " * (-len(raw) % 3)
+            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii") + template.tail_b64)
+            raw += template.tail
+            text = raw.decode()
+        if eip2612 is not None and isinstance(eip2612.get("info"), dict):
+            # (the rare 412 of a metered route: the EIP-2612 declaration with the payer's permit nonce)
+            required = json.loads(text)
+            offered = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
+            required.setdefault("extensions", {})[EIP2612_EXTENSION] = offered
+            raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
+            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+            text = raw.decode()
+        accept = request.accept
+        if accept is not None and "text/html" in accept and self.paywall.enabled:
+            return self._paywall_page(json.loads(text), terms, header, reason)
         if message:
-            raw = json.dumps(required | {"message": message}, separators=(",", ":"), ensure_ascii=False).encode()
+            raw = (text[:-1] + ',"message":' + json.dumps(message, ensure_ascii=False) + "}").encode()
         return Answer(402, [*_ANSWER_HEADERS, header], raw, reason)
+
+    def _template(self, route: PaidRoute, terms: EndpointTerms, amount: int, method: str) -> _Template:
+        """What every 402 of this route, terms and amount shares, built once (see `_Template`)."""
+        key = (id(route), id(terms), amount, method if route.discovery is not None else "")
+        found = self._templates.get(key)
+        if found is not None and found[0] is route and found[1] is terms:
+            return found[2]
+        resource = ""
+        if route.description or terms.name:
+            resource += f',"description":{_json_text(route.description or terms.name)}'
+        if route.mime_type:
+            resource += f',"mimeType":{_json_text(route.mime_type)}'
+        # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
+        extra: dict[str, Any] = {"name": terms.eip712_name, "version": terms.eip712_version, "currency": terms.currency}
+        if terms.pricing_mode == "metered":  # upto: the ceiling, settled through Permit2 by the facilitator
+            extra["assetTransferMethod"] = "permit2"
+            extra["facilitatorAddress"] = terms.facilitator_address
+        offer = json.dumps(
+            {
+                "scheme": _scheme(terms),
+                "network": terms.network,
+                "amount": str(amount),
+                "asset": terms.asset,
+                "payTo": terms.pay_to,
+                "maxTimeoutSeconds": terms.max_timeout_seconds,
+                "extra": extra | {"challengeId": ""},
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        head = resource + '},"accepts":[' + offer.removesuffix('""}}') + '"'
+        fixed = fixed_terms(terms.id, terms.network, terms.asset, terms.pay_to, amount, terms.max_timeout_seconds)
+        # An exact route's 402 declares the payment-identifier extension, a metered one's the EIP-2612
+        # gas sponsoring of its first use; a route's own declarations follow.
+        extensions = {EIP2612_EXTENSION: _EIP2612_OFFER} if terms.pricing_mode == "metered" else _EXTENSIONS
+        declared = ",".join(f"{encode_basestring(k)}:{_compact(v)}" for k, v in extensions.items())
+        bazaar = "" if route.discovery is None else ',"bazaar":' + route.discovery.extension_json(method)
+        if route.sign_in is not None:
+            opening = ',"extensions":{"sign-in-with-x":{"info":'
+            tail = "," + route.sign_in.static_json(terms.network) + "}," + declared + bazaar + "}}"
+        else:
+            opening, tail = ',"extensions":{', declared + bazaar + "}}"
+        if tail:
+            encoded = tail.encode()
+            built = _Template(head, fixed, opening, encoded, base64.b64encode(encoded).decode("ascii"))
+        else:
+            built = _Template(head, fixed)
+        if len(self._templates) >= 1024:  # terms refreshed, dynamic prices: start again
+            self._templates.clear()
+        self._templates[key] = (route, terms, built)
+        return built
+
+    def _paywall_page(
+        self, required: dict[str, Any], terms: EndpointTerms, header: tuple[str, str], reason: str | None
+    ) -> Answer:
+        """The 402 as the paywall page, for a browser: the same status and ``PAYMENT-REQUIRED``."""
+        body = self.paywall.render(
+            required, decimals=terms.decimals, currency=terms.currency, livemode=not _is_test_network(terms.network)
+        )
+        headers = [*self.paywall.headers(), ("Cache-Control", "no-store"), ("Vary", "Accept"), EXPOSE_HEADERS, header]
+        return Answer(402, headers, body, reason)
+
+    # -- sign-in-with-x -----------------------------------------------------------------------
+
+    def _sign_in(self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any) -> Step:
+        """Serve a request signed in by a wallet that paid for this route (its earlier settlement),
+        or answer the 402 with the reason the sign-in was refused; never serve for free."""
+        sign_in = route.sign_in
+        assert sign_in is not None and request.sign_in is not None
+        try:
+            message = decode_sign_in(request.sign_in)
+            keep_until = sign_in.check(message, request.url, terms.network, self._clock())
+        except InvalidPaymentError as exc:
+            return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
+        body = {
+            "endpointId": terms.id,
+            "address": message.address,
+            "message": message.text(),
+            "signature": message.signature,
+            "nonce": message.nonce,
+            "keepUntil": int(keep_until.timestamp()),
+            "windowSeconds": sign_in.duration,
+        }
+        try:
+            reply = yield PlatformCall("POST", "/agent/sign-ins", body)
+        except PlatformError as exc:
+            logger.error("sign-in check failed: %s; answering the challenge", exc.message)
+            reply = PlatformReply(503, None)
+        data = reply.data if isinstance(reply.data, dict) else {}
+        payment = data.get("payment")
+        if reply.status == 200 and data.get("signedIn") is True and isinstance(payment, dict):
+            try:
+                settlement = _signed_in_settlement(payment, terms)
+            except (KeyError, TypeError, ValueError):
+                logger.error("malformed sign-in reply; answering the challenge")
+            else:
+                return Serve(settlement, [EXPOSE_HEADERS])
+        if reply.status == 200 and data.get("signedIn") is False:
+            reason = str(data.get("reason") or "invalid_siwx_signature")
+            text = str(data.get("message") or "the sign-in was refused")
+        else:
+            if reply.status != 200:
+                logger.error("sign-in check answered %d; answering the challenge", reply.status)
+            reason, text = "siwx_unavailable", "signing in cannot be checked right now: pay, or retry shortly"
+        return (yield from self._challenge(route, terms, request, native, reason, text))
+
+    # -- the well-known manifest -------------------------------------------------------------------
+
+    def well_known(self, routes: list[tuple[str, str, PaidRoute]], origin: str) -> AnswerStep:
+        """The ``/.well-known/x402`` answer listing ``routes`` (``(method or "*", path template,
+        route)``) under ``origin``: each route's terms (advisory; the live 402 is authoritative)
+        and its discovery declaration. Endpoints whose terms cannot be fetched are left out."""
+        items = []
+        for method, path, route in routes:
+            known = self._terms.get(route.endpoint)
+            if known is None:
+                try:
+                    terms = yield from self.fetch_terms(route.endpoint)
+                except PlatformError as exc:
+                    logger.warning("well-known: endpoint %s left out: %s", route.endpoint, exc.message)
+                    continue
+            else:
+                terms = known[0]
+            items.append(manifest_item(method, path, route, terms, _priced_per_request(route, terms)))
+        manifest = well_known_manifest(origin, items, int(self._clock()))
+        raw = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()
+        return Answer(200, [("Content-Type", "application/json"), ("Cache-Control", "public, max-age=60")], raw)
 
     # -- terms and background work ------------------------------------------------------------
 
@@ -687,6 +855,59 @@ class PaymentGate:
     def _misconfigured(self, message: str) -> Answer:
         logger.error("x402 payment configuration error: %s", message)
         return _error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """The parts of a 402 its route, terms and amount fix: ``head``, the JSON from after the resource
+    URL up to the challenge id; ``fixed``, the seal's fixed terms; with extensions, the ``opening``
+    of the extensions object (up to sign-in-with-x's ``info``, which each 402 fills in) and the
+    ``tail`` that closes the text, with its base64."""
+
+    head: str
+    fixed: str
+    opening: str = ""
+    tail: bytes = b""
+    tail_b64: str | None = None
+
+
+def _signed_in_settlement(payment: dict[str, Any], terms: EndpointTerms) -> Settlement:
+    """The platform's record of the payment a signed-in wallet made, as the handler sees it."""
+    response = SettlementResponse(
+        success=True,
+        payer=str(payment["payer"]),
+        transaction=str(payment["transaction"]),
+        network=str(payment["network"]),
+        amount=int(payment["amountMinor"]),
+    )
+    receipt = payment.get("receipt") or {}
+    return Settlement(
+        transaction=response.transaction,
+        network=response.network,
+        payer=str(payment["payer"]),
+        pay_to=str(payment["payTo"]),
+        asset=str(payment["asset"]),
+        amount=int(payment["amountMinor"]),
+        challenge_id=str(payment.get("challengeId") or ""),
+        endpoint_id=terms.id,
+        receipt={str(k): str(v) for k, v in receipt.items()},
+        response=response,
+        signed_in=True,
+    )
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json_text(value: str) -> str:
+    """A JSON string literal (UTF-8 kept, as ``json.dumps(..., ensure_ascii=False)`` writes it)."""
+    return encode_basestring(value)
+
+
+def _is_test_network(network: str) -> bool:
+    known = get_network(network)
+    return known is None or known.testnet
 
 
 def _pending(response: SettlementResponse) -> Answer:

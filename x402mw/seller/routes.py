@@ -24,6 +24,7 @@ class RouteTable:
     def __init__(self, routes: Mapping[str, PaidRoute | str] | None) -> None:
         self._exact: dict[tuple[str, str], PaidRoute] = {}
         self._patterns: list[tuple[str, re.Pattern[str], PaidRoute]] = []
+        self._entries: list[tuple[str, str, PaidRoute]] = []
         problems = []
         for key, value in (routes or {}).items():
             method, _, path = key.strip().rpartition(" ")
@@ -36,6 +37,7 @@ class RouteTable:
             except ConfigurationError as exc:
                 problems.extend(f"route {key!r}: {p}" for p in exc.problems)
                 continue
+            self._entries.append((method, path, route))
             if _PARAM.search(path):
                 regex = (
                     "^"
@@ -53,6 +55,10 @@ class RouteTable:
 
     def __bool__(self) -> bool:
         return bool(self._exact or self._patterns)
+
+    def entries(self) -> list[tuple[str, str, PaidRoute]]:
+        """Every route as ``(method or "*", path template, route)``, in the order given."""
+        return list(self._entries)
 
     def match(self, method: str, path: str) -> PaidRoute | None:
         found = self._exact.get((method, path)) or self._exact.get(("*", path))

@@ -10,7 +10,10 @@ from x402mw.seller.config import PaidRoute
 from x402mw.seller.gate import PaymentGate
 from x402mw.seller.routes import RouteTable
 
-__all__ = ["ASYNC_AMOUNT_PROBLEM", "build_gate", "is_async_callable"]
+__all__ = ["ASYNC_AMOUNT_PROBLEM", "WELL_KNOWN_PATHS", "build_gate", "is_async_callable"]
+
+WELL_KNOWN_PATHS = frozenset({"/.well-known/x402", "/.well-known/x402.json"})
+"""Where a seller lists its paid routes (the x402 well-known discovery draft names the second)."""
 
 ASYNC_AMOUNT_PROBLEM = (
     "the amount callback is an async function; this framework runs synchronously, give a plain function"
@@ -29,6 +32,7 @@ def build_gate(
     routes: object,
     settle_timeout: object,
     refuse_async: bool,
+    paywall: object = None,
 ) -> tuple[PaymentGate, RouteTable]:
     """Validate a seller's configuration and build its gate and route table.
 
@@ -58,6 +62,7 @@ def build_gate(
             api_key=api_key if isinstance(api_key, str) else "",
             platform_url=platform_url if isinstance(platform_url, str) else "",
             settle_timeout=float(settle_timeout),
+            paywall=paywall,  # type: ignore[arg-type]  # checked by the gate
         )
     except ConfigurationError as exc:
         problems = exc.problems + problems

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
@@ -57,6 +57,7 @@ class EndpointCreate(_EndpointFields):
     maxAmountMinor: MinorUnits | None = None
     releasePolicy: Literal["included", "confirmed"] = "included"
     maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600)
+    discoverable: StrictBool = False
 
 
 class EndpointUpdate(_EndpointFields, PatchBody):
@@ -78,6 +79,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     maxAmountMinor: MinorUnits | None = None
     releasePolicy: Literal["included", "confirmed"] | None = None
     maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600)
+    discoverable: StrictBool | None = None
 
 
 def _chain_for(request: Request, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
@@ -161,6 +163,7 @@ def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
         facilitator_address=chain.relayer.address if metered and chain else None,
         release_policy=row.release_policy,
         max_timeout_seconds=row.max_timeout_seconds,
+        discoverable=bool(row.discoverable),
         livemode=bool(row.livemode),
         created_at=row.created_at,
         updated_at=row.updated_at,
@@ -200,6 +203,7 @@ async def create(request: Request) -> ModelResponse:
         amount_minor=amount,
         release_policy=body.releasePolicy,
         max_timeout_seconds=body.maxTimeoutSeconds,
+        discoverable=body.discoverable,
         created_at=now,
         updated_at=now,
     )
@@ -263,6 +267,7 @@ async def update(request: Request) -> ModelResponse:
             "releasePolicy": "release_policy",
             "maxTimeoutSeconds": "max_timeout_seconds",
             "payoutAddress": "payout_address",
+            "discoverable": "discoverable",
         }
         for key, value in changes.items():
             values[names[key]] = value

@@ -56,6 +56,10 @@ class SettleBody(BaseModel):
     # upto: absent, the payment is verified and held for the request (`authorized`); present, the
     # held payment is settled for this amount (0 … the ceiling), once.
     settleAmount: StrictInt | None = Field(default=None, ge=0)
+    # what the discovery catalogue lists of a discoverable endpoint's resource
+    description: str | None = Field(default=None, max_length=1000)
+    mimeType: str | None = Field(default=None, max_length=200)
+    extensions: dict[str, Any] | None = None
 
 
 def unavailable_error(outcome: SettleOutcome) -> ApiError:
@@ -159,6 +163,16 @@ async def settle(request: Request) -> ModelResponse:
     if upto:
         metrics.count_settlement(
             platform.settlement.network_label(accepted.network), outcome.status, outcome.response.error_reason
+        )
+    if outcome.status == "settled" and endpoint.discoverable:
+        await platform.catalogue.record(
+            endpoint,
+            resource=body.resource,
+            accepted=body.accepted,
+            description=body.description or (payload.resource.description if payload.resource else None),
+            mime_type=body.mimeType,
+            extensions=body.extensions if body.extensions is not None else payload.extensions,
+            settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
         )
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
 

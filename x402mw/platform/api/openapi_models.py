@@ -13,6 +13,7 @@ from pydantic_core import core_schema
 from x402mw.platform.api.agent_challenges import ChallengeBatch
 from x402mw.platform.api.agent_endpoints import EndpointCreate, EndpointUpdate
 from x402mw.platform.api.agent_settlements import SettleBody
+from x402mw.platform.api.agent_sign_ins import SignInBody
 from x402mw.platform.api.facilitator import FacilitatorBody
 from x402mw.platform.api.fields import MINOR_SCHEMA, NO_NUL, minor_units
 from x402mw.platform.api.openapi_schemas import REF, TEXT, Schema, ref
@@ -108,6 +109,7 @@ _BODY_MODELS: list[type[BaseModel]] = [
     ChallengeBatch,
     FacilitatorBody,
     SettleBody,
+    SignInBody,
     FaucetBody,
     WebhookEndpointCreate,
     WebhookEndpointUpdate,
@@ -122,6 +124,7 @@ _ENDPOINT_FIELDS = {
     "amountMinor": 'integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
     "releasePolicy": "`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
     "maxTimeoutSeconds": "validity of challenges and authorizations in seconds, 30–3600",
+    "discoverable": "list the endpoint's settled resources in the public discovery catalogue; default false",
 }
 _WEBHOOK_FIELDS = {
     "url": "absolute http(s) URL receiving the POSTed events",
@@ -164,6 +167,18 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
         "hold": "verify and claim the payment without sending it (answered `held`): a paid MCP tool, "
         "settled with `capture` once the tool succeeded or released when it failed",
         "capture": "the id of this payment's `held` agent payment: settle it now",
+        "description": "what the resource is, for the discovery catalogue",
+        "mimeType": "what the resource answers, for the discovery catalogue",
+        "extensions": "the route's `bazaar` declaration, for the discovery catalogue",
+    },
+    "SignInBody": {
+        "endpointId": "the agent endpoint being signed into",
+        "address": "the address the message names",
+        "message": "the EIP-4361 message text that was signed",
+        "signature": "EIP-191 signature of the message (or a smart account's EIP-1271/6492 one), 0x hex",
+        "nonce": "the message's nonce: each is accepted once",
+        "keepUntil": "Unix time (seconds) until which the nonce is kept (at most an hour from now)",
+        "windowSeconds": "how recent a payment lets the address in; null: any settled payment",
     },
     "FacilitatorBody": {
         "x402Version": "1 or 2",

@@ -272,6 +272,7 @@ async def _checkout_html(
         "qr": qr_svg(transfer["paymentUri"]) if transfer else None,
         "problem": problem,
         "css": _static(request, "checkout.css"),
+        "wallet_js": _static(request, "wallet.js"),
         "js": _static(request, "checkout.js"),
         "status_url": orders_path + "/transfer-status",
         "poll_seconds": POLL_SECONDS,

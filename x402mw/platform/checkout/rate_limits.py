@@ -14,7 +14,9 @@ docs/checkout.md):
   ``POST /checkout/v1/payment-links/:id/payment-intents``), each of which may make a new order:
   against its client address, on a budget of its own;
 - posting a plan's subscribe form (``POST /checkout/su_…``), which may open a subscription, make its
-  first order and send an email: against its client address, on a budget of its own.
+  first order and send an email: against its client address, on a budget of its own;
+- the public discovery catalogue (``{base_url}/x402/discovery/…``): against its client address, on a
+  budget of its own.
 
 The hosted pages themselves (``/checkout/pi_…``, a subscribe page's ``GET``) are not counted: they only
 read, and the payment page's polling of ``transfer-status`` (every 3 seconds) stays far below the
@@ -53,6 +55,7 @@ _ORDER_PATH = re.compile(r"^/(?:checkout/v1/payment-intents|x402/pay)/([^/]+)")
 _LINK_OPENING = re.compile(r"^/checkout/(?:pl_[^/]*|paylink/[^/]+|v1/payment-links/[^/]+/payment-intents)$")
 _PAYLINK_ORDER = re.compile(r"^/checkout/paylink/([^/]+)$")
 _SUBSCRIBE = re.compile(r"^/checkout/su_[^/]*$")
+_DISCOVERY = re.compile(r"^(?:/v1)?/x402/discovery/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class CheckoutRateLimits:
     per_order: str = "300/minute"
     link_openings: str = "60/hour"
     subscribe_posts: str = "30/hour"
+    discovery: str = "120/minute"
     redis_url: str | None = None
     key_prefix: str = "x402mw"
 
@@ -101,10 +105,13 @@ class RateLimitMiddleware:
     def _counted(self, scope: Scope) -> list[tuple[str, str]]:
         """The budgets this request counts against: (budget, identifier)."""
         path: str = scope["path"]
-        if not path.startswith(("/checkout/", "/x402/pay/")):
+        discovery = _DISCOVERY.match(path) is not None
+        if not discovery and not path.startswith(("/checkout/", "/x402/pay/")):
             return []
         client = scope.get("client")
         address = str(client[0]) if client else "unknown"
+        if discovery:
+            return [("discovery", address)]
         if _SUBSCRIBE.match(path):
             return [("per_address", address), ("subscribe_posts", address)] if scope["method"] == "POST" else []
         if _LINK_OPENING.match(path):
@@ -141,7 +148,7 @@ class RateLimitMiddleware:
                 )
             else:
                 storage = MemoryStorage()
-            budgets = ("per_address", "per_order", "link_openings", "subscribe_posts")
+            budgets = ("per_address", "per_order", "link_openings", "subscribe_posts", "discovery")
             self._items = {name: parse(getattr(limits, name)) for name in budgets}
             self._limiter = MovingWindowRateLimiter(storage)
         return self._limiter
@@ -167,6 +174,7 @@ class RateLimitMiddleware:
                         "per_address": "from this address",
                         "per_order": "for this payment",
                         "subscribe_posts": "subscribing from this address",
+                        "discovery": "to the discovery catalogue from this address",
                     }.get(budget, "opening payment links from this address")
                     return ApiError(
                         429,

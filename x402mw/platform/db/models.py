@@ -22,6 +22,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     UniqueConstraint,
+    false,
     true,
 )
 from sqlmodel import Field, SQLModel
@@ -34,6 +35,7 @@ __all__ = [
     "Balance",
     "ChainCursor",
     "DepositAddress",
+    "DiscoveryResource",
     "EmbeddedChain",
     "Event",
     "IdempotencyKey",
@@ -44,6 +46,7 @@ __all__ = [
     "PaymentIntent",
     "PaymentLink",
     "Refund",
+    "SignInNonce",
     "Subscription",
     "SubscriptionEmail",
     "SubscriptionInvoice",
@@ -101,6 +104,8 @@ class AgentEndpoint(SQLModel, table=True):
     max_timeout_seconds: int = 300
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # Listed in the public discovery catalogue once settled for (the merchant's choice).
+    discoverable: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
 
     __table_args__ = (Index("ix_agent_endpoints_merchant_created", "merchant_id", "created_at"),)
 
@@ -608,6 +613,40 @@ class SubscriptionInvoice(SQLModel, table=True):
         UniqueConstraint("subscription_id", "period", name="uq_subscription_invoices_period"),
         Index("ix_subscription_invoices_subscription_created", "subscription_id", "created_at"),
     )
+
+
+class DiscoveryResource(SQLModel, table=True):
+    """A resource the platform settled for, as the discovery catalogue lists it (Bazaar). Listed only
+    while its endpoint is ``discoverable``; ``tool_name`` is "" for HTTP resources (an MCP tool is
+    identified by its server's URL and its name)."""
+
+    __tablename__ = "discovery_resources"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    endpoint_id: str = Field(foreign_key="agent_endpoints.id", max_length=36)
+    livemode: bool = False
+    resource: str = Field(max_length=2048)
+    tool_name: str = Field(default="", max_length=200)
+    type: str = Field(max_length=8)  # http | mcp
+    description: str = Field(default="", max_length=1000)
+    mime_type: str = Field(default="", max_length=200)
+    accepts: list[Any] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    extensions: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        UniqueConstraint("endpoint_id", "resource", "tool_name", name="uq_discovery_resources_resource"),
+        Index("ix_discovery_resources_updated", "updated_at"),
+    )
+
+
+class SignInNonce(SQLModel, table=True):
+    """A sign-in-with-x nonce that was used: a message signs in once, in every process. Kept until
+    ``expires_at`` (after which the message is refused for its age anyway)."""
+
+    __tablename__ = "sign_in_nonces"
+    nonce: str = Field(primary_key=True, max_length=128)
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
 
 
 class FormTokenUse(SQLModel, table=True):

@@ -14,6 +14,7 @@ __all__ = [
     "balances",
     "chain_cursors",
     "deposit_addresses",
+    "discovery_resources",
     "embedded_chains",
     "events",
     "form_token_uses",
@@ -28,6 +29,7 @@ __all__ = [
     "relayer_accounts",
     "relayer_holders",
     "relayer_pools",
+    "sign_in_nonces",
     "subscription_emails",
     "subscription_invoices",
     "subscription_plans",
@@ -66,3 +68,5 @@ form_token_uses = _tables["form_token_uses"]
 relayer_pools = _tables["relayer_pools"]
 relayer_accounts = _tables["relayer_accounts"]
 relayer_holders = _tables["relayer_holders"]
+discovery_resources = _tables["discovery_resources"]
+sign_in_nonces = _tables["sign_in_nonces"]

@@ -3,7 +3,7 @@ settlement and of the x402 facilitator."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainSerializer, RootModel
 
@@ -67,6 +67,9 @@ class AgentEndpoint(ResponseModel):
     )
     release_policy: Literal["included", "confirmed"]
     max_timeout_seconds: int
+    discoverable: bool = Field(
+        description="listed in the public discovery catalogue (`GET /x402/discovery/resources`) once settled for"
+    )
     livemode: bool
     created_at: Timestamp
     updated_at: Timestamp
@@ -240,3 +243,56 @@ class SupportedKinds(ResponseModel):
     kinds: list[SupportedKind]
     extensions: list[str]
     signers: dict[str, list[EvmAddress]]
+
+
+class DiscoveredResource(ResponseModel):
+    """A resource in the discovery catalogue, in the Bazaar extension's shape."""
+
+    resource: str = Field(description="URL of the paid resource")
+    type: Literal["http", "mcp"]
+    x402_version: int
+    accepts: list[dict[str, Any]] = Field(description="the payment terms offered (advisory: the live 402 decides)")
+    last_updated: str = Field(description="when it was last settled for (RFC 3339)")
+    description: str | None = omitted_if_none()
+    mime_type: str | None = omitted_if_none()
+    extensions: dict[str, Any] | None = omitted_if_none(description="`bazaar`: what the resource takes and gives")
+
+
+class DiscoveryPagination(ResponseModel):
+    limit: int
+    offset: int
+    total: int
+
+
+class DiscoveryList(ResponseModel):
+    """A page of the discovery catalogue, newest first."""
+
+    x402_version: int
+    items: list[DiscoveredResource]
+    pagination: DiscoveryPagination
+
+
+class SearchPagination(ResponseModel):
+    limit: int
+    cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last")
+
+
+class DiscoverySearch(ResponseModel):
+    """Resources of the discovery catalogue matching every word of a query."""
+
+    x402_version: int
+    resources: list[DiscoveredResource]
+    partial_results: bool = Field(description="more matches follow (see `pagination.cursor`)")
+    pagination: SearchPagination
+
+
+class SignInResult(ResponseModel):
+    """Whether a sign-in-with-x message lets its signer back in: ``payment`` when it does,
+    ``reason`` and ``message`` when it does not."""
+
+    signed_in: bool
+    payment: AgentPayment | None = omitted_if_none()
+    reason: str | None = omitted_if_none(
+        description="`invalid_siwx_signature`, `invalid_siwx_nonce` or `siwx_payment_not_found`"
+    )
+    message: str | None = omitted_if_none()

@@ -249,61 +249,22 @@
   // itself and `sync` reports its hash.
   var UNSUPPORTED = { 4200: true, "-32601": true };
 
+  // wallet.js (loaded first) holds the wallet code the sellers' paywall shares; looked up when used,
+  // so that the rest of this page works even if it did not load.
   function walletError(error) {
-    if (error && error.code === 4001) {
-      return "You cancelled in your wallet. You can try again.";
-    }
-    if (error && error.status) {
-      return error.message; // the platform's own explanation
-    }
-    return "The wallet could not pay: " + ((error && error.message) || "unknown error") + ".";
+    return window.X402Wallet.walletError(error);
   }
 
   function useChain(provider, box) {
-    var wanted = box.getAttribute("data-chain-id").toLowerCase();
-    return provider.request({ method: "eth_chainId" }).then(function (chainId) {
-      if (String(chainId).toLowerCase() === wanted) {
-        return null;
-      }
-      return provider
-        .request({ method: "wallet_switchEthereumChain", params: [{ chainId: wanted }] })
-        .catch(function (error) {
-          if (!error || error.code !== 4902) {
-            throw error;
-          }
-          // The wallet does not know the network: offer it, then switch (wallets that need more than
-          // its id and name to add it say so, and the buyer adds it by hand).
-          var name = box.getAttribute("data-network-name");
-          return provider
-            .request({ method: "wallet_addEthereumChain", params: [{ chainId: wanted, chainName: name }] })
-            .then(
-              function () {
-                return provider.request({ method: "wallet_switchEthereumChain", params: [{ chainId: wanted }] });
-              },
-              function () {
-                var failed = new Error("add " + name + " to your wallet, then try again");
-                throw failed;
-              }
-            );
-        });
-    });
+    return window.X402Wallet.useChain(
+      provider,
+      box.getAttribute("data-chain-id"),
+      box.getAttribute("data-network-name")
+    );
   }
 
   function signAuthorization(provider, account, attempt) {
-    var typed = attempt.authorization;
-    var message = {};
-    for (var key in typed.message) {
-      if (Object.prototype.hasOwnProperty.call(typed.message, key)) {
-        message[key] = typed.message[key];
-      }
-    }
-    message.from = account;
-    var request = { types: typed.types, primaryType: typed.primaryType, domain: typed.domain, message: message };
-    return provider
-      .request({ method: "eth_signTypedData_v4", params: [account, JSON.stringify(request)] })
-      .then(function (signature) {
-        return { message: message, signature: signature };
-      });
+    return window.X402Wallet.signAuthorization(provider, account, attempt.authorization);
   }
 
   function sendTransfer(provider, account, attempt, box, message) {

@@ -1,0 +1,351 @@
+"""Discovery (the x402 ``bazaar`` extension) and sign-in-with-x, on the real platform and dev chain.
+
+A FastAPI seller declares its routes (derived from its own OpenAPI) and lets payers back in; our
+``X402Auth`` pays; the Foundation SDK's bazaar client reads the platform's catalogue and the
+402's declaration, and the SDK's sign-in-with-x client gets back into what it paid for."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from eth_account import Account
+from eth_account.messages import encode_defunct
+from fastapi import FastAPI, Request
+from pydantic import BaseModel
+from x402.extensions.bazaar import ListDiscoveryResourcesParams, SearchDiscoveryResourcesParams, with_bazaar
+from x402.extensions.bazaar.facilitator import validate_discovery_extension
+from x402.extensions.bazaar.types import parse_discovery_extension
+from x402.extensions.sign_in_with_x import create_siwx_payload, encode_siwx_header
+from x402.http import FacilitatorConfig, HTTPFacilitatorClientSync
+
+from tests.harness import Deployment, PlatformHarness
+from tests.sellers import asgi_transport
+from x402mw.adapters.starlette import PaymentMiddleware, paid
+from x402mw.client import X402Auth
+from x402mw.protocol.sign_in import SignInMessage, decode_sign_in, encode_sign_in
+from x402mw.seller import Discovery, SignIn
+
+pytestmark = pytest.mark.anyio
+ORIGIN = "http://testserver"
+
+
+class Forecast(BaseModel):
+    city: str
+    forecast: str
+
+
+def seller(deployment: Deployment, other_endpoint: str, **options: Any) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/weather")
+    @paid(deployment.endpoint_id, discovery=True, sign_in=SignIn(origin=ORIGIN, duration=3600))
+    async def weather(request: Request, city: str = "Paris") -> Forecast:
+        return Forecast(city=city, forecast="sunny" if not request.state.x402.signed_in else "sunny again")
+
+    @app.post("/translate")
+    @paid(
+        other_endpoint,
+        discovery=Discovery(body={"text": "hello"}, output={"text": "bonjour"}),
+        sign_in=SignIn(origin=ORIGIN),
+    )
+    async def translate(request: Request) -> dict[str, str]:
+        return {"text": "bonjour"}
+
+    app.add_middleware(PaymentMiddleware, api_key=deployment.api_key, platform_url=deployment.harness.url, **options)
+    return app
+
+
+def second_endpoint(deployment: Deployment, *, discoverable: bool = False) -> str:
+    with deployment.api() as api:
+        reply = api.post(
+            "/agent/endpoints",
+            json={
+                "name": "Translate",
+                "resourceUrl": f"{ORIGIN}/translate",
+                "chainId": deployment.harness.chain.chain_id,
+                "currency": "USDC",
+                "payoutAddress": deployment.payout,
+                "amountMinor": "20000",
+                "discoverable": discoverable,
+            },
+        )
+        assert reply.status_code == 201, reply.text
+        assert reply.json()["endpoint"]["discoverable"] is discoverable
+        return str(reply.json()["endpoint"]["id"])
+
+
+def make_discoverable(deployment: Deployment, value: bool = True) -> None:
+    with deployment.api() as api:
+        reply = api.patch(f"/agent/endpoints/{deployment.endpoint_id}", json={"discoverable": value})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["endpoint"]["discoverable"] is value
+
+
+def bazaar(harness: PlatformHarness) -> Any:
+    return with_bazaar(HTTPFacilitatorClientSync(FacilitatorConfig(url=harness.url + "/x402")))
+
+
+def required_of(response: httpx.Response) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(base64.b64decode(response.headers["PAYMENT-REQUIRED"]))
+    return decoded
+
+
+async def test_the_catalogue_holds_only_opted_in_endpoints_and_the_sdk_reads_it(dev_platform: PlatformHarness) -> None:
+    listed, hidden = dev_platform.deploy(), dev_platform.deploy()
+    make_discoverable(listed)
+    apps = [seller(d, second_endpoint(d)) for d in (listed, hidden)]
+    for deployment, app in zip((listed, hidden), apps, strict=True):
+        auth = X402Auth(deployment.agent, max_amount="0.05")
+        async with httpx.AsyncClient(transport=asgi_transport(app), base_url=ORIGIN, auth=auth, timeout=60) as agent:
+            paid_for = await agent.get("/weather", params={"city": "Oslo"})
+            assert paid_for.status_code == 200, paid_for.text
+            # the 402's declaration, read by the SDK: derived from the FastAPI route's OpenAPI
+    async with httpx.AsyncClient(transport=asgi_transport(apps[0]), base_url=ORIGIN) as anonymous:
+        unpaid = await anonymous.get("/weather")
+    declared = parse_discovery_extension(required_of(unpaid)["extensions"]["bazaar"])
+    assert validate_discovery_extension(declared).valid
+    assert declared.info.input.method == "GET"
+    schema = declared.schema_["properties"]["input"]["properties"]["queryParams"]
+    assert schema["properties"]["city"]["type"] == "string"
+
+    with bazaar(dev_platform) as client:
+        page = await asyncio.to_thread(client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(limit=100))
+        mine = [item for item in page.items if listed.payout.lower() in json.dumps(item.accepts).lower()]
+        assert [item.resource for item in mine] == [f"{ORIGIN}/weather?city=Oslo"]
+        assert mine[0].type == "http" and mine[0].x402_version == 2 and mine[0].description == "Weather"
+        assert mine[0].accepts[0]["amount"] == "10000" and "seal" not in mine[0].accepts[0]["extra"]
+        assert mine[0].extensions is not None and mine[0].extensions["bazaar"]["info"]["input"]["method"] == "GET"
+        everything = json.dumps([item.to_dict() for item in page.items]).lower()
+        assert hidden.payout.lower() not in everything  # the merchant that did not opt in is not listed
+        assert page.pagination.total >= 1
+
+        filtered = await asyncio.to_thread(
+            client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=listed.payout, type="http")
+        )
+        assert [item.resource for item in filtered.items] == [f"{ORIGIN}/weather?city=Oslo"]
+        found = await asyncio.to_thread(
+            client.extensions.bazaar.search, SearchDiscoveryResourcesParams(query="weather Oslo", pay_to=listed.payout)
+        )
+        assert [item.resource for item in found.resources] == [f"{ORIGIN}/weather?city=Oslo"]
+        nothing = await asyncio.to_thread(
+            client.extensions.bazaar.search, SearchDiscoveryResourcesParams(query="weather", pay_to=hidden.payout)
+        )
+        assert nothing.resources == []
+
+        make_discoverable(listed, False)  # opting out takes the resources out at once
+        after = await asyncio.to_thread(
+            client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=listed.payout)
+        )
+        assert after.items == [] and after.pagination.total == 0
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=0",
+        "limit=101",
+        "limit=-1",
+        "limit=1e3",
+        "offset=-5",
+        "offset=99999999999999999999",
+        "type=ftp",
+        "payTo=0x12",
+        "network=%00",
+        "scheme=" + "x" * 100,
+        "extensions=a%20b",
+        "unknown=1",
+    ],
+)
+def test_absurd_catalogue_queries_are_refused(dev_platform: PlatformHarness, query: str) -> None:
+    with httpx.Client(base_url=dev_platform.url) as client:
+        reply = client.get("/x402/discovery/resources?" + query)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["code"] == "parameter_invalid"
+
+
+@pytest.mark.parametrize("query", ["", "query=", "query=%20%20", "query=" + "w" * 201, "query=a%0Ab"])
+def test_absurd_searches_are_refused(dev_platform: PlatformHarness, query: str) -> None:
+    with httpx.Client(base_url=dev_platform.url) as client:
+        reply = client.get("/x402/discovery/search?" + query)
+    assert reply.status_code == 400, reply.text
+
+
+def test_search_strings_are_words_not_patterns(dev_platform: PlatformHarness) -> None:
+    with httpx.Client(base_url=dev_platform.url) as client:
+        for words in ["%", "_", "\\", "' OR 1=1 --", "%%%%"]:
+            reply = client.get("/x402/discovery/search", params={"query": words})
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["resources"] == []
+
+
+async def test_the_sdk_signs_in_where_it_paid_and_is_refused_where_it_did_not(deployment: Deployment) -> None:
+    other = second_endpoint(deployment)
+    app = seller(deployment, other)
+    wallet = Account.from_key(deployment.agent_key)
+    auth = X402Auth(deployment.agent, max_amount="0.05")
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url=ORIGIN, timeout=60) as client:
+        before = await client.get("/weather")
+        assert before.status_code == 402
+        refused = await sdk_sign_in(client, wallet, "GET", "/weather")  # not paid yet
+        assert refused.status_code == 402
+        assert required_of(refused)["error"] == "siwx_payment_not_found"
+        paid_for = await client.get("/weather", auth=auth)
+        assert paid_for.status_code == 200, paid_for.text
+        back = await sdk_sign_in(client, wallet, "GET", "/weather")
+        assert back.status_code == 200, back.text
+        assert back.json() == {"city": "Paris", "forecast": "sunny again"}
+        assert "PAYMENT-RESPONSE" not in back.headers  # nothing was paid for this one
+        elsewhere = await sdk_sign_in(client, wallet, "POST", "/translate")  # paid for another endpoint
+        assert elsewhere.status_code == 402
+        assert required_of(elsewhere)["error"] == "siwx_payment_not_found"
+
+
+async def sdk_sign_in(client: httpx.AsyncClient, wallet: Any, method: str, path: str) -> httpx.Response:
+    """Sign in the way the Foundation's SDK does: the 402's challenge, its first chain, its client."""
+    challenge = await client.request(method, path)
+    assert challenge.status_code == 402
+    offered = required_of(challenge)["extensions"]["sign-in-with-x"]
+    info = offered["info"] | offered["supportedChains"][0]
+    payload = await create_siwx_payload(info, wallet, str(challenge.url))
+    return await client.request(method, path, headers={"SIGN-IN-WITH-X": encode_siwx_header(payload)})
+
+
+async def test_bad_sign_ins_get_the_402(deployment: Deployment) -> None:
+    app = seller(deployment, second_endpoint(deployment))
+    wallet = Account.from_key(deployment.agent_key)
+    stranger = Account.create()
+    auth = X402Auth(deployment.agent, max_amount="0.05")
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url=ORIGIN, timeout=60) as client:
+        assert (await client.get("/weather", auth=auth)).status_code == 200
+        good = await signed(client, wallet)
+        cases: dict[str, SignInMessage] = {
+            "invalid_siwx_domain_mismatch": good_with(good, wallet, domain="evil.example"),
+            "invalid_siwx_uri_mismatch": good_with(good, wallet, uri="http://testserver/translate"),
+            "invalid_siwx_issued_at_too_old": good_with(good, wallet, issued_at=stamp(-timedelta(minutes=6))),
+            "invalid_siwx_issued_at_in_future": good_with(good, wallet, issued_at=stamp(timedelta(minutes=5))),
+            "invalid_siwx_expired": good_with(good, wallet, expiration_time=stamp(-timedelta(seconds=1))),
+            "invalid_siwx_not_yet_valid": good_with(good, wallet, not_before=stamp(timedelta(minutes=1))),
+            "invalid_siwx_chain_id": good_with(good, wallet, chain_id="eip155:1"),
+            "siwx_payment_not_found": good_with(good, stranger, address=stranger.address),
+            "invalid_siwx_signature": SignInMessage(
+                **(fields(good_with(good, wallet)) | {"signature": good.signature})
+            ),
+        }
+        for reason, message in cases.items():
+            answer = await client.get("/weather", headers={"SIGN-IN-WITH-X": encode_sign_in(message)})
+            assert answer.status_code == 402, (reason, answer.text)
+            assert required_of(answer)["error"] == reason, (reason, answer.text)
+        for garbage, reason in [
+            ("not base64!", "invalid_siwx_payload"),
+            (base64.b64encode(b"[1]").decode(), "invalid_siwx_payload"),
+            (
+                encode_sign_in(SignInMessage(**{**fields(good), "signature": "0x1234"})),
+                "invalid_siwx_malformed_signature",
+            ),
+            ("A" * 9000, "invalid_siwx_payload"),
+        ]:
+            answer = await client.get("/weather", headers={"SIGN-IN-WITH-X": garbage})
+            assert answer.status_code == 402 and required_of(answer)["error"] == reason, answer.text
+        # the good one gets in once; its nonce is spent for every process (the platform's database)
+        first = await client.get("/weather", headers={"SIGN-IN-WITH-X": encode_sign_in(good)})
+        assert first.status_code == 200, first.text
+        again = await client.get("/weather", headers={"SIGN-IN-WITH-X": encode_sign_in(good)})
+        assert again.status_code == 402 and required_of(again)["error"] == "invalid_siwx_nonce"
+        # the Host header does not stand in for the configured origin
+        hosted = await client.get(
+            "/weather",
+            headers={
+                "Host": "evil.example",
+                "SIGN-IN-WITH-X": encode_sign_in(await signed(client, wallet, host="evil.example")),
+            },
+        )
+        assert hosted.status_code == 402 and required_of(hosted)["error"] == "invalid_siwx_domain_mismatch"
+
+
+def stamp(delta: timedelta) -> str:
+    return (datetime.now(UTC) + delta).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def fields(message: SignInMessage) -> dict[str, Any]:
+    return {name: getattr(message, name) for name in SignInMessage.__slots__}
+
+
+async def signed(client: httpx.AsyncClient, wallet: Any, host: str | None = None) -> SignInMessage:
+    """A good message for /weather, from its 402 (with ``host``: one naming that host instead)."""
+    challenge = await client.get("/weather")
+    info = required_of(challenge)["extensions"]["sign-in-with-x"]["info"]
+    message = SignInMessage(
+        domain=host or info["domain"],
+        address=wallet.address,
+        uri=info["uri"] if host is None else f"http://{host}/weather",
+        version="1",
+        chain_id=required_of(challenge)["accepts"][0]["network"],
+        nonce=info["nonce"],
+        issued_at=info["issuedAt"],
+        signature="0x" + "00" * 65,
+        resources=tuple(info["resources"]),
+    )
+    return good_with(message, wallet)
+
+
+def good_with(message: SignInMessage, wallet: Any, **changes: Any) -> SignInMessage:
+    """``message`` with ``changes`` and a nonce of its own, signed again by ``wallet`` (EIP-191)."""
+    changed = SignInMessage(**(fields(message) | {"nonce": secrets.token_hex(12)} | changes))
+    signature = wallet.sign_message(encode_defunct(text=changed.text())).signature
+    raw = signature.hex() if isinstance(signature, bytes) else str(signature)
+    return SignInMessage(**(fields(changed) | {"signature": raw if raw.startswith("0x") else "0x" + raw}))
+
+
+def test_a_header_round_trips() -> None:
+    message = SignInMessage(
+        domain="a.example",
+        address="0x" + "ab" * 20,
+        uri="https://a.example/x",
+        version="1",
+        chain_id="eip155:8453",
+        nonce="abcdef0123456789",
+        issued_at="2026-11-26T02:00:00.000Z",
+        signature="0x" + "11" * 65,
+        statement="Sign in",
+        resources=("https://a.example/x",),
+    )
+    assert decode_sign_in(encode_sign_in(message)) == message
+
+
+async def test_x402auth_signs_in_before_paying(deployment: Deployment) -> None:
+    app = seller(deployment, second_endpoint(deployment))
+    first = X402Auth(deployment.agent, max_amount="0.05", sign_in=False)
+    later = X402Auth(deployment.agent, max_amount="0.05")  # the same wallet, another process
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url=ORIGIN, timeout=60) as client:
+        paid_for = await client.get("/weather", auth=first)
+        assert paid_for.status_code == 200 and len(first.payments) == 1
+        back = await client.get("/weather", auth=later)
+        assert back.status_code == 200, back.text
+        assert back.json()["forecast"] == "sunny again"
+        assert later.signed_in == 1 and later.payments == [] and later.spent == {}
+        # where it has not paid, signing in is refused and it pays
+        other = await client.post("/translate", auth=later)
+        assert other.status_code == 200, other.text
+        assert later.signed_in == 1 and len(later.payments) == 1
+
+
+async def test_a_smart_account_that_paid_signs_in_with_eip1271(dev_platform: PlatformHarness) -> None:
+    from tests.integration.test_smart_accounts import deployed_wallet
+
+    deployment = await asyncio.to_thread(dev_platform.deploy, fund="")
+    wallet = await asyncio.to_thread(deployed_wallet, dev_platform, deployment.api_key)
+    app = seller(deployment, second_endpoint(deployment))
+    first = X402Auth(wallet, max_amount="0.05", sign_in=False)
+    later = X402Auth(wallet, max_amount="0.05")
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url=ORIGIN, timeout=60) as client:
+        assert (await client.get("/weather", auth=first)).status_code == 200
+        back = await client.get("/weather", auth=later)  # the owner's key signs; the wallet's isValidSignature says yes
+        assert back.status_code == 200, back.text
+        assert later.signed_in == 1 and later.payments == []

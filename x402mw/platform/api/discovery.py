@@ -1,0 +1,113 @@
+"""The Bazaar discovery API under ``{base_url}/x402/discovery/``: public, rate limited, read only.
+
+``GET /resources`` lists the catalogue (filters ``type``, ``payTo``, ``scheme``, ``network``,
+``extensions``; ``limit`` 1 to 100, ``offset`` up to 10,000) as ``{x402Version, items,
+pagination: {limit, offset, total}}``. ``GET /search?query=`` matches every word of the query
+against the resources' URLs, descriptions and names, as ``{x402Version, resources, partialResults,
+pagination: {limit, cursor}}`` (the cursor is the next offset, or null). Only endpoints their
+merchants made ``discoverable`` are listed (see `x402mw.platform.services.catalogue`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from x402mw.platform.api.errors import ApiError
+from x402mw.platform.api.responses import ModelResponse
+from x402mw.platform.api.state import platform_of
+from x402mw.platform.objects import agents as objects
+from x402mw.platform.services.catalogue import CatalogueQuery
+
+__all__ = ["MAX_LIMIT", "MAX_OFFSET", "routes"]
+
+MAX_LIMIT = 100
+MAX_OFFSET = 10_000
+_DEFAULT_LIMIT = 20
+_KNOWN = frozenset({"type", "payTo", "scheme", "network", "extensions", "limit", "offset", "query", "cursor"})
+_TYPE = re.compile(r"^(?:http|mcp)$")
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
+_SCHEME = re.compile(r"^[a-z0-9-]{1,32}$")
+_NETWORK = re.compile(r"^[a-z0-9-]{3,8}:[A-Za-z0-9-]{1,32}$")
+_EXTENSION = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_HEADERS = {"Cache-Control": "public, max-age=30", "Access-Control-Allow-Origin": "*"}
+
+
+def _text(request: Request, name: str, pattern: re.Pattern[str], what: str) -> str | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    if not pattern.match(value):
+        raise ApiError(400, "parameter_invalid", f"{name} must be {what}", param=name)
+    return value
+
+
+def _number(request: Request, name: str, default: int, low: int, high: int) -> int:
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    if not value.isascii() or not value.isdigit() or len(value) > 6 or not low <= int(value) <= high:
+        raise ApiError(400, "parameter_invalid", f"{name} must be a whole number from {low} to {high}", param=name)
+    return int(value)
+
+
+def _query(request: Request, *, search: bool) -> CatalogueQuery:
+    unknown = sorted(set(request.query_params.keys()) - _KNOWN)
+    if unknown:
+        raise ApiError(400, "parameter_invalid", f"unknown query parameter {unknown[0][:40]!r}", param=unknown[0][:40])
+    words = None
+    offset_name = "cursor" if search else "offset"
+    if search:
+        words = request.query_params.get("query", "").strip()
+        if not words:
+            raise ApiError(400, "parameter_missing", "query is required: the words to search for", param="query")
+        if len(words) > 200 or not words.isprintable():
+            raise ApiError(400, "parameter_invalid", "query must be at most 200 printable characters", param="query")
+    return CatalogueQuery(
+        type=_text(request, "type", _TYPE, "http or mcp"),
+        pay_to=_text(request, "payTo", _ADDRESS, "an EVM address"),
+        scheme=_text(request, "scheme", _SCHEME, "a payment scheme such as exact"),
+        network=_text(request, "network", _NETWORK, "a CAIP-2 network such as eip155:8453"),
+        extensions=_text(request, "extensions", _EXTENSION, "an extension key such as bazaar"),
+        query=words,
+        limit=_number(request, "limit", _DEFAULT_LIMIT, 1, MAX_LIMIT),
+        offset=_number(request, offset_name, 0, 0, MAX_OFFSET),
+    )
+
+
+async def list_resources(request: Request) -> ModelResponse:
+    query = _query(request, search=False)
+    items, total = await platform_of(request).catalogue.page(query)
+    page = objects.DiscoveryList(
+        x402_version=2,
+        items=[objects.DiscoveredResource.model_validate(item) for item in items],
+        pagination=objects.DiscoveryPagination(limit=query.limit, offset=query.offset, total=total),
+    )
+    return _public(ModelResponse(page))
+
+
+async def search_resources(request: Request) -> ModelResponse:
+    query = _query(request, search=True)
+    items, total = await platform_of(request).catalogue.page(query)
+    following = query.offset + len(items)
+    cursor = str(following) if following < total and following <= MAX_OFFSET else None
+    found = objects.DiscoverySearch(
+        x402_version=2,
+        resources=[objects.DiscoveredResource.model_validate(item) for item in items],
+        partial_results=cursor is not None,
+        pagination=objects.SearchPagination(limit=query.limit, cursor=cursor),
+    )
+    return _public(ModelResponse(found))
+
+
+def _public(response: ModelResponse) -> ModelResponse:
+    response.headers.update(_HEADERS)
+    return response
+
+
+routes = [
+    Route("/x402/discovery/resources", list_resources, methods=["GET"]),
+    Route("/x402/discovery/search", search_resources, methods=["GET"]),
+]

@@ -1,0 +1,215 @@
+"""The discovery catalogue: the resources the platform settled for, of endpoints marked
+``discoverable``, as the Bazaar extension lists them.
+
+A settlement of a discoverable endpoint records (or refreshes) its resource: the URL (kept only
+when it is on the endpoint's own origin, so that a client's ``Host`` cannot plant another site in
+the catalogue), the offered terms without their one-time challenge fields, the description and the
+route's ``bazaar`` declaration when it validates. Listing joins the endpoints, so an endpoint that
+stops being discoverable leaves the catalogue at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema  # type: ignore[import-untyped]
+from sqlalchemy import Select, and_, false, func, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+
+__all__ = ["Catalogue", "CatalogueQuery", "catalogue_item"]
+
+logger = logging.getLogger("x402mw.platform.catalogue")
+_REFRESH_SECONDS = 60.0  # a resource settled again within this is not written again
+_EXTRA_KEPT = ("name", "version")
+_MAX_EXTENSION_BYTES = 32_768
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueQuery:
+    """Filters of a catalogue listing (all optional; ``query`` is a search's words)."""
+
+    type: str | None = None
+    pay_to: str | None = None
+    scheme: str | None = None
+    network: str | None = None
+    extensions: str | None = None
+    query: str | None = None
+    limit: int = 20
+    offset: int = 0
+
+
+class Catalogue:
+    """Writes and reads of the catalogue. One per platform; safe to share between tasks."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._written: dict[tuple[str, str, str], float] = {}
+
+    async def record(
+        self,
+        endpoint: Any,
+        *,
+        resource: str,
+        accepted: dict[str, Any],
+        description: str | None,
+        mime_type: str | None,
+        extensions: dict[str, Any] | None,
+        settled_at: datetime,
+    ) -> None:
+        """Record a settled resource of ``endpoint`` (its row) if the endpoint is discoverable."""
+        if not getattr(endpoint, "discoverable", False):
+            return
+        url = _own_url(resource, endpoint.resource_url)
+        bazaar = _bazaar(extensions)
+        tool = ""
+        kind = "http"
+        if bazaar is not None and bazaar["info"]["input"].get("type") == "mcp":
+            kind, tool = "mcp", str(bazaar["info"]["input"].get("toolName", ""))[:200]
+        key = (endpoint.id, url, tool)
+        now = time.monotonic()
+        if now - self._written.get(key, -_REFRESH_SECONDS) < _REFRESH_SECONDS:
+            return
+        self._written[key] = now
+        if len(self._written) > 10_000:
+            self._written.clear()
+        offer = {k: v for k, v in accepted.items() if k != "extra"}
+        offer["extra"] = {k: v for k, v in (accepted.get("extra") or {}).items() if k in _EXTRA_KEPT}
+        values = {
+            "type": kind,
+            "description": (description or endpoint.name or "")[:1000],
+            "mime_type": (mime_type or "")[:200],
+            "accepts": [offer],
+            "extensions": {"bazaar": bazaar} if bazaar is not None else {},
+            "updated_at": settled_at,
+        }
+        table = tables.discovery_resources
+        where = and_(table.c.endpoint_id == endpoint.id, table.c.resource == url, table.c.tool_name == tool)
+        try:
+            async with self.engine.begin() as conn:
+                done = await conn.execute(table.update().where(where).values(**values))
+                if done.rowcount == 0:
+                    await conn.execute(
+                        table.insert().values(
+                            id=new_id(),
+                            merchant_id=endpoint.merchant_id,
+                            endpoint_id=endpoint.id,
+                            livemode=bool(endpoint.livemode),
+                            resource=url,
+                            tool_name=tool,
+                            **values,
+                        )
+                    )
+        except IntegrityError:  # another process recorded it at the same moment
+            pass
+        except Exception:  # the catalogue must never fail a settlement
+            logger.warning("could not record %s in the discovery catalogue", url, exc_info=True)
+
+    async def page(self, query: CatalogueQuery) -> tuple[list[dict[str, Any]], int]:
+        """One page of listed resources, newest first, and how many match in all."""
+        table = tables.discovery_resources
+        listed = self._filtered(select(table), query)
+        counted = self._filtered(select(func.count()).select_from(table), query)
+        ordered = listed.order_by(table.c.updated_at.desc(), table.c.id).limit(query.limit).offset(query.offset)
+        async with self.engine.connect() as conn:
+            total = int((await conn.execute(counted)).scalar_one())
+            rows = (await conn.execute(ordered)).all()
+        return [catalogue_item(row) for row in rows], total
+
+    def _filtered(self, statement: Select[Any], query: CatalogueQuery) -> Select[Any]:
+        table, endpoints = tables.discovery_resources, tables.agent_endpoints
+        statement = statement.join(endpoints, endpoints.c.id == table.c.endpoint_id).where(
+            endpoints.c.discoverable.is_(True)
+        )
+        if query.type is not None:
+            statement = statement.where(table.c.type == query.type)
+        if query.pay_to is not None:
+            statement = statement.where(func.lower(endpoints.c.payout_address) == query.pay_to.lower())
+        if query.scheme is not None and query.scheme != "exact":
+            statement = statement.where(false())  # the platform settles the exact scheme only
+        if query.network is not None:
+            chain = query.network.removeprefix("eip155:")
+            statement = statement.where(endpoints.c.chain_id == int(chain) if chain.isdigit() else false())
+        if query.extensions is not None:
+            if query.extensions == "bazaar":
+                statement = statement.where(table.c.extensions.isnot(None), func.length(table.c.extensions) > 2)
+            else:
+                statement = statement.where(false())
+        if query.query:
+            for word in query.query.split()[:8]:
+                pattern = "%" + word.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+                statement = statement.where(
+                    or_(
+                        func.lower(table.c.resource).like(pattern, escape="\\"),
+                        func.lower(table.c.description).like(pattern, escape="\\"),
+                        func.lower(endpoints.c.name).like(pattern, escape="\\"),
+                        func.lower(table.c.tool_name).like(pattern, escape="\\"),
+                    )
+                )
+        return statement
+
+
+def catalogue_item(row: Any) -> dict[str, Any]:
+    """A catalogue row in the Bazaar's wire shape."""
+    item: dict[str, Any] = {
+        "resource": row.resource,
+        "type": row.type,
+        "x402Version": 2,
+        "accepts": row.accepts,
+        "lastUpdated": row.updated_at.isoformat().replace("+00:00", "Z"),
+    }
+    if row.description:
+        item["description"] = row.description
+    if row.mime_type:
+        item["mimeType"] = row.mime_type
+    if row.extensions:
+        item["extensions"] = row.extensions
+    return item
+
+
+def _own_url(resource: str, endpoint_url: str) -> str:
+    """``resource`` when it is on the endpoint's origin, else the endpoint's own URL."""
+    given, own = urlsplit(resource or ""), urlsplit(endpoint_url)
+    if given.scheme == own.scheme and given.netloc.lower() == own.netloc.lower() and len(resource) <= 2048:
+        return resource.split("#", 1)[0]
+    return endpoint_url
+
+
+def _bazaar(extensions: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``bazaar`` declaration when it has the extension's shape and validates against its own
+    schema (no external references followed); None otherwise."""
+    declared = (extensions or {}).get("bazaar")
+    if not isinstance(declared, dict):
+        return None
+    info, schema = declared.get("info"), declared.get("schema")
+    if not isinstance(info, dict) or not isinstance(schema, dict) or not isinstance(info.get("input"), dict):
+        return None
+    if info["input"].get("type") not in ("http", "mcp"):
+        return None
+    if len(json.dumps(declared)) > _MAX_EXTENSION_BYTES:
+        return None
+    if any(not ref.startswith("#") for ref in _refs(schema)):  # only same-document references
+        return None
+    try:
+        jsonschema.Draft202012Validator(schema).validate(info)
+    except (jsonschema.ValidationError, jsonschema.SchemaError, RecursionError, ValueError, TypeError):
+        return None
+    return {"info": info, "schema": schema}
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [str(v) for k, v in node.items() if k in ("$ref", "$id")]
+        return found + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
