@@ -11,8 +11,13 @@ __all__ = [
     "agent_endpoints",
     "agent_payments",
     "api_keys",
+    "api_requests",
     "balances",
     "chain_cursors",
+    "dashboard_audit",
+    "dashboard_invitations",
+    "dashboard_sessions",
+    "dashboard_users",
     "deposit_addresses",
     "embedded_chains",
     "events",
@@ -58,3 +63,8 @@ subscription_invoices = _tables["subscription_invoices"]
 subscription_emails = _tables["subscription_emails"]
 test_clocks = _tables["test_clocks"]
 form_token_uses = _tables["form_token_uses"]
+dashboard_users = _tables["dashboard_users"]
+dashboard_sessions = _tables["dashboard_sessions"]
+dashboard_invitations = _tables["dashboard_invitations"]
+dashboard_audit = _tables["dashboard_audit"]
+api_requests = _tables["api_requests"]

@@ -1,0 +1,409 @@
+"""The dashboard over HTTP, on SQLite and PostgreSQL: sign-in (throttled), sessions (idle and
+absolute expiry, revocation), CSRF on every form, each role's limits, another merchant's objects as
+404 on every route, escaping, invitations, two-factor, the API request log, and the audit log of
+each refusal."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select, update
+
+from tests.dashboard_fixtures import PASSWORD, Team, csrf_of, make_team
+from tests.harness import PlatformHarness
+from x402mw.platform.dashboard import accounts
+from x402mw.platform.dashboard.web import PERMISSIONS
+from x402mw.platform.db import tables
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def team(dev_platform: PlatformHarness) -> Team:
+    return make_team(dev_platform)
+
+
+def _audit(team: Team, action: str) -> list[Any]:
+    t = tables.dashboard_audit
+
+    async def read(p: Any) -> list[Any]:
+        async with p.engine.connect() as conn:
+            query = select(t).where(t.c.merchant_id == team.merchant_id, t.c.action == action)
+            return list(await conn.execute(query))
+
+    return team.harness.server.call(read)
+
+
+def _fixtures(team: Team) -> dict[str, str]:
+    """Ids of one object of each kind the routes name, all the merchant's own (test mode)."""
+    order = team.order()
+    with team.api() as api:
+        events = api.get("/events", params={"limit": 1}).json()["data"]
+    key_id = team.harness.server.call(lambda p: _first_key(p, team.merchant_id))
+    return {
+        "payment_id": order["id"],
+        "event_id": events[0]["id"],
+        "key_id": key_id,
+        "user_id": team.users["viewer"].id,
+    }
+
+
+async def _first_key(p: Any, merchant_id: str) -> str:
+    t = tables.api_keys
+    async with p.engine.connect() as conn:
+        return str((await conn.execute(select(t.c.id).where(t.c.merchant_id == merchant_id))).scalar_one())
+
+
+# (method, path template, permission it needs)
+ROUTES: list[tuple[str, str, str]] = [
+    ("GET", "/dashboard/", "read"),
+    ("GET", "/dashboard/payments", "read"),
+    ("GET", "/dashboard/payments/{payment_id}", "read"),
+    ("GET", "/dashboard/payments/{payment_id}/refund", "payments"),
+    ("POST", "/dashboard/payments/{payment_id}/refund", "payments"),
+    ("GET", "/dashboard/refunds", "read"),
+    ("GET", "/dashboard/developers/keys", "read"),
+    ("POST", "/dashboard/developers/keys", "developers"),
+    ("POST", "/dashboard/developers/keys/{key_id}/revoke", "developers"),
+    ("GET", "/dashboard/developers/events", "read"),
+    ("GET", "/dashboard/developers/events/{event_id}", "read"),
+    ("POST", "/dashboard/developers/events/{event_id}/redeliver", "developers"),
+    ("GET", "/dashboard/developers/requests", "read"),
+    ("GET", "/dashboard/team", "read"),
+    ("POST", "/dashboard/team/invitations", "team"),
+    ("POST", "/dashboard/team/{user_id}/remove", "team"),
+    ("GET", "/dashboard/audit", "read"),
+    ("GET", "/dashboard/account", "read"),
+    ("POST", "/dashboard/account/two-factor", "read"),
+    ("POST", "/dashboard/mode", "read"),
+    ("POST", "/dashboard/sign-out", "read"),
+]
+OWN_OBJECT_ROUTES = [r for r in ROUTES if "{" in r[1]]
+
+
+def test_every_dashboard_route_is_in_the_table(dev_platform: PlatformHarness) -> None:
+    """The table the tests below walk covers every route the app mounts under /dashboard."""
+    from starlette.routing import Route
+
+    from x402mw.platform.dashboard import routes
+
+    mounted = set()
+    for route in routes:
+        if isinstance(route, Route):
+            for method in route.methods or ():
+                if method != "HEAD":
+                    mounted.add((method, "/dashboard" + route.path))
+    public = {
+        ("GET", "/dashboard/sign-in"),
+        ("POST", "/dashboard/sign-in"),
+        ("GET", "/dashboard/sign-in/two-factor"),
+        ("POST", "/dashboard/sign-in/two-factor"),
+        ("GET", "/dashboard/invitations/{token}"),
+        ("POST", "/dashboard/invitations/{token}"),
+    }
+    assert mounted - public == {(m, p) for m, p, _ in ROUTES}
+
+
+def test_sign_in_and_out(team: Team) -> None:
+    with team.browser() as client:
+        assert client.get("/dashboard/").headers["location"] == "/dashboard/sign-in"
+        page = client.get("/dashboard/sign-in")
+        assert page.status_code == 200 and "Content-Security-Policy" in page.headers
+        wrong = client.post("/dashboard/sign-in", data={"email": team.users["owner"].email, "password": "nope" * 4})
+        assert wrong.status_code == 403 and "do not match" in wrong.text
+        assert "set-cookie" not in wrong.headers
+        ok = client.post("/dashboard/sign-in", data={"email": team.users["owner"].email, "password": PASSWORD})
+        assert ok.status_code == 303
+        cookie = ok.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=lax" in cookie and "path=/dashboard" in cookie
+        home = client.get("/dashboard/")
+        assert home.status_code == 200 and "Overview" in home.text
+        out = client.post("/dashboard/sign-out", data={"csrf": csrf_of(home.text)})
+        assert out.status_code == 303
+        client.cookies.clear()
+    assert _audit(team, "sign_in_failed") and _audit(team, "sign_in") and _audit(team, "sign_out")
+
+
+def test_a_signed_out_session_stays_revoked(team: Team) -> None:
+    with team.sign_in() as client:
+        home = client.get("/dashboard/")
+        token = client.cookies["x402mw_dashboard"]
+        client.post("/dashboard/sign-out", data={"csrf": csrf_of(home.text)})
+    with team.browser() as replay:
+        replay.cookies.set("x402mw_dashboard", token, path="/dashboard")
+        assert replay.get("/dashboard/payments").status_code == 303
+
+
+@pytest.mark.parametrize("which", ["idle", "absolute"])
+def test_an_expired_session_is_refused_on_every_route(team: Team, which: str) -> None:
+    ids = _fixtures(team)
+    with team.sign_in() as client:
+        csrf = csrf_of(client.get("/dashboard/").text)
+        sessions = tables.dashboard_sessions
+
+        async def age(p: Any) -> None:
+            now = p.clock.now()
+            values = (
+                {"last_seen_at": now - accounts.IDLE - timedelta(seconds=1)}
+                if which == "idle"
+                else {"created_at": now - accounts.ABSOLUTE, "expires_at": now - timedelta(seconds=1)}
+            )
+            async with p.engine.begin() as conn:
+                await conn.execute(update(sessions).where(sessions.c.merchant_id == team.merchant_id).values(**values))
+
+        team.harness.server.call(age)
+        for method, template, _ in ROUTES:
+            path = template.format(**ids)
+            reply = client.request(method, path, data={"csrf": csrf} if method == "POST" else None)
+            if method == "GET":
+                assert reply.status_code == 303 and reply.headers["location"] == "/dashboard/sign-in", path
+            else:
+                assert reply.status_code == 403 and "session has ended" in reply.text, path
+    assert _fixtures_unchanged(team, ids)
+
+
+def _fixtures_unchanged(team: Team, ids: dict[str, str]) -> bool:
+    """Nothing the refused POSTs name was changed: no refund, the key active, the viewer still there."""
+
+    async def read(p: Any) -> bool:
+        async with p.engine.connect() as conn:
+            refunds = (
+                await conn.execute(select(tables.refunds.c.id).where(tables.refunds.c.payment_intent_id == ids["payment_id"]))
+            ).first()
+            key = (
+                await conn.execute(select(tables.api_keys.c.revoked_at).where(tables.api_keys.c.id == ids["key_id"]))
+            ).scalar_one()
+            user = (
+                await conn.execute(
+                    select(tables.dashboard_users.c.disabled_at).where(tables.dashboard_users.c.id == ids["user_id"])
+                )
+            ).scalar_one()
+        return refunds is None and key is None and user is None
+
+    return team.harness.server.call(read)
+
+
+@pytest.mark.parametrize("csrf", ["missing", "forged"])
+def test_csrf_is_refused_on_every_form(team: Team, csrf: str) -> None:
+    ids = _fixtures(team)
+    with team.sign_in() as client:
+        for method, template, _ in ROUTES:
+            if method != "POST":
+                continue
+            path = template.format(**ids)
+            data = {} if csrf == "missing" else {"csrf": "x" * 43}
+            data |= {"confirm": "yes", "email": "new@shop.test", "role": "viewer", "mode": "test", "action": "start"}
+            reply = client.post(path, data=data)
+            assert reply.status_code == 403, path
+            assert "form has expired" in reply.text, path
+        assert client.get("/dashboard/").status_code == 200  # still signed in: sign-out was refused too
+    assert _fixtures_unchanged(team, ids)
+    assert len(_audit(team, "csrf_refused")) == sum(1 for r in ROUTES if r[0] == "POST")
+
+
+@pytest.mark.parametrize("role", ["developer", "support", "viewer"])
+def test_each_role_is_held_to_its_rights(team: Team, role: str) -> None:
+    ids = _fixtures(team)
+    allowed = PERMISSIONS[role]
+    refused = 0
+    with team.sign_in(role) as client:
+        csrf = csrf_of(client.get("/dashboard/").text)
+        for method, template, permission in ROUTES:
+            if permission in allowed or template.endswith("sign-out"):
+                continue
+            path = template.format(**ids)
+            reply = client.request(method, path, data={"csrf": csrf, "confirm": "yes"} if method == "POST" else None)
+            assert reply.status_code == 403, (role, path)
+            assert f"({role}) does not allow" in reply.text
+            refused += 1
+    assert refused and len(_audit(team, "role_refused")) == refused
+    assert _fixtures_unchanged(team, ids)
+
+
+def test_another_merchants_objects_are_404_on_every_route(team: Team, dev_platform: PlatformHarness) -> None:
+    theirs = make_team(dev_platform, "Other shop")
+    ids = _fixtures(theirs)
+    with team.sign_in() as client:
+        csrf = csrf_of(client.get("/dashboard/").text)
+        for method, template, _ in OWN_OBJECT_ROUTES:
+            path = template.format(**ids)
+            reply = client.request(method, path, data={"csrf": csrf, "confirm": "yes"} if method == "POST" else None)
+            assert reply.status_code == 404, (path, reply.text)
+        for bad in ("not-an-id", str(uuid.uuid4())):
+            assert client.get(f"/dashboard/payments/{bad}").status_code == 404
+    assert _fixtures_unchanged(theirs, ids)
+    assert len(_audit(team, "not_found")) >= len(OWN_OBJECT_ROUTES)
+
+
+def test_refund_from_the_payment_page(team: Team) -> None:
+    order = team.order()
+    with team.sign_in("support") as client:
+        page = client.get(f"/dashboard/payments/{order['id']}")
+        assert page.status_code == 200 and "Refund this payment" in page.text
+        form = client.get(f"/dashboard/payments/{order['id']}/refund")
+        unconfirmed = client.post(f"/dashboard/payments/{order['id']}/refund", data={"csrf": csrf_of(form.text)})
+        assert unconfirmed.status_code == 400
+        done = client.post(
+            f"/dashboard/payments/{order['id']}/refund",
+            data={"csrf": csrf_of(form.text), "confirm": "yes", "reason": "<b>customer asked</b>"},
+        )
+        assert done.status_code == 303, done.text
+        again = client.post(
+            f"/dashboard/payments/{order['id']}/refund", data={"csrf": csrf_of(form.text), "confirm": "yes"}
+        )
+        assert again.status_code == 409
+        refunds = client.get("/dashboard/refunds")
+        assert "&lt;b&gt;customer asked&lt;/b&gt;" in refunds.text and "<b>customer" not in refunds.text
+    with team.api() as api:
+        listed = api.get("/refunds", params={"paymentId": order["id"]}).json()["data"]
+    assert len(listed) == 1  # through the same service as the API: its one refund
+
+
+def test_payments_list_filters_search_and_pages(team: Team) -> None:
+    paid = [team.order(metadata={"note": "<script>alert(1)</script>"}) for _ in range(3)]
+    open_order = team.order(pay=False, customerEmail="buyer@example.com")
+    with team.sign_in("viewer") as client:
+        everything = client.get("/dashboard/payments").text
+        assert all(o["orderId"] in everything for o in [*paid, open_order])
+        succeeded = client.get("/dashboard/payments", params={"status": "succeeded"}).text
+        assert open_order["orderId"] not in succeeded and paid[0]["orderId"] in succeeded
+        found = client.get("/dashboard/payments", params={"q": paid[1]["orderId"]}).text
+        assert paid[1]["orderId"] in found and paid[0]["orderId"] not in found
+        by_customer = client.get("/dashboard/payments", params={"customer": "buyer@example.com"}).text
+        assert open_order["orderId"] in by_customer and paid[0]["orderId"] not in by_customer
+        detail = client.get(f"/dashboard/payments/{paid[0]['id']}").text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in detail and "<script>alert" not in detail
+        assert "payment_intent.succeeded" in detail
+    for extra in range(24):
+        team.order(pay=False, orderId=f"page-{extra}")
+    with team.sign_in("viewer") as client:
+        first = client.get("/dashboard/payments").text
+        found = re.search(r'href="(/dashboard/payments\?[^"]+)" rel="next"', first)
+        assert found is not None
+        second = client.get(found.group(1).replace("&amp;", "&")).text
+        firsts = set(re.findall(r'href="/dashboard/payments/([0-9a-f-]{36})"', first))
+        seconds = set(re.findall(r'href="/dashboard/payments/([0-9a-f-]{36})"', second))
+        assert len(firsts) == 25 and seconds and not firsts & seconds
+
+
+def test_test_and_live_objects_never_mix(team: Team) -> None:
+    order = team.order()
+    with team.sign_in("support") as client:
+        home = client.get("/dashboard/")
+        assert order["orderId"] in client.get("/dashboard/payments").text
+        switched = client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
+        assert switched.status_code == 303
+        live = client.get("/dashboard/payments").text
+        assert "Live mode" in live and order["orderId"] not in live
+        assert client.get(f"/dashboard/payments/{order['id']}").status_code == 404
+
+
+def test_owners_need_two_factor_for_live_mode_and_sign_in_with_it(team: Team) -> None:
+    with team.sign_in("owner") as client:
+        home = client.get("/dashboard/")
+        refused = client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
+        assert refused.status_code == 403
+        client.post("/dashboard/account/two-factor", data={"csrf": csrf_of(home.text), "action": "start"})
+        setup = client.get("/dashboard/account?setup=1").text
+        secret = re.search(r'id="totp-secret">([A-Z2-7]+)<', setup)
+        assert secret is not None
+        step = int(time.time() // 30)
+        wrong = client.post(
+            "/dashboard/account/two-factor",
+            data={"csrf": csrf_of(setup), "action": "confirm", "code": accounts.totp_code(secret.group(1), step + 5)},
+        )
+        assert wrong.status_code == 400
+        on = client.post(
+            "/dashboard/account/two-factor",
+            data={"csrf": csrf_of(setup), "action": "confirm", "code": accounts.totp_code(secret.group(1), step)},
+        )
+        assert on.status_code == 303
+        live = client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
+        assert live.status_code == 303
+    with team.browser() as client:
+        reply = client.post("/dashboard/sign-in", data={"email": team.users["owner"].email, "password": PASSWORD})
+        assert reply.headers["location"] == "/dashboard/sign-in/two-factor"
+        assert client.get("/dashboard/payments").headers["location"] == "/dashboard/sign-in/two-factor"
+        form = client.get("/dashboard/sign-in/two-factor").text
+        used = client.post(
+            "/dashboard/sign-in/two-factor", data={"csrf": csrf_of(form), "code": accounts.totp_code(secret.group(1), step)}
+        )
+        assert used.status_code == 403  # the code that turned it on cannot be used again
+        fresh = accounts.totp_code(secret.group(1), step + 1)
+        ok = client.post("/dashboard/sign-in/two-factor", data={"csrf": csrf_of(form), "code": fresh})
+        assert ok.status_code == 303 and ok.headers["location"] == "/dashboard/"
+        assert client.get("/dashboard/payments").status_code == 200
+
+
+def test_totp_matches_rfc_6238() -> None:
+    secret = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"  # "12345678901234567890", RFC 6238 appendix B (SHA-1)
+    assert accounts.totp_code(secret, 59 // 30)[-6:] == "287082"
+    assert accounts.totp_code(secret, 1111111109 // 30) == "081804"
+    assert accounts.verify_totp(secret, "081804", 1111111109) == 1111111109 // 30
+    assert accounts.verify_totp(secret, "081804", 1111111109, last_step=1111111109 // 30) is None
+
+
+def test_invitations_are_single_use(team: Team) -> None:
+    with team.sign_in("owner") as client:
+        page = client.get("/dashboard/team")
+        made = client.post(
+            "/dashboard/team/invitations", data={"csrf": csrf_of(page.text), "email": "New@Shop.test", "role": "support"}
+        )
+        link = re.search(r'id="invitation-link">([^<]+)<', made.text)
+        assert link is not None
+    path = "/dashboard/" + link.group(1).split("/dashboard/", 1)[1]
+    with team.browser() as client:
+        assert client.get(path).status_code == 200
+        short = client.post(path, data={"password": "short"})
+        assert short.status_code == 400
+        joined = client.post(path, data={"password": PASSWORD})
+        assert joined.status_code == 303
+        replay = client.post(path, data={"password": PASSWORD})
+        assert replay.status_code == 404
+        assert client.get(path).status_code == 404
+        signed = client.post("/dashboard/sign-in", data={"email": "new@shop.test", "password": PASSWORD})
+        assert signed.status_code == 303
+    assert _audit(team, "invitation_accepted")
+    with team.browser() as client:
+        assert client.get("/dashboard/invitations/forged-token").status_code == 404
+
+
+def test_sign_in_is_throttled_per_account(team: Team) -> None:
+    email = team.users["viewer"].email
+    with team.browser() as client:
+        codes = [client.post("/dashboard/sign-in", data={"email": email, "password": "wrong" * 3}).status_code for _ in range(11)]
+        assert codes[:10] == [403] * 10 and codes[10] == 429
+        right = client.post("/dashboard/sign-in", data={"email": email, "password": PASSWORD})
+        assert right.status_code == 429  # the right password too, until the window passes
+    assert _audit(team, "sign_in_throttled")
+
+
+def test_the_api_request_log_and_redelivery(team: Team) -> None:
+    with team.api() as api:
+        reply = api.get("/payment-intents", params={"limit": 1})
+        request_id = reply.headers["request-id"]
+        api.post("/webhook-endpoints", json={"url": "https://hooks.example.com/x402", "enabledEvents": ["*"]})
+    order = team.order()
+    with team.sign_in("developer") as client:
+        found = client.get("/dashboard/developers/requests", params={"request_id": request_id}).text
+        assert request_id in found and "/v1/payment-intents" in found
+        events = client.get("/dashboard/developers/events").text
+        event_id = re.search(r'href="/dashboard/developers/events/([0-9a-f-]{36})"', events)
+        assert event_id is not None
+        page = client.get(f"/dashboard/developers/events/{event_id.group(1)}")
+        assert page.status_code == 200
+        again = client.post(f"/dashboard/developers/events/{event_id.group(1)}/redeliver", data={"csrf": csrf_of(page.text)})
+        assert again.status_code == 303 and "Queued" in client.get(again.headers["location"]).text
+        keys = client.get("/dashboard/developers/keys")
+        made = client.post("/dashboard/developers/keys", data={"csrf": csrf_of(keys.text)})
+        key = re.search(r'id="new-key">(sk_test_[A-Za-z0-9]+)<', made.text)
+        assert key is not None
+    with httpx.Client(base_url=team.harness.url, headers={"Authorization": f"Bearer {key.group(1)}"}) as api:
+        assert api.get("/balances").status_code == 200
+    assert order
