@@ -380,7 +380,9 @@ def users() -> None:
     "--role", type=click.Choice(["owner", "developer", "support", "viewer"]), default="owner", show_default=True
 )
 @click.option(
-    "--password-stdin", is_flag=True, help="Read the password from standard input (else X402MW_USER_PASSWORD or a prompt)."
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from standard input (else X402MW_USER_PASSWORD or a prompt).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def users_create(

@@ -46,7 +46,11 @@ def _fixtures(team: Team) -> dict[str, str]:
     with team.api() as api:
         events = api.get("/events", params={"limit": 1}).json()["data"]
     key_id = team.harness.server.call(lambda p: _first_key(p, team.merchant_id))
+    with team.api() as api:
+        hook = api.post("/webhook-endpoints", json={"url": "https://hooks.example.com/a", "enabledEvents": ["*"]})
+        assert hook.status_code == 201, hook.text
     return {
+        "endpoint_id": hook.json()["webhookEndpoint"]["id"],
         "payment_id": order["id"],
         "event_id": events[0]["id"],
         "key_id": key_id,
@@ -71,6 +75,10 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/dashboard/developers/keys", "read"),
     ("POST", "/dashboard/developers/keys", "developers"),
     ("POST", "/dashboard/developers/keys/{key_id}/revoke", "developers"),
+    ("GET", "/dashboard/developers/webhooks", "read"),
+    ("POST", "/dashboard/developers/webhooks", "developers"),
+    ("POST", "/dashboard/developers/webhooks/{endpoint_id}/rotate-secret", "developers"),
+    ("POST", "/dashboard/developers/webhooks/{endpoint_id}/status", "developers"),
     ("GET", "/dashboard/developers/events", "read"),
     ("GET", "/dashboard/developers/events/{event_id}", "read"),
     ("POST", "/dashboard/developers/events/{event_id}/redeliver", "developers"),
@@ -174,7 +182,9 @@ def _fixtures_unchanged(team: Team, ids: dict[str, str]) -> bool:
     async def read(p: Any) -> bool:
         async with p.engine.connect() as conn:
             refunds = (
-                await conn.execute(select(tables.refunds.c.id).where(tables.refunds.c.payment_intent_id == ids["payment_id"]))
+                await conn.execute(
+                    select(tables.refunds.c.id).where(tables.refunds.c.payment_intent_id == ids["payment_id"])
+                )
             ).first()
             key = (
                 await conn.execute(select(tables.api_keys.c.revoked_at).where(tables.api_keys.c.id == ids["key_id"]))
@@ -184,7 +194,16 @@ def _fixtures_unchanged(team: Team, ids: dict[str, str]) -> bool:
                     select(tables.dashboard_users.c.disabled_at).where(tables.dashboard_users.c.id == ids["user_id"])
                 )
             ).scalar_one()
-        return refunds is None and key is None and user is None
+            hooks = tables.webhook_endpoints
+            hook = (
+                await conn.execute(
+                    select(hooks.c.status, hooks.c.created_at, hooks.c.updated_at).where(
+                        hooks.c.id == ids["endpoint_id"]
+                    )
+                )
+            ).one()
+        untouched_hook = hook.status == "enabled" and hook.created_at == hook.updated_at
+        return refunds is None and key is None and user is None and untouched_hook
 
     return team.harness.server.call(read)
 
@@ -332,7 +351,8 @@ def test_owners_need_two_factor_for_live_mode_and_sign_in_with_it(team: Team) ->
         assert client.get("/dashboard/payments").headers["location"] == "/dashboard/sign-in/two-factor"
         form = client.get("/dashboard/sign-in/two-factor").text
         used = client.post(
-            "/dashboard/sign-in/two-factor", data={"csrf": csrf_of(form), "code": accounts.totp_code(secret.group(1), step)}
+            "/dashboard/sign-in/two-factor",
+            data={"csrf": csrf_of(form), "code": accounts.totp_code(secret.group(1), step)},
         )
         assert used.status_code == 403  # the code that turned it on cannot be used again
         fresh = accounts.totp_code(secret.group(1), step + 1)
@@ -353,7 +373,8 @@ def test_invitations_are_single_use(team: Team) -> None:
     with team.sign_in("owner") as client:
         page = client.get("/dashboard/team")
         made = client.post(
-            "/dashboard/team/invitations", data={"csrf": csrf_of(page.text), "email": "New@Shop.test", "role": "support"}
+            "/dashboard/team/invitations",
+            data={"csrf": csrf_of(page.text), "email": "New@Shop.test", "role": "support"},
         )
         link = re.search(r'id="invitation-link">([^<]+)<', made.text)
         assert link is not None
@@ -377,7 +398,10 @@ def test_invitations_are_single_use(team: Team) -> None:
 def test_sign_in_is_throttled_per_account(team: Team) -> None:
     email = team.users["viewer"].email
     with team.browser() as client:
-        codes = [client.post("/dashboard/sign-in", data={"email": email, "password": "wrong" * 3}).status_code for _ in range(11)]
+        codes = [
+            client.post("/dashboard/sign-in", data={"email": email, "password": "wrong" * 3}).status_code
+            for _ in range(11)
+        ]
         assert codes[:10] == [403] * 10 and codes[10] == 429
         right = client.post("/dashboard/sign-in", data={"email": email, "password": PASSWORD})
         assert right.status_code == 429  # the right password too, until the window passes
@@ -398,7 +422,9 @@ def test_the_api_request_log_and_redelivery(team: Team) -> None:
         assert event_id is not None
         page = client.get(f"/dashboard/developers/events/{event_id.group(1)}")
         assert page.status_code == 200
-        again = client.post(f"/dashboard/developers/events/{event_id.group(1)}/redeliver", data={"csrf": csrf_of(page.text)})
+        again = client.post(
+            f"/dashboard/developers/events/{event_id.group(1)}/redeliver", data={"csrf": csrf_of(page.text)}
+        )
         assert again.status_code == 303 and "Queued" in client.get(again.headers["location"]).text
         keys = client.get("/dashboard/developers/keys")
         made = client.post("/dashboard/developers/keys", data={"csrf": csrf_of(keys.text)})
@@ -407,3 +433,38 @@ def test_the_api_request_log_and_redelivery(team: Team) -> None:
     with httpx.Client(base_url=team.harness.url, headers={"Authorization": f"Bearer {key.group(1)}"}) as api:
         assert api.get("/balances").status_code == 200
     assert order
+
+
+def test_webhook_endpoints_create_rotate_disable(team: Team) -> None:
+    with team.sign_in("developer") as client:
+        page = client.get("/dashboard/developers/webhooks")
+        csrf = csrf_of(page.text)
+        refused = client.post("/dashboard/developers/webhooks", data={"csrf": csrf, "url": "ftp://files.example.com/x"})
+        assert refused.status_code == 400 and "url" in refused.text
+        made = client.post(
+            "/dashboard/developers/webhooks",
+            data={
+                "csrf": csrf,
+                "url": "https://hooks.example.com/<i>",
+                "events": ["refund.completed"],
+                "description": "<b>d</b>",
+            },
+        )
+        assert made.status_code == 200 and 'id="signing-secret">whsec_' in made.text
+        assert "&lt;b&gt;d&lt;/b&gt;" in made.text
+        endpoint_id = re.search(r"/dashboard/developers/webhooks/([0-9a-f-]{36})/rotate-secret", made.text)
+        assert endpoint_id is not None
+        first = re.search(r'id="signing-secret">([^<]+)<', made.text)
+        rotated = client.post(
+            f"/dashboard/developers/webhooks/{endpoint_id.group(1)}/rotate-secret", data={"csrf": csrf}
+        )
+        second = re.search(r'id="signing-secret">([^<]+)<', rotated.text)
+        assert first and second and first.group(1) != second.group(1)
+        off = client.post(
+            f"/dashboard/developers/webhooks/{endpoint_id.group(1)}/status", data={"csrf": csrf, "status": "disabled"}
+        )
+        assert off.status_code == 303
+    with team.api() as api:
+        endpoint = api.get(f"/webhook-endpoints/{endpoint_id.group(1)}").json()["webhookEndpoint"]
+    assert endpoint["status"] == "disabled" and endpoint["enabledEvents"] == ["refund.completed"]
+    assert _audit(team, "webhook_secret_rotated")

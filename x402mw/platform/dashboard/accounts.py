@@ -15,7 +15,7 @@ import re
 import secrets
 import struct
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from argon2 import PasswordHasher
@@ -192,14 +192,14 @@ async def read_session(engine: AsyncEngine, token: str, now: datetime) -> Sessio
 
 
 def _aware(value: datetime) -> datetime:
-    from datetime import UTC
-
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 async def update_session(engine: AsyncEngine, session_id: str, **values: Any) -> None:
     async with engine.begin() as conn:
-        await conn.execute(update(tables.dashboard_sessions).where(tables.dashboard_sessions.c.id == session_id).values(**values))
+        await conn.execute(
+            update(tables.dashboard_sessions).where(tables.dashboard_sessions.c.id == session_id).values(**values)
+        )
 
 
 async def revoke_session(engine: AsyncEngine, session_id: str, now: datetime) -> None:
@@ -210,14 +210,18 @@ async def revoke_user_sessions(engine: AsyncEngine, user_id: str, now: datetime)
     sessions = tables.dashboard_sessions
     async with engine.begin() as conn:
         await conn.execute(
-            update(sessions).where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None)).values(revoked_at=now)
+            update(sessions)
+            .where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None))
+            .values(revoked_at=now)
         )
 
 
 async def set_totp(engine: AsyncEngine, user_id: str, sealed_secret: str | None, enabled: bool) -> None:
     users = tables.dashboard_users
     async with engine.begin() as conn:
-        await conn.execute(update(users).where(users.c.id == user_id).values(totp_secret=sealed_secret, totp_enabled=enabled))
+        await conn.execute(
+            update(users).where(users.c.id == user_id).values(totp_secret=sealed_secret, totp_enabled=enabled)
+        )
 
 
 # --- invitations -------------------------------------------------------------------------------------
@@ -262,9 +266,7 @@ async def accept_invitation(engine: AsyncEngine, token: str, password: str, now:
         raise AccountError("this invitation is not valid: used, expired or unknown")
     async with engine.begin() as conn:
         used = await conn.execute(
-            update(invitations)
-            .where(invitations.c.id == row.id, invitations.c.used_at.is_(None))
-            .values(used_at=now)
+            update(invitations).where(invitations.c.id == row.id, invitations.c.used_at.is_(None)).values(used_at=now)
         )
         if used.rowcount != 1:
             raise AccountError("this invitation is not valid: used, expired or unknown")
@@ -311,7 +313,7 @@ async def audit(
                 id=new_id(),
                 merchant_id=user.merchant_id if user else merchant_id,
                 user_id=user.id if user else None,
-                email=(user.email if user else email or None) and (user.email if user else email or "")[:320],
+                email=((user.email if user else email) or "")[:320] or None,
                 action=action[:64],
                 target=target[:200] if target else None,
                 outcome=outcome,

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import quote
+
+from pydantic import ValidationError
 
 from sqlalchemy import select
 from starlette.responses import Response
 from starlette.routing import Route
 
+from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import is_uuid
+from x402mw.platform.api.webhook_endpoints import (
+    WebhookEndpointCreate,
+    WebhookEndpointUpdate,
+    create_endpoint,
+    rotate_endpoint_secret,
+    update_endpoint,
+)
 from x402mw.platform.dashboard.web import Ctx, missing, page, see
 from x402mw.platform.db import tables
-from x402mw.platform.services.merchants import create_api_key, revoke_api_key
+from x402mw.platform.services.merchants import Caller, create_api_key, revoke_api_key
+from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import redeliver
 
 __all__ = ["routes"]
@@ -58,11 +70,76 @@ async def keys_revoke(ctx: Ctx) -> Response:
     return see("/dashboard/developers/keys?notice=" + quote("Key revoked."))
 
 
+def _caller(ctx: Ctx) -> Caller:
+    """The merchant and mode the session acts for, as the API's services take them."""
+    return Caller(merchant_id=ctx.merchant_id, livemode=ctx.livemode, key_id="dashboard")
+
+
+async def _webhooks_page(ctx: Ctx, status: int = 200, *, secret: str | None = None, error: str = "") -> Response:
+    t = tables.webhook_endpoints
+    async with ctx.platform.engine.connect() as conn:
+        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
+        rows = list(await conn.execute(query.order_by(t.c.created_at.desc())))
+    return ctx.page("webhooks.html", status, rows=rows, secret=secret, error=error, event_types=EVENT_TYPES)
+
+
+def _problem(exc: ValidationError | ApiError) -> str:
+    if isinstance(exc, ApiError):
+        return exc.message
+    first = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+
+
+@page()
+async def webhooks(ctx: Ctx) -> Response:
+    return await _webhooks_page(ctx)
+
+
+@page("developers")
+async def webhooks_create(ctx: Ctx) -> Response:
+    assert ctx.form is not None
+    chosen = [str(v) for v in ctx.form.getlist("events")] or ["*"]
+    try:
+        body = WebhookEndpointCreate(
+            url=ctx.field("url"), enabledEvents=chosen, description=ctx.field("description") or None
+        )
+        row, secret = await create_endpoint(ctx.platform, _caller(ctx), body)
+    except (ValidationError, ApiError) as exc:
+        return await _webhooks_page(ctx, 400, error=_problem(exc))
+    await ctx.audit("webhook_endpoint_created", row.id)
+    return await _webhooks_page(ctx, secret=secret)
+
+
+@page("developers")
+async def webhooks_rotate(ctx: Ctx) -> Response:
+    endpoint_id = _uuid_param(ctx, "endpoint_id", "webhook endpoint")
+    try:
+        row, secret = await rotate_endpoint_secret(ctx.platform, _caller(ctx), endpoint_id, 86400)
+    except ApiError as exc:
+        raise missing("webhook endpoint") from exc
+    await ctx.audit("webhook_secret_rotated", row.id)
+    return await _webhooks_page(ctx, secret=secret)
+
+
+@page("developers")
+async def webhooks_status(ctx: Ctx) -> Response:
+    endpoint_id = _uuid_param(ctx, "endpoint_id", "webhook endpoint")
+    status = "disabled" if ctx.field("status") == "disabled" else "enabled"
+    try:
+        await update_endpoint(ctx.platform, _caller(ctx), endpoint_id, WebhookEndpointUpdate(status=status))
+    except ApiError as exc:
+        raise missing("webhook endpoint") from exc
+    await ctx.audit(f"webhook_endpoint_{status}", endpoint_id)
+    return see("/dashboard/developers/webhooks?notice=" + quote(f"Endpoint {status}."))
+
+
 @page()
 async def events(ctx: Ctx) -> Response:
     t = tables.events
     async with ctx.platform.engine.connect() as conn:
-        query = select(t.c.id, t.c.type, t.c.created_at).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
+        query = select(t.c.id, t.c.type, t.c.created_at).where(
+            t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode
+        )
         rows = list(await conn.execute(query.order_by(t.c.created_at.desc()).limit(100)))
     return ctx.page("events.html", rows=rows)
 
@@ -85,8 +162,6 @@ async def event(ctx: Ctx) -> Response:
     async with ctx.platform.engine.connect() as conn:
         query = select(d, e.c.url).join(e, e.c.id == d.c.endpoint_id).where(d.c.event_id == row["id"])
         deliveries = list(await conn.execute(query.order_by(d.c.created_at)))
-    import json
-
     return ctx.page("event.html", e=row, deliveries=deliveries, data=json.dumps(row["data"], indent=2, sort_keys=True))
 
 
@@ -114,6 +189,10 @@ routes = [
     Route("/developers/keys", keys, methods=["GET"]),
     Route("/developers/keys", keys_create, methods=["POST"]),
     Route("/developers/keys/{key_id}/revoke", keys_revoke, methods=["POST"]),
+    Route("/developers/webhooks", webhooks, methods=["GET"]),
+    Route("/developers/webhooks", webhooks_create, methods=["POST"]),
+    Route("/developers/webhooks/{endpoint_id}/rotate-secret", webhooks_rotate, methods=["POST"]),
+    Route("/developers/webhooks/{endpoint_id}/status", webhooks_status, methods=["POST"]),
     Route("/developers/events", events, methods=["GET"]),
     Route("/developers/events/{event_id}", event, methods=["GET"]),
     Route("/developers/events/{event_id}/redeliver", event_redeliver, methods=["POST"]),

@@ -67,8 +67,13 @@ async def overview(ctx: Ctx) -> Response:
             day = per_day[paid_at.strftime("%Y-%m-%d")]
             day[0] += int(amount)
             day[1] += 1
-        total = (await conn.execute(select(func.count()).select_from(p).where(
-            p.c.merchant_id == ctx.merchant_id, p.c.livemode == ctx.livemode))).scalar_one()
+        total = (
+            await conn.execute(
+                select(func.count())
+                .select_from(p)
+                .where(p.c.merchant_id == ctx.merchant_id, p.c.livemode == ctx.livemode)
+            )
+        ).scalar_one()
     days = []
     for i in range(DAYS):
         key = (start + timedelta(days=i)).strftime("%Y-%m-%d")
@@ -77,8 +82,15 @@ async def overview(ctx: Ctx) -> Response:
     month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     usage = await monthly_usage(ctx.platform.engine, ctx.merchant_id, ctx.livemode, month)
     chains: dict[int, Any] = {c.network.chain_id: c.network for c in ctx.platform.chains}
-    return ctx.page("overview.html", balances=balances, chart=chart_svg(days), usage=usage, total=total,
-                    chains=chains, fmt=lambda v: format_amount(int(v), 6))
+    return ctx.page(
+        "overview.html",
+        balances=balances,
+        chart=chart_svg(days),
+        usage=usage,
+        total=total,
+        chains=chains,
+        fmt=lambda v: format_amount(int(v), 6),
+    )
 
 
 routes = [Route("/", overview, methods=["GET"])]

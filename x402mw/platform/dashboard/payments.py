@@ -75,8 +75,18 @@ def payments_query(
         where.append(or_(*matches))
     if after is not None:
         where.append(or_(t.c.created_at < after[0], and_(t.c.created_at == after[0], t.c.id < after[1])))
-    columns = (t.c.id, t.c.order_id, t.c.status, t.c.amount_minor, t.c.amount_text, t.c.currency, t.c.chain_id,
-               t.c.customer_email, t.c.payer, t.c.created_at)
+    columns = (
+        t.c.id,
+        t.c.order_id,
+        t.c.status,
+        t.c.amount_minor,
+        t.c.amount_text,
+        t.c.currency,
+        t.c.chain_id,
+        t.c.customer_email,
+        t.c.payer,
+        t.c.created_at,
+    )
     return select(*columns).where(*where).order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
 
 
@@ -102,7 +112,10 @@ def _stamp(value: datetime) -> str:
 @page()
 async def payments(ctx: Ctx) -> Response:
     q = ctx.request.query_params
-    filters = {name: q.get(name, "").strip()[:200] for name in ("status", "coin", "network", "since", "until", "link", "customer", "q")}
+    filters = {
+        name: q.get(name, "").strip()[:200]
+        for name in ("status", "coin", "network", "since", "until", "link", "customer", "q")
+    }
     chain_id = int(filters["network"]) if filters["network"].isdigit() else None
     since, until = _day(filters["since"]), _day(filters["until"])
     query = payments_query(
@@ -129,13 +142,25 @@ async def payments(ctx: Ctx) -> Response:
         next_url = "/dashboard/payments?" + urlencode({**kept, "after": f"{_stamp(last.created_at)}_{last.id}"})
     coins = sorted({a.symbol for c in ctx.platform.chains for a in c.network.assets.values()})
     networks = [(c.network.chain_id, c.network.caip2) for c in ctx.platform.chains]
-    return ctx.page("payments.html", rows=rows, filters=filters, statuses=STATUSES, coins=coins, networks=networks,
-                    next_url=next_url, amount=amount_text)
+    return ctx.page(
+        "payments.html",
+        rows=rows,
+        filters=filters,
+        statuses=STATUSES,
+        coins=coins,
+        networks=networks,
+        next_url=next_url,
+        amount=amount_text,
+    )
 
 
 async def _payment(ctx: Ctx, conn: AsyncConnection) -> Any:
     payment_id = ctx.request.path_params["payment_id"]
-    row = await find_payment_intent(conn, ctx.merchant_id, ctx.livemode, payment_id.lower()) if is_uuid(payment_id) else None
+    row = (
+        await find_payment_intent(conn, ctx.merchant_id, ctx.livemode, payment_id.lower())
+        if is_uuid(payment_id)
+        else None
+    )
     if row is None:
         raise missing("payment")
     return row
@@ -147,15 +172,24 @@ async def payment(ctx: Ctx) -> Response:
     async with ctx.platform.engine.connect() as conn:
         row = await _payment(ctx, conn)
         # the order's events: their data names it by id (x402mw.platform.services.payment_intents)
-        query = select(events).where(
-            events.c.merchant_id == ctx.merchant_id, events.c.livemode == ctx.livemode
-        ).order_by(events.c.created_at.desc()).limit(500)
+        query = (
+            select(events)
+            .where(events.c.merchant_id == ctx.merchant_id, events.c.livemode == ctx.livemode)
+            .order_by(events.c.created_at.desc())
+            .limit(500)
+        )
         timeline = [e for e in await conn.execute(query) if _names(e.data, row["id"])]
         found = await conn.execute(select(refunds).where(refunds.c.payment_intent_id == row["id"]))
         refund_rows = list(found)
     explorer = EXPLORERS.get(int(row["chain_id"])) if row["chain_id"] else None
-    return ctx.page("payment.html", p=row, timeline=list(reversed(timeline)), refunds=refund_rows,
-                    explorer=explorer, amount=amount_text(row))
+    return ctx.page(
+        "payment.html",
+        p=row,
+        timeline=list(reversed(timeline)),
+        refunds=refund_rows,
+        explorer=explorer,
+        amount=amount_text(row),
+    )
 
 
 def _names(data: Any, payment_id: str) -> bool:
@@ -186,8 +220,13 @@ async def refund(ctx: Ctx) -> Response:
         made = await ctx.platform.refunds.create(ctx.merchant_id, ctx.livemode, row["id"], reason, wait=5.0)
     except Refused as exc:
         await ctx.audit("refund", row["id"], outcome="refused", detail=exc.message)
-        return ctx.page("refund.html", exc.status if exc.status in (404, 409, 422) else 400, p=row,
-                        amount=amount_text(row), error=exc.message)
+        return ctx.page(
+            "refund.html",
+            exc.status if exc.status in (404, 409, 422) else 400,
+            p=row,
+            amount=amount_text(row),
+            error=exc.message,
+        )
     await ctx.audit("refund", row["id"], detail=made.id)
     return see(f"/dashboard/payments/{row['id']}?notice=" + quote(f"Refund {made.status}."))
 

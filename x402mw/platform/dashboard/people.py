@@ -62,8 +62,20 @@ def _limits(request: Request) -> SignInLimits:
 
 
 def _blank(error: str = "", email: str = "", status: int = 200) -> Response:
-    return render("sign_in.html", {"user": None, "csrf": "", "error": error, "email": email, "livemode": False,
-                                   "notice": "", "path": "", "can": lambda _p: False}, status)
+    return render(
+        "sign_in.html",
+        {
+            "user": None,
+            "csrf": "",
+            "error": error,
+            "email": email,
+            "livemode": False,
+            "notice": "",
+            "path": "",
+            "can": lambda _p: False,
+        },
+        status,
+    )
 
 
 async def sign_in_form(request: Request) -> Response:
@@ -141,7 +153,9 @@ async def sign_out(ctx: Ctx) -> Response:
 async def switch_mode(ctx: Ctx) -> Response:
     live = ctx.field("mode") == "live"
     if live and ctx.user.role == "owner" and not ctx.user.totp_enabled:
-        raise Refusal(403, "Owners turn on two-factor sign-in (Account) before using live mode.", action="live_needs_2fa")
+        raise Refusal(
+            403, "Owners turn on two-factor sign-in (Account) before using live mode.", action="live_needs_2fa"
+        )
     await accounts.update_session(ctx.platform.engine, ctx.session.id, livemode=live)
     await ctx.audit("switch_mode", "live" if live else "test")
     back = ctx.field("back")
@@ -214,8 +228,17 @@ async def team_remove(ctx: Ctx) -> Response:
 def _invitation_page(token: str, invitation: Any, error: str = "", status: int = 200) -> Response:
     return render(
         "invitation.html",
-        {"user": None, "csrf": "", "livemode": False, "notice": "", "path": "", "can": lambda _p: False,
-         "token": token, "invitation": invitation, "error": error},
+        {
+            "user": None,
+            "csrf": "",
+            "livemode": False,
+            "notice": "",
+            "path": "",
+            "can": lambda _p: False,
+            "token": token,
+            "invitation": invitation,
+            "error": error,
+        },
         status,
     )
 
@@ -225,8 +248,9 @@ async def invitation_form(request: Request) -> Response:
     token = request.path_params["token"]
     invitation = await accounts.find_invitation(platform.engine, token, platform.clock.now())
     if invitation is None:
-        await accounts.audit(platform.engine, platform.clock.now(), "invitation_refused", outcome="refused",
-                             address=address_of(request))
+        await accounts.audit(
+            platform.engine, platform.clock.now(), "invitation_refused", outcome="refused", address=address_of(request)
+        )
         return error_page(404, "This invitation is not valid: it was used, it expired, or it never existed.")
     return _invitation_page(token, invitation)
 
@@ -241,8 +265,9 @@ async def invitation_accept(request: Request) -> Response:
         user = await accounts.accept_invitation(platform.engine, token, password, now)
     except AccountError as exc:
         invitation = await accounts.find_invitation(platform.engine, token, now)
-        await accounts.audit(platform.engine, now, "invitation_refused", outcome="refused",
-                             address=address_of(request), detail=str(exc))
+        await accounts.audit(
+            platform.engine, now, "invitation_refused", outcome="refused", address=address_of(request), detail=str(exc)
+        )
         if invitation is None:
             return error_page(404, str(exc))
         return _invitation_page(token, invitation, str(exc), 400)

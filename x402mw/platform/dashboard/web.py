@@ -125,7 +125,14 @@ class Ctx:
             "notice": self.request.query_params.get("notice", "")[:200],
         }
 
-    async def audit(self, action: str, target: str | None = None, *, outcome: Literal["ok", "refused"] = "ok", detail: str | None = None) -> None:
+    async def audit(
+        self,
+        action: str,
+        target: str | None = None,
+        *,
+        outcome: Literal["ok", "refused"] = "ok",
+        detail: str | None = None,
+    ) -> None:
         await accounts.audit(
             self.platform.engine,
             self.platform.clock.now(),
@@ -166,7 +173,9 @@ def see(url: str) -> RedirectResponse:
 Handler = Callable[[Ctx], Awaitable[Response]]
 
 
-def page(permission: Permission = "read", *, two_factor: bool = True) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
+def page(
+    permission: Permission = "read", *, two_factor: bool = True
+) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
     """Wrap a handler with the session, second-factor, CSRF and role checks (see the module)."""
 
     def decorate(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -179,7 +188,11 @@ def page(permission: Permission = "read", *, two_factor: bool = True) -> Callabl
                 if request.method == "GET":
                     return see("/dashboard/sign-in")
                 await accounts.audit(
-                    platform.engine, now, "session_missing", outcome="refused", address=address_of(request),
+                    platform.engine,
+                    now,
+                    "session_missing",
+                    outcome="refused",
+                    address=address_of(request),
                     target=request.url.path,
                 )
                 return error_page(403, "Your session has ended. Sign in again.")
@@ -193,7 +206,11 @@ def page(permission: Permission = "read", *, two_factor: bool = True) -> Callabl
                 if form is not None:
                     sent = form.get("csrf")
                     if not isinstance(sent, str) or not hmac.compare_digest(sent, session.csrf_token):
-                        raise Refusal(403, "This form has expired or was not sent by the dashboard. Reload the page and try again.", action="csrf_refused")
+                        raise Refusal(
+                            403,
+                            "This form has expired or was not sent by the dashboard. Reload the page and try again.",
+                            action="csrf_refused",
+                        )
                 if not ctx.can(permission):
                     raise Refusal(403, f"Your role ({session.user.role}) does not allow this.", action="role_refused")
                 return await handler(ctx)
