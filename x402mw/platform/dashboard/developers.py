@@ -7,7 +7,6 @@ from typing import Any
 from urllib.parse import quote
 
 from pydantic import ValidationError
-
 from sqlalchemy import select
 from starlette.responses import Response
 from starlette.routing import Route
