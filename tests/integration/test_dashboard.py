@@ -49,7 +49,19 @@ def _fixtures(team: Team) -> dict[str, str]:
     with team.api() as api:
         hook = api.post("/webhook-endpoints", json={"url": "https://hooks.example.com/a", "enabledEvents": ["*"]})
         assert hook.status_code == 201, hook.text
+        plan = api.post(
+            "/subscription-plans", json={"name": "Club", "amount": "5", "currency": "USDC", "interval": "monthly"}
+        )
+        assert plan.status_code == 201, plan.text
+        plan_id = plan.json()["plan"]["id"]
+        sub = api.post("/subscriptions", json={"planId": plan_id, "merchantCustomerId": f"c-{uuid.uuid4()}"})
+        assert sub.status_code == 201, sub.text
+        link = api.post("/payment-links", json={"name": "Mug", "amount": "7", "currency": "USDC"})
+        assert link.status_code == 201, link.text
     return {
+        "plan_id": plan_id,
+        "subscription_id": sub.json()["subscription"]["id"],
+        "link_id": link.json()["paymentLink"]["id"],
         "endpoint_id": hook.json()["webhookEndpoint"]["id"],
         "payment_id": order["id"],
         "event_id": events[0]["id"],
@@ -72,6 +84,15 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/dashboard/payments/{payment_id}/refund", "payments"),
     ("POST", "/dashboard/payments/{payment_id}/refund", "payments"),
     ("GET", "/dashboard/refunds", "read"),
+    ("GET", "/dashboard/plans", "read"),
+    ("POST", "/dashboard/plans", "catalog"),
+    ("POST", "/dashboard/plans/{plan_id}/active", "catalog"),
+    ("GET", "/dashboard/subscriptions", "read"),
+    ("GET", "/dashboard/subscriptions/{subscription_id}", "read"),
+    ("POST", "/dashboard/subscriptions/{subscription_id}/cancel", "payments"),
+    ("GET", "/dashboard/links", "read"),
+    ("POST", "/dashboard/links", "catalog"),
+    ("POST", "/dashboard/links/{link_id}/deactivate", "catalog"),
     ("GET", "/dashboard/developers/keys", "read"),
     ("POST", "/dashboard/developers/keys", "developers"),
     ("POST", "/dashboard/developers/keys/{key_id}/revoke", "developers"),
@@ -202,8 +223,18 @@ def _fixtures_unchanged(team: Team, ids: dict[str, str]) -> bool:
                     )
                 )
             ).one()
+            plans, subs, links = tables.subscription_plans, tables.subscriptions, tables.payment_links
+            plan = (await conn.execute(select(plans.c.active).where(plans.c.id == ids["plan_id"]))).scalar_one()
+            sub = (await conn.execute(select(subs.c.status).where(subs.c.id == ids["subscription_id"]))).scalar_one()
+            link = (await conn.execute(select(links.c.active).where(links.c.id == ids["link_id"]))).scalar_one()
+            made = (
+                await conn.execute(
+                    select(plans.c.id).where(plans.c.merchant_id == team.merchant_id, plans.c.name == "Made here")
+                )
+            ).first()
         untouched_hook = hook.status == "enabled" and hook.created_at == hook.updated_at
-        return refunds is None and key is None and user is None and untouched_hook
+        untouched = plan and sub == "incomplete" and link and made is None
+        return refunds is None and key is None and user is None and untouched_hook and bool(untouched)
 
     return team.harness.server.call(read)
 
@@ -218,6 +249,7 @@ def test_csrf_is_refused_on_every_form(team: Team, csrf: str) -> None:
             path = template.format(**ids)
             data = {} if csrf == "missing" else {"csrf": "x" * 43}
             data |= {"confirm": "yes", "email": "new@shop.test", "role": "viewer", "mode": "test", "action": "start"}
+            data |= {"name": "Made here", "amount": "3", "currency": "USDC", "interval": "monthly", "active": "false"}
             reply = client.post(path, data=data)
             assert reply.status_code == 403, path
             assert "form has expired" in reply.text, path
@@ -237,7 +269,8 @@ def test_each_role_is_held_to_its_rights(team: Team, role: str) -> None:
             if permission in allowed or template.endswith("sign-out"):
                 continue
             path = template.format(**ids)
-            reply = client.request(method, path, data={"csrf": csrf, "confirm": "yes"} if method == "POST" else None)
+            data = {"csrf": csrf, "confirm": "yes", "name": "Made here", "amount": "3", "currency": "USDC"}
+            reply = client.request(method, path, data=data | {"interval": "monthly"} if method == "POST" else None)
             assert reply.status_code == 403, (role, path)
             assert f"({role}) does not allow" in reply.text
             refused += 1
@@ -468,3 +501,72 @@ def test_webhook_endpoints_create_rotate_disable(team: Team) -> None:
         endpoint = api.get(f"/webhook-endpoints/{endpoint_id.group(1)}").json()["webhookEndpoint"]
     assert endpoint["status"] == "disabled" and endpoint["enabledEvents"] == ["refund.completed"]
     assert _audit(team, "webhook_secret_rotated")
+
+
+def test_plans_links_and_subscriptions(team: Team) -> None:
+    slug = f"club-{uuid.uuid4().hex[:8]}"
+    with team.sign_in("owner") as client:
+        page = client.get("/dashboard/plans")
+        csrf = csrf_of(page.text)
+        bad = client.post(
+            "/dashboard/plans",
+            data={"csrf": csrf, "name": "X", "amount": "-1", "currency": "USDC", "interval": "monthly"},
+        )
+        assert bad.status_code == 400
+        made = client.post(
+            "/dashboard/plans",
+            data={
+                "csrf": csrf,
+                "name": "<i>Club</i>",
+                "amount": "9.99",
+                "currency": "USDC",
+                "interval": "monthly",
+                "slug": slug,
+            },
+        )
+        assert made.status_code == 303, made.text
+        plans = client.get("/dashboard/plans").text
+        assert f"/su_{slug}" in plans and "&lt;i&gt;Club&lt;/i&gt;" in plans
+        taken = client.post(
+            "/dashboard/plans",
+            data={
+                "csrf": csrf,
+                "name": "Again",
+                "amount": "1",
+                "currency": "USDC",
+                "interval": "monthly",
+                "slug": slug,
+            },
+        )
+        assert taken.status_code == 409
+        link = client.post(
+            "/dashboard/links", data={"csrf": csrf, "name": "Mug", "amount": "12.50", "currency": "USDC"}
+        )
+        assert link.status_code == 303
+        links = client.get("/dashboard/links").text
+        link_id = re.search(r"/dashboard/links/([0-9a-f-]{36})/deactivate", links)
+        assert link_id is not None and "12.50 USDC" in links
+        off = client.post(f"/dashboard/links/{link_id.group(1)}/deactivate", data={"csrf": csrf})
+        assert off.status_code == 303
+    with team.api() as api:
+        plan = [p for p in api.get("/subscription-plans").json()["data"] if p["slug"] == slug][0]
+        assert plan["amount"] == "9.99" and plan["name"] == "<i>Club</i>"
+        assert api.get(f"/payment-links/{link_id.group(1)}").json()["paymentLink"]["active"] is False
+        sub = api.post("/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "cust-1"}).json()[
+            "subscription"
+        ]
+    with team.sign_in("support") as client:
+        listed = client.get("/dashboard/subscriptions", params={"customer": "cust-1"}).text
+        assert sub["id"] in listed
+        page = client.get(f"/dashboard/subscriptions/{sub['id']}")
+        assert "Invoices" in page.text
+        done = client.post(
+            f"/dashboard/subscriptions/{sub['id']}/cancel", data={"csrf": csrf_of(page.text), "when": "now"}
+        )
+        assert done.status_code == 303
+        again = client.post(
+            f"/dashboard/subscriptions/{sub['id']}/cancel", data={"csrf": csrf_of(page.text), "when": "now"}
+        )
+        assert again.status_code == 409
+    with team.api() as api:
+        assert api.get(f"/subscriptions/{sub['id']}").json()["subscription"]["status"] == "canceled"
