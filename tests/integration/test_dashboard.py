@@ -549,7 +549,7 @@ def test_plans_links_and_subscriptions(team: Team) -> None:
         off = client.post(f"/dashboard/links/{link_id.group(1)}/deactivate", data={"csrf": csrf})
         assert off.status_code == 303
     with team.api() as api:
-        plan = [p for p in api.get("/subscription-plans").json()["data"] if p["slug"] == slug][0]
+        plan = next(p for p in api.get("/subscription-plans").json()["data"] if p["slug"] == slug)
         assert plan["amount"] == "9.99" and plan["name"] == "<i>Club</i>"
         assert api.get(f"/payment-links/{link_id.group(1)}").json()["paymentLink"]["active"] is False
         sub = api.post("/subscriptions", json={"planId": plan["id"], "merchantCustomerId": "cust-1"}).json()[
