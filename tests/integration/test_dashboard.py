@@ -58,7 +58,21 @@ def _fixtures(team: Team) -> dict[str, str]:
         assert sub.status_code == 201, sub.text
         link = api.post("/payment-links", json={"name": "Mug", "amount": "7", "currency": "USDC"})
         assert link.status_code == 201, link.text
+        agent = api.post(
+            "/agent/endpoints",
+            json={
+                "name": "<b>Weather</b>",
+                "resourceUrl": "http://testserver/weather",
+                "chainId": team.harness.chain.chain_id,
+                "currency": "USDC",
+                "payoutAddress": "0x" + "ab" * 20,
+                "pricingMode": "fixed",
+                "amountMinor": "10000",
+            },
+        )
+        assert agent.status_code == 201, agent.text
     return {
+        "agent_endpoint_id": agent.json()["endpoint"]["id"],
         "plan_id": plan_id,
         "subscription_id": sub.json()["subscription"]["id"],
         "link_id": link.json()["paymentLink"]["id"],
@@ -93,6 +107,8 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/dashboard/links", "read"),
     ("POST", "/dashboard/links", "catalog"),
     ("POST", "/dashboard/links/{link_id}/deactivate", "catalog"),
+    ("GET", "/dashboard/agents", "read"),
+    ("GET", "/dashboard/agents/{agent_endpoint_id}", "read"),
     ("GET", "/dashboard/developers/keys", "read"),
     ("POST", "/dashboard/developers/keys", "developers"),
     ("POST", "/dashboard/developers/keys/{key_id}/revoke", "developers"),
@@ -570,3 +586,12 @@ def test_plans_links_and_subscriptions(team: Team) -> None:
         assert again.status_code == 409
     with team.api() as api:
         assert api.get(f"/subscriptions/{sub['id']}").json()["subscription"]["status"] == "canceled"
+
+
+def test_agent_endpoints_page(team: Team) -> None:
+    ids = _fixtures(team)
+    with team.sign_in("viewer") as client:
+        listed = client.get("/dashboard/agents").text
+        assert "&lt;b&gt;Weather&lt;/b&gt;" in listed and "<b>Weather" not in listed
+        detail = client.get(f"/dashboard/agents/{ids['agent_endpoint_id']}").text
+        assert "0 settled" in detail and "No agent payments yet." in detail

@@ -3,14 +3,14 @@ same services as the merchant API. See docs/dashboard.md.
 
 - `accounts`: users, sessions, invitations, TOTP and the audit log;
 - `web`: the request plumbing (session cookie, CSRF, roles, refusals);
-- `people`, `overview`, `payments`, `catalog`, `developers`: the pages.
+- `people`, `overview`, `payments`, `catalog`, `agents`, `developers`: the pages.
 """
 
 from __future__ import annotations
 
 from starlette.routing import BaseRoute, Mount
 
-from x402mw.platform.dashboard import catalog, developers, overview, payments, people
+from x402mw.platform.dashboard import agents, catalog, developers, overview, payments, people
 from x402mw.platform.dashboard.assets import DashboardAssets
 
 __all__ = ["routes"]
@@ -20,6 +20,7 @@ routes: list[BaseRoute] = [
     *people.routes,
     *payments.routes,
     *catalog.routes,
+    *agents.routes,
     *developers.routes,
     Mount("/static", app=DashboardAssets(), name="dashboard-static"),
 ]
