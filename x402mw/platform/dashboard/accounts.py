@@ -52,6 +52,7 @@ Role = Literal["owner", "developer", "support", "viewer"]
 ROLES: tuple[Role, ...] = ("owner", "developer", "support", "viewer")
 IDLE = timedelta(minutes=30)
 ABSOLUTE = timedelta(hours=12)
+SEEN_PRECISION = timedelta(seconds=60)  # how stale a session's idle clock may be
 INVITATION_LIFETIME = timedelta(days=3)
 MIN_PASSWORD = 10
 _EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}\.[^@\s]{1,63}$")
@@ -180,13 +181,15 @@ async def read_session(engine: AsyncEngine, token: str, now: datetime) -> Sessio
         .join(users, users.c.id == sessions.c.user_id)
         .where(sessions.c.id == digest)
     )
-    async with engine.begin() as conn:
+    async with engine.connect() as conn:
         row = (await conn.execute(query)).first()
         if row is None or row.revoked_at is not None or row.disabled_at is not None:
             return None
         if now >= _aware(row.expires_at) or now - _aware(row.last_seen_at) >= IDLE:
             return None
-        await conn.execute(update(sessions).where(sessions.c.id == digest).values(last_seen_at=now))
+        if now - _aware(row.last_seen_at) >= SEEN_PRECISION:  # not a write on every page view
+            await conn.execute(update(sessions).where(sessions.c.id == digest).values(last_seen_at=now))
+            await conn.commit()
     user = User(row.user_id, row.merchant_id, row.email, row.role, bool(row.totp_enabled), row.totp_secret)
     return Session(digest, user, row.csrf_token, bool(row.livemode), bool(row.two_factor_passed))
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, literal, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 from starlette.routing import Route
@@ -74,7 +74,7 @@ def payments_query(
             matches.append(t.c.id == search.lower())
         where.append(or_(*matches))
     if after is not None:
-        where.append(or_(t.c.created_at < after[0], and_(t.c.created_at == after[0], t.c.id < after[1])))
+        where.append(tuple_(t.c.created_at, t.c.id) < tuple_(literal(after[0], t.c.created_at.type), after[1]))
     columns = (
         t.c.id,
         t.c.order_id,
