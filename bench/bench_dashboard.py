@@ -168,9 +168,7 @@ def main() -> None:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     print(f"\npayments list, PostgreSQL, {count:,} payments of one merchant, {n} requests each (ms)")
-    print(
-        f"{'page':<10} {'dashboard p50':>14} {'p99':>8}   {'bare SELECT p50':>16} {'p99':>8}   ≤{BUDGET_MS:.0f} ms"
-    )
+    print(f"{'page':<10} {'dashboard p50':>14} {'p99':>8}   {'bare SELECT p50':>16} {'p99':>8}   ≤{BUDGET_MS:.0f} ms")
     ok = True
     for name, (p50, p99), (b50, b99) in results:
         ok = ok and p99 <= BUDGET_MS

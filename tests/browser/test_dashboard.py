@@ -67,6 +67,7 @@ def test_every_page_and_action(browsing: Browsing, dev_platform: PlatformHarness
         "webhooks": "/dashboard/developers/webhooks",
         "events": "/dashboard/developers/events",
         "requests": "/dashboard/developers/requests",
+        "sandbox": "/dashboard/sandbox",
         "team": "/dashboard/team",
         "audit": "/dashboard/audit",
         "account": "/dashboard/account",

@@ -71,7 +71,10 @@ def _fixtures(team: Team) -> dict[str, str]:
             },
         )
         assert agent.status_code == 201, agent.text
+        clock = api.post("/test-clocks", json={"frozenTime": "2026-12-01T00:00:00Z"})
+        assert clock.status_code == 201, clock.text
     return {
+        "test_clock_id": clock.json()["testClock"]["id"],
         "agent_endpoint_id": agent.json()["endpoint"]["id"],
         "plan_id": plan_id,
         "subscription_id": sub.json()["subscription"]["id"],
@@ -120,6 +123,11 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/dashboard/developers/events/{event_id}", "read"),
     ("POST", "/dashboard/developers/events/{event_id}/redeliver", "developers"),
     ("GET", "/dashboard/developers/requests", "read"),
+    ("GET", "/dashboard/sandbox", "read"),
+    ("POST", "/dashboard/sandbox/faucet", "developers"),
+    ("POST", "/dashboard/sandbox/simulate-payment", "developers"),
+    ("POST", "/dashboard/sandbox/test-clocks", "developers"),
+    ("POST", "/dashboard/sandbox/test-clocks/{test_clock_id}/advance", "developers"),
     ("GET", "/dashboard/team", "read"),
     ("POST", "/dashboard/team/invitations", "team"),
     ("POST", "/dashboard/team/{user_id}/remove", "team"),
@@ -305,7 +313,13 @@ def test_another_merchants_objects_are_404_on_every_route(team: Team, dev_platfo
             assert reply.status_code == 404, (path, reply.text)
         for bad in ("not-an-id", str(uuid.uuid4())):
             assert client.get(f"/dashboard/payments/{bad}").status_code == 404
+        # ids in a form, not the URL
+        theirs_open = theirs.order(pay=False)
+        form = {"csrf": csrf, "payment_id": theirs_open["id"], "scenario": "exact"}
+        assert client.post("/dashboard/sandbox/simulate-payment", data=form).status_code == 404
     assert _fixtures_unchanged(theirs, ids)
+    with theirs.api() as api:
+        assert api.get(f"/payment-intents/{theirs_open['id']}").json()["paymentIntent"]["status"] == "requires_payment"
     assert len(_audit(team, "not_found")) >= len(OWN_OBJECT_ROUTES)
 
 
@@ -595,3 +609,31 @@ def test_agent_endpoints_page(team: Team) -> None:
         assert "&lt;b&gt;Weather&lt;/b&gt;" in listed and "<b>Weather" not in listed
         detail = client.get(f"/dashboard/agents/{ids['agent_endpoint_id']}").text
         assert "0 settled" in detail and "No agent payments yet." in detail
+
+
+def test_sandbox(team: Team) -> None:
+    order = team.order(pay=False)
+    with team.sign_in("developer") as client:
+        page = client.get("/dashboard/sandbox")
+        csrf = csrf_of(page.text)
+        sent = client.post(
+            "/dashboard/sandbox/faucet",
+            data={
+                "csrf": csrf,
+                "network": team.harness.network,
+                "currency": "USDC",
+                "address": "0x" + "cd" * 20,
+                "amount": "5",
+            },
+        )
+        assert sent.status_code == 200 and "Sent 5 USDC" in sent.text
+        paid = client.post("/dashboard/sandbox/simulate-payment", data={"csrf": csrf, "payment_id": order["id"]})
+        assert paid.status_code == 303 and "succeeded" in client.get(paid.headers["location"]).text
+        again = client.post("/dashboard/sandbox/simulate-payment", data={"csrf": csrf, "payment_id": order["id"]})
+        assert again.status_code == 409
+        made = client.post("/dashboard/sandbox/test-clocks", data={"csrf": csrf, "frozen_time": "2026-12-01T00:00:00Z"})
+        assert made.status_code == 303
+        home = client.get("/dashboard/")
+        client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
+        assert client.get("/dashboard/sandbox").status_code == 404
+    assert team.harness.balance("0x" + "cd" * 20) == 5_000_000

@@ -3,14 +3,14 @@ same services as the merchant API. See docs/dashboard.md.
 
 - `accounts`: users, sessions, invitations, TOTP and the audit log;
 - `web`: the request plumbing (session cookie, CSRF, roles, refusals);
-- `people`, `overview`, `payments`, `catalog`, `agents`, `developers`: the pages.
+- `people`, `overview`, `payments`, `catalog`, `agents`, `developers`, `sandbox`: the pages.
 """
 
 from __future__ import annotations
 
 from starlette.routing import BaseRoute, Mount
 
-from x402mw.platform.dashboard import agents, catalog, developers, overview, payments, people
+from x402mw.platform.dashboard import agents, catalog, developers, overview, payments, people, sandbox
 from x402mw.platform.dashboard.assets import DashboardAssets
 
 __all__ = ["routes"]
@@ -22,5 +22,6 @@ routes: list[BaseRoute] = [
     *catalog.routes,
     *agents.routes,
     *developers.routes,
+    *sandbox.routes,
     Mount("/static", app=DashboardAssets(), name="dashboard-static"),
 ]
