@@ -121,7 +121,11 @@ async def run(
         app.state.platform = platform
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            signed = await client.post("/dashboard/sign-in", data={"email": user.email, "password": PASSWORD})
+            form = await client.get("/dashboard/sign-in")
+            token = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            signed = await client.post(
+                "/dashboard/sign-in", data={"csrf": token, "email": user.email, "password": PASSWORD}
+            )
             assert signed.status_code == 303, signed.text
             wanted = f"order-{count // 2}"
             cursor = f"{deep.created_at.isoformat()}_{deep.id}"

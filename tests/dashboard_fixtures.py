@@ -42,7 +42,7 @@ class Team:
     @contextlib.contextmanager
     def sign_in(self, role: str = "owner") -> Iterator[httpx.Client]:
         with self.browser() as client:
-            reply = client.post("/dashboard/sign-in", data={"email": self.users[role].email, "password": PASSWORD})
+            reply = post_sign_in(client, self.users[role].email, PASSWORD)
             assert reply.status_code == 303, reply.text
             yield client
 
@@ -75,3 +75,9 @@ def csrf_of(html: str) -> str:
     found = _CSRF.search(html)
     assert found is not None, "the page has no CSRF field"
     return found.group(1)
+
+
+def post_sign_in(client: httpx.Client, email: str, password: str) -> httpx.Response:
+    """Open the sign-in page (for its form token, as a browser does) and send the form."""
+    page = client.get("/dashboard/sign-in")
+    return client.post("/dashboard/sign-in", data={"csrf": csrf_of(page.text), "email": email, "password": password})

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from tests.dashboard_fixtures import PASSWORD, Team, csrf_of, make_team
+from tests.dashboard_fixtures import PASSWORD, Team, csrf_of, make_team, post_sign_in
 from tests.harness import PlatformHarness
 from x402mw.platform.dashboard import accounts
 from x402mw.platform.dashboard.web import PERMISSIONS
@@ -111,7 +111,9 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/dashboard/links", "catalog"),
     ("POST", "/dashboard/links/{link_id}/deactivate", "catalog"),
     ("GET", "/dashboard/agents", "read"),
+    ("POST", "/dashboard/agents", "developers"),
     ("GET", "/dashboard/agents/{agent_endpoint_id}", "read"),
+    ("POST", "/dashboard/agents/{agent_endpoint_id}", "developers"),
     ("GET", "/dashboard/developers/keys", "read"),
     ("POST", "/dashboard/developers/keys", "developers"),
     ("POST", "/dashboard/developers/keys/{key_id}/revoke", "developers"),
@@ -168,10 +170,12 @@ def test_sign_in_and_out(team: Team) -> None:
         assert client.get("/dashboard/").headers["location"] == "/dashboard/sign-in"
         page = client.get("/dashboard/sign-in")
         assert page.status_code == 200 and "Content-Security-Policy" in page.headers
-        wrong = client.post("/dashboard/sign-in", data={"email": team.users["owner"].email, "password": "nope" * 4})
+        forged = client.post("/dashboard/sign-in", data={"email": team.users["owner"].email, "password": PASSWORD})
+        assert forged.status_code == 403 and "x402mw_dashboard=" not in forged.headers.get("set-cookie", "")
+        wrong = post_sign_in(client, team.users["owner"].email, "nope" * 4)
         assert wrong.status_code == 403 and "do not match" in wrong.text
-        assert "set-cookie" not in wrong.headers
-        ok = client.post("/dashboard/sign-in", data={"email": team.users["owner"].email, "password": PASSWORD})
+        assert "x402mw_dashboard=" not in wrong.headers.get("set-cookie", "")  # no session
+        ok = post_sign_in(client, team.users["owner"].email, PASSWORD)
         assert ok.status_code == 303
         cookie = ok.headers["set-cookie"].lower()
         assert "httponly" in cookie and "samesite=lax" in cookie and "path=/dashboard" in cookie
@@ -256,7 +260,17 @@ def _fixtures_unchanged(team: Team, ids: dict[str, str]) -> bool:
                     select(plans.c.id).where(plans.c.merchant_id == team.merchant_id, plans.c.name == "Made here")
                 )
             ).first()
+            agents = tables.agent_endpoints
+            agent = (
+                await conn.execute(select(agents.c.name).where(agents.c.id == ids["agent_endpoint_id"]))
+            ).scalar_one()
+            agent_made = (
+                await conn.execute(
+                    select(agents.c.id).where(agents.c.merchant_id == team.merchant_id, agents.c.name == "Made here")
+                )
+            ).first()
         untouched_hook = hook.status == "enabled" and hook.created_at == hook.updated_at
+        untouched_hook = untouched_hook and agent == "<b>Weather</b>" and agent_made is None
         untouched = plan and sub == "incomplete" and link and made is None
         return refunds is None and key is None and user is None and untouched_hook and bool(untouched)
 
@@ -409,7 +423,7 @@ def test_owners_need_two_factor_for_live_mode_and_sign_in_with_it(team: Team) ->
         live = client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
         assert live.status_code == 303
     with team.browser() as client:
-        reply = client.post("/dashboard/sign-in", data={"email": team.users["owner"].email, "password": PASSWORD})
+        reply = post_sign_in(client, team.users["owner"].email, PASSWORD)
         assert reply.headers["location"] == "/dashboard/sign-in/two-factor"
         assert client.get("/dashboard/payments").headers["location"] == "/dashboard/sign-in/two-factor"
         form = client.get("/dashboard/sign-in/two-factor").text
@@ -443,15 +457,19 @@ def test_invitations_are_single_use(team: Team) -> None:
         assert link is not None
     path = "/dashboard/" + link.group(1).split("/dashboard/", 1)[1]
     with team.browser() as client:
-        assert client.get(path).status_code == 200
-        short = client.post(path, data={"password": "short"})
+        form = client.get(path)
+        assert form.status_code == 200
+        forged = client.post(path, data={"password": PASSWORD})
+        assert forged.status_code == 403  # no form token
+        token = csrf_of(form.text)
+        short = client.post(path, data={"csrf": token, "password": "short"})
         assert short.status_code == 400
-        joined = client.post(path, data={"password": PASSWORD})
+        joined = client.post(path, data={"csrf": token, "password": PASSWORD})
         assert joined.status_code == 303
-        replay = client.post(path, data={"password": PASSWORD})
+        replay = client.post(path, data={"csrf": token, "password": PASSWORD})
         assert replay.status_code == 404
         assert client.get(path).status_code == 404
-        signed = client.post("/dashboard/sign-in", data={"email": "new@shop.test", "password": PASSWORD})
+        signed = post_sign_in(client, "new@shop.test", PASSWORD)
         assert signed.status_code == 303
     assert _audit(team, "invitation_accepted")
     with team.browser() as client:
@@ -461,12 +479,9 @@ def test_invitations_are_single_use(team: Team) -> None:
 def test_sign_in_is_throttled_per_account(team: Team) -> None:
     email = team.users["viewer"].email
     with team.browser() as client:
-        codes = [
-            client.post("/dashboard/sign-in", data={"email": email, "password": "wrong" * 3}).status_code
-            for _ in range(11)
-        ]
+        codes = [post_sign_in(client, email, "wrong" * 3).status_code for _ in range(11)]
         assert codes[:10] == [403] * 10 and codes[10] == 429
-        right = client.post("/dashboard/sign-in", data={"email": email, "password": PASSWORD})
+        right = post_sign_in(client, email, PASSWORD)
         assert right.status_code == 429  # the right password too, until the window passes
     assert _audit(team, "sign_in_throttled")
 
@@ -609,6 +624,30 @@ def test_agent_endpoints_page(team: Team) -> None:
         assert "&lt;b&gt;Weather&lt;/b&gt;" in listed and "<b>Weather" not in listed
         detail = client.get(f"/dashboard/agents/{ids['agent_endpoint_id']}").text
         assert "0 settled" in detail and "No agent payments yet." in detail
+    with team.sign_in("developer") as client:
+        page = client.get("/dashboard/agents")
+        fields = {
+            "csrf": csrf_of(page.text),
+            "name": "Forecast",
+            "resource_url": "https://api.shop.test/forecast",
+            "chain_id": str(team.harness.chain.chain_id),
+            "currency": "USDC",
+            "payout_address": "0x" + "ef" * 20,
+            "pricing_mode": "fixed",
+        }
+        missing_amount = client.post("/dashboard/agents", data=fields)
+        assert missing_amount.status_code == 400 and "amountMinor" in missing_amount.text
+        made = client.post("/dashboard/agents", data=fields | {"amount_minor": "2500"})
+        assert made.status_code == 303
+        endpoint_id = made.headers["location"].rsplit("/", 1)[1]
+        edited = client.post(
+            f"/dashboard/agents/{endpoint_id}",
+            data={"csrf": fields["csrf"], "name": "Forecast 2", "amount_minor": "5000"},
+        )
+        assert edited.status_code == 303
+    with team.api() as api:
+        endpoint = api.get(f"/agent/endpoints/{endpoint_id}").json()["endpoint"]
+    assert endpoint["name"] == "Forecast 2" and str(endpoint["amountMinor"]) == "5000"
 
 
 def test_sandbox(team: Team) -> None:
@@ -637,3 +676,34 @@ def test_sandbox(team: Team) -> None:
         client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
         assert client.get("/dashboard/sandbox").status_code == 404
     assert team.harness.balance("0x" + "cd" * 20) == 5_000_000
+
+
+def test_the_api_request_log_is_bounded(team: Team) -> None:
+    from x402mw.platform.services.api_requests import purge_api_requests, record_api_request
+
+    async def fill_and_purge(p: Any) -> tuple[int, int]:
+        now = p.clock.now()
+        for age_days in (40, 3, 2, 1, 0):
+            await record_api_request(
+                p.engine,
+                {
+                    "id": str(uuid.uuid4()),
+                    "merchant_id": team.merchant_id,
+                    "livemode": True,
+                    "method": "GET",
+                    "path": "/v1/balances",
+                    "status": 200,
+                    "request_id": f"req_{age_days}",
+                    "duration_ms": 1,
+                    "created_at": now - timedelta(days=age_days),
+                },
+            )
+        purged = await purge_api_requests(p.engine, now, days=30, cap=2)
+        t = tables.api_requests
+        async with p.engine.connect() as conn:
+            query = select(t.c.request_id).where(t.c.merchant_id == team.merchant_id, t.c.livemode.is_(True))
+            kept = sorted(r.request_id for r in await conn.execute(query))
+        return purged, len(kept) if kept == ["req_0", "req_1"] else -1
+
+    purged, kept = team.harness.server.call(fill_and_purge)
+    assert purged >= 3 and kept == 2  # (every merchant's rows beyond the cap go: the suite's others too)

@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
+from pydantic import ValidationError
 from sqlalchemy import func, select
 from starlette.responses import Response
 from starlette.routing import Route
 
+from x402mw.platform.api.agent_endpoints import (
+    EndpointCreate,
+    EndpointUpdate,
+    create_agent_endpoint,
+    update_agent_endpoint,
+)
+from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import is_uuid
-from x402mw.platform.dashboard.web import Ctx, missing, page
+from x402mw.platform.dashboard.web import Ctx, missing, page, see
 from x402mw.platform.db import tables
+from x402mw.platform.services.merchants import Caller
 from x402mw.protocol.prices import format_amount
 
 __all__ = ["routes"]
@@ -22,8 +32,73 @@ def _month_start(ctx: Ctx) -> Any:
     return ctx.platform.clock.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
+def _caller(ctx: Ctx) -> Caller:
+    return Caller(merchant_id=ctx.merchant_id, livemode=ctx.livemode, key_id="dashboard")
+
+
+def _problem(exc: ValidationError | ApiError) -> str:
+    if isinstance(exc, ApiError):
+        return exc.message
+    first = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+
+
+def _fields(ctx: Ctx) -> dict[str, Any]:
+    """The form's fields as the API's body names them (empty ones left out)."""
+    names = {
+        "name": "name",
+        "resource_url": "resourceUrl",
+        "payout_address": "payoutAddress",
+        "pricing_mode": "pricingMode",
+        "amount_minor": "amountMinor",
+        "release_policy": "releasePolicy",
+    }
+    return {api: ctx.field(form) for form, api in names.items() if ctx.field(form)}
+
+
+@page("developers")
+async def endpoints_create(ctx: Ctx) -> Response:
+    chain = next((c for c in ctx.platform.chains if c.livemode == ctx.livemode), None)
+    try:
+        body = EndpointCreate.model_validate(
+            {
+                **_fields(ctx),
+                "chainId": int(ctx.field("chain_id") or (chain.chain_id if chain else 0)),
+                "currency": ctx.field("currency") or "USDC",
+            }
+        )
+        row, _ = await create_agent_endpoint(ctx.platform, _caller(ctx), body)
+    except (ValidationError, ApiError, ValueError) as exc:
+        message = _problem(exc) if isinstance(exc, ValidationError | ApiError) else "chainId must be a number"
+        return await _list(ctx, 400, error=message)
+    await ctx.audit("agent_endpoint_created", row.id)
+    return see(f"/dashboard/agents/{row.id}")
+
+
+@page("developers")
+async def endpoint_update(ctx: Ctx) -> Response:
+    endpoint_id = str(ctx.request.path_params["agent_endpoint_id"]).lower()
+    if not is_uuid(endpoint_id):
+        raise missing("agent endpoint")
+    try:
+        body = EndpointUpdate.model_validate(_fields(ctx))
+        await update_agent_endpoint(ctx.platform, _caller(ctx), endpoint_id, body)
+    except ValidationError as exc:
+        return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(_problem(exc)))
+    except ApiError as exc:
+        if exc.status == 404:
+            raise missing("agent endpoint") from None
+        return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(exc.message))
+    await ctx.audit("agent_endpoint_updated", endpoint_id)
+    return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote("Saved."))
+
+
 @page()
 async def endpoints(ctx: Ctx) -> Response:
+    return await _list(ctx)
+
+
+async def _list(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
     e, p = tables.agent_endpoints, tables.agent_payments
     start = _month_start(ctx)
     async with ctx.platform.engine.connect() as conn:
@@ -42,7 +117,16 @@ async def endpoints(ctx: Ctx) -> Response:
                 .group_by(p.c.endpoint_id)
             )
         }
-    return ctx.page("agents.html", rows=rows, usage=usage, fmt=lambda v: format_amount(int(v), 6))
+    chains = [c for c in ctx.platform.chains if c.livemode == ctx.livemode]
+    return ctx.page(
+        "agents.html",
+        status,
+        rows=rows,
+        usage=usage,
+        fmt=lambda v: format_amount(int(v), 6),
+        error=error,
+        chains=chains,
+    )
 
 
 @page()
@@ -82,5 +166,7 @@ async def endpoint(ctx: Ctx) -> Response:
 
 routes = [
     Route("/agents", endpoints, methods=["GET"]),
+    Route("/agents", endpoints_create, methods=["POST"]),
     Route("/agents/{agent_endpoint_id}", endpoint, methods=["GET"]),
+    Route("/agents/{agent_endpoint_id}", endpoint_update, methods=["POST"]),
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
+import secrets
 from typing import Any
 from urllib.parse import quote
 
@@ -61,33 +63,65 @@ def _limits(request: Request) -> SignInLimits:
     return limits
 
 
-def _blank(error: str = "", email: str = "", status: int = 200) -> Response:
-    return render(
-        "sign_in.html",
-        {
-            "user": None,
-            "csrf": "",
-            "error": error,
-            "email": email,
-            "livemode": False,
-            "notice": "",
-            "path": "",
-            "can": lambda _p: False,
-        },
-        status,
+FORM_COOKIE = "x402mw_dashboard_form"  # the CSRF token of the forms sent before a session exists
+
+
+def _form_token(request: Request) -> str:
+    token = request.cookies.get(FORM_COOKIE, "")
+    return token if 20 <= len(token) <= 100 else secrets.token_urlsafe(32)
+
+
+def _with_form_token(request: Request, response: Response, token: str) -> Response:
+    secure = request.url.scheme == "https"
+    response.set_cookie(FORM_COOKIE, token, path="/dashboard", httponly=True, samesite="strict", secure=secure)
+    return response
+
+
+async def _form_refused(request: Request, form: Any) -> Response | None:
+    """403 when a sign-in or invitation form does not carry the browser's form token."""
+    sent, kept = form.get("csrf"), request.cookies.get(FORM_COOKIE, "")
+    if isinstance(sent, str) and kept and hmac.compare_digest(sent, kept):
+        return None
+    platform = platform_of(request)
+    await accounts.audit(
+        platform.engine,
+        platform.clock.now(),
+        "csrf_refused",
+        outcome="refused",
+        address=address_of(request),
+        target=request.url.path,
     )
+    return error_page(403, "This form has expired or was not sent by the dashboard. Reload the page and try again.")
+
+
+def _blank(request: Request, error: str = "", email: str = "", status: int = 200) -> Response:
+    token = _form_token(request)
+    context = {
+        "user": None,
+        "csrf": token,
+        "error": error,
+        "email": email,
+        "livemode": False,
+        "notice": "",
+        "path": "",
+        "can": lambda _p: False,
+    }
+    return _with_form_token(request, render("sign_in.html", context, status), token)
 
 
 async def sign_in_form(request: Request) -> Response:
-    return _blank()
+    return _blank(request)
 
 
 async def sign_in(request: Request) -> Response:
     platform = platform_of(request)
     now = platform.clock.now()
     async with request.form() as form:
+        refused = await _form_refused(request, form)
         email = str(form.get("email") or "").strip().lower()[:320]
         password = str(form.get("password") or "")
+    if refused is not None:
+        return refused
     address = address_of(request)
     engine = platform.engine
     found = await accounts.find_user_by_email(engine, email)
@@ -96,7 +130,7 @@ async def sign_in(request: Request) -> Response:
         await accounts.audit(
             engine, now, "sign_in_throttled", outcome="refused", email=email, merchant_id=merchant, address=address
         )
-        return _blank("Too many attempts. Wait a few minutes and try again.", email, 429)
+        return _blank(request, "Too many attempts. Wait a few minutes and try again.", email, 429)
     ok = await asyncio.to_thread(accounts.verify_password, found[1] if found else None, password)
     if found is None or not ok:
         await _limits(request).failed(email, address)
@@ -104,7 +138,7 @@ async def sign_in(request: Request) -> Response:
         await accounts.audit(
             engine, now, "sign_in_failed", outcome="refused", email=email, merchant_id=merchant, address=address
         )
-        return _blank("That email and password do not match.", email, 403)
+        return _blank(request, "That email and password do not match.", email, 403)
     user = found[0]
     token, _csrf = await accounts.open_session(engine, user, now, two_factor_passed=not user.totp_enabled)
     await accounts.audit(engine, now, "sign_in", user=user, address=address)
@@ -225,22 +259,20 @@ async def team_remove(ctx: Ctx) -> Response:
     return see("/dashboard/team?notice=" + quote("Removed."))
 
 
-def _invitation_page(token: str, invitation: Any, error: str = "", status: int = 200) -> Response:
-    return render(
-        "invitation.html",
-        {
-            "user": None,
-            "csrf": "",
-            "livemode": False,
-            "notice": "",
-            "path": "",
-            "can": lambda _p: False,
-            "token": token,
-            "invitation": invitation,
-            "error": error,
-        },
-        status,
-    )
+def _invitation_page(request: Request, token: str, invitation: Any, error: str = "", status: int = 200) -> Response:
+    form_token = _form_token(request)
+    context = {
+        "user": None,
+        "csrf": form_token,
+        "livemode": False,
+        "notice": "",
+        "path": "",
+        "can": lambda _p: False,
+        "token": token,
+        "invitation": invitation,
+        "error": error,
+    }
+    return _with_form_token(request, render("invitation.html", context, status), form_token)
 
 
 async def invitation_form(request: Request) -> Response:
@@ -252,7 +284,7 @@ async def invitation_form(request: Request) -> Response:
             platform.engine, platform.clock.now(), "invitation_refused", outcome="refused", address=address_of(request)
         )
         return error_page(404, "This invitation is not valid: it was used, it expired, or it never existed.")
-    return _invitation_page(token, invitation)
+    return _invitation_page(request, token, invitation)
 
 
 async def invitation_accept(request: Request) -> Response:
@@ -260,7 +292,10 @@ async def invitation_accept(request: Request) -> Response:
     now = platform.clock.now()
     token = request.path_params["token"]
     async with request.form() as form:
+        refused = await _form_refused(request, form)
         password = str(form.get("password") or "")
+    if refused is not None:
+        return refused
     try:
         user = await accounts.accept_invitation(platform.engine, token, password, now)
     except AccountError as exc:
@@ -270,7 +305,7 @@ async def invitation_accept(request: Request) -> Response:
         )
         if invitation is None:
             return error_page(404, str(exc))
-        return _invitation_page(token, invitation, str(exc), 400)
+        return _invitation_page(request, token, invitation, str(exc), 400)
     await accounts.audit(platform.engine, now, "invitation_accepted", user=user, address=address_of(request))
     return see("/dashboard/sign-in")
 
