@@ -707,3 +707,14 @@ def test_the_api_request_log_is_bounded(team: Team) -> None:
 
     purged, kept = team.harness.server.call(fill_and_purge)
     assert purged >= 3 and kept == 2  # (every merchant's rows beyond the cap go: the suite's others too)
+
+
+def test_a_removed_user_is_signed_out_everywhere(team: Team) -> None:
+    with team.sign_in("viewer") as viewer, team.sign_in("owner") as owner:
+        assert viewer.get("/dashboard/payments").status_code == 200
+        page = owner.get("/dashboard/team")
+        removed = owner.post(f"/dashboard/team/{team.users['viewer'].id}/remove", data={"csrf": csrf_of(page.text)})
+        assert removed.status_code == 303
+        assert viewer.get("/dashboard/payments").headers["location"] == "/dashboard/sign-in"
+        assert post_sign_in(viewer, team.users["viewer"].email, PASSWORD).status_code == 403
+    assert _audit(team, "remove_user")
