@@ -354,6 +354,8 @@ def test_refund_from_the_payment_page(team: Team) -> None:
             f"/dashboard/payments/{order['id']}/refund", data={"csrf": csrf_of(form.text), "confirm": "yes"}
         )
         assert again.status_code == 409
+        timeline = client.get(f"/dashboard/payments/{order['id']}").text
+        assert "payment_intent.succeeded" in timeline and "refund.processing" in timeline
         refunds = client.get("/dashboard/refunds")
         assert "&lt;b&gt;customer asked&lt;/b&gt;" in refunds.text and "<b>customer" not in refunds.text
     with team.api() as api:

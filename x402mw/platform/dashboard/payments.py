@@ -171,14 +171,18 @@ async def payment(ctx: Ctx) -> Response:
     events, refunds = tables.events, tables.refunds
     async with ctx.platform.engine.connect() as conn:
         row = await _payment(ctx, conn)
-        # the order's events: their data names it by id (x402mw.platform.services.payment_intents)
-        query = (
-            select(events)
-            .where(events.c.merchant_id == ctx.merchant_id, events.c.livemode == ctx.livemode)
-            .order_by(events.c.created_at.desc())
-            .limit(500)
+        # the order's events: their data names it (``{"paymentIntent": {"id"}}``, ``{"refund": {"paymentId"}}``)
+        about = or_(
+            events.c.data["paymentIntent"]["id"].as_string() == row["id"],
+            events.c.data["refund"]["paymentId"].as_string() == row["id"],
         )
-        timeline = [e for e in await conn.execute(query) if _names(e.data, row["id"])]
+        query = (
+            select(events.c.id, events.c.type, events.c.created_at)
+            .where(events.c.merchant_id == ctx.merchant_id, events.c.livemode == ctx.livemode, about)
+            .order_by(events.c.created_at, events.c.id)
+            .limit(200)
+        )
+        timeline = list(await conn.execute(query))
         found = await conn.execute(select(refunds).where(refunds.c.payment_intent_id == row["id"]))
         refund_rows = list(found)
     explorer = EXPLORERS.get(int(row["chain_id"])) if row["chain_id"] else None
@@ -190,16 +194,6 @@ async def payment(ctx: Ctx) -> Response:
         explorer=explorer,
         amount=amount_text(row),
     )
-
-
-def _names(data: Any, payment_id: str) -> bool:
-    """Whether an event's data (``{"paymentIntent": {...}}``, ``{"refund": {...}}``) is about the order."""
-    if not isinstance(data, dict):
-        return False
-    for obj in data.values():
-        if isinstance(obj, dict) and payment_id in (obj.get("id"), obj.get("paymentIntentId"), obj.get("paymentId")):
-            return True
-    return False
 
 
 @page("payments")
