@@ -720,3 +720,25 @@ def test_a_removed_user_is_signed_out_everywhere(team: Team) -> None:
         assert viewer.get("/dashboard/payments").headers["location"] == "/dashboard/sign-in"
         assert post_sign_in(viewer, team.users["viewer"].email, PASSWORD).status_code == 403
     assert _audit(team, "remove_user")
+
+
+def test_ended_sessions_are_purged(team: Team) -> None:
+    from x402mw.platform.services.api_requests import purge_dashboard_sessions
+
+    with team.sign_in("viewer") as client:
+        assert client.get("/dashboard/").status_code == 200
+    sessions = tables.dashboard_sessions
+    mine = sessions.c.user_id == team.users["viewer"].id
+
+    async def age_and_purge(p: Any) -> tuple[int, int]:
+        now = p.clock.now()
+        async with p.engine.begin() as conn:
+            await conn.execute(update(sessions).where(mine).values(expires_at=now - timedelta(days=2)))
+        await purge_dashboard_sessions(p.engine, now)
+        async with p.engine.connect() as conn:
+            left = len(list(await conn.execute(select(sessions.c.id).where(mine))))
+            others = len(list(await conn.execute(select(sessions.c.id).where(sessions.c.expires_at > now))))
+        return left, others
+
+    left, _ = team.harness.server.call(age_and_purge)
+    assert left == 0

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -325,14 +325,6 @@ async def audit(
                 created_at=now,
             )
         )
-
-
-async def purge_sessions(engine: AsyncEngine, now: datetime) -> int:
-    """Delete sessions that ended more than a day ago (the worker's housekeeping)."""
-    sessions = tables.dashboard_sessions
-    async with engine.begin() as conn:
-        result = await conn.execute(delete(sessions).where(sessions.c.expires_at < now - timedelta(days=1)))
-    return int(result.rowcount or 0)
 
 
 # --- TOTP (RFC 6238: HMAC-SHA1, 30 s steps, 6 digits) --------------------------------------------------

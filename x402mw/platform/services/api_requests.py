@@ -1,6 +1,7 @@
 """The merchant API's request log (what the dashboard's developers pages show): one row a request,
 written by `x402mw.platform.api.request_log`, kept `RETENTION_DAYS` and at most `ROWS_PER_MERCHANT` a
-merchant, purged by the worker (`purge_api_requests`)."""
+merchant, purged by the worker (`purge_api_requests`); and the worker's purge of the dashboard's
+ended sessions (`purge_dashboard_sessions`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
 
-__all__ = ["RETENTION_DAYS", "ROWS_PER_MERCHANT", "purge_api_requests", "record_api_request"]
+__all__ = [
+    "RETENTION_DAYS",
+    "ROWS_PER_MERCHANT",
+    "purge_api_requests",
+    "purge_dashboard_sessions",
+    "record_api_request",
+]
 
 RETENTION_DAYS = 30
 ROWS_PER_MERCHANT = 10_000
@@ -43,3 +50,12 @@ async def purge_api_requests(
             result = await conn.execute(delete(t).where(*mine, t.c.created_at < oldest_kept))
             purged += result.rowcount or 0
     return int(purged)
+
+
+async def purge_dashboard_sessions(engine: AsyncEngine, now: datetime) -> int:
+    """Delete dashboard sessions past their absolute expiry by more than a day (the worker's
+    housekeeping; x402mw.platform.dashboard.accounts writes them)."""
+    sessions = tables.dashboard_sessions
+    async with engine.begin() as conn:
+        result = await conn.execute(delete(sessions).where(sessions.c.expires_at < now - timedelta(days=1)))
+    return int(result.rowcount or 0)
