@@ -16,11 +16,23 @@ from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, see
 from x402mw.platform.db import tables
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
+from x402mw.protocol.prices import format_amount
 
 __all__ = ["PAGE_SIZE", "payments_query", "routes"]
 
 PAGE_SIZE = 25
 STATUSES = ("requires_payment", "processing", "succeeded", "refunded", "canceled", "expired")
+_STAGES = {
+    "payment_intent.created": 0,
+    "payment_intent.processing": 10,
+    "payment_intent.succeeded": 20,
+    "payment_intent.canceled": 20,
+    "payment_intent.expired": 20,
+    "refund.processing": 30,
+    "refund.completed": 40,
+    "refund.failed": 40,
+    "payment_intent.refunded": 45,
+}
 EXPLORERS = {
     1: "https://etherscan.io",
     8453: "https://basescan.org",
@@ -182,17 +194,21 @@ async def payment(ctx: Ctx) -> Response:
             .order_by(events.c.created_at, events.c.id)
             .limit(200)
         )
-        timeline = list(await conn.execute(query))
+        # events of one instant (a transaction's) in the order of an order's life
+        timeline = sorted(await conn.execute(query), key=lambda e: (e.created_at, _STAGES.get(e.type, 50)))
         found = await conn.execute(select(refunds).where(refunds.c.payment_intent_id == row["id"]))
         refund_rows = list(found)
     explorer = EXPLORERS.get(int(row["chain_id"])) if row["chain_id"] else None
+    chain = ctx.platform.chains.get(int(row["chain_id"])) if row["chain_id"] else None
     return ctx.page(
         "payment.html",
         p=row,
-        timeline=list(reversed(timeline)),
+        timeline=timeline,
         refunds=refund_rows,
         explorer=explorer,
         amount=amount_text(row),
+        network=chain.network.name if chain else row["chain_id"],
+        received=format_amount(int(row["amount_received_minor"]), 6),
     )
 
 
