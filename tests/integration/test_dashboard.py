@@ -742,3 +742,38 @@ def test_ended_sessions_are_purged(team: Team) -> None:
 
     left, _ = team.harness.server.call(age_and_purge)
     assert left == 0
+
+
+def test_each_delivery_attempt_shows_its_answer(team: Team) -> None:
+    """A receiver answering 500 with HTML: the event's page shows the attempt's status code,
+    duration and the start of the answer, escaped."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Route
+
+    from tests.harness import serve_app
+
+    async def hook(_request: Any) -> HTMLResponse:
+        return HTMLResponse("<b>receiver down</b>" + "x" * 1000, status_code=500)
+
+    with serve_app(Starlette(routes=[Route("/hook", hook, methods=["POST"])])) as url:
+        with team.api() as api:
+            made = api.post(
+                "/webhook-endpoints", json={"url": url + "/hook", "enabledEvents": ["payment_intent.created"]}
+            )
+            assert made.status_code == 201, made.text
+        order = team.order(pay=False)
+        with team.api() as api:
+            events = api.get("/events", params={"type": "payment_intent.created", "limit": 1}).json()["data"]
+        event_id = events[0]["id"]
+        assert events[0]["data"]["paymentIntent"]["id"] == order["id"]
+        with team.sign_in("viewer") as client:
+            deadline = time.monotonic() + 60
+            while True:  # the worker delivers within a few seconds
+                page = client.get(f"/dashboard/developers/events/{event_id}").text
+                if "<td>500</td>" in page or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+    assert "<td>500</td>" in page and " ms</td>" in page
+    assert "&lt;b&gt;receiver down&lt;/b&gt;" in page and "<b>receiver down" not in page
+    assert "x" * 300 not in page  # an excerpt, not the whole answer
