@@ -20,9 +20,8 @@ from x402mw.platform.api.agent_endpoints import (
 )
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import is_uuid
-from x402mw.platform.dashboard.web import Ctx, missing, page, see
+from x402mw.platform.dashboard.web import Ctx, missing, page, problem, see
 from x402mw.platform.db import tables
-from x402mw.platform.services.merchants import Caller
 from x402mw.protocol.prices import format_amount
 
 __all__ = ["routes"]
@@ -30,17 +29,6 @@ __all__ = ["routes"]
 
 def _month_start(ctx: Ctx) -> Any:
     return ctx.platform.clock.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def _caller(ctx: Ctx) -> Caller:
-    return Caller(merchant_id=ctx.merchant_id, livemode=ctx.livemode, key_id="dashboard")
-
-
-def _problem(exc: ValidationError | ApiError) -> str:
-    if isinstance(exc, ApiError):
-        return exc.message
-    first = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
 def _fields(ctx: Ctx) -> dict[str, Any]:
@@ -67,9 +55,9 @@ async def endpoints_create(ctx: Ctx) -> Response:
                 "currency": ctx.field("currency") or "USDC",
             }
         )
-        row, _ = await create_agent_endpoint(ctx.platform, _caller(ctx), body)
+        row, _ = await create_agent_endpoint(ctx.platform, ctx.caller, body)
     except (ValidationError, ApiError, ValueError) as exc:
-        message = _problem(exc) if isinstance(exc, ValidationError | ApiError) else "chainId must be a number"
+        message = problem(exc) if isinstance(exc, ValidationError | ApiError) else "chainId must be a number"
         return await _list(ctx, 400, error=message)
     await ctx.audit("agent_endpoint_created", row.id)
     return see(f"/dashboard/agents/{row.id}")
@@ -82,9 +70,9 @@ async def endpoint_update(ctx: Ctx) -> Response:
         raise missing("agent endpoint")
     try:
         body = EndpointUpdate.model_validate(_fields(ctx))
-        await update_agent_endpoint(ctx.platform, _caller(ctx), endpoint_id, body)
+        await update_agent_endpoint(ctx.platform, ctx.caller, endpoint_id, body)
     except ValidationError as exc:
-        return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(_problem(exc)))
+        return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(problem(exc)))
     except ApiError as exc:
         if exc.status == 404:
             raise missing("agent endpoint") from None

@@ -16,7 +16,7 @@ from x402mw.platform.api.fields import is_uuid
 from x402mw.platform.api.payment_intents import PaymentMethodsIn, sent_text
 from x402mw.platform.api.payment_links import PaymentLinkCreate
 from x402mw.platform.api.subscription_plans import PlanCreate
-from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, see
+from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, problem, see
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.errors import Refused
@@ -28,13 +28,6 @@ from x402mw.platform.services.subscription_plans import create_plan, update_plan
 __all__ = ["routes"]
 
 SUB_STATUSES = ("incomplete", "active", "past_due", "canceled", "expired")
-
-
-def _problem(exc: ValidationError | Refused) -> str:
-    if isinstance(exc, Refused):
-        return exc.message
-    first = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
 def _id(ctx: Ctx, name: str, kind: str) -> str:
@@ -91,7 +84,7 @@ async def plans_create(ctx: Ctx) -> Response:
         }
         await create_plan(ctx.platform.engine, row)
     except (ValidationError, Refused) as exc:
-        return await _plans_page(ctx, 409 if isinstance(exc, Refused) else 400, error=_problem(exc))
+        return await _plans_page(ctx, 409 if isinstance(exc, Refused) else 400, error=problem(exc))
     await ctx.audit("plan_created", row["id"])
     return see("/dashboard/plans?notice=" + quote(f"Plan {body.name} created."))
 
@@ -216,7 +209,7 @@ async def links_create(ctx: Ctx) -> Response:
         }
         await create_payment_link(ctx.platform.engine, row)
     except (ValidationError, Refused) as exc:
-        return await _links_page(ctx, 409 if isinstance(exc, Refused) else 400, error=_problem(exc))
+        return await _links_page(ctx, 409 if isinstance(exc, Refused) else 400, error=problem(exc))
     await ctx.audit("payment_link_created", row["id"])
     return see("/dashboard/links?notice=" + quote(f"Link {body.name} created."))
 

@@ -20,9 +20,9 @@ from x402mw.platform.api.webhook_endpoints import (
     rotate_endpoint_secret,
     update_endpoint,
 )
-from x402mw.platform.dashboard.web import Ctx, missing, page, see
+from x402mw.platform.dashboard.web import Ctx, missing, page, problem, see
 from x402mw.platform.db import tables
-from x402mw.platform.services.merchants import Caller, create_api_key, revoke_api_key
+from x402mw.platform.services.merchants import create_api_key, revoke_api_key
 from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import redeliver
 
@@ -69,24 +69,12 @@ async def keys_revoke(ctx: Ctx) -> Response:
     return see("/dashboard/developers/keys?notice=" + quote("Key revoked."))
 
 
-def _caller(ctx: Ctx) -> Caller:
-    """The merchant and mode the session acts for, as the API's services take them."""
-    return Caller(merchant_id=ctx.merchant_id, livemode=ctx.livemode, key_id="dashboard")
-
-
 async def _webhooks_page(ctx: Ctx, status: int = 200, *, secret: str | None = None, error: str = "") -> Response:
     t = tables.webhook_endpoints
     async with ctx.platform.engine.connect() as conn:
         query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
         rows = list(await conn.execute(query.order_by(t.c.created_at.desc())))
     return ctx.page("webhooks.html", status, rows=rows, secret=secret, error=error, event_types=EVENT_TYPES)
-
-
-def _problem(exc: ValidationError | ApiError) -> str:
-    if isinstance(exc, ApiError):
-        return exc.message
-    first = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
 @page()
@@ -102,9 +90,9 @@ async def webhooks_create(ctx: Ctx) -> Response:
         body = WebhookEndpointCreate(
             url=ctx.field("url"), enabledEvents=chosen, description=ctx.field("description") or None
         )
-        row, secret = await create_endpoint(ctx.platform, _caller(ctx), body)
+        row, secret = await create_endpoint(ctx.platform, ctx.caller, body)
     except (ValidationError, ApiError) as exc:
-        return await _webhooks_page(ctx, 400, error=_problem(exc))
+        return await _webhooks_page(ctx, 400, error=problem(exc))
     await ctx.audit("webhook_endpoint_created", row.id)
     return await _webhooks_page(ctx, secret=secret)
 
@@ -113,7 +101,7 @@ async def webhooks_create(ctx: Ctx) -> Response:
 async def webhooks_rotate(ctx: Ctx) -> Response:
     endpoint_id = _uuid_param(ctx, "endpoint_id", "webhook endpoint")
     try:
-        row, secret = await rotate_endpoint_secret(ctx.platform, _caller(ctx), endpoint_id, 86400)
+        row, secret = await rotate_endpoint_secret(ctx.platform, ctx.caller, endpoint_id, 86400)
     except ApiError as exc:
         raise missing("webhook endpoint") from exc
     await ctx.audit("webhook_secret_rotated", row.id)
@@ -125,7 +113,7 @@ async def webhooks_status(ctx: Ctx) -> Response:
     endpoint_id = _uuid_param(ctx, "endpoint_id", "webhook endpoint")
     status = "disabled" if ctx.field("status") == "disabled" else "enabled"
     try:
-        await update_endpoint(ctx.platform, _caller(ctx), endpoint_id, WebhookEndpointUpdate(status=status))
+        await update_endpoint(ctx.platform, ctx.caller, endpoint_id, WebhookEndpointUpdate(status=status))
     except ApiError as exc:
         raise missing("webhook endpoint") from exc
     await ctx.audit(f"webhook_endpoint_{status}", endpoint_id)

@@ -15,7 +15,7 @@ from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import is_uuid
 from x402mw.platform.api.sandbox import FaucetBody, SimulatePaymentBody, fund, simulate
 from x402mw.platform.api.test_clocks import ClockAdvance, ClockCreate
-from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, see
+from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, problem, see
 from x402mw.platform.db import tables
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.merchants import Caller
@@ -29,14 +29,7 @@ SCENARIOS = ("exact", "underpaid", "overpaid", "late", "wrong_asset")
 def _test_only(ctx: Ctx) -> Caller:
     if ctx.livemode:
         raise Refusal(404, "The sandbox is in test mode only.", action="not_found")
-    return Caller(merchant_id=ctx.merchant_id, livemode=False, key_id="dashboard")
-
-
-def _problem(exc: ValidationError | ApiError | Refused) -> str:
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-    return exc.message
+    return ctx.caller
 
 
 async def _page(ctx: Ctx, status: int = 200, *, error: str = "", done: str = "") -> Response:
@@ -68,7 +61,7 @@ async def faucet(ctx: Ctx) -> Response:
         )
         sent = await fund(ctx.platform, body)
     except (ValidationError, ApiError) as exc:
-        return await _page(ctx, 400, error=_problem(exc))
+        return await _page(ctx, 400, error=problem(exc))
     await ctx.audit("sandbox_faucet", body.address, detail=f"{sent.amount} {sent.currency}")
     return await _page(ctx, done=f"Sent {sent.amount} {sent.currency} to {sent.address} ({sent.transaction}).")
 
@@ -83,11 +76,11 @@ async def simulate_payment(ctx: Ctx) -> Response:
         body = SimulatePaymentBody(scenario=ctx.field("scenario") or "exact")  # type: ignore[arg-type]
         paid = await simulate(ctx.platform, caller, payment_id, body)
     except ValidationError as exc:
-        return await _page(ctx, 400, error=_problem(exc))
+        return await _page(ctx, 400, error=problem(exc))
     except ApiError as exc:
         if exc.status == 404:
             raise missing("payment") from None
-        return await _page(ctx, exc.status if exc.status in (400, 409) else 400, error=_problem(exc))
+        return await _page(ctx, exc.status if exc.status in (400, 409) else 400, error=problem(exc))
     await ctx.audit("sandbox_payment", payment_id, detail=body.scenario)
     note = f"Paid {paid.amount} {paid.currency} ({body.scenario}): the order is {paid.payment_intent.status}."
     return see(f"/dashboard/payments/{payment_id}?notice=" + quote(note))
@@ -100,7 +93,7 @@ async def clock_create(ctx: Ctx) -> Response:
         body = ClockCreate(frozenTime=ctx.field("frozen_time"))
         clock = await create_clock(ctx.platform.engine, ctx.merchant_id, body.frozenTime, ctx.platform.clock.now())
     except (ValidationError, Refused) as exc:
-        return await _page(ctx, 400, error=_problem(exc))
+        return await _page(ctx, 400, error=problem(exc))
     await ctx.audit("test_clock_created", clock["id"])
     return see("/dashboard/sandbox?notice=" + quote("Test clock created."))
 
@@ -122,7 +115,7 @@ async def clock_advance(ctx: Ctx) -> Response:
             ctx.platform.clock.now(),
         )
     except (ValidationError, Refused) as exc:
-        return await _page(ctx, 400 if isinstance(exc, ValidationError) else exc.status, error=_problem(exc))
+        return await _page(ctx, 400 if isinstance(exc, ValidationError) else exc.status, error=problem(exc))
     if clock is None:
         raise missing("test clock")
     await ctx.audit("test_clock_advanced", clock_id)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from pydantic import ValidationError
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -23,11 +24,12 @@ from x402mw.platform.api.state import platform_of
 from x402mw.platform.dashboard import accounts
 from x402mw.platform.dashboard.accounts import Session, User
 from x402mw.platform.dashboard.assets import asset_digest
+from x402mw.platform.services.merchants import Caller
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["COOKIE", "PERMISSIONS", "Ctx", "Refusal", "page", "render"]
+__all__ = ["COOKIE", "PERMISSIONS", "Ctx", "Refusal", "page", "problem", "render"]
 
 COOKIE = "x402mw_dashboard"
 _CSP = (
@@ -104,6 +106,11 @@ class Ctx:
     @property
     def livemode(self) -> bool:
         return self.session.livemode
+
+    @property
+    def caller(self) -> Caller:
+        """The merchant and mode the session acts for, as the API's functions and services take them."""
+        return Caller(merchant_id=self.merchant_id, livemode=self.livemode, key_id="dashboard")
 
     def field(self, name: str, default: str = "") -> str:
         value = self.form.get(name) if self.form is not None else None
@@ -228,3 +235,12 @@ def page(
 
 def missing(kind: str) -> Refusal:
     return Refusal(404, f"No such {kind} here.", action="not_found")
+
+
+def problem(exc: Exception) -> str:
+    """What to tell the person about a refused form: a validation error's first problem, or the
+    message of the API's or a service's refusal."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(getattr(exc, "message", exc))
