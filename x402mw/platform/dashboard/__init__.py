@@ -1,5 +1,6 @@
 """The merchant dashboard, served at ``{api_host}/dashboard``: server-rendered pages (Jinja2) over the
-same services as the merchant API. See docs/dashboard.md.
+same services as the merchant API. See docs/dashboard.md. Its routes are HTML pages, not API
+operations: none is in the OpenAPI document (``include_in_schema=False``).
 
 - `accounts`: users, sessions, invitations, TOTP and the audit log;
 - `web`: the request plumbing (session cookie, CSRF, roles, refusals);

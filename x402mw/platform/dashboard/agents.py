@@ -153,8 +153,8 @@ async def endpoint(ctx: Ctx) -> Response:
 
 
 routes = [
-    Route("/agents", endpoints, methods=["GET"]),
-    Route("/agents", endpoints_create, methods=["POST"]),
-    Route("/agents/{agent_endpoint_id}", endpoint, methods=["GET"]),
-    Route("/agents/{agent_endpoint_id}", endpoint_update, methods=["POST"]),
+    Route("/agents", endpoints, methods=["GET"], include_in_schema=False),
+    Route("/agents", endpoints_create, methods=["POST"], include_in_schema=False),
+    Route("/agents/{agent_endpoint_id}", endpoint, methods=["GET"], include_in_schema=False),
+    Route("/agents/{agent_endpoint_id}", endpoint_update, methods=["POST"], include_in_schema=False),
 ]

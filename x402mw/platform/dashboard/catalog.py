@@ -229,13 +229,13 @@ async def links_deactivate(ctx: Ctx) -> Response:
 
 
 routes = [
-    Route("/plans", plans, methods=["GET"]),
-    Route("/plans", plans_create, methods=["POST"]),
-    Route("/plans/{plan_id}/active", plans_active, methods=["POST"]),
-    Route("/subscriptions", subscriptions, methods=["GET"]),
-    Route("/subscriptions/{subscription_id}", subscription, methods=["GET"]),
-    Route("/subscriptions/{subscription_id}/cancel", subscription_cancel, methods=["POST"]),
-    Route("/links", links, methods=["GET"]),
-    Route("/links", links_create, methods=["POST"]),
-    Route("/links/{link_id}/deactivate", links_deactivate, methods=["POST"]),
+    Route("/plans", plans, methods=["GET"], include_in_schema=False),
+    Route("/plans", plans_create, methods=["POST"], include_in_schema=False),
+    Route("/plans/{plan_id}/active", plans_active, methods=["POST"], include_in_schema=False),
+    Route("/subscriptions", subscriptions, methods=["GET"], include_in_schema=False),
+    Route("/subscriptions/{subscription_id}", subscription, methods=["GET"], include_in_schema=False),
+    Route("/subscriptions/{subscription_id}/cancel", subscription_cancel, methods=["POST"], include_in_schema=False),
+    Route("/links", links, methods=["GET"], include_in_schema=False),
+    Route("/links", links_create, methods=["POST"], include_in_schema=False),
+    Route("/links/{link_id}/deactivate", links_deactivate, methods=["POST"], include_in_schema=False),
 ]

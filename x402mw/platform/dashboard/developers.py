@@ -173,15 +173,17 @@ async def requests(ctx: Ctx) -> Response:
 
 
 routes = [
-    Route("/developers/keys", keys, methods=["GET"]),
-    Route("/developers/keys", keys_create, methods=["POST"]),
-    Route("/developers/keys/{key_id}/revoke", keys_revoke, methods=["POST"]),
-    Route("/developers/webhooks", webhooks, methods=["GET"]),
-    Route("/developers/webhooks", webhooks_create, methods=["POST"]),
-    Route("/developers/webhooks/{endpoint_id}/rotate-secret", webhooks_rotate, methods=["POST"]),
-    Route("/developers/webhooks/{endpoint_id}/status", webhooks_status, methods=["POST"]),
-    Route("/developers/events", events, methods=["GET"]),
-    Route("/developers/events/{event_id}", event, methods=["GET"]),
-    Route("/developers/events/{event_id}/redeliver", event_redeliver, methods=["POST"]),
-    Route("/developers/requests", requests, methods=["GET"]),
+    Route("/developers/keys", keys, methods=["GET"], include_in_schema=False),
+    Route("/developers/keys", keys_create, methods=["POST"], include_in_schema=False),
+    Route("/developers/keys/{key_id}/revoke", keys_revoke, methods=["POST"], include_in_schema=False),
+    Route("/developers/webhooks", webhooks, methods=["GET"], include_in_schema=False),
+    Route("/developers/webhooks", webhooks_create, methods=["POST"], include_in_schema=False),
+    Route(
+        "/developers/webhooks/{endpoint_id}/rotate-secret", webhooks_rotate, methods=["POST"], include_in_schema=False
+    ),
+    Route("/developers/webhooks/{endpoint_id}/status", webhooks_status, methods=["POST"], include_in_schema=False),
+    Route("/developers/events", events, methods=["GET"], include_in_schema=False),
+    Route("/developers/events/{event_id}", event, methods=["GET"], include_in_schema=False),
+    Route("/developers/events/{event_id}/redeliver", event_redeliver, methods=["POST"], include_in_schema=False),
+    Route("/developers/requests", requests, methods=["GET"], include_in_schema=False),
 ]

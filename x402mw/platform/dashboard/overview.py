@@ -93,4 +93,4 @@ async def overview(ctx: Ctx) -> Response:
     )
 
 
-routes = [Route("/", overview, methods=["GET"])]
+routes = [Route("/", overview, methods=["GET"], include_in_schema=False)]

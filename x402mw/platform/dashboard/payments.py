@@ -251,9 +251,9 @@ async def refunds_list(ctx: Ctx) -> Response:
 
 
 routes = [
-    Route("/payments", payments, methods=["GET"]),
-    Route("/payments/{payment_id}", payment, methods=["GET"]),
-    Route("/payments/{payment_id}/refund", refund_form, methods=["GET"]),
-    Route("/payments/{payment_id}/refund", refund, methods=["POST"]),
-    Route("/refunds", refunds_list, methods=["GET"]),
+    Route("/payments", payments, methods=["GET"], include_in_schema=False),
+    Route("/payments/{payment_id}", payment, methods=["GET"], include_in_schema=False),
+    Route("/payments/{payment_id}/refund", refund_form, methods=["GET"], include_in_schema=False),
+    Route("/payments/{payment_id}/refund", refund, methods=["POST"], include_in_schema=False),
+    Route("/refunds", refunds_list, methods=["GET"], include_in_schema=False),
 ]

@@ -123,9 +123,9 @@ async def clock_advance(ctx: Ctx) -> Response:
 
 
 routes = [
-    Route("/sandbox", sandbox, methods=["GET"]),
-    Route("/sandbox/faucet", faucet, methods=["POST"]),
-    Route("/sandbox/simulate-payment", simulate_payment, methods=["POST"]),
-    Route("/sandbox/test-clocks", clock_create, methods=["POST"]),
-    Route("/sandbox/test-clocks/{test_clock_id}/advance", clock_advance, methods=["POST"]),
+    Route("/sandbox", sandbox, methods=["GET"], include_in_schema=False),
+    Route("/sandbox/faucet", faucet, methods=["POST"], include_in_schema=False),
+    Route("/sandbox/simulate-payment", simulate_payment, methods=["POST"], include_in_schema=False),
+    Route("/sandbox/test-clocks", clock_create, methods=["POST"], include_in_schema=False),
+    Route("/sandbox/test-clocks/{test_clock_id}/advance", clock_advance, methods=["POST"], include_in_schema=False),
 ]
