@@ -777,3 +777,14 @@ def test_each_delivery_attempt_shows_its_answer(team: Team) -> None:
     assert "<td>500</td>" in page and " ms</td>" in page
     assert "&lt;b&gt;receiver down&lt;/b&gt;" in page and "<b>receiver down" not in page
     assert "x" * 300 not in page  # an excerpt, not the whole answer
+
+
+def test_the_overview(team: Team) -> None:
+    team.order()
+    team.order()
+    with team.sign_in("viewer") as client:
+        page = client.get("/dashboard/").text
+    assert '<title id="chart-USDC">USDC paid per day</title>' in page
+    assert ": 2 payments, 25 USDC</title>" in page  # today's bar: both orders, 12.5 each
+    assert '<td>USDC</td><td class="num">25</td>' in page  # the balance available
+    assert "0 settlements, 0 of them free" in page

@@ -22,14 +22,14 @@ __all__ = ["chart_svg", "routes"]
 DAYS = 14
 
 
-def chart_svg(days: list[tuple[str, int, int]]) -> Markup:
-    """Bars of each day's paid volume (minor units) with its count as a label; no script, no fonts."""
+def chart_svg(days: list[tuple[str, int, int]], coin: str) -> Markup:
+    """Bars of each day's paid volume of ``coin`` (minor units), labelled with its count; no script."""
     width, height, pad = 700, 220, 30
     top = max((v for _, v, _ in days), default=0) or 1
     bar = (width - 2 * pad) / max(len(days), 1)
     parts = [
-        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-labelledby="chart-title">',
-        '<title id="chart-title">Paid volume per day</title>',
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-labelledby="chart-{escape(coin)}">',
+        f'<title id="chart-{escape(coin)}">{escape(coin)} paid per day</title>',
     ]
     for i, (day, volume, count) in enumerate(days):
         h = (height - 2 * pad) * volume / top
@@ -37,7 +37,7 @@ def chart_svg(days: list[tuple[str, int, int]]) -> Markup:
         y = height - pad - h
         parts.append(
             f'<rect x="{x + 2:.1f}" y="{y:.1f}" width="{bar - 4:.1f}" height="{h:.1f}">'
-            f"<title>{escape(day)}: {count} payments, {format_amount(volume, 6)}</title></rect>"
+            f"<title>{escape(day)}: {count} payments, {format_amount(volume, 6)} {escape(coin)}</title></rect>"
         )
         parts.append(f'<text x="{x + bar / 2:.1f}" y="{height - 10}" text-anchor="middle">{escape(day[8:])}</text>')
         if count:
@@ -55,16 +55,16 @@ async def overview(ctx: Ctx) -> Response:
         query = select(b).where(b.c.merchant_id == ctx.merchant_id, b.c.livemode == ctx.livemode)
         balances = list(await conn.execute(query.order_by(b.c.chain_id, b.c.currency)))
         paid = await conn.execute(
-            select(p.c.paid_at, p.c.amount_received_minor).where(
+            select(p.c.paid_at, p.c.amount_received_minor, p.c.paid_currency, p.c.currency).where(
                 p.c.merchant_id == ctx.merchant_id,
                 p.c.livemode == ctx.livemode,
                 p.c.paid_at.is_not(None),
                 p.c.paid_at >= start,
             )
         )
-        per_day: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for paid_at, amount in paid:
-            day = per_day[paid_at.strftime("%Y-%m-%d")]
+        per_day: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        for paid_at, amount, paid_currency, currency in paid:
+            day = per_day[(paid_currency or currency, paid_at.strftime("%Y-%m-%d"))]
             day[0] += int(amount)
             day[1] += 1
         total = (
@@ -74,18 +74,21 @@ async def overview(ctx: Ctx) -> Response:
                 .where(p.c.merchant_id == ctx.merchant_id, p.c.livemode == ctx.livemode)
             )
         ).scalar_one()
-    days = []
-    for i in range(DAYS):
-        key = (start + timedelta(days=i)).strftime("%Y-%m-%d")
-        volume, count = per_day.get(key, [0, 0])
-        days.append((key, volume, count))
+    charts = []
+    for coin in sorted({c for c, _ in per_day}) or ["USDC"]:
+        days = []
+        for i in range(DAYS):
+            key = (start + timedelta(days=i)).strftime("%Y-%m-%d")
+            volume, count = per_day.get((coin, key), [0, 0])
+            days.append((key, volume, count))
+        charts.append((coin, chart_svg(days, coin)))
     month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     usage = await monthly_usage(ctx.platform.engine, ctx.merchant_id, ctx.livemode, month)
     chains: dict[int, Any] = {c.network.chain_id: c.network for c in ctx.platform.chains}
     return ctx.page(
         "overview.html",
         balances=balances,
-        chart=chart_svg(days),
+        charts=charts,
         usage=usage,
         total=total,
         chains=chains,
