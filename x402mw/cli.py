@@ -576,4 +576,43 @@ def status_command(settings: PlatformSettings, overdue_seconds: float, as_json: 
         sys.exit(1)
 
 
+@platform.group()
+def users() -> None:
+    """People who sign in to a merchant's dashboard (``{api_host}/dashboard``)."""
+
+
+@users.command(name="create")
+@settings_options(StorageSettings)
+@click.option("--merchant", "merchant_id", required=True)
+@click.option("--email", required=True)
+@click.option(
+    "--role", type=click.Choice(["owner", "developer", "support", "viewer"]), default="owner", show_default=True
+)
+@click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from standard input (else X402MW_USER_PASSWORD or a prompt).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def users_create(
+    settings: PlatformSettings, merchant_id: str, email: str, role: str, password_stdin: bool, as_json: bool
+) -> None:
+    """Create a dashboard user, e.g. a merchant's first owner; others are invited from the dashboard."""
+    from x402mw.platform.dashboard.accounts import AccountError, create_user
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif os.environ.get("X402MW_USER_PASSWORD"):
+        password = os.environ["X402MW_USER_PASSWORD"]
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    try:
+        user = asyncio.run(
+            _with_engine(settings, lambda engine: create_user(engine, merchant_id, email, password, role))
+        )
+    except AccountError as exc:
+        raise click.ClickException(str(exc)) from None
+    _emit({"id": user.id, "merchant": user.merchant_id, "email": user.email, "role": user.role}, as_json)
+
+
 _register_pay()

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.routing import Mount, Route
 
 from x402mw._version import __version__
-from x402mw.platform import checkout
+from x402mw.platform import checkout, dashboard
 from x402mw.platform.api import (
     agent_challenges,
     agent_endpoints,
@@ -42,6 +42,7 @@ from x402mw.platform.api import (
 )
 from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers, outage_error
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
+from x402mw.platform.api.request_log import RequestLogMiddleware
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.rate_limits import CheckoutRateLimits, RateLimitMiddleware
@@ -147,9 +148,17 @@ def create_app(
     ]
     app = Starlette(
         routes=[
-            Mount("/v1", routes=v1, middleware=[Middleware(IdempotencyMiddleware, takes_over={"/payment-intents"})]),
+            Mount(
+                "/v1",
+                routes=v1,
+                middleware=[
+                    Middleware(RequestLogMiddleware),
+                    Middleware(IdempotencyMiddleware, takes_over={"/payment-intents"}),
+                ],
+            ),
             Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
             Mount("/checkout", routes=checkout.routes),
+            Mount("/dashboard", routes=dashboard.routes),
             *checkout.agent_routes,
             Route("/healthz", health),
             Route("/readyz", ready),

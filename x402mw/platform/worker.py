@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from x402mw.platform.clock import Clock
 from x402mw.platform.runtime import Platform
+from x402mw.platform.services.api_requests import purge_api_requests, purge_dashboard_sessions
 from x402mw.platform.services.idempotency import purge_idempotency_keys
 from x402mw.platform.services.payment_intents import expire_due_payment_intents
 from x402mw.platform.settings import PlatformSettings
@@ -41,6 +42,8 @@ def duties(platform: Platform) -> list[Duty]:
     return [
         ("finishing settlements", platform.settlement.recovery.finish_left),
         ("purging idempotency keys", lambda: purge_idempotency_keys(platform.engine, platform.clock.now())),
+        ("purging the API request log", lambda: purge_api_requests(platform.engine, platform.clock.now())),
+        ("purging dashboard sessions", lambda: purge_dashboard_sessions(platform.engine, platform.clock.now())),
         (
             "expiring payment orders",
             lambda: expire_due_payment_intents(

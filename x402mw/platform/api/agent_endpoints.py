@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy import Row
@@ -26,7 +26,18 @@ from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.endpoints import find_endpoint
 from x402mw.platform.services.merchants import Caller
 
-__all__ = ["endpoint_of", "load_endpoint", "routes"]
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+
+__all__ = [
+    "EndpointCreate",
+    "EndpointUpdate",
+    "create_agent_endpoint",
+    "endpoint_of",
+    "load_endpoint",
+    "routes",
+    "update_agent_endpoint",
+]
 
 MinorUnits = Annotated[int, WithJsonSchema(MINOR_SCHEMA)]
 CURRENCY_PATTERN = "^(?:[Uu][Ss][Dd][Cc]|[Ee][Uu][Rr][Cc])$"
@@ -82,8 +93,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     discoverable: StrictBool | None = None
 
 
-def _chain_for(request: Request, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
-    platform = platform_of(request)
+def _chain_for(platform: Platform, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
     symbol = currency.upper()
     if symbol == "USDT":
         raise ApiError(
@@ -185,7 +195,13 @@ async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str)
 async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(EndpointCreate, await read_json(request))
-    chain = _chain_for(request, caller, body.chainId, body.currency)
+    row, chain = await create_agent_endpoint(platform_of(request), caller, body)
+    return _answer(row, chain, 201)
+
+
+async def create_agent_endpoint(platform: Platform, caller: Caller, body: EndpointCreate) -> tuple[Any, ChainHandle]:
+    """A new agent endpoint of the caller's (the API's create, and the dashboard's)."""
+    chain = _chain_for(platform, caller, body.chainId, body.currency)
     if body.pricingMode == "fixed" and body.amountMinor is None:
         raise ApiError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
     amount = _amount_of(body.pricingMode, body.amountMinor, body.maxAmountMinor)
@@ -207,9 +223,9 @@ async def create(request: Request) -> ModelResponse:
         created_at=now,
         updated_at=now,
     )
-    async with platform_of(request).engine.begin() as conn:
+    async with platform.engine.begin() as conn:
         await conn.execute(tables.agent_endpoints.insert(), row.model_dump())
-    return _answer(row, chain, 201)
+    return row, chain
 
 
 async def retrieve(request: Request) -> Response:
@@ -231,10 +247,17 @@ async def update(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(EndpointUpdate, await read_json(request))
     platform = platform_of(request)
+    endpoint_id = path_uuid(request, "endpoint_id", "agent endpoint")
+    row = await update_agent_endpoint(platform, caller, endpoint_id, body)
+    return _answer(row, platform.chains.get(row.chain_id))
+
+
+async def update_agent_endpoint(platform: Platform, caller: Caller, endpoint_id: str, body: EndpointUpdate) -> Any:
+    """The endpoint with ``body``'s changes (the API's update, and the dashboard's)."""
     table = tables.agent_endpoints
     changes = body.changes()
     async with platform.engine.begin() as conn:
-        row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
+        row = await load_endpoint(conn, caller, endpoint_id)
         pricing = changes.get("pricingMode", row.pricing_mode)
         was_metered = row.pricing_mode == "metered"  # its amount_minor is a ceiling, not an amount
         amount = changes.get("amountMinor", None if was_metered else row.amount_minor)
@@ -279,7 +302,7 @@ async def update(request: Request) -> ModelResponse:
         await conn.execute(table.update().where(table.c.id == row.id).values(**values))
         row = await load_endpoint(conn, caller, row.id)
     platform.endpoints.invalidate()
-    return _answer(row, platform.chains.get(row.chain_id))
+    return row
 
 
 async def list_endpoints(request: Request) -> ModelResponse:

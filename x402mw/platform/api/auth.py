@@ -14,7 +14,9 @@ __all__ = ["authenticate", "caller_for", "presented_key"]
 
 async def authenticate(request: Request) -> Caller:
     """The calling merchant; 401 ``authentication_error`` when the key is missing, invalid or revoked."""
-    return await caller_for(request.headers, platform_of(request).keys)
+    caller = await caller_for(request.headers, platform_of(request).keys)
+    request.scope["x402mw.caller"] = caller  # for the request log (x402mw.platform.api.request_log)
+    return caller
 
 
 async def caller_for(headers: Headers, keys: KeyRing) -> Caller:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
-from sqlalchemy.exc import IntegrityError
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -35,8 +34,9 @@ from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.payments import PaymentLinkEnvelope, PaymentLinkList
+from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import FIXED_TRANSFER_KEY, parse_amount
-from x402mw.platform.services.payment_links import payment_link_of
+from x402mw.platform.services.payment_links import create_payment_link, payment_link_of
 
 __all__ = ["SLUG_PATTERN", "PaymentLinkCreate", "PaymentLinkUpdate", "routes"]
 
@@ -133,12 +133,9 @@ async def create(request: Request) -> ModelResponse:
         "updated_at": now,
     }
     try:
-        async with platform.engine.begin() as conn:
-            await conn.execute(tables.payment_links.insert(), row)
-    except IntegrityError:
-        if body.slug is None:
-            raise
-        raise ApiError(409, "slug_taken", f"The slug {body.slug!r} is taken; choose another", param="slug") from None
+        await create_payment_link(platform.engine, row)
+    except Refused as exc:
+        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
     return _answer(request, row, 201)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.requests import Request
@@ -30,11 +30,15 @@ from x402mw.platform.objects.base import money
 from x402mw.platform.objects.payments import FaucetTransfer, SandboxPayment
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.deposits import assign_deposit_address, authorization_call
+from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.payment_intents import find_payment_intent, payment_intent_of, transition
 from x402mw.protocol.networks import Asset
 from x402mw.protocol.prices import AmountFormat, JsonNumber
 
-__all__ = ["routes"]
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+
+__all__ = ["FaucetBody", "SimulatePaymentBody", "fund", "routes", "simulate"]
 
 FAUCET_AMOUNTS = AmountFormat(decimals=6, max_exponent=6)
 """What the faucet's ``amount`` may be: at most 1,000,000 coins, 6 decimals (the OpenAPI document
@@ -54,7 +58,11 @@ async def faucet(request: Request) -> ModelResponse:
     if caller.livemode:
         raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
     body = parse_body(FaucetBody, await read_json(request))
-    platform = platform_of(request)
+    return ModelResponse(await fund(platform_of(request), body))
+
+
+async def fund(platform: Platform, body: FaucetBody) -> FaucetTransfer:
+    """Mint test coins to an address (the API's faucet, and the dashboard's sandbox)."""
     chain = platform.chains.by_network(body.network)
     if chain is None or chain.livemode:
         raise ApiError(400, "unsupported_chain", f"no test network {body.network} here", param="network")
@@ -70,15 +78,13 @@ async def faucet(request: Request) -> ModelResponse:
         raise ApiError(400, "parameter_invalid", f"Invalid amount: {message}", param="amount")
     amount = micro * 10**asset.decimals // 10**FAUCET_AMOUNTS.decimals
     tx = await _mint(chain, asset, body.address, amount)
-    return ModelResponse(
-        FaucetTransfer(
-            network=body.network,
-            currency=asset.symbol,
-            address=body.address,
-            # the text as sent; a JSON number (whose spelling may have an exponent) as a plain decimal
-            amount=Decimal(body.amount) if _as_text(body.amount) else money(micro, FAUCET_AMOUNTS.decimals),
-            transaction=tx,
-        )
+    return FaucetTransfer(
+        network=body.network,
+        currency=asset.symbol,
+        address=body.address,
+        # the text as sent; a JSON number (whose spelling may have an exponent) as a plain decimal
+        amount=Decimal(body.amount) if _as_text(body.amount) else money(micro, FAUCET_AMOUNTS.decimals),
+        transaction=tx,
     )
 
 
@@ -94,8 +100,8 @@ async def _mint(chain: ChainHandle, asset: Asset, address: str, amount: int) -> 
     raise ApiError(400, "faucet_unavailable", f"the platform cannot mint on {chain.network.caip2}", param="network")
 
 
-def _test_chain(request: Request, network: str | None) -> ChainHandle:
-    chains = platform_of(request).chains
+def _test_chain(platform: Platform, network: str | None) -> ChainHandle:
+    chains = platform.chains
     chain = chains.by_network(network) if network else next((c for c in chains if not c.livemode), None)
     if chain is None or chain.livemode:
         raise ApiError(400, "unsupported_chain", f"no test network {network or ''} here".strip(), param="network")
@@ -142,8 +148,13 @@ async def simulate_payment(request: Request) -> ModelResponse:
         raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
     payment_id = path_uuid(request, "payment_id", "payment intent", prefix=PAYMENT_PREFIX)
     body = parse_body(SimulatePaymentBody, await read_json(request, allow_empty=True) or {})
-    platform = platform_of(request)
-    chain = _test_chain(request, body.network)
+    return ModelResponse(await simulate(platform_of(request), caller, payment_id, body))
+
+
+async def simulate(platform: Platform, caller: Caller, payment_id: str, body: SimulatePaymentBody) -> SandboxPayment:
+    """Pay a test order from a fresh payer on a test chain, as ``body.scenario`` says (the API's
+    simulate-payment, and the dashboard's sandbox)."""
+    chain = _test_chain(platform, body.network)
     base = platform.payment_intents.checkout_url_base
     async with platform.engine.begin() as conn:
         order = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
@@ -171,17 +182,15 @@ async def simulate_payment(request: Request) -> ModelResponse:
     async with platform.engine.connect() as conn:
         seen = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
     assert seen is not None
-    return ModelResponse(
-        SandboxPayment(
-            scenario=body.scenario,
-            network=chain.network.caip2,
-            currency=asset.symbol,
-            amount=money(amount, asset.decimals),
-            payer=payer,
-            deposit_address=deposit,
-            tx_hash=tx,
-            payment_intent=payment_intent_of(seen, base),
-        )
+    return SandboxPayment(
+        scenario=body.scenario,
+        network=chain.network.caip2,
+        currency=asset.symbol,
+        amount=money(amount, asset.decimals),
+        payer=payer,
+        deposit_address=deposit,
+        tx_hash=tx,
+        payment_intent=payment_intent_of(seen, base),
     )
 
 

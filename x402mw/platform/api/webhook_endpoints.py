@@ -7,7 +7,7 @@ delivery is signed with it, and never shown by reads.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
@@ -37,7 +37,19 @@ from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import new_secret
 from x402mw.platform.webhooks.destinations import blocked_reason
 
-__all__ = ["SecretRotation", "WebhookEndpointCreate", "WebhookEndpointUpdate", "routes"]
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+
+__all__ = [
+    "SecretRotation",
+    "WebhookEndpointCreate",
+    "WebhookEndpointUpdate",
+    "create_endpoint",
+    "rotate_endpoint_secret",
+    "routes",
+    "update_endpoint",
+    "webhook_endpoint_of",
+]
 
 _MAX_PREVIOUS_SECRETS = 5
 
@@ -123,8 +135,8 @@ async def _load(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
     return row
 
 
-def _allowed(request: Request, url: str, livemode: bool) -> None:
-    allow_private = platform_of(request).settings.private_webhooks_allowed
+def _allowed(platform: Platform, url: str, livemode: bool) -> None:
+    allow_private = platform.settings.private_webhooks_allowed
     reason = blocked_reason(url, livemode=livemode, allow_private=allow_private)
     if reason is None:
         try:
@@ -138,8 +150,14 @@ def _allowed(request: Request, url: str, livemode: bool) -> None:
 async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointCreate, await read_json(request))
-    _allowed(request, body.url, caller.livemode)
-    now = platform_of(request).clock.now()  # the platform's clock: events are owed from then on
+    row, secret = await create_endpoint(platform_of(request), caller, body)
+    return _answer(row, secret=secret, status_code=201)
+
+
+async def create_endpoint(platform: Platform, caller: Caller, body: WebhookEndpointCreate) -> tuple[Any, str]:
+    """A new endpoint of the caller's, and its signing secret (the API's create, and the dashboard's)."""
+    _allowed(platform, body.url, caller.livemode)
+    now = platform.clock.now()  # the platform's clock: events are owed from then on
     secret = new_secret()
     table = tables.webhook_endpoints
     endpoint_id = new_id()
@@ -151,15 +169,15 @@ async def create(request: Request) -> ModelResponse:
         "enabled_events": body.enabledEvents,
         "description": body.description,
         "status": "enabled",
-        "secret": platform_of(request).secrets.seal(secret),
+        "secret": platform.secrets.seal(secret),
         "previous_secrets": [],
         "created_at": now,
         "updated_at": now,
     }
-    async with platform_of(request).engine.begin() as conn:
+    async with platform.engine.begin() as conn:
         await conn.execute(table.insert(), values)
         row = await _load(conn, caller, endpoint_id)
-    return _answer(row, secret=secret, status_code=201)
+    return row, secret
 
 
 async def retrieve(request: Request) -> ModelResponse:
@@ -172,18 +190,23 @@ async def retrieve(request: Request) -> ModelResponse:
 async def update(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(WebhookEndpointUpdate, await read_json(request))
+    endpoint_id = path_uuid(request, "webhook_endpoint_id", "webhook endpoint")
+    return _answer(await update_endpoint(platform_of(request), caller, endpoint_id, body))
+
+
+async def update_endpoint(platform: Platform, caller: Caller, endpoint_id: str, body: WebhookEndpointUpdate) -> Any:
+    """The endpoint with ``body``'s changes (the API's update, and the dashboard's)."""
     names = {"url": "url", "enabledEvents": "enabled_events", "description": "description", "status": "status"}
     values: dict[str, Any] = {"updated_at": utcnow()}
     for key, value in body.changes().items():
         values[names[key]] = value
     if "url" in values:
-        _allowed(request, values["url"], caller.livemode)
+        _allowed(platform, values["url"], caller.livemode)
     table = tables.webhook_endpoints
-    async with platform_of(request).engine.begin() as conn:
-        row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
+    async with platform.engine.begin() as conn:
+        row = await _load(conn, caller, endpoint_id)
         await conn.execute(table.update().where(table.c.id == row.id).values(**values))
-        row = await _load(conn, caller, row.id)
-    return _answer(row)
+        return await _load(conn, caller, row.id)
 
 
 async def remove(request: Request) -> ModelResponse:
@@ -200,15 +223,24 @@ async def remove(request: Request) -> ModelResponse:
 async def rotate_secret(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(SecretRotation, await read_json(request, allow_empty=True))
+    endpoint_id = path_uuid(request, "webhook_endpoint_id", "webhook endpoint")
+    row, secret = await rotate_endpoint_secret(platform_of(request), caller, endpoint_id, body.expiresInSeconds)
+    return _answer(row, secret=secret)
+
+
+async def rotate_endpoint_secret(
+    platform: Platform, caller: Caller, endpoint_id: str, keep_seconds: int
+) -> tuple[Any, str]:
+    """A new signing secret; the old one still signs for ``keep_seconds`` (the API's rotate-secret,
+    and the dashboard's)."""
     now = utcnow()
     secret = new_secret()
     table = tables.webhook_endpoints
-    platform = platform_of(request)
     async with platform.engine.begin() as conn:
-        row = await _load(conn, caller, path_uuid(request, "webhook_endpoint_id", "webhook endpoint"))
+        row = await _load(conn, caller, endpoint_id)
         previous = [old for old in row.previous_secrets or () if old["expiresAt"] > iso(now)]
-        if body.expiresInSeconds > 0:
-            expires = iso(now + timedelta(seconds=body.expiresInSeconds))
+        if keep_seconds > 0:
+            expires = iso(now + timedelta(seconds=keep_seconds))
             previous.append({"secret": row.secret, "expiresAt": expires})
         previous = previous[-_MAX_PREVIOUS_SECRETS:]
         await conn.execute(
@@ -217,7 +249,7 @@ async def rotate_secret(request: Request) -> ModelResponse:
             .values(secret=platform.secrets.seal(secret), previous_secrets=previous, updated_at=now)
         )
         row = await _load(conn, caller, row.id)
-    return _answer(row, secret=secret)
+    return row, secret
 
 
 async def list_webhook_endpoints(request: Request) -> ModelResponse:

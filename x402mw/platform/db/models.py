@@ -32,8 +32,13 @@ __all__ = [
     "AgentEndpoint",
     "AgentPayment",
     "ApiKey",
+    "ApiRequest",
     "Balance",
     "ChainCursor",
+    "DashboardAudit",
+    "DashboardInvitation",
+    "DashboardSession",
+    "DashboardUser",
     "DepositAddress",
     "DiscoveryResource",
     "EmbeddedChain",
@@ -287,6 +292,12 @@ class PaymentIntent(SQLModel, table=True):
         UniqueConstraint("merchant_id", "livemode", "order_id", name="uq_payment_intents_order"),
         UniqueConstraint("merchant_id", "livemode", "transfer_hold", name="uq_payment_intents_transfer_hold"),
         Index("ix_payment_intents_merchant_created", "merchant_id", "created_at"),
+        # the dashboard's payments list: newest first per mode, by status, and its searches
+        Index("ix_payment_intents_mode_created", "merchant_id", "livemode", "created_at", "id"),
+        Index("ix_payment_intents_mode_status_created", "merchant_id", "livemode", "status", "created_at", "id"),
+        Index("ix_payment_intents_mode_order", "merchant_id", "livemode", "order_id"),
+        Index("ix_payment_intents_mode_payer", "merchant_id", "livemode", "payer"),
+        Index("ix_payment_intents_mode_tx", "merchant_id", "livemode", "tx_hash"),
         Index("ix_payment_intents_status_expires", "status", "expires_at"),
     )
 
@@ -714,3 +725,91 @@ class RelayerHolder(SQLModel, table=True):
     chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
     holder: str = Field(primary_key=True, max_length=100)
     seen_until: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class DashboardUser(SQLModel, table=True):
+    """A person who signs in to a merchant's dashboard (x402mw.platform.dashboard.accounts): an argon2
+    password hash, a role, and an optional TOTP secret (sealed, x402mw.platform.sealing)."""
+
+    __tablename__ = "dashboard_users"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36, index=True)
+    email: str = Field(max_length=320, unique=True)
+    password_hash: str = Field(max_length=255)
+    role: str = Field(max_length=16)  # owner | developer | support | viewer
+    totp_secret: str | None = Field(default=None, max_length=255)
+    totp_enabled: bool = False
+    totp_last_step: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    disabled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+
+class DashboardSession(SQLModel, table=True):
+    """A signed-in browser: the cookie holds a random token, this row its SHA-256 (``id``)."""
+
+    __tablename__ = "dashboard_sessions"
+    id: str = Field(primary_key=True, max_length=64)
+    user_id: str = Field(foreign_key="dashboard_users.id", max_length=36, index=True)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    csrf_token: str = Field(max_length=64)
+    livemode: bool = False
+    two_factor_passed: bool = False
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    last_seen_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+
+class DashboardInvitation(SQLModel, table=True):
+    """An invitation to join a merchant's dashboard: the link carries a random token, this row its
+    SHA-256 (``id``); it expires and is used once."""
+
+    __tablename__ = "dashboard_invitations"
+    id: str = Field(primary_key=True, max_length=64)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36, index=True)
+    email: str = Field(max_length=320)
+    role: str = Field(max_length=16)
+    invited_by: str = Field(max_length=36)
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    used_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class DashboardAudit(SQLModel, table=True):
+    """Who did what in the dashboard, and each refused attempt (``outcome`` refused)."""
+
+    __tablename__ = "dashboard_audit"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str | None = Field(default=None, max_length=36)
+    user_id: str | None = Field(default=None, max_length=36)
+    email: str | None = Field(default=None, max_length=320)
+    action: str = Field(max_length=64)
+    target: str | None = Field(default=None, max_length=200)
+    outcome: str = Field(max_length=16)  # ok | refused
+    address: str | None = Field(default=None, max_length=64)
+    detail: str | None = Field(default=None, max_length=500)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (Index("ix_dashboard_audit_merchant_created", "merchant_id", "created_at"),)
+
+
+class ApiRequest(SQLModel, table=True):
+    """One request to the merchant API, written by its middleware (x402mw.platform.api.request_log):
+    kept ``api_log_days`` and at most ``api_log_rows`` per merchant, purged by the worker."""
+
+    __tablename__ = "api_requests"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    method: str = Field(max_length=10)
+    path: str = Field(max_length=500)
+    status: int
+    request_id: str = Field(max_length=64)
+    duration_ms: int = 0
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+    __table_args__ = (
+        Index("ix_api_requests_merchant_created", "merchant_id", "livemode", "created_at"),
+        Index("ix_api_requests_request_id", "request_id"),
+        Index("ix_api_requests_created", "created_at"),
+    )

@@ -11,8 +11,13 @@ __all__ = [
     "agent_endpoints",
     "agent_payments",
     "api_keys",
+    "api_requests",
     "balances",
     "chain_cursors",
+    "dashboard_audit",
+    "dashboard_invitations",
+    "dashboard_sessions",
+    "dashboard_users",
     "deposit_addresses",
     "discovery_resources",
     "embedded_chains",
@@ -70,3 +75,8 @@ relayer_accounts = _tables["relayer_accounts"]
 relayer_holders = _tables["relayer_holders"]
 discovery_resources = _tables["discovery_resources"]
 sign_in_nonces = _tables["sign_in_nonces"]
+dashboard_users = _tables["dashboard_users"]
+dashboard_sessions = _tables["dashboard_sessions"]
+dashboard_invitations = _tables["dashboard_invitations"]
+dashboard_audit = _tables["dashboard_audit"]
+api_requests = _tables["api_requests"]

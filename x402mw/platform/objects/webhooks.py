@@ -80,6 +80,9 @@ class DeliveryAttempt(ResponseModel):
     status_code: int | None
     error: str | None = Field(description="the network error when there was no answer")
     duration_ms: int
+    response_excerpt: str | None = Field(
+        default=None, description="the first 300 bytes of the receiver's answer (as UTF-8, invalid bytes replaced)"
+    )
 
 
 class WebhookDelivery(ResponseModel):

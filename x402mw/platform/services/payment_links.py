@@ -15,15 +15,18 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.payments import PaymentLink, PaymentMethods
+from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import PaymentIntentError, PaymentIntentWriter, amount_text
 
 __all__ = [
     "LINK_ORDER_LIFETIME",
+    "create_payment_link",
     "find_payment_link",
     "find_payment_link_by_slug",
     "open_payment_link",
@@ -104,3 +107,14 @@ async def open_payment_link(writer: PaymentIntentWriter, link: Mapping[Any, Any]
     )
     await writer.create(order)
     return order
+
+
+async def create_payment_link(engine: AsyncEngine, row: Mapping[str, Any]) -> None:
+    """Store the link ``row``; 409 ``slug_taken`` when another link has its slug."""
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(tables.payment_links.insert(), dict(row))
+    except IntegrityError:
+        if row.get("slug") is None:
+            raise
+        raise Refused(409, "slug_taken", f"The slug {row['slug']!r} is taken; choose another", param="slug") from None

@@ -60,6 +60,7 @@ _BATCH = 100
 _FAN_OUT_BATCH, _FAN_OUT_BATCHES = 500, 20  # up to 10,000 events a round
 _CONCURRENCY = 10
 _ATTEMPT_LOG = 50
+EXCERPT_BYTES = 300  # how much of a receiver's answer each attempt keeps
 _USER_AGENT = f"x402mw-webhooks/{__version__}"
 
 
@@ -322,6 +323,7 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
     }
     status_code: int | None = None
     error: str | None = None
+    excerpt = b""
     started = time.perf_counter()
     blocked = await resolved_blocked_reason(
         endpoint["url"], livemode=bool(endpoint["livemode"]), allow_private=platform.settings.private_webhooks_allowed
@@ -334,6 +336,10 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
                 "POST", endpoint["url"], content=body, headers=headers, timeout=TIMEOUT_SECONDS
             ) as response:
                 status_code = response.status_code
+                async for chunk in response.aiter_bytes():  # the start of the answer, for the dashboard
+                    excerpt += chunk
+                    if len(excerpt) >= EXCERPT_BYTES:
+                        break
         except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL: stored before registration refused it
             error = type(exc).__name__
     log = {
@@ -341,6 +347,7 @@ async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
         "statusCode": status_code,
         "error": error,
         "durationMs": round((time.perf_counter() - started) * 1000),
+        "responseExcerpt": excerpt[:EXCERPT_BYTES].decode("utf-8", "replace") if excerpt else None,
     }
     attempt_count = delivery["attempt_count"] + 1
     values: dict[str, Any] = {

@@ -1,0 +1,83 @@
+"""Helpers for the dashboard's tests: a merchant with dashboard users of each role, sign-in over
+HTTP, a paid test order, and the CSRF token a page carries."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tests.harness import PlatformHarness
+from x402mw.platform.dashboard.accounts import User, create_user
+
+PASSWORD = "correct horse battery staple"
+ROLES = ("owner", "developer", "support", "viewer")
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@dataclass
+class Team:
+    """A merchant, its test API key, and one dashboard user per role (emails ``<role>-<n>@...``)."""
+
+    harness: PlatformHarness
+    merchant_id: str
+    api_key: str
+    users: dict[str, User]
+
+    @property
+    def origin(self) -> str:
+        return self.harness.url.removesuffix("/v1")
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.harness.url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=60)
+
+    def browser(self) -> httpx.Client:
+        return httpx.Client(base_url=self.origin, timeout=60, follow_redirects=False)
+
+    @contextlib.contextmanager
+    def sign_in(self, role: str = "owner") -> Iterator[httpx.Client]:
+        with self.browser() as client:
+            reply = post_sign_in(client, self.users[role].email, PASSWORD)
+            assert reply.status_code == 303, reply.text
+            yield client
+
+    def order(self, *, pay: bool = True, **fields: Any) -> dict[str, Any]:
+        with self.api() as api:
+            body = {"orderId": f"o-{uuid.uuid4()}", "amount": "12.5", "currency": "USDC", **fields}
+            reply = api.post("/payment-intents", json=body)
+            assert reply.status_code == 201, reply.text
+            order: dict[str, Any] = reply.json()["paymentIntent"]
+            if pay:
+                path = f"/sandbox/payment-intents/{order['id']}/simulate-payment"
+                paid = api.post(path, json={"scenario": "exact"})
+                assert paid.status_code == 200, paid.text
+        return order
+
+
+def make_team(harness: PlatformHarness, name: str = "Dashboard shop") -> Team:
+    merchant_id, key, _ = harness.merchant(name)
+    tag = uuid.uuid4().hex[:8]
+    users = {
+        role: harness.server.call(
+            lambda p, role=role: create_user(p.engine, merchant_id, f"{role}-{tag}@shop.test", PASSWORD, role)
+        )
+        for role in ROLES
+    }
+    return Team(harness, merchant_id, key, users)
+
+
+def csrf_of(html: str) -> str:
+    found = _CSRF.search(html)
+    assert found is not None, "the page has no CSRF field"
+    return found.group(1)
+
+
+def post_sign_in(client: httpx.Client, email: str, password: str) -> httpx.Response:
+    """Open the sign-in page (for its form token, as a browser does) and send the form."""
+    page = client.get("/dashboard/sign-in")
+    return client.post("/dashboard/sign-in", data={"csrf": csrf_of(page.text), "email": email, "password": password})

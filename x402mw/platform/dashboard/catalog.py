@@ -1,0 +1,241 @@
+"""Plans, subscriptions and their customers, payment links: made and changed through the same
+request models and services as the API (``PlanCreate``, ``PaymentLinkCreate``, `create_plan`,
+`create_payment_link`, `SubscriptionService.cancel`)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from starlette.responses import Response
+from starlette.routing import Route
+
+from x402mw.platform.api.fields import is_uuid
+from x402mw.platform.api.payment_intents import PaymentMethodsIn, sent_text
+from x402mw.platform.api.payment_links import PaymentLinkCreate
+from x402mw.platform.api.subscription_plans import PlanCreate
+from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, problem, see
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import new_id
+from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.payment_intents import amount_text
+from x402mw.platform.services.payment_links import create_payment_link, payment_link_of
+from x402mw.platform.services.subscription_objects import plan_of
+from x402mw.platform.services.subscription_plans import create_plan, update_plan
+
+__all__ = ["routes"]
+
+SUB_STATUSES = ("incomplete", "active", "past_due", "canceled", "expired")
+
+
+def _id(ctx: Ctx, name: str, kind: str) -> str:
+    value = str(ctx.request.path_params[name])
+    if not is_uuid(value):
+        raise missing(kind)
+    return value.lower()
+
+
+# --- plans -------------------------------------------------------------------------------------------
+
+
+async def _plans_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
+    t = tables.subscription_plans
+    async with ctx.platform.engine.connect() as conn:
+        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
+        rows = list((await conn.execute(query.order_by(t.c.created_at.desc()))).mappings())
+    base = ctx.platform.settings.checkout_url_base
+    plans = [plan_of(r, base) for r in rows]
+    return ctx.page("plans.html", status, plans=plans, error=error)
+
+
+@page()
+async def plans(ctx: Ctx) -> Response:
+    return await _plans_page(ctx)
+
+
+@page("catalog")
+async def plans_create(ctx: Ctx) -> Response:
+    now = ctx.platform.clock.now()
+    grace = ctx.field("grace_days")
+    try:
+        body = PlanCreate(
+            name=ctx.field("name"),
+            amount=ctx.field("amount"),
+            currency=ctx.field("currency"),  # type: ignore[arg-type]
+            interval=ctx.field("interval"),  # type: ignore[arg-type]
+            slug=ctx.field("slug") or None,
+            graceDays=int(grace) if grace.isdigit() else None,
+        )
+        row = {
+            "id": new_id(),
+            "merchant_id": ctx.merchant_id,
+            "livemode": ctx.livemode,
+            "name": body.name,
+            "slug": body.slug,
+            "amount_minor": body.amount,
+            "currency": body.currency,
+            "interval": body.interval,
+            "active": True,
+            "grace_days": body.graceDays,
+            "created_at": now,
+            "updated_at": now,
+        }
+        await create_plan(ctx.platform.engine, row)
+    except (ValidationError, Refused) as exc:
+        return await _plans_page(ctx, 409 if isinstance(exc, Refused) else 400, error=problem(exc))
+    await ctx.audit("plan_created", row["id"])
+    return see("/dashboard/plans?notice=" + quote(f"Plan {body.name} created."))
+
+
+@page("catalog")
+async def plans_active(ctx: Ctx) -> Response:
+    plan_id = _id(ctx, "plan_id", "plan")
+    active = ctx.field("active") == "true"
+    now = ctx.platform.clock.now()
+    found = await update_plan(ctx.platform.engine, ctx.merchant_id, ctx.livemode, plan_id, {"active": active}, now)
+    if found is None:
+        raise missing("plan")
+    await ctx.audit("plan_activated" if active else "plan_deactivated", plan_id)
+    return see("/dashboard/plans?notice=" + quote("Plan updated."))
+
+
+# --- subscriptions and customers ---------------------------------------------------------------------
+
+
+@page()
+async def subscriptions(ctx: Ctx) -> Response:
+    s, p = tables.subscriptions, tables.subscription_plans
+    status = ctx.request.query_params.get("status", "")
+    where = [s.c.merchant_id == ctx.merchant_id, s.c.livemode == ctx.livemode]
+    if status in SUB_STATUSES:
+        where.append(s.c.status == status)
+    customer = ctx.request.query_params.get("customer", "").strip()[:500]
+    if customer:
+        where.append((s.c.merchant_customer_id == customer) | (s.c.customer_email == customer.lower()))
+    async with ctx.platform.engine.connect() as conn:
+        query = select(s, p.c.name.label("plan_name")).join(p, p.c.id == s.c.plan_id).where(*where)
+        rows = list(await conn.execute(query.order_by(s.c.created_at.desc()).limit(100)))
+    return ctx.page("subscriptions.html", rows=rows, statuses=SUB_STATUSES, chosen=status, customer=customer)
+
+
+async def _subscription(ctx: Ctx) -> tuple[Any, list[Any]]:
+    sub_id = _id(ctx, "subscription_id", "subscription")
+    s, p, i = tables.subscriptions, tables.subscription_plans, tables.subscription_invoices
+    async with ctx.platform.engine.connect() as conn:
+        query = (
+            select(s, p.c.name.label("plan_name"), p.c.interval)
+            .join(p, p.c.id == s.c.plan_id)
+            .where(s.c.id == sub_id, s.c.merchant_id == ctx.merchant_id, s.c.livemode == ctx.livemode)
+        )
+        row = (await conn.execute(query)).first()
+        if row is None:
+            raise missing("subscription")
+        invoices = list(await conn.execute(select(i).where(i.c.subscription_id == sub_id).order_by(i.c.period.desc())))
+    return row, invoices
+
+
+@page()
+async def subscription(ctx: Ctx) -> Response:
+    row, invoices = await _subscription(ctx)
+    return ctx.page("subscription.html", s=row, invoices=invoices, amount=amount_text)
+
+
+@page("payments")
+async def subscription_cancel(ctx: Ctx) -> Response:
+    row, _ = await _subscription(ctx)
+    at_period_end = ctx.field("when") == "period_end"
+    try:
+        done = await ctx.platform.subscriptions.cancel(
+            ctx.merchant_id, ctx.livemode, row.id, at_period_end=at_period_end
+        )
+    except Refused as exc:
+        await ctx.audit("subscription_cancel", row.id, outcome="refused", detail=exc.message)
+        raise Refusal(exc.status, exc.message, action="subscription_cancel_refused") from None
+    if done is None:
+        raise missing("subscription")
+    await ctx.audit("subscription_cancel", row.id, detail="period_end" if at_period_end else "now")
+    note = "It ends with its paid period." if at_period_end else "Canceled."
+    return see(f"/dashboard/subscriptions/{row.id}?notice=" + quote(note))
+
+
+# --- payment links -----------------------------------------------------------------------------------
+
+
+async def _links_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
+    t = tables.payment_links
+    async with ctx.platform.engine.connect() as conn:
+        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
+        rows = list((await conn.execute(query.order_by(t.c.created_at.desc()).limit(200))).mappings())
+    base = ctx.platform.payment_intents.checkout_url_base
+    return ctx.page("links.html", status, links=[payment_link_of(r, base) for r in rows], error=error)
+
+
+@page()
+async def links(ctx: Ctx) -> Response:
+    return await _links_page(ctx)
+
+
+@page("catalog")
+async def links_create(ctx: Ctx) -> Response:
+    now = ctx.platform.clock.now()
+    amount = ctx.field("amount")
+    try:
+        body = PaymentLinkCreate(
+            name=ctx.field("name"),
+            amount=amount,  # type: ignore[arg-type]
+            currency=ctx.field("currency"),  # type: ignore[arg-type]
+            slug=ctx.field("slug") or None,
+            successUrl=ctx.field("success_url") or None,
+        )
+        row: dict[str, Any] = {
+            "id": new_id(),
+            "merchant_id": ctx.merchant_id,
+            "livemode": ctx.livemode,
+            "name": body.name,
+            "slug": body.slug,
+            "amount_minor": body.amount,
+            "amount_text": sent_text(amount),
+            "currency": body.currency,
+            "accepted_currencies": [body.currency],
+            "payment_methods": PaymentMethodsIn().model_dump(),
+            "success_url": body.successUrl,
+            "cancel_url": None,
+            "link_metadata": {},
+            "active": True,
+            "created_at": now,
+            "updated_at": now,
+        }
+        await create_payment_link(ctx.platform.engine, row)
+    except (ValidationError, Refused) as exc:
+        return await _links_page(ctx, 409 if isinstance(exc, Refused) else 400, error=problem(exc))
+    await ctx.audit("payment_link_created", row["id"])
+    return see("/dashboard/links?notice=" + quote(f"Link {body.name} created."))
+
+
+@page("catalog")
+async def links_deactivate(ctx: Ctx) -> Response:
+    link_id = _id(ctx, "link_id", "payment link")
+    t = tables.payment_links
+    owned = (t.c.id == link_id) & (t.c.merchant_id == ctx.merchant_id) & (t.c.livemode == ctx.livemode)
+    async with ctx.platform.engine.begin() as conn:
+        # what PATCH /payment-links/:id {active: false} does
+        changed = await conn.execute(t.update().where(owned).values(active=False, updated_at=ctx.platform.clock.now()))
+    if not changed.rowcount:
+        raise missing("payment link")
+    await ctx.audit("payment_link_deactivated", link_id)
+    return see("/dashboard/links?notice=" + quote("Link deactivated."))
+
+
+routes = [
+    Route("/plans", plans, methods=["GET"], include_in_schema=False),
+    Route("/plans", plans_create, methods=["POST"], include_in_schema=False),
+    Route("/plans/{plan_id}/active", plans_active, methods=["POST"], include_in_schema=False),
+    Route("/subscriptions", subscriptions, methods=["GET"], include_in_schema=False),
+    Route("/subscriptions/{subscription_id}", subscription, methods=["GET"], include_in_schema=False),
+    Route("/subscriptions/{subscription_id}/cancel", subscription_cancel, methods=["POST"], include_in_schema=False),
+    Route("/links", links, methods=["GET"], include_in_schema=False),
+    Route("/links", links_create, methods=["POST"], include_in_schema=False),
+    Route("/links/{link_id}/deactivate", links_deactivate, methods=["POST"], include_in_schema=False),
+]

@@ -1,0 +1,259 @@
+"""Payments: the list (filters, search, cursor pages), one payment with its events, refunds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from sqlalchemy import Select, literal, or_, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.responses import Response
+from starlette.routing import Route
+
+from x402mw.platform.api.fields import is_uuid
+from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, see
+from x402mw.platform.db import tables
+from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
+from x402mw.protocol.prices import format_amount
+
+__all__ = ["PAGE_SIZE", "payments_query", "routes"]
+
+PAGE_SIZE = 25
+STATUSES = ("requires_payment", "processing", "succeeded", "refunded", "canceled", "expired")
+_STAGES = {
+    "payment_intent.created": 0,
+    "payment_intent.processing": 10,
+    "payment_intent.succeeded": 20,
+    "payment_intent.canceled": 20,
+    "payment_intent.expired": 20,
+    "refund.processing": 30,
+    "refund.completed": 40,
+    "refund.failed": 40,
+    "payment_intent.refunded": 45,
+}
+EXPLORERS = {
+    1: "https://etherscan.io",
+    8453: "https://basescan.org",
+    84532: "https://sepolia.basescan.org",
+    11155111: "https://sepolia.etherscan.io",
+    137: "https://polygonscan.com",
+    42161: "https://arbiscan.io",
+}
+
+
+def payments_query(
+    merchant_id: str,
+    livemode: bool,
+    *,
+    status: str | None = None,
+    currency: str | None = None,
+    chain_id: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    link_id: str | None = None,
+    customer: str | None = None,
+    search: str | None = None,
+    after: tuple[datetime, str] | None = None,
+    limit: int = PAGE_SIZE,
+) -> Select[Any]:
+    """One page of the merchant's payments, newest first, keyed by (created_at, id) so a page deep
+    in the list costs what the first does (the indexes ``ix_payment_intents_mode_*``)."""
+    t = tables.payment_intents
+    where = [t.c.merchant_id == merchant_id, t.c.livemode == livemode]
+    if status:
+        where.append(t.c.status == status)
+    if currency:
+        where.append(t.c.currency == currency)
+    if chain_id is not None:
+        where.append(t.c.chain_id == chain_id)
+    if since is not None:
+        where.append(t.c.created_at >= since)
+    if until is not None:
+        where.append(t.c.created_at < until)
+    if link_id:
+        where.append(t.c.payment_link_id == link_id)
+    if customer:
+        where.append(t.c.customer_email == customer.lower())
+    if search:
+        matches = [t.c.order_id == search]
+        if search.startswith("0x") and len(search) == 42:
+            matches.append(t.c.payer == search.lower())
+        if search.startswith("0x") and len(search) == 66:
+            matches.append(t.c.tx_hash == search.lower())
+        if is_uuid(search):
+            matches.append(t.c.id == search.lower())
+        where.append(or_(*matches))
+    if after is not None:
+        where.append(tuple_(t.c.created_at, t.c.id) < tuple_(literal(after[0], t.c.created_at.type), after[1]))
+    columns = (
+        t.c.id,
+        t.c.order_id,
+        t.c.status,
+        t.c.amount_minor,
+        t.c.amount_text,
+        t.c.currency,
+        t.c.chain_id,
+        t.c.customer_email,
+        t.c.payer,
+        t.c.created_at,
+    )
+    return select(*columns).where(*where).order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
+
+
+def _day(value: str) -> datetime | None:
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _cursor(value: str) -> tuple[datetime, str] | None:
+    stamp, _, ident = value.partition("_")
+    try:
+        return datetime.fromisoformat(stamp), ident
+    except ValueError:
+        return None
+
+
+def _stamp(value: datetime) -> str:
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+
+
+@page()
+async def payments(ctx: Ctx) -> Response:
+    q = ctx.request.query_params
+    filters = {
+        name: q.get(name, "").strip()[:200]
+        for name in ("status", "coin", "network", "since", "until", "link", "customer", "q")
+    }
+    chain_id = int(filters["network"]) if filters["network"].isdigit() else None
+    since, until = _day(filters["since"]), _day(filters["until"])
+    query = payments_query(
+        ctx.merchant_id,
+        ctx.livemode,
+        status=filters["status"] if filters["status"] in STATUSES else None,
+        currency=filters["coin"] or None,
+        chain_id=chain_id,
+        since=since,
+        until=until + timedelta(days=1) if until else None,
+        link_id=filters["link"] if is_uuid(filters["link"]) else None,
+        customer=filters["customer"] or None,
+        search=filters["q"] or None,
+        after=_cursor(q.get("after", "")),
+    )
+    async with ctx.platform.engine.connect() as conn:
+        rows = list(await conn.execute(query))
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    next_url = None
+    if more:
+        last = rows[-1]
+        kept = {k: v for k, v in filters.items() if v}
+        next_url = "/dashboard/payments?" + urlencode({**kept, "after": f"{_stamp(last.created_at)}_{last.id}"})
+    coins = sorted({a.symbol for c in ctx.platform.chains for a in c.network.assets.values()})
+    networks = [(c.network.chain_id, c.network.caip2) for c in ctx.platform.chains]
+    return ctx.page(
+        "payments.html",
+        rows=rows,
+        filters=filters,
+        statuses=STATUSES,
+        coins=coins,
+        networks=networks,
+        next_url=next_url,
+        amount=amount_text,
+    )
+
+
+async def _payment(ctx: Ctx, conn: AsyncConnection) -> Any:
+    payment_id = ctx.request.path_params["payment_id"]
+    row = (
+        await find_payment_intent(conn, ctx.merchant_id, ctx.livemode, payment_id.lower())
+        if is_uuid(payment_id)
+        else None
+    )
+    if row is None:
+        raise missing("payment")
+    return row
+
+
+@page()
+async def payment(ctx: Ctx) -> Response:
+    events, refunds = tables.events, tables.refunds
+    async with ctx.platform.engine.connect() as conn:
+        row = await _payment(ctx, conn)
+        # the order's events: their data names it (``{"paymentIntent": {"id"}}``, ``{"refund": {"paymentId"}}``)
+        about = or_(
+            events.c.data["paymentIntent"]["id"].as_string() == row["id"],
+            events.c.data["refund"]["paymentId"].as_string() == row["id"],
+        )
+        query = (
+            select(events.c.id, events.c.type, events.c.created_at)
+            .where(events.c.merchant_id == ctx.merchant_id, events.c.livemode == ctx.livemode, about)
+            .order_by(events.c.created_at, events.c.id)
+            .limit(200)
+        )
+        # events of one instant (a transaction's) in the order of an order's life
+        timeline = sorted(await conn.execute(query), key=lambda e: (e.created_at, _STAGES.get(e.type, 50)))
+        found = await conn.execute(select(refunds).where(refunds.c.payment_intent_id == row["id"]))
+        refund_rows = list(found)
+    explorer = EXPLORERS.get(int(row["chain_id"])) if row["chain_id"] else None
+    chain = ctx.platform.chains.get(int(row["chain_id"])) if row["chain_id"] else None
+    return ctx.page(
+        "payment.html",
+        p=row,
+        timeline=timeline,
+        refunds=refund_rows,
+        explorer=explorer,
+        amount=amount_text(row),
+        network=chain.network.name if chain else row["chain_id"],
+        received=format_amount(int(row["amount_received_minor"]), 6),
+    )
+
+
+@page("payments")
+async def refund_form(ctx: Ctx) -> Response:
+    async with ctx.platform.engine.connect() as conn:
+        row = await _payment(ctx, conn)
+    return ctx.page("refund.html", p=row, amount=amount_text(row), error="")
+
+
+@page("payments")
+async def refund(ctx: Ctx) -> Response:
+    async with ctx.platform.engine.connect() as conn:
+        row = await _payment(ctx, conn)
+    if ctx.field("confirm") != "yes":
+        raise Refusal(400, "Tick the box to confirm the refund.", action="bad_request")
+    reason = ctx.field("reason")[:500] or None
+    try:
+        made = await ctx.platform.refunds.create(ctx.merchant_id, ctx.livemode, row["id"], reason, wait=5.0)
+    except Refused as exc:
+        await ctx.audit("refund", row["id"], outcome="refused", detail=exc.message)
+        return ctx.page(
+            "refund.html",
+            exc.status if exc.status in (404, 409, 422) else 400,
+            p=row,
+            amount=amount_text(row),
+            error=exc.message,
+        )
+    await ctx.audit("refund", row["id"], detail=made.id)
+    return see(f"/dashboard/payments/{row['id']}?notice=" + quote(f"Refund {made.status}."))
+
+
+@page()
+async def refunds_list(ctx: Ctx) -> Response:
+    t = tables.refunds
+    async with ctx.platform.engine.connect() as conn:
+        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
+        rows = list(await conn.execute(query.order_by(t.c.created_at.desc()).limit(100)))
+    return ctx.page("refunds.html", rows=rows)
+
+
+routes = [
+    Route("/payments", payments, methods=["GET"], include_in_schema=False),
+    Route("/payments/{payment_id}", payment, methods=["GET"], include_in_schema=False),
+    Route("/payments/{payment_id}/refund", refund_form, methods=["GET"], include_in_schema=False),
+    Route("/payments/{payment_id}/refund", refund, methods=["POST"], include_in_schema=False),
+    Route("/refunds", refunds_list, methods=["GET"], include_in_schema=False),
+]

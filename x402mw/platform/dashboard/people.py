@@ -1,0 +1,337 @@
+"""Signing in and out, two-factor, the test/live switch, the team (invitations) and the audit log."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+from typing import Any
+from urllib.parse import quote
+
+from limits import parse
+from limits.aio.storage import MemoryStorage
+from limits.aio.strategies import MovingWindowRateLimiter
+from sqlalchemy import select
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from x402mw.platform.api.state import platform_of
+from x402mw.platform.dashboard import accounts
+from x402mw.platform.dashboard.accounts import AccountError
+from x402mw.platform.dashboard.web import (
+    COOKIE,
+    Ctx,
+    Refusal,
+    address_of,
+    error_page,
+    page,
+    render,
+    see,
+    set_session_cookie,
+)
+from x402mw.platform.db import tables
+
+__all__ = ["SignInLimits", "routes"]
+
+
+class SignInLimits:
+    """Sign-in attempts, counted per account and per client address with the ``limits`` library's
+    moving windows (as the checkout's rate limits are): past either budget, 429."""
+
+    def __init__(self, per_account: str = "10/15 minutes", per_address: str = "100/15 minutes") -> None:
+        self._limiter = MovingWindowRateLimiter(MemoryStorage())
+        self._account = parse(per_account)
+        self._address = parse(per_address)
+
+    async def allow(self, email: str, address: str) -> bool:
+        """Whether another attempt may be tried (failed attempts count, `failed`)."""
+        account = await self._limiter.test(self._account, "dashboard-sign-in-account", email)
+        by_address = await self._limiter.test(self._address, "dashboard-sign-in-address", address)
+        return account and by_address
+
+    async def failed(self, email: str, address: str) -> None:
+        await self._limiter.hit(self._account, "dashboard-sign-in-account", email)
+        await self._limiter.hit(self._address, "dashboard-sign-in-address", address)
+
+
+def _limits(request: Request) -> SignInLimits:
+    state = request.app.state
+    if not hasattr(state, "dashboard_sign_in_limits"):
+        state.dashboard_sign_in_limits = SignInLimits()
+    limits: SignInLimits = state.dashboard_sign_in_limits
+    return limits
+
+
+FORM_COOKIE = "x402mw_dashboard_form"  # the CSRF token of the forms sent before a session exists
+
+
+def _form_token(request: Request) -> str:
+    token = request.cookies.get(FORM_COOKIE, "")
+    return token if 20 <= len(token) <= 100 else secrets.token_urlsafe(32)
+
+
+def _with_form_token(request: Request, response: Response, token: str) -> Response:
+    secure = request.url.scheme == "https"
+    response.set_cookie(FORM_COOKIE, token, path="/dashboard", httponly=True, samesite="strict", secure=secure)
+    return response
+
+
+async def _form_refused(request: Request, form: Any) -> Response | None:
+    """403 when a sign-in or invitation form does not carry the browser's form token."""
+    sent, kept = form.get("csrf"), request.cookies.get(FORM_COOKIE, "")
+    if isinstance(sent, str) and kept and hmac.compare_digest(sent, kept):
+        return None
+    platform = platform_of(request)
+    await accounts.audit(
+        platform.engine,
+        platform.clock.now(),
+        "csrf_refused",
+        outcome="refused",
+        address=address_of(request),
+        target=request.url.path,
+    )
+    return error_page(403, "This form has expired or was not sent by the dashboard. Reload the page and try again.")
+
+
+def _blank(request: Request, error: str = "", email: str = "", status: int = 200) -> Response:
+    token = _form_token(request)
+    context = {
+        "user": None,
+        "csrf": token,
+        "error": error,
+        "email": email,
+        "livemode": False,
+        "notice": "",
+        "path": "",
+        "can": lambda _p: False,
+    }
+    return _with_form_token(request, render("sign_in.html", context, status), token)
+
+
+async def sign_in_form(request: Request) -> Response:
+    return _blank(request)
+
+
+async def sign_in(request: Request) -> Response:
+    platform = platform_of(request)
+    now = platform.clock.now()
+    async with request.form() as form:
+        refused = await _form_refused(request, form)
+        email = str(form.get("email") or "").strip().lower()[:320]
+        password = str(form.get("password") or "")
+    if refused is not None:
+        return refused
+    address = address_of(request)
+    engine = platform.engine
+    found = await accounts.find_user_by_email(engine, email)
+    if not await _limits(request).allow(email, address):
+        merchant = found[0].merchant_id if found else None
+        await accounts.audit(
+            engine, now, "sign_in_throttled", outcome="refused", email=email, merchant_id=merchant, address=address
+        )
+        return _blank(request, "Too many attempts. Wait a few minutes and try again.", email, 429)
+    ok = await asyncio.to_thread(accounts.verify_password, found[1] if found else None, password)
+    if found is None or not ok:
+        await _limits(request).failed(email, address)
+        merchant = found[0].merchant_id if found else None
+        await accounts.audit(
+            engine, now, "sign_in_failed", outcome="refused", email=email, merchant_id=merchant, address=address
+        )
+        return _blank(request, "That email and password do not match.", email, 403)
+    user = found[0]
+    token, _csrf = await accounts.open_session(engine, user, now, two_factor_passed=not user.totp_enabled)
+    await accounts.audit(engine, now, "sign_in", user=user, address=address)
+    response = see("/dashboard/sign-in/two-factor" if user.totp_enabled else "/dashboard/")
+    set_session_cookie(request, response, token)
+    return response
+
+
+@page(two_factor=False)
+async def two_factor_form(ctx: Ctx) -> Response:
+    if ctx.session.two_factor_passed or not ctx.user.totp_enabled:
+        return see("/dashboard/")
+    return ctx.page("two_factor.html", error="")
+
+
+@page(two_factor=False)
+async def two_factor(ctx: Ctx) -> Response:
+    engine, now = ctx.platform.engine, ctx.platform.clock.now()
+    if not ctx.user.totp_enabled or ctx.user.totp_secret is None:
+        return see("/dashboard/")
+    if not await _limits(ctx.request).allow(ctx.user.email + "#totp", address_of(ctx.request)):
+        await ctx.audit("two_factor_throttled", outcome="refused")
+        return ctx.page("two_factor.html", 429, error="Too many attempts. Wait a few minutes and try again.")
+    secret = ctx.platform.secrets.open(ctx.user.totp_secret)
+    last = await accounts.totp_last_step(engine, ctx.user.id)
+    step = accounts.verify_totp(secret, ctx.field("code"), ctx.platform.clock.time(), last)
+    if step is None or not await accounts.use_totp_step(engine, ctx.user.id, step):
+        await _limits(ctx.request).failed(ctx.user.email + "#totp", address_of(ctx.request))
+        await ctx.audit("two_factor_failed", outcome="refused")
+        return ctx.page("two_factor.html", 403, error="That code is not right. Enter the current one.")
+    await accounts.update_session(engine, ctx.session.id, two_factor_passed=True, last_seen_at=now)
+    await ctx.audit("two_factor")
+    return see("/dashboard/")
+
+
+@page(two_factor=False)
+async def sign_out(ctx: Ctx) -> Response:
+    await accounts.revoke_session(ctx.platform.engine, ctx.session.id, ctx.platform.clock.now())
+    await ctx.audit("sign_out")
+    response = see("/dashboard/sign-in")
+    response.delete_cookie(COOKIE, path="/dashboard")
+    return response
+
+
+@page()
+async def switch_mode(ctx: Ctx) -> Response:
+    live = ctx.field("mode") == "live"
+    if live and ctx.user.role == "owner" and not ctx.user.totp_enabled:
+        raise Refusal(
+            403, "Owners turn on two-factor sign-in (Account) before using live mode.", action="live_needs_2fa"
+        )
+    await accounts.update_session(ctx.platform.engine, ctx.session.id, livemode=live)
+    await ctx.audit("switch_mode", "live" if live else "test")
+    back = ctx.field("back")
+    return see(back if back.startswith("/dashboard/") and "//" not in back else "/dashboard/")
+
+
+@page()
+async def account(ctx: Ctx) -> Response:
+    pending = ctx.request.query_params.get("setup") == "1" and not ctx.user.totp_enabled
+    secret = None
+    if pending and ctx.user.totp_secret is not None:
+        secret = ctx.platform.secrets.open(ctx.user.totp_secret)
+    return ctx.page("account.html", secret=secret, error="")
+
+
+@page()
+async def account_two_factor(ctx: Ctx) -> Response:
+    engine = ctx.platform.engine
+    action = ctx.field("action")
+    if action == "start":
+        secret = accounts.new_totp_secret()
+        await accounts.set_totp(engine, ctx.user.id, ctx.platform.secrets.seal(secret), False)
+        return see("/dashboard/account?setup=1")
+    if action == "confirm" and ctx.user.totp_secret is not None and not ctx.user.totp_enabled:
+        secret = ctx.platform.secrets.open(ctx.user.totp_secret)
+        step = accounts.verify_totp(secret, ctx.field("code"), ctx.platform.clock.time())
+        if step is None:
+            await ctx.audit("two_factor_setup_failed", outcome="refused")
+            return ctx.page("account.html", 400, secret=secret, error="That code is not right. Enter the current one.")
+        await accounts.use_totp_step(engine, ctx.user.id, step)
+        await accounts.set_totp(engine, ctx.user.id, ctx.user.totp_secret, True)
+        await accounts.update_session(engine, ctx.session.id, two_factor_passed=True)
+        await ctx.audit("two_factor_enabled")
+        return see("/dashboard/account?notice=" + quote("Two-factor sign-in is on."))
+    raise Refusal(400, "Nothing to do.", action="bad_request")
+
+
+@page()
+async def team(ctx: Ctx) -> Response:
+    users = await accounts.list_users(ctx.platform.engine, ctx.merchant_id)
+    return ctx.page("team.html", users=users, roles=accounts.ROLES, link=None, error="")
+
+
+@page("team")
+async def team_invite(ctx: Ctx) -> Response:
+    try:
+        token = await accounts.invite(
+            ctx.platform.engine, ctx.user, ctx.field("email"), ctx.field("role"), ctx.platform.clock.now()
+        )
+    except AccountError as exc:
+        users = await accounts.list_users(ctx.platform.engine, ctx.merchant_id)
+        return ctx.page("team.html", 400, users=users, roles=accounts.ROLES, link=None, error=str(exc))
+    await ctx.audit("invite", ctx.field("email"), detail=ctx.field("role"))
+    link = f"{ctx.request.base_url}dashboard/invitations/{token}".replace("//dashboard", "/dashboard")
+    users = await accounts.list_users(ctx.platform.engine, ctx.merchant_id)
+    return ctx.page("team.html", users=users, roles=accounts.ROLES, link=link, error="")
+
+
+@page("team")
+async def team_remove(ctx: Ctx) -> Response:
+    user_id = ctx.request.path_params["user_id"]
+    if user_id == ctx.user.id:
+        raise Refusal(400, "You cannot remove yourself.", action="bad_request")
+    if not await accounts.remove_user(ctx.platform.engine, ctx.merchant_id, user_id, ctx.platform.clock.now()):
+        raise Refusal(404, "No such user here.", action="not_found")
+    await ctx.audit("remove_user", user_id)
+    return see("/dashboard/team?notice=" + quote("Removed."))
+
+
+def _invitation_page(request: Request, token: str, invitation: Any, error: str = "", status: int = 200) -> Response:
+    form_token = _form_token(request)
+    context = {
+        "user": None,
+        "csrf": form_token,
+        "livemode": False,
+        "notice": "",
+        "path": "",
+        "can": lambda _p: False,
+        "token": token,
+        "invitation": invitation,
+        "error": error,
+    }
+    return _with_form_token(request, render("invitation.html", context, status), form_token)
+
+
+async def invitation_form(request: Request) -> Response:
+    platform = platform_of(request)
+    token = request.path_params["token"]
+    invitation = await accounts.find_invitation(platform.engine, token, platform.clock.now())
+    if invitation is None:
+        await accounts.audit(
+            platform.engine, platform.clock.now(), "invitation_refused", outcome="refused", address=address_of(request)
+        )
+        return error_page(404, "This invitation is not valid: it was used, it expired, or it never existed.")
+    return _invitation_page(request, token, invitation)
+
+
+async def invitation_accept(request: Request) -> Response:
+    platform = platform_of(request)
+    now = platform.clock.now()
+    token = request.path_params["token"]
+    async with request.form() as form:
+        refused = await _form_refused(request, form)
+        password = str(form.get("password") or "")
+    if refused is not None:
+        return refused
+    try:
+        user = await accounts.accept_invitation(platform.engine, token, password, now)
+    except AccountError as exc:
+        invitation = await accounts.find_invitation(platform.engine, token, now)
+        await accounts.audit(
+            platform.engine, now, "invitation_refused", outcome="refused", address=address_of(request), detail=str(exc)
+        )
+        if invitation is None:
+            return error_page(404, str(exc))
+        return _invitation_page(request, token, invitation, str(exc), 400)
+    await accounts.audit(platform.engine, now, "invitation_accepted", user=user, address=address_of(request))
+    return see("/dashboard/sign-in")
+
+
+@page()
+async def audit_log(ctx: Ctx) -> Response:
+    table = tables.dashboard_audit
+    async with ctx.platform.engine.connect() as conn:
+        query = select(table).where(table.c.merchant_id == ctx.merchant_id).order_by(table.c.created_at.desc())
+        rows = list(await conn.execute(query.limit(200)))
+    return ctx.page("audit.html", rows=rows)
+
+
+routes = [
+    Route("/sign-in", sign_in_form, methods=["GET"], include_in_schema=False),
+    Route("/sign-in", sign_in, methods=["POST"], include_in_schema=False),
+    Route("/sign-in/two-factor", two_factor_form, methods=["GET"], include_in_schema=False),
+    Route("/sign-in/two-factor", two_factor, methods=["POST"], include_in_schema=False),
+    Route("/sign-out", sign_out, methods=["POST"], include_in_schema=False),
+    Route("/mode", switch_mode, methods=["POST"], include_in_schema=False),
+    Route("/account", account, methods=["GET"], include_in_schema=False),
+    Route("/account/two-factor", account_two_factor, methods=["POST"], include_in_schema=False),
+    Route("/team", team, methods=["GET"], include_in_schema=False),
+    Route("/team/invitations", team_invite, methods=["POST"], include_in_schema=False),
+    Route("/team/{user_id}/remove", team_remove, methods=["POST"], include_in_schema=False),
+    Route("/invitations/{token}", invitation_form, methods=["GET"], include_in_schema=False),
+    Route("/invitations/{token}", invitation_accept, methods=["POST"], include_in_schema=False),
+    Route("/audit", audit_log, methods=["GET"], include_in_schema=False),
+]

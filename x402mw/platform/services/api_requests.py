@@ -1,0 +1,61 @@
+"""The merchant API's request log (what the dashboard's developers pages show): one row a request,
+written by `x402mw.platform.api.request_log`, kept `RETENTION_DAYS` and at most `ROWS_PER_MERCHANT` a
+merchant, purged by the worker (`purge_api_requests`); and the worker's purge of the dashboard's
+ended sessions (`purge_dashboard_sessions`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from x402mw.platform.db import tables
+
+__all__ = [
+    "RETENTION_DAYS",
+    "ROWS_PER_MERCHANT",
+    "purge_api_requests",
+    "purge_dashboard_sessions",
+    "record_api_request",
+]
+
+RETENTION_DAYS = 30
+ROWS_PER_MERCHANT = 10_000
+
+
+async def record_api_request(engine: AsyncEngine, row: dict[str, Any]) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(insert(tables.api_requests).values(**row))
+
+
+async def purge_api_requests(
+    engine: AsyncEngine, now: datetime, *, days: int = RETENTION_DAYS, cap: int = ROWS_PER_MERCHANT
+) -> int:
+    """Delete rows older than ``days``, then each merchant's (per mode) beyond its newest ``cap``."""
+    t = tables.api_requests
+    async with engine.begin() as conn:
+        purged = (await conn.execute(delete(t).where(t.c.created_at < now - timedelta(days=days)))).rowcount or 0
+        over = await conn.execute(
+            select(t.c.merchant_id, t.c.livemode).group_by(t.c.merchant_id, t.c.livemode).having(func.count() > cap)
+        )
+        for merchant_id, livemode in list(over):
+            mine = (t.c.merchant_id == merchant_id, t.c.livemode == livemode)
+            oldest_kept = (
+                await conn.execute(
+                    select(t.c.created_at).where(*mine).order_by(t.c.created_at.desc()).offset(cap - 1).limit(1)
+                )
+            ).scalar_one()
+            result = await conn.execute(delete(t).where(*mine, t.c.created_at < oldest_kept))
+            purged += result.rowcount or 0
+    return int(purged)
+
+
+async def purge_dashboard_sessions(engine: AsyncEngine, now: datetime) -> int:
+    """Delete dashboard sessions past their absolute expiry by more than a day (the worker's
+    housekeeping; x402mw.platform.dashboard.accounts writes them)."""
+    sessions = tables.dashboard_sessions
+    async with engine.begin() as conn:
+        result = await conn.execute(delete(sessions).where(sessions.c.expires_at < now - timedelta(days=1)))
+    return int(result.rowcount or 0)
