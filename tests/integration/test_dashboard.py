@@ -681,13 +681,12 @@ def test_sandbox(team: Team) -> None:
 
 
 def test_the_api_request_log_is_bounded(team: Team) -> None:
-    from x402mw.platform.services.api_requests import purge_api_requests, record_api_request
+    from x402mw.platform.services.api_requests import purge_api_requests
 
     async def fill_and_purge(p: Any) -> tuple[int, int]:
         now = p.clock.now()
         for age_days in (40, 3, 2, 1, 0):
-            await record_api_request(
-                p.engine,
+            await p.api_requests.record(
                 {
                     "id": str(uuid.uuid4()),
                     "merchant_id": team.merchant_id,

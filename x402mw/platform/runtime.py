@@ -30,6 +30,7 @@ from x402mw.platform.emails.outbox import EmailOutbox
 from x402mw.platform.emails.transport import transport_for
 from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.sealing import SecretBox
+from x402mw.platform.services.api_requests import ApiRequestLog
 from x402mw.platform.services.catalogue import Catalogue
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.customer_links import CustomerLinks
@@ -78,6 +79,7 @@ class Platform:
     emails: EmailOutbox  # sends the subscribers' emails
     catalogue: Catalogue  # the discovery catalogue (Bazaar) of discoverable endpoints' resources
     sign_ins: SignInService  # sign-in-with-x: signatures, spent nonces, earlier payments
+    api_requests: ApiRequestLog  # the merchant API's request log (the dashboard's developers pages)
     # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
     webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -142,6 +144,7 @@ class Platform:
             EmailOutbox(engine, clock, email_transport, links, settings.smtp_sender, grace),
             Catalogue(engine),
             SignInService(engine, chain_verifier(chains)),
+            ApiRequestLog(engine),
         )
         try:
             await watcher.start()

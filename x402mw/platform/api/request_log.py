@@ -1,6 +1,6 @@
 """The API's request log: after each answer to an authenticated request under ``/v1``, one row
-(method, path, status, request id, duration) for the merchant the key names
-(`x402mw.platform.services.api_requests`). The dashboard's developers pages read it."""
+(method, path, status, request id, duration) for the merchant the key names, written in batches
+(`x402mw.platform.services.api_requests.ApiRequestLog`). The dashboard's developers pages read it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 from x402mw.platform.api.state import scope_platform
 from x402mw.platform.db.models import new_id
 from x402mw.platform.request_ids import current_request_id
-from x402mw.platform.services.api_requests import record_api_request
 from x402mw.platform.services.merchants import Caller
 
 __all__ = ["CALLER_KEY", "RequestLogMiddleware"]
@@ -59,6 +58,6 @@ class RequestLogMiddleware:
                 platform = scope_platform(scope)
                 try:
                     row["created_at"] = platform.clock.now()
-                    await record_api_request(platform.engine, row)
+                    await platform.api_requests.record(row)
                 except Exception:  # the log must never cost the merchant their answer
                     logger.exception("could not write the API request log")
