@@ -341,7 +341,10 @@ def test_the_page_shows_the_amount_the_deposit_address_and_a_qr_code(dev_platfor
     expect(page.locator("#status")).to_have_text("Awaiting payment")
     deposit = _attempt(dev_platform, order["id"]).json()["depositAddress"]
     expect(page.locator("#deposit-address")).to_have_text(deposit)
-    expect(page.locator("#transfer-amount")).to_have_text("12.5")
+    # one format for a shown amount: the copy field reads as the header does, beside the coin
+    expect(page.locator("#transfer-amount")).to_have_text("12.50")
+    assert page.locator("#transfer-amount ~ button.copy").get_attribute("data-copy") == "12.50"
+    assert page.locator("#transfer-amount").locator("xpath=..").inner_text().startswith("12.50 USDC")
     qr = page.locator("#qr svg.qr-code")
     expect(qr).to_be_visible()
     assert qr.locator("path").count() >= 1

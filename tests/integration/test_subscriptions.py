@@ -425,8 +425,9 @@ def test_bad_input_is_refused_with_a_code_and_changes_nothing(subs: Subscription
     with httpx.Client(base_url=shop.harness.url, headers={"Authorization": f"Bearer {live_key}"}, timeout=60) as live:
         _error(live.post("/test-clocks", json={"frozenTime": START}), 400, "livemode_not_allowed")
         _error(live.post(f"/test-clocks/{clock}/advance", json={"frozenTime": START}), 400, "livemode_not_allowed")
-        live_plan = live.post("/subscription-plans", json=good).json()["plan"]
-        body = {"planId": live_plan["id"], "merchantCustomerId": "c", "testClock": clock}
+        # this platform has no live chain: a live plan could never be paid
+        _error(live.post("/subscription-plans", json=good), 400, "currency_unavailable", "currency")
+        body = {"planId": plan["id"], "merchantCustomerId": "c", "testClock": clock}
         _error(live.post("/subscriptions", json=body), 400, "livemode_not_allowed", "testClock")
         _error(live.get(f"/subscription-plans/{plan['id']}"), 404, "resource_missing")  # modes do not mix
         assert live.get("/subscriptions").json()["data"] == []

@@ -13,6 +13,7 @@ from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_js
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import amount_schema
 from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.payment_intents import require_takeable
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
@@ -67,6 +68,7 @@ async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(PlanCreate, await read_json(request))
     platform = platform_of(request)
+    require_takeable(platform, caller.livemode, body.currency)
     now = platform.clock.now()
     row = {
         "id": new_id(),
