@@ -404,3 +404,22 @@ def test_a_refund_the_treasury_cannot_cover_fails_and_releases_its_reservation(d
             assert again.status_code == 201 and again.json()["refund"]["status"] == "completed", again.text
             assert _balances(api) == {"USDC": ("0", "0")}
         assert harness.balance(payer) == 4_000_000 and harness.balance(sink) == 4_000_000
+
+
+def test_a_refund_and_the_balance_keep_the_amount_s_scale(dev_platform: PlatformHarness) -> None:
+    """An order sent as ``"25.00"`` is refunded as ``"25.00"`` (answer, list and webhook data alike),
+    not ``"25"``; a balance, which has no sent scale, is answered with two decimals at least."""
+    _, key, _ = dev_platform.merchant()
+    with _api(dev_platform, key) as api:
+        order = _order(api, amount="25.00")
+        assert _pay(api, order)["paymentIntent"]["amount"] == "25.00"
+        assert _balances(api) == {"USDC": ("25.00", "0.00")}
+        refund = api.post(f"/payment-intents/{order['id']}/refunds", json={"reason": "requested_by_customer"})
+        assert refund.status_code == 201, refund.text
+        assert refund.json()["refund"]["amount"] == "25.00"
+        assert _balances(api) == {"USDC": ("0.00", "0.00")}
+        assert [r["amount"] for r in api.get("/refunds").json()["data"]] == ["25.00"]
+        events = [e for e in api.get("/events", params={"limit": 100}).json()["data"] if e["type"].startswith("refund.")]
+        assert events and {e["data"]["refund"]["amount"] for e in events} == {"25.00"}
+        _pay(api, _order(api, amount="0.125"))
+        assert _balances(api) == {"USDC": ("0.125", "0.00")}  # more decimals only when it holds them

@@ -313,6 +313,29 @@ def test_a_new_amount_applies_to_invoices_opened_afterwards_and_an_inactive_plan
     assert shop.order(renewal["paymentId"])["amount"] == "7.25"
 
 
+def test_amounts_keep_the_scale_they_were_sent_with(shop: Shop) -> None:
+    """A plan sent as ``"9.90"`` answers ``"9.90"``, and so do its invoices, their orders, the
+    webhooks and the refund of a paid invoice; a new amount keeps its own scale from then on."""
+    clock = shop.clock(START)
+    plan = shop.plan(amount="9.90")
+    assert plan["amount"] == "9.90"
+    assert shop.ok(shop.api.get(f"/subscription-plans/{plan['id']}"))["plan"]["amount"] == "9.90"
+    opened = shop.open(plan, "cus_scale", testClock=clock)
+    sub_id = opened["subscription"]["id"]
+    assert (opened["invoice"]["amount"], opened["paymentIntent"]["amount"]) == ("9.90", "9.90")
+    shop.pay(opened["paymentIntent"]["id"])
+    created = shop.event("created", sub_id)
+    assert (created.data["invoice"]["amount"], created.data["paymentIntent"]["amount"]) == ("9.90", "9.90")
+    refund = shop.ok(shop.api.post(f"/payment-intents/{opened['paymentIntent']['id']}/refunds", json={}), 201)
+    assert refund["refund"]["amount"] == "9.90"
+    updated = shop.ok(shop.api.patch(f"/subscription-plans/{plan['id']}", json={"amount": "12.500"}))
+    assert updated["plan"]["amount"] == "12.500"
+    shop.advance(clock, "2026-02-21T10:00:00Z")
+    renewal, first = shop.invoices(sub_id)
+    assert (renewal["amount"], first["amount"]) == ("12.500", "9.90")
+    assert shop.order(renewal["paymentId"])["amount"] == "12.500"
+
+
 def test_lists_filter_and_page(shop: Shop) -> None:
     plans = [shop.plan(name=f"Plan {n}") for n in range(3)]
     first = shop.open(plans[0], "cus_a")["subscription"]

@@ -25,9 +25,8 @@ from x402mw.platform.emails.messages import Notice, compose
 from x402mw.platform.emails.transport import EmailTransport
 from x402mw.platform.services.billing_periods import grace_end
 from x402mw.platform.services.customer_links import CustomerLinks
-from x402mw.platform.services.payment_intents import DECIMALS
+from x402mw.platform.services.payment_intents import amount_text
 from x402mw.platform.services.subscription_steps import aware
-from x402mw.protocol.prices import format_amount
 
 __all__ = ["GIVE_UP_AFTER", "LEASE", "EmailOutbox"]
 
@@ -145,7 +144,7 @@ class EmailOutbox:
             merchant=str(sub["merchant_name"]),
             plan=str(sub["plan_name"]),
             interval={"weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year"}[sub["interval"]],
-            amount=format_amount(invoice["amount_minor"], DECIMALS),
+            amount=amount_text(invoice),
             currency=str(invoice["currency"]),
             period_end=sub["current_period_end"],
             grace_end=ends,

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
-from x402mw.platform.objects.base import money
 from x402mw.platform.objects.subscriptions import Invoice, Subscription, SubscriptionOpened, SubscriptionPlan, TestClock
 from x402mw.platform.services.outbox import event_row
-from x402mw.platform.services.payment_intents import DECIMALS, payment_intent_of
+from x402mw.platform.services.payment_intents import amount_text, payment_intent_of
 
 __all__ = [
     "clock_of",
@@ -34,7 +34,7 @@ def plan_of(row: Mapping[Any, Any], checkout_url_base: str) -> SubscriptionPlan:
         id=row["id"],
         name=row["name"],
         slug=row["slug"],
-        amount=money(row["amount_minor"], DECIMALS),
+        amount=Decimal(amount_text(row)),
         currency=row["currency"],
         interval=row["interval"],
         active=bool(row["active"]),
@@ -76,7 +76,7 @@ def invoice_of(row: Mapping[Any, Any], checkout_url_base: str) -> Invoice:
         subscription_id=row["subscription_id"],
         period=int(row["period"]),
         status=row["status"],
-        amount=money(row["amount_minor"], DECIMALS),
+        amount=Decimal(amount_text(row)),
         currency=row["currency"],
         period_start=row["period_start"],
         period_end=row["period_end"],

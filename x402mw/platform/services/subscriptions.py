@@ -202,6 +202,7 @@ class SubscriptionService:
             invoice_id=invoice_id,
             period=1,
             amount=plan["amount_minor"],
+            amount_text=plan["amount_text"],
             currency=plan["currency"],
             success_url=self.links.page_url(sub["id"]),
             at=now,
