@@ -550,7 +550,11 @@ def test_a_coin_no_chain_carries_is_refused_for_orders_links_and_plans(dev_platf
             reply = api.post(path, json=body)
             assert reply.status_code == 400, (path, body, reply.text)
             error = reply.json()["error"]
-            assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "currency_unavailable", param)
+            assert (error["type"], error["code"], error["param"]) == (
+                "invalid_request_error",
+                "currency_unavailable",
+                param,
+            )
             assert error["message"].endswith("Coins it takes: EURC, USDC") and "USDT" in error["message"]
             assert error["requestId"] == reply.headers["request-id"]
         assert api.get("/payment-intents").json()["data"] == []

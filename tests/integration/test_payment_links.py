@@ -51,7 +51,7 @@ def _shown_order(html: str) -> str:
 
 
 def test_create_read_list_and_update_a_link(dev_platform: PlatformHarness) -> None:
-    _, key, _ = dev_platform.merchant()
+    merchant_id, key, _ = dev_platform.merchant()
     slug = f"ticket-{uuid.uuid4().hex[:8]}"
     link = _link(
         dev_platform,
@@ -67,7 +67,7 @@ def test_create_read_list_and_update_a_link(dev_platform: PlatformHarness) -> No
     assert link["object"] == "payment_link" and link["active"] is True
     assert link["amount"] == "25.00", "amounts echo as sent"
     assert link["checkoutUrl"] == f"{base}/pl_{link['id']}"
-    assert link["slugUrl"] == f"{base}/paylink/{slug}"
+    assert link["slugUrl"] == f"{base}/paylink/{slug}.{merchant_id}"
     assert (link["acceptedCurrencies"], link["metadata"]) == (["USDC", "EURC"], {"sku": "T-1"})
     with _api(dev_platform, key) as api:
         assert api.get(f"/payment-links/{link['id']}").json() == {"paymentLink": link}
@@ -171,7 +171,11 @@ def test_slugs_and_legacy_paylinks_both_resolve(dev_platform: PlatformHarness) -
         assert _open(buyer, link["checkoutUrl"]) == by_slug, "one link, one cookie, one order"
         assert _open(buyer, f"{base}/paylink/pl_{link['id']}") == by_slug
         # /paylink/<payment intent> and /payment-intents/<uuid> still render that order's page
-        for legacy in [f"{base}/paylink/pi_{by_slug}", f"{base}/paylink/{by_slug}", f"{base}/payment-intents/{by_slug}"]:
+        for legacy in [
+            f"{base}/paylink/pi_{by_slug}",
+            f"{base}/paylink/{by_slug}",
+            f"{base}/payment-intents/{by_slug}",
+        ]:
             assert _open(buyer, legacy) == by_slug, legacy
         for unknown in [f"{base}/paylink/no-such-{uuid.uuid4().hex[:6]}", f"{base}/pl_{uuid.uuid4()}", f"{base}/pl_x"]:
             assert buyer.get(unknown).status_code == 404, unknown
@@ -198,6 +202,36 @@ def test_every_legacy_link_form_answers_its_page_without_a_redirect(dev_platform
             assert (reply.status_code, reply.headers.get("location"), _shown_order(reply.text)) == (200, None, order)
     with _api(dev_platform, key) as api:
         assert [o["id"] for o in api.get("/payment-intents").json()["data"]] == [order]
+
+
+def test_slugs_are_per_merchant_and_an_old_bare_address_keeps_its_link(dev_platform: PlatformHarness) -> None:
+    """Two merchants may each have a link ``sale-…``: neither learns the other uses it. Each
+    ``slugUrl`` carries its merchant and opens its own link; the bare ``/paylink/<slug>`` of the time
+    slugs were one namespace still opens the link that held it (the oldest)."""
+    first_id, first_key, _ = dev_platform.merchant("First shop")
+    second_id, second_key, _ = dev_platform.merchant("Second shop")
+    slug = f"sale-{uuid.uuid4().hex[:8]}"
+    mine = _link(dev_platform, first_key, slug=slug)
+    theirs = _link(dev_platform, second_key, slug=slug)
+    base = dev_platform.platform.settings.checkout_url_base
+    assert (mine["slugUrl"], theirs["slugUrl"]) == (
+        f"{base}/paylink/{slug}.{first_id}",
+        f"{base}/paylink/{slug}.{second_id}",
+    )
+    with _api(dev_platform, first_key) as api:
+        error = _error(
+            api.post("/payment-links", json={"name": "Again", "amount": "1", "currency": "USDC", "slug": slug}), 409
+        )
+    assert (error["code"], error["param"]) == ("slug_taken", "slug")
+    assert error["message"].startswith("You already have a payment link with the slug")
+    with httpx.Client(timeout=60) as buyer:
+        bought = {first_key: _open(buyer, mine["slugUrl"]), second_key: _open(buyer, theirs["slugUrl"])}
+        assert _open(buyer, f"{base}/paylink/{slug}") == bought[first_key], "the bare slug: the oldest link"
+        assert buyer.get(f"{base}/paylink/{slug}.{uuid.uuid4()}").status_code == 404
+    for key, link in [(first_key, mine), (second_key, theirs)]:
+        with _api(dev_platform, key) as api:
+            orders = api.get("/payment-intents").json()["data"]
+        assert [(o["id"], o["paymentLinkId"]) for o in orders] == [(bought[key], link["id"])]
 
 
 def test_an_inactive_link_opens_nothing(dev_platform: PlatformHarness) -> None:

@@ -419,7 +419,9 @@ def test_a_refund_and_the_balance_keep_the_amount_s_scale(dev_platform: Platform
         assert refund.json()["refund"]["amount"] == "25.00"
         assert _balances(api) == {"USDC": ("0.00", "0.00")}
         assert [r["amount"] for r in api.get("/refunds").json()["data"]] == ["25.00"]
-        events = [e for e in api.get("/events", params={"limit": 100}).json()["data"] if e["type"].startswith("refund.")]
+        events = [
+            e for e in api.get("/events", params={"limit": 100}).json()["data"] if e["type"].startswith("refund.")
+        ]
         assert events and {e["data"]["refund"]["amount"] for e in events} == {"25.00"}
         _pay(api, _order(api, amount="0.125"))
         assert _balances(api) == {"USDC": ("0.125", "0.00")}  # more decimals only when it holds them

@@ -140,7 +140,8 @@ async def create(request: Request) -> ModelResponse:
     except IntegrityError:
         if body.slug is None:
             raise
-        raise ApiError(409, "slug_taken", f"The slug {body.slug!r} is taken; choose another", param="slug") from None
+        message = f"You already have a payment link with the slug {body.slug!r}; choose another"
+        raise ApiError(409, "slug_taken", message, param="slug") from None
     return _answer(request, row, 201)
 
 

@@ -97,9 +97,10 @@ async def _reusable(platform: Platform, link: Mapping[Any, Any], request: Reques
 async def find_link(
     platform: Platform, raw_id: str | None = None, *, slug: str | None = None
 ) -> Mapping[Any, Any] | None:
-    """The link ``pl_<uuid>`` (or a bare UUID) names, or the link with ``slug``; None when none does."""
+    """The link ``pl_<uuid>`` (or a bare UUID) names, or the link ``/paylink/<slug>`` names (the
+    slug and its merchant, or an old bare slug); None when none does."""
     if slug is not None:
-        if len(slug) > 64:
+        if len(slug) > 64 + 1 + 36:
             return None
         async with platform.engine.connect() as conn:
             return await find_payment_link_by_slug(conn, slug)
