@@ -2,8 +2,9 @@
 
 The merchant creates a link (with a slug) through the typed client; two buyers open it in their
 browsers (here: two HTTP clients, each keeping its own cookies), each see an order of their own on
-the link's page (shown in place, no redirect), and pay it (in the sandbox); a buyer who reloads the link gets the same order back. The
-merchant finds both orders by ``payment_link_id`` and finally deactivates the link.
+the link's page (shown in place, no redirect), and pay it (in the sandbox); a buyer who reloads the
+link gets the same order back. The merchant finds both orders by ``payment_link_id`` and finally
+deactivates the link.
 
 Against your platform, with a test key::
 
