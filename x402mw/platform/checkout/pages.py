@@ -121,9 +121,12 @@ def _environment() -> Environment:
 
 
 def display_amount(amount: str) -> str:
-    """A decimal string with at least two decimals: ``"12.5"`` → ``"12.50"``, ``"3"`` → ``"3.00"``."""
+    """How a page shows an amount, whatever scale it was sent or computed at: two decimals, more only
+    where the amount has them: ``"12.5"`` → ``"12.50"``, ``"3"`` → ``"3.00"``, ``"9.900"`` →
+    ``"9.90"``, ``"0.125"`` → ``"0.125"``. One format, so that a page's header, its transfer amount
+    and what its Copy button copies read alike."""
     whole, _, fraction = amount.partition(".")
-    return f"{whole}.{fraction.ljust(2, '0')}"
+    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
 
 
 @functools.lru_cache(maxsize=4096)
