@@ -3,6 +3,12 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The x402 Foundation's MCP server wrapper needs mcp<2 (it imports mcp.server.fastmcp): their side of
+# tests/integration/test_mcp_interop.py runs in this environment, as a subprocess, and so does our
+# PaidTools on mcp 1's FastMCP (x402mw from this checkout on PYTHONPATH; sniffio is all it adds).
+VENV_MCP1 := .venv-mcp1
+STAMP_MCP1 := $(VENV_MCP1)/.installed
+export X402MW_MCP1_PYTHON := $(abspath $(VENV_MCP1)/bin/python)
 TOOLS := .tools
 ANVIL := $(TOOLS)/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil
 X402_TS := $(TOOLS)/node_modules/@x402/express/package.json
@@ -19,6 +25,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -qq --upgrade pip
 	$(PY) -m pip install -qq -c constraints.txt -e ".[flask,starlette,django,platform,dev]"
 	@touch $(STAMP)
+
+$(STAMP_MCP1): constraints-mcp1.txt
+	@test -x $(VENV_MCP1)/bin/python || $(PYTHON) -m venv $(VENV_MCP1)
+	$(VENV_MCP1)/bin/python -m pip install -qq --upgrade pip
+	$(VENV_MCP1)/bin/python -m pip install -qq -c constraints-mcp1.txt "x402[evm,mcp]==2.25.0" "mcp<2" sniffio
+	@touch $(STAMP_MCP1)
 
 $(ANVIL):
 	@mkdir -p $(TOOLS)
@@ -51,9 +63,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 # PostgreSQL at X402MW_TEST_POSTGRES_URL, or a throwaway cluster from the local binaries (tests/pg_cluster.py).
-# The soak (tests/reliability/test_soak.py) runs alone afterwards: it starts four platform processes
-# of its own and measures them under faults, which the rest of the suite running beside it would skew.
-test: $(STAMP) $(ANVIL) $(X402_TS) $(AXE) $(CHROMIUM) lint
+# The soak (tests/reliability/test_soak.py, and the relayer pool's load, test_pool.py) runs alone
+# afterwards: each starts four platform processes of its own and measures them under faults, which
+# the rest of the suite running beside it would skew.
+test: $(STAMP) $(STAMP_MCP1) $(ANVIL) $(X402_TS) $(AXE) $(CHROMIUM) lint
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -n 2 --timeout 300 -m "not soak"
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -s --timeout 900 -m soak
 
@@ -64,4 +77,4 @@ contracts:
 	cd contracts && ./build.sh
 
 clean:
-	rm -rf $(VENV) $(TOOLS) build *.egg-info
+	rm -rf $(VENV) $(VENV_MCP1) $(TOOLS) build *.egg-info

@@ -5,6 +5,8 @@ from bench import (
     bench_checkout,
     bench_devchain,
     bench_e2e,
+    bench_keys,
+    bench_mcp,
     bench_orders,
     bench_subscriptions,
     bench_verify,
@@ -16,5 +18,7 @@ bench_e2e.run(database="postgresql")  # the database a deployment runs on
 bench_e2e.run(database="sqlite")  # the development default
 bench_orders.run()
 bench_checkout.run()
+bench_keys.run()
 bench_devchain.run()
+bench_mcp.run()
 bench_subscriptions.run()

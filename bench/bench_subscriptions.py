@@ -157,7 +157,6 @@ def populate(url: str, total: int, due: int, now: datetime) -> None:
                     amount=9_990_000,
                     amount_text="9.99",
                     currency="USDC",
-                    success_url=None,
                     at=now,
                 )
                 invoice = invoice_row(

@@ -4,8 +4,9 @@ pragma solidity ^0.8.20;
 /// @title X402Token
 /// @notice An ERC-20 stablecoin stand-in for local chains: EIP-712 domain, EIP-3009 transfer,
 ///         receive and cancel authorizations in both the (v, r, s) and the bytes-signature forms,
-///         and a single minter (the deployer). Revert strings match what the x402mw platform maps
-///         to refusal reasons.
+///         EIP-2612 permit, and a single minter (the deployer). As in USDC v2.2, the bytes-signature
+///         forms accept EIP-1271 signatures: a signer with code is asked `isValidSignature`. Revert
+///         strings match what the x402mw platform maps to refusal reasons.
 contract X402Token {
     bytes32 private constant _DOMAIN_TYPEHASH =
         keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)");
@@ -15,6 +16,11 @@ contract X402Token {
         keccak256("ReceiveWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,bytes32 nonce)");
     bytes32 public constant CANCEL_AUTHORIZATION_TYPEHASH =
         keccak256("CancelAuthorization(address authorizer,bytes32 nonce)");
+    bytes32 public constant PERMIT_TYPEHASH =
+        keccak256("Permit(address owner,address spender,uint256 value,uint256 nonce,uint256 deadline)");
+
+    // EIP-1271: what isValidSignature(bytes32,bytes) returns for a signature the contract accepts.
+    bytes4 private constant _ERC1271_MAGIC = 0x1626ba7e;
 
     // Half the secp256k1 group order: a larger s is the malleable twin of a valid signature.
     uint256 private constant _HALF_ORDER = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0;
@@ -34,6 +40,9 @@ contract X402Token {
     uint256 private immutable _cachedChainId;
     bytes32 private immutable _cachedDomainSeparator;
     mapping(address => mapping(bytes32 => bool)) private _authorizationStates;
+
+    /// @notice EIP-2612: the next permit nonce of each owner.
+    mapping(address => uint256) public nonces;
 
     event Transfer(address indexed from, address indexed to, uint256 value);
     event Approval(address indexed owner, address indexed spender, uint256 value);
@@ -74,8 +83,7 @@ contract X402Token {
     }
 
     function approve(address spender, uint256 value) external returns (bool) {
-        allowance[msg.sender][spender] = value;
-        emit Approval(msg.sender, spender, value);
+        _approve(msg.sender, spender, value);
         return true;
     }
 
@@ -89,6 +97,44 @@ contract X402Token {
         }
         _transfer(from, to, value);
         return true;
+    }
+
+    /// @notice EIP-2612: `owner` lets `spender` spend `value`, by a signature made before `deadline`.
+    function permit(address owner, address spender, uint256 value, uint256 deadline, uint8 v, bytes32 r, bytes32 s)
+        external
+    {
+        bytes32 digest = _permitDigest(owner, spender, value, deadline);
+        require(_recover(digest, v, r, s) == owner, "invalid signature");
+        _approve(owner, spender, value);
+    }
+
+    /// @notice EIP-2612 with a bytes signature: 65 bytes `r || s || v` from a key, or whatever the
+    ///         owner's contract accepts through EIP-1271.
+    function permit(address owner, address spender, uint256 value, uint256 deadline, bytes memory signature)
+        external
+    {
+        bytes32 digest = _permitDigest(owner, spender, value, deadline);
+        _requireSignature(owner, digest, signature);
+        _approve(owner, spender, value);
+    }
+
+    /// @dev The digest of `owner`'s next permit; consumes its nonce (the caller reverts if the
+    ///      signature does not match, which restores it).
+    function _permitDigest(address owner, address spender, uint256 value, uint256 deadline)
+        private
+        returns (bytes32)
+    {
+        require(deadline >= block.timestamp, "permit is expired");
+        uint256 nonce = nonces[owner];
+        unchecked {
+            nonces[owner] = nonce + 1;
+        }
+        return _digest(keccak256(abi.encode(PERMIT_TYPEHASH, owner, spender, value, nonce, deadline)));
+    }
+
+    function _approve(address owner, address spender, uint256 value) private {
+        allowance[owner][spender] = value;
+        emit Approval(owner, spender, value);
     }
 
     function mint(address to, uint256 value) external {
@@ -128,9 +174,10 @@ contract X402Token {
         bytes32 r,
         bytes32 s
     ) external {
-        _transferWithAuthorization(
-            TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, v, r, s
-        );
+        bytes32 digest =
+            _authorizationDigest(TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce);
+        require(_recover(digest, v, r, s) == from, "invalid signature");
+        _useAuthorization(from, to, value, nonce);
     }
 
     function transferWithAuthorization(
@@ -142,10 +189,10 @@ contract X402Token {
         bytes32 nonce,
         bytes memory signature
     ) external {
-        (uint8 v, bytes32 r, bytes32 s) = _split(signature);
-        _transferWithAuthorization(
-            TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, v, r, s
-        );
+        bytes32 digest =
+            _authorizationDigest(TRANSFER_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce);
+        _requireSignature(from, digest, signature);
+        _useAuthorization(from, to, value, nonce);
     }
 
     function receiveWithAuthorization(
@@ -160,9 +207,10 @@ contract X402Token {
         bytes32 s
     ) external {
         require(to == msg.sender, "caller must be the payee");
-        _transferWithAuthorization(
-            RECEIVE_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, v, r, s
-        );
+        bytes32 digest =
+            _authorizationDigest(RECEIVE_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce);
+        require(_recover(digest, v, r, s) == from, "invalid signature");
+        _useAuthorization(from, to, value, nonce);
     }
 
     function receiveWithAuthorization(
@@ -175,60 +223,82 @@ contract X402Token {
         bytes memory signature
     ) external {
         require(to == msg.sender, "caller must be the payee");
-        (uint8 v, bytes32 r, bytes32 s) = _split(signature);
-        _transferWithAuthorization(
-            RECEIVE_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce, v, r, s
-        );
+        bytes32 digest =
+            _authorizationDigest(RECEIVE_WITH_AUTHORIZATION_TYPEHASH, from, to, value, validAfter, validBefore, nonce);
+        _requireSignature(from, digest, signature);
+        _useAuthorization(from, to, value, nonce);
     }
 
     function cancelAuthorization(address authorizer, bytes32 nonce, uint8 v, bytes32 r, bytes32 s) external {
-        _cancelAuthorization(authorizer, nonce, v, r, s);
+        bytes32 digest = _cancelDigest(authorizer, nonce);
+        require(_recover(digest, v, r, s) == authorizer, "invalid signature");
+        _cancel(authorizer, nonce);
     }
 
     function cancelAuthorization(address authorizer, bytes32 nonce, bytes memory signature) external {
-        (uint8 v, bytes32 r, bytes32 s) = _split(signature);
-        _cancelAuthorization(authorizer, nonce, v, r, s);
+        bytes32 digest = _cancelDigest(authorizer, nonce);
+        _requireSignature(authorizer, digest, signature);
+        _cancel(authorizer, nonce);
     }
 
-    function _transferWithAuthorization(
+    function _authorizationDigest(
         bytes32 typehash,
         address from,
         address to,
         uint256 value,
         uint256 validAfter,
         uint256 validBefore,
-        bytes32 nonce,
-        uint8 v,
-        bytes32 r,
-        bytes32 s
-    ) private {
+        bytes32 nonce
+    ) private view returns (bytes32) {
         require(block.timestamp > validAfter, "authorization is not yet valid");
         require(block.timestamp < validBefore, "authorization is expired");
         require(!_authorizationStates[from][nonce], "authorization is used or canceled");
-        bytes32 structHash = keccak256(abi.encode(typehash, from, to, value, validAfter, validBefore, nonce));
-        require(_recover(structHash, v, r, s) == from, "invalid signature");
+        return _digest(keccak256(abi.encode(typehash, from, to, value, validAfter, validBefore, nonce)));
+    }
+
+    function _useAuthorization(address from, address to, uint256 value, bytes32 nonce) private {
         _authorizationStates[from][nonce] = true;
         emit AuthorizationUsed(from, nonce);
         _transfer(from, to, value);
     }
 
-    function _cancelAuthorization(address authorizer, bytes32 nonce, uint8 v, bytes32 r, bytes32 s) private {
+    function _cancelDigest(address authorizer, bytes32 nonce) private view returns (bytes32) {
         require(!_authorizationStates[authorizer][nonce], "authorization is used or canceled");
-        bytes32 structHash = keccak256(abi.encode(CANCEL_AUTHORIZATION_TYPEHASH, authorizer, nonce));
-        require(_recover(structHash, v, r, s) == authorizer, "invalid signature");
+        return _digest(keccak256(abi.encode(CANCEL_AUTHORIZATION_TYPEHASH, authorizer, nonce)));
+    }
+
+    function _cancel(address authorizer, bytes32 nonce) private {
         _authorizationStates[authorizer][nonce] = true;
         emit AuthorizationCanceled(authorizer, nonce);
     }
 
-    /// @dev The signer of an EIP-712 struct under this token's domain; reverts on malformed or
-    ///      malleable (high-s) signatures instead of returning the zero address.
-    function _recover(bytes32 structHash, uint8 v, bytes32 r, bytes32 s) private view returns (address) {
+    function _digest(bytes32 structHash) private view returns (bytes32) {
+        return keccak256(abi.encodePacked("\x19\x01", DOMAIN_SEPARATOR(), structHash));
+    }
+
+    /// @dev The signer of `digest`; reverts on malformed or malleable (high-s) signatures instead
+    ///      of returning the zero address.
+    function _recover(bytes32 digest, uint8 v, bytes32 r, bytes32 s) private pure returns (address) {
         require(uint256(s) <= _HALF_ORDER, "invalid signature");
         require(v == 27 || v == 28, "invalid signature");
-        bytes32 digest = keccak256(abi.encodePacked("\x19\x01", DOMAIN_SEPARATOR(), structHash));
         address signer = ecrecover(digest, v, r, s);
         require(signer != address(0), "invalid signature");
         return signer;
+    }
+
+    /// @dev Reverts with "invalid signature" unless `signature` is `signer`'s over `digest`: for a
+    ///      signer with code, its EIP-1271 `isValidSignature(digest, signature)` must return the
+    ///      magic value (a revert, out-of-gas or other answer is a refusal); for a key, the 65-byte
+    ///      `r || s || v` must recover to it.
+    function _requireSignature(address signer, bytes32 digest, bytes memory signature) private view {
+        if (signer.code.length == 0) {
+            (uint8 v, bytes32 r, bytes32 s) = _split(signature);
+            require(_recover(digest, v, r, s) == signer, "invalid signature");
+            return;
+        }
+        (bool ok, bytes memory answer) =
+            signer.staticcall(abi.encodeWithSelector(_ERC1271_MAGIC, digest, signature));
+        require(ok && answer.length >= 32 && bytes4(bytes32(answer)) == _ERC1271_MAGIC, "invalid signature");
     }
 
     function _split(bytes memory signature) private pure returns (uint8 v, bytes32 r, bytes32 s) {

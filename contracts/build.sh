@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates x402mw/platform/chain/X402Token.json from X402Token.sol with solcjs (works offline
-# once the npm package is installed). Usage: cd contracts && ./build.sh
+# Regenerates the compiled artifacts in x402mw/platform/chain/ (X402Token.json and one JSON per
+# contract listed below) from the .sol files here with solcjs (works offline once the npm package is
+# installed). Usage: cd contracts && ./build.sh
 set -euo pipefail
 
 SOLC_VERSION="0.8.26"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-out="$here/../x402mw/platform/chain/X402Token.json"
+out="$here/../x402mw/platform/chain"
 cd "$here"
 
 installed="$(node -p 'try { require("./node_modules/solc/package.json").version } catch (e) { "" }')"
@@ -13,31 +14,47 @@ if [ "$installed" != "$SOLC_VERSION" ]; then
     npm install --silent --no-audit --no-fund --no-save --prefix . "solc@$SOLC_VERSION"
 fi
 
-node - "$here/X402Token.sol" "$out" <<'JS'
+node - "$here" "$out" <<'JS'
 const fs = require("fs");
 const path = require("path");
 const solc = require(path.resolve("node_modules/solc"));
-const [source, out] = process.argv.slice(2);
+const [dir, out] = process.argv.slice(2);
+// source file => the contracts of it that get an artifact
+const wanted = {
+  "X402Token.sol": ["X402Token"],
+  "X402Permit2.sol": ["X402Permit2"],
+  "X402Permit2Proxies.sol": ["X402UptoPermit2Proxy", "X402ExactPermit2Proxy"],
+  "X402SmartWallet.sol": ["X402SmartWallet", "X402SmartWalletFactory", "X402ERC6492Validator"],
+  "X402BadWallets.sol": ["X402RevertingWallet", "X402GasBurningWallet", "X402BadWalletFactory"],
+};
+const sources = {};
+for (const file of Object.keys(wanted)) sources[file] = { content: fs.readFileSync(path.join(dir, file), "utf8") };
 const input = {
   language: "Solidity",
-  sources: { "X402Token.sol": { content: fs.readFileSync(source, "utf8") } },
+  sources,
   settings: {
     optimizer: { enabled: true, runs: 10000 },
     evmVersion: "paris",
-    outputSelection: { "*": { "X402Token": ["abi", "evm.bytecode.object"] } },
+    outputSelection: { "*": { "*": ["abi", "evm.bytecode.object", "evm.deployedBytecode.object"] } },
   },
 };
 const output = JSON.parse(solc.compile(JSON.stringify(input)));
 const errors = (output.errors || []).filter((e) => e.severity === "error");
 for (const e of output.errors || []) console.error(e.formattedMessage);
 if (errors.length) process.exit(1);
-const contract = output.contracts["X402Token.sol"].X402Token;
-const artifact = {
-  contractName: "X402Token",
-  abi: contract.abi,
-  bytecode: "0x" + contract.evm.bytecode.object,
-  compiler: "solc-js " + solc.version(),
-};
-fs.writeFileSync(out, JSON.stringify(artifact, null, 2) + "\n");
-console.log(`wrote ${path.relative(process.cwd(), out)} (${contract.evm.bytecode.object.length / 2} bytes)`);
+for (const [file, names] of Object.entries(wanted)) {
+  for (const name of names) {
+    const contract = output.contracts[file][name];
+    const artifact = {
+      contractName: name,
+      abi: contract.abi,
+      bytecode: "0x" + contract.evm.bytecode.object,
+      deployedBytecode: "0x" + contract.evm.deployedBytecode.object,
+      compiler: "solc-js " + solc.version(),
+    };
+    const target = path.join(out, name + ".json");
+    fs.writeFileSync(target, JSON.stringify(artifact, null, 2) + "\n");
+    console.log(`wrote ${path.relative(process.cwd(), target)} (${contract.evm.deployedBytecode.object.length / 2} bytes of runtime code)`);
+  }
+}
 JS

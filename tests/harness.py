@@ -132,12 +132,13 @@ class PlatformHarness:
         pricing: str = "fixed",
         release: str = "included",
         fund: str = "100",
+        resource_url: str = "http://testserver/weather",
     ) -> Deployment:
         merchant_id, key, key_id = self.merchant()
         payout = address_of(new_private_key())
         body: dict[str, Any] = {
             "name": "Weather",
-            "resourceUrl": "http://testserver/weather",
+            "resourceUrl": resource_url,
             "chainId": self.chain.chain_id,
             "currency": "USDC",
             "payoutAddress": payout,

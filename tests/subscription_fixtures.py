@@ -61,6 +61,7 @@ class Mailbox:
 
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
+        self.recipients: list[list[str]] = []  # each message's envelope (RCPT TO), in step with messages
         self.gate = threading.Event()
         self.gate.set()
         self._lock = threading.Lock()
@@ -74,6 +75,7 @@ class Mailbox:
         assert isinstance(message, EmailMessage)
         with self._lock:
             self.messages.append(message)
+            self.recipients.append(list(envelope.rcpt_tos))
         return "250 Message accepted for delivery"
 
     def start(self) -> Mailbox:
@@ -205,10 +207,20 @@ class Shop:
         paid: dict[str, Any] = self.ok(self.api.post(f"/sandbox/payment-intents/{order_id}/simulate-payment", json={}))
         return paid
 
-    def transfer(self, to: str, amount: Decimal) -> str:
-        """A buyer's own EIP-3009 transfer of ``amount`` USDC to ``to`` (the relayer submits it); its hash."""
+    def deposit_address(self, order_id: str) -> str:
+        """The order's deposit address, as the hosted checkout's transfer attempt gives it."""
+        origin = self.harness.url.removesuffix("/v1")
+        body = {"network": self.harness.network, "currency": "USDC", "method": "transfer"}
+        reply = httpx.post(f"{origin}/checkout/v1/payment-intents/{order_id}/attempts", json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        address: str = reply.json()["depositAddress"]
+        return address
+
+    def transfer(self, to: str, amount: Decimal, buyer: bytes | None = None) -> str:
+        """A buyer's own EIP-3009 transfer of ``amount`` USDC to ``to`` (the relayer submits it), from
+        ``buyer``'s key (a new wallet by default), funded with exactly ``amount`` first; its hash."""
         harness = self.harness
-        buyer = new_private_key()
+        buyer = buyer or new_private_key()
         harness.fund(self.key, address_of(buyer), str(amount))
         chain = harness.chain
         data, _, _ = authorization_call(chain, harness.usdc, buyer, to, int(amount * 10**6), secrets.token_bytes(32))

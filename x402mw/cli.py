@@ -315,6 +315,19 @@ async def _with_engine(settings: PlatformSettings, action: Callable[[Any], Await
         await engine.dispose()
 
 
+@platform.command(name="relayer-pool")
+@settings_options(StorageSettings)
+@click.option("--chain-id", type=int, required=True, help="The chain whose pool to size.")
+@click.option("--size", type=click.IntRange(1, 1000), required=True, help="How many relayer accounts it has.")
+def relayer_pool_command(settings: PlatformSettings, chain_id: int, size: int) -> None:
+    """Size a chain's pool of relayer accounts (X402MW_RELAYER_POOL_SIZE) while the platform runs:
+    every process follows within a few seconds, without a restart."""
+    from x402mw.platform.services.relayer_leases import set_pool_size
+
+    asyncio.run(_with_engine(settings, lambda engine: set_pool_size(engine, chain_id, size)))
+    click.echo(f"the relayer pool of chain {chain_id} has {size} accounts")
+
+
 @platform.group()
 def merchants() -> None:
     """Merchants."""

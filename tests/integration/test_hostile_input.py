@@ -83,7 +83,10 @@ def _real_ids(harness: PlatformHarness, key: str) -> list[str]:
 
 def _is_envelope(response: httpx.Response) -> bool:
     try:
-        error = response.json()["error"]
+        body = response.json()
+        if response.status_code == 402 and isinstance(body, dict) and body.get("x402Version") == 2:
+            return "accepts" in body  # an order agents pay answers x402's own PaymentRequired
+        error = body["error"]
     except (ValueError, KeyError, TypeError):
         # the hosted checkout page answers an unknown order with its own HTML page
         return response.status_code == 404 and response.headers.get("content-type", "").startswith("text/html")

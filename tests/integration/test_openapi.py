@@ -239,7 +239,7 @@ def test_links_lead_from_an_answer_s_id_to_the_operations_that_take_it() -> None
 
 
 def test_url_fields_are_documented_as_the_validator_reads_them() -> None:
-    from x402mw.platform.api.fields import http_url
+    from x402mw.platform.api.fields import http_url, resource_url
 
     schemas = build_document()["components"]["schemas"]
     fields = [
@@ -268,14 +268,25 @@ def test_url_fields_are_documented_as_the_validator_reads_them() -> None:
         "https://shop.example\\@evil.example/",
         "https://shop.example/\u3000",
         "https://shop.example/\x7f",
+        "mcp://tool/forecast",
+        "mcp://tool/a.b-c_d",
+        "mcp://tool/",
+        "mcp://tool/a/b",
+        "mcp://tool/" + "a" * 129,
+        "mcp://forecast",
     ]
     for model, field in fields:
         schema = schemas[model]["properties"][field]
         schema = next((s for s in schema.get("anyOf", [schema]) if s.get("type") == "string"), schema)
+        options = schema.get("anyOf", [schema])  # an agent endpoint's resourceUrl: http(s), or an MCP tool
+        check = resource_url if field == "resourceUrl" else http_url
         for url in samples:
             try:
-                accepted = http_url(url) == url
+                accepted = check(url) == url
             except ValueError:
                 accepted = False
-            documented = re.search(schema["pattern"], url) is not None and len(url) <= schema["maxLength"]
+            documented = any(
+                re.search(option["pattern"], url) is not None and len(url) <= option.get("maxLength", len(url))
+                for option in options
+            )
             assert documented == accepted, (model, field, url)

@@ -9,12 +9,14 @@ import asyncio
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
 from tests.subscription_fixtures import Shop, SubscriptionPlatform, iso_day, subscription_platform, wait_for
+from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.clock import ManualClock
 from x402mw.platform.db import tables
 from x402mw.platform.emails.outbox import LEASE
@@ -172,3 +174,106 @@ def test_concurrent_workers_run_each_action_once(subs: SubscriptionPlatform) -> 
         return int(renewals or 0), int(queued or 0), int(created or 0)
 
     assert shop.harness.server.call(counts) == (10, 10, 20)  # 10 first orders, 10 renewal orders
+
+
+def _balances(shop: Shop) -> dict[str, tuple[str, str]]:
+    data = shop.ok(shop.api.get("/balances"))["data"]
+    return {b["currency"]: (b["available"], b["reserved"]) for b in data}
+
+
+def _watch(shop: Shop, step: str) -> None:
+    """One step of the deposit watcher: ``scan`` (the payment is seen: processing) or ``confirm``
+    (it has its confirmations: succeeded), the latter by two workers at once."""
+
+    async def run(platform: Any) -> None:
+        if step == "scan":
+            await platform.watcher.scan(shop.harness.chain)
+        else:
+            await asyncio.gather(platform.watcher.confirm(), platform.watcher.confirm())
+
+    shop.harness.server.call(run)
+
+
+def _refund_events(shop: Shop, order_id: str) -> list[tuple[str, str, str | None]]:
+    _duty(shop, "webhooks")
+    found = [e for e in shop.events() if e.type.startswith(("refund.", "payment_intent."))]
+    about = [
+        e
+        for e in found
+        if (e.data.get("refund") or {}).get("paymentId") == order_id
+        or (e.data.get("paymentIntent") or {}).get("id") == order_id
+    ]
+    return [
+        (
+            e.type,
+            (e.data.get("refund") or e.data["paymentIntent"])["status"],
+            (e.data.get("refund") or {}).get("reason"),
+        )
+        for e in sorted(about, key=lambda e: (e.created_at, e.id))
+    ]
+
+
+@pytest.mark.parametrize("cancel", ["while_processing", "before_payment"])
+def test_a_renewal_payment_landing_after_a_cancel_is_refunded_to_its_payer_once(
+    subs: SubscriptionPlatform, cancel: str
+) -> None:
+    """The race of issue 21: the customer's renewal payment is on its way (seen on-chain, not yet
+    confirmed) when the merchant cancels, or arrives after the cancel. The payment is taken, then
+    refunded whole to the wallet that paid, and the webhooks say so; the merchant keeps nothing."""
+    shop = subs.shop()
+    test_clock = shop.clock(START)
+    opened = shop.open(shop.plan(amount="2.50"), "cus_race", testClock=test_clock)
+    sub_id = opened["subscription"]["id"]
+    shop.pay(opened["paymentIntent"]["id"])
+    shop.advance(test_clock, "2026-02-22T00:00:00Z")  # the renewal invoice opens
+    renewal = shop.invoices(sub_id)[0]
+    order_id = renewal["paymentId"]
+    address = shop.deposit_address(order_id)
+    before = _balances(shop)
+    assert before == {"USDC": ("2.50", "0.00")}
+    buyer = new_private_key()
+    if cancel == "before_payment":
+        shop.ok(shop.api.post(f"/subscriptions/{sub_id}/cancel"))
+        assert shop.order(order_id)["status"] == "canceled"
+    shop.transfer(address, Decimal("2.5"), buyer)
+    assert shop.harness.balance(address_of(buyer)) == 0
+    _watch(shop, "scan")
+    assert shop.order(order_id)["status"] == "processing"
+    if cancel == "while_processing":
+        shop.ok(shop.api.post(f"/subscriptions/{sub_id}/cancel"))
+        assert shop.order(order_id)["status"] == "processing"  # a payment on its way is left to finish
+    _watch(shop, "confirm")
+    assert _balances(shop) == {"USDC": ("2.50", "2.50")}  # credited, and the refund reserved from it
+    assert shop.harness.server.call(lambda p: p.refunds.resume_due()) == 1
+    assert shop.harness.server.call(lambda p: p.refunds.resume_due()) == 0
+
+    assert shop.harness.balance(address_of(buyer)) == 2_500_000  # the payer has the money back
+    assert _balances(shop) == before
+    order = shop.order(order_id)
+    assert order["status"] == "refunded"
+    assert order["exceptions"] == ([] if cancel == "while_processing" else ["paid_late"])
+    assert (shop.invoices(sub_id)[0]["status"], shop.subscription(sub_id)["status"]) == ("void", "canceled")
+    [refund] = shop.ok(shop.api.get("/refunds", params={"paymentId": order_id}))["data"]
+    assert (refund["status"], refund["amount"], refund["destination"], refund["reason"]) == (
+        "completed",
+        "2.50",  # the plan's amount as it was sent
+        address_of(buyer),
+        "subscription_canceled",
+    )
+    late = [("payment_intent.canceled", "canceled", None)] if cancel == "before_payment" else []
+    assert sorted(_refund_events(shop, order_id)) == sorted(  # on the platform's clock, which stood still
+        [
+            ("payment_intent.created", "requires_payment", None),
+            *late,
+            ("payment_intent.processing", "processing", None),
+            ("payment_intent.succeeded", "succeeded", None),
+            ("refund.processing", "processing", "subscription_canceled"),
+            ("refund.completed", "completed", "subscription_canceled"),
+            ("payment_intent.refunded", "refunded", None),
+        ]
+    )
+    assert sorted(shop.kinds(sub_id)) == ["subscription.canceled", "subscription.created"]  # never renewed
+
+    _watch(shop, "confirm")  # the worker's later rounds change nothing
+    assert shop.harness.server.call(lambda p: p.refunds.resume_due()) == 0
+    assert len(shop.ok(shop.api.get("/refunds", params={"paymentId": order_id}))["data"]) == 1

@@ -107,7 +107,10 @@ def test_the_first_confirmed_payment_activates_it(shop: Shop) -> None:
     assert (event.data["invoice"]["status"], event.data["invoice"]["periodEnd"]) == ("paid", "2026-02-28T10:00:00.000Z")
     assert event.data["paymentIntent"]["status"] == "succeeded"
     assert event.data["paymentIntent"]["txHash"] == paid["txHash"]
-    assert shop.subscription(sub_id) == sub
+    answered = shop.subscription(sub_id)
+    assert sub["customerPageUrl"] is None  # the customer's page link is in the API's answers, never in events
+    assert answered == sub | {"customerPageUrl": answered["customerPageUrl"]}
+    assert httpx.get(answered["customerPageUrl"], timeout=60).status_code == 200
 
 
 def test_a_renewal_paid_in_time_extends_the_period_from_its_end(shop: Shop) -> None:
@@ -237,20 +240,11 @@ def test_cancelling_at_period_end_keeps_it_until_then(shop: Shop) -> None:
     assert shop.kinds(sub_id) == ["subscription.created", "subscription.canceled"]
 
 
-def _deposit_address(shop: Shop, order_id: str) -> str:
-    origin = shop.harness.url.removesuffix("/v1")
-    body = {"network": shop.harness.network, "currency": "USDC", "method": "transfer"}
-    reply = httpx.post(f"{origin}/checkout/v1/payment-intents/{order_id}/attempts", json=body, timeout=60)
-    assert reply.status_code == 200, reply.text
-    address: str = reply.json()["depositAddress"]
-    return address
-
-
 def test_payments_of_one_invoice_count_once(shop: Shop) -> None:
     clock = shop.clock(START)
     opened = shop.open(shop.plan(amount="2"), "cus_twice", testClock=clock)
     sub_id, order_id = opened["subscription"]["id"], opened["paymentIntent"]["id"]
-    address = _deposit_address(shop, order_id)
+    address = shop.deposit_address(order_id)
     with ThreadPoolExecutor(2) as pool:  # two payments of the whole invoice at once
         list(pool.map(lambda _: shop.transfer(address, Decimal(2)), range(2)))
     shop.event("created", sub_id)
@@ -258,7 +252,7 @@ def test_payments_of_one_invoice_count_once(shop: Shop) -> None:
     assert order["exceptions"] == ["overpaid"]
     shop.advance(clock, "2026-02-21T10:00:00Z")
     renewal = shop.invoices(sub_id)[0]
-    address = _deposit_address(shop, renewal["paymentId"])
+    address = shop.deposit_address(renewal["paymentId"])
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda _: shop.transfer(address, Decimal(2)), range(2)))
     shop.event("renewed", sub_id)

@@ -26,6 +26,7 @@ import psycopg
 from eth_account import Account
 
 from tests.harness import postgres_database
+from tests.rpc_proxy import RpcProxy
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
@@ -49,6 +50,19 @@ class PlatformProcess:
     log: Path
     port: int | None = None
     popen: subprocess.Popen[bytes] | None = None
+    metrics_port: int | None = None
+
+    def metric(self, name: str, *, without: str | None = None) -> float:
+        """The sum of metric ``name``'s samples (every label set, but those whose line holds
+        ``without``) the process serves now."""
+        assert self.metrics_port is not None, f"{self.name} serves no metrics"
+        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ")
+            if without is None or without not in line
+        )
 
     @property
     def url(self) -> str:
@@ -129,7 +143,11 @@ class Cluster:
     worker_count: int = 0
     takeover_seconds: float = 3.0
     anvil_args: list[str] = field(default_factory=list)
+    rpc_max_pending: int | None = None  # the serves reach anvil through the busy-node proxy (tests.rpc_proxy)
+    env: dict[str, str] = field(default_factory=dict)  # further settings of the platform processes
+    metrics: bool = False  # each serve serves its metrics (PlatformProcess.metric)
     anvil: AnvilProcess = field(init=False)
+    proxy: RpcProxy | None = field(init=False, default=None)
     database_url: str = field(init=False)
     tokens: dict[str, str] = field(init=False)
     serves: list[PlatformProcess] = field(init=False, default_factory=list)
@@ -151,6 +169,10 @@ class Cluster:
         self.anvil = AnvilProcess(args=[*self.anvil_args, "--state", str(self.workdir / "anvil-state.json")])
         self.anvil.start()
         self._stack.callback(self.anvil.stop)
+        node_url = self.anvil.url
+        if self.rpc_max_pending is not None:
+            self.proxy = self._stack.enter_context(RpcProxy(self.anvil.url, max_pending=self.rpc_max_pending))
+            node_url = self.proxy.url
         self.database_url = self._stack.enter_context(postgres_database())
         self.tokens = self.run(lambda rpc: deploy_test_tokens(rpc, MINTER))
         env = dict(
@@ -162,10 +184,11 @@ class Cluster:
             # Several processes share the server with the rest of the suite: a few connections each.
             X402MW_DATABASE_POOL_SIZE="5",
             X402MW_WEBHOOKS_ALLOW_PRIVATE="true",  # the tests' webhook receivers listen on loopback
+            **self.env,
         )
         chain = [
             "--rpc-url",
-            self.anvil.url,
+            node_url,
             "--token",
             f"USDC={self.tokens['USDC']}",
             "--token",
@@ -175,7 +198,12 @@ class Cluster:
             port = free_port()
             command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(port), *chain]
             command += ["--log-level", "warning"]
-            process = PlatformProcess(f"serve-{index}", command, env, self.workdir / f"serve-{index}.log", port)
+            metrics_port = free_port() if self.metrics else None
+            if metrics_port is not None:
+                command += ["--metrics-port", str(metrics_port)]
+            process = PlatformProcess(
+                f"serve-{index}", command, env, self.workdir / f"serve-{index}.log", port, metrics_port=metrics_port
+            )
             self.serves.append(process)
             process.start()  # the first makes the keys and the schema; the others find them
             self._stack.callback(process.stop)

@@ -44,6 +44,7 @@ def _order() -> dict[str, Any]:
         checkout_url=f"https://pay.example/checkout/pi_{ORDER_ID}",
         x402_url=f"https://pay.example/x402/pay/pi_{ORDER_ID}",
         payment_link_id=None,
+        description=None,
         success_url=None,
         cancel_url=None,
         customer=Customer(email=None, name=None),

@@ -111,8 +111,10 @@ def test_form_tokens_are_bound_to_their_purpose_and_time() -> None:
     assert not links.check_form_token("cancel:2", token, now)
     assert not links.check_form_token("cancel:1", token, now + FORM_LIFETIME + timedelta(seconds=1))
     assert not links.check_form_token("cancel:1", token, now - timedelta(minutes=10))
-    stamp, _, mac = token.partition(".")
-    assert not links.check_form_token("cancel:1", f"{int(stamp) + 1}.{mac}", now)
+    stamp, nonce, mac = token.split(".")
+    assert not links.check_form_token("cancel:1", f"{int(stamp) + 1}.{nonce}.{mac}", now)
+    assert not links.check_form_token("cancel:1", f"{stamp}.{nonce}x.{mac}", now)
+    assert links.form_token("cancel:1", now) != token  # a nonce each: two forms rendered at once differ
     for junk in ("", ".", "x.y", "99999999999999.abc", "１２３.x"):
         assert not links.check_form_token("cancel:1", junk, now)
 

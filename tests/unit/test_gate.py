@@ -301,3 +301,57 @@ def test_configuration_problems_are_reported_together() -> None:
         PaymentGate(api_key="nope", platform_url="ftp://x", settle_timeout=0)
     assert len(caught.value.problems) == 3
     assert "nope" not in str(caught.value)
+
+
+# -- paid MCP tools: hold before the tool, capture or release after ---------------------------------
+
+MCP_URL = "mcp://tool/forecast"
+
+
+def _held(gate: PaymentGate) -> Any:
+    _, accepted = _challenge(gate)
+    payment = json.loads(base64.b64decode(_payment(accepted)))
+    held, commands = _finish(
+        gate.hold(ROUTE, RequestView("TOOL", MCP_URL, payment)),
+        [PlatformReply(200, {"status": "held", "paymentId": "pay1", "settlement": {"payer": "0x" + "cc" * 20}})],
+    )
+    assert commands[-1].json["hold"] is True and commands[-1].json["resource"] == MCP_URL
+    return held
+
+
+def test_a_held_payment_is_captured_with_the_same_body_and_its_id() -> None:
+    gate = _gate()
+    held = _held(gate)
+    assert held.payment_id == "pay1" and held.amount == 10000 and not gate.has_background_work
+    settled = {
+        "status": "settled",
+        "settlement": {"success": True, "transaction": "0x" + "ab" * 32, "network": "eip155:31337", "amount": "10000"},
+    }
+    decision, commands = _finish(gate.capture(held), [PlatformReply(200, settled)])
+    assert isinstance(decision, Serve) and decision.settlement.transaction == "0x" + "ab" * 32
+    assert commands[0].json == held.body | {"capture": "pay1"}
+
+
+def test_a_capture_the_platform_never_answers_is_pending_never_served() -> None:
+    gate = _gate()
+    held = _held(gate)
+    decision, _ = _finish(gate.capture(held), [PlatformError("connection reset", status=0), None])
+    assert isinstance(decision, Answer) and decision.status == 402 and decision.reason == "settlement_pending"
+
+
+def test_a_released_payment_gives_its_challenge_back_for_registration() -> None:
+    gate = _gate()
+    held = _held(gate)
+    released, commands = _finish(gate.release(held), [PlatformReply(200, {"status": "released"})])
+    assert released is True and commands[0].path == "/agent/settlements/pay1/release"
+    assert gate.has_background_work  # the challenge is registered by the next background round
+    refused, _ = _finish(gate.release(held), [PlatformReply(409, {"error": {"message": "settled"}})])
+    assert refused is False
+
+
+def test_a_payment_for_another_tool_is_refused_before_the_platform() -> None:
+    gate = _gate()
+    _, accepted = _challenge(gate)
+    payment = json.loads(base64.b64decode(_payment(accepted))) | {"resource": {"url": "mcp://tool/other"}}
+    answer, commands = _finish(gate.hold(ROUTE, RequestView("TOOL", MCP_URL, payment)), [])
+    assert commands == [] and isinstance(answer, Answer) and answer.reason == "invalid_payment_requirements"

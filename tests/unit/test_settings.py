@@ -43,10 +43,23 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "minter_key": (KEY, KEY),
     "dev_fund_addresses": (f"{USDC},{EURC}", [USDC, EURC]),
     "chains": (
-        json.dumps([{"rpc_url": ANVIL, "tokens": {"usdc": USDC}, "confirmations": 2}]),
-        [{"rpc_url": ANVIL, "tokens": {"USDC": USDC}, "confirmations": 2, "minter_key": None}],
+        json.dumps([{"rpc_url": [ANVIL, "https://node.example/v2"], "tokens": {"usdc": USDC}, "confirmations": 2}]),
+        [
+            {
+                "rpc_url": ANVIL,
+                "more_rpc_urls": ["https://node.example/v2"],
+                "tokens": {"USDC": USDC},
+                "confirmations": 2,
+                "minter_key": None,
+            }
+        ],
     ),
     "relayer_key": (KEY, KEY),
+    "relayer_pool_size": ("8", 8),
+    "relayer_pool_keys": (f"{KEY},{KEY[:-2]}cd", [KEY, KEY[:-2] + "cd"]),
+    "relayer_in_flight_cap": ("12", 12),
+    "relayer_lease_seconds": ("15", 15.0),
+    "relayer_gas_floor_wei": ("5000000000000000", 5 * 10**15),
     "receipt_key": (KEY, KEY),
     "treasury_key": (KEY, KEY),
     "deposit_seed": (KEY, KEY),

@@ -403,7 +403,12 @@ class X402Auth(httpx.Auth):
     def _settled(self, url: str, response: httpx.Response, choice: _Choice) -> None:
         if response.status_code >= 400:
             return  # refused, failed or still pending: the caller gets the seller's answer as it is
-        settlement = _settlement(response)
+        self._record(url, _settlement(response), choice)
+
+    def _record(self, url: str, settlement: SettlementResponse | None, choice: _Choice) -> None:
+        """Record a payment the seller accepted (its ``settlement``, when it gave one) in ``payments``;
+        with ``receipt_signer``, `PaymentRefusedError` when its receipt does not verify. Shared with
+        `x402mw.client.mcp`."""
         if settlement is not None and not settlement.success:
             return
         accepted = choice.requirements

@@ -26,6 +26,13 @@ What is measured:
   settlement less the chain's part.
 - ``x402mw_relayer_transactions_total{network, result}``: transactions the relayer submitted
   (``sent``) or the node refused (``refused``).
+- ``x402mw_relayer_nonce_resyncs_total{network, address}``: times a relayer account found a nonce it used
+  taken by another sender and read its nonces from the node again (0 while no two processes share
+  an account).
+- ``x402mw_relayer_account_balance_wei``, ``x402mw_relayer_account_in_flight`` (each
+  ``{network, address}``) and ``x402mw_relayer_account_lease{network, address, holder}``: each
+  relayer account's gas, its transactions sent and not yet mined, and which process holds it.
+- ``x402mw_rpc_provider_up{network, provider}``: 1 while an RPC provider is in, 0 while it is out.
 - ``x402mw_webhook_attempts_total{result}`` and ``x402mw_webhook_attempt_duration_seconds``: webhook
   delivery attempts, ``delivered``, ``retrying`` or ``failed`` (given up).
 """
@@ -39,7 +46,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.routing import BaseRoute, Mount, Route, compile_path
 
@@ -96,6 +103,35 @@ RELAYER_TRANSACTIONS = Counter(
     "x402mw_relayer_transactions",
     "Transactions the relayer submitted (sent) or the node refused.",
     ["network", "result"],
+)
+RELAYER_NONCE_RESYNCS = Counter(
+    "x402mw_relayer_nonce_resyncs",
+    "Times a relayer account found its nonces taken by another sender (the node said so) and resynced.",
+    ["network", "address"],
+)
+RELAYER_BALANCE = Gauge(
+    "x402mw_relayer_account_balance_wei",
+    "Each relayer account's gas balance, as last read, by the process holding its lease.",
+    ["network", "address"],
+    multiprocess_mode="livemax",
+)
+RELAYER_IN_FLIGHT = Gauge(
+    "x402mw_relayer_account_in_flight",
+    "Transactions of each relayer account sent and not yet mined.",
+    ["network", "address"],
+    multiprocess_mode="livesum",
+)
+RELAYER_LEASE = Gauge(
+    "x402mw_relayer_account_lease",
+    "1 for each relayer account this process holds the lease of, labelled with the holder.",
+    ["network", "address", "holder"],
+    multiprocess_mode="livemax",
+)
+RPC_PROVIDER_UP = Gauge(
+    "x402mw_rpc_provider_up",
+    "1 while an RPC provider of a chain is in, 0 while it is out (not answering, or lagging).",
+    ["network", "provider"],
+    multiprocess_mode="livemin",
 )
 WEBHOOK_ATTEMPTS = Counter(
     "x402mw_webhook_attempts", "Webhook delivery attempts, by result (delivered, retrying, failed).", ["result"]

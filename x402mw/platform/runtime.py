@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.errors import ConfigurationError
 from x402mw.evm.keys import address_of
+from x402mw.platform.chain.pool import RelayerPool
+from x402mw.platform.chain.providers import FailoverJsonRpc
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
@@ -37,6 +39,7 @@ from x402mw.platform.services.idempotency import IdempotencyKeys
 from x402mw.platform.services.merchants import KeyRing
 from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of, follow_orders
 from x402mw.platform.services.refunds import RefundService
+from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.platform.services.renewals import RenewalRunner
 from x402mw.platform.services.settlement import SettlementService
 from x402mw.platform.services.subscription_payments import follow_order
@@ -165,8 +168,7 @@ async def _connect(
         relayer = Relayer(dev.rpc, relayer_key, chain_id=dev.chain_id)
         await relayer.start()
         return ChainHandle(network, dev.rpc, relayer, chain.confirmations or 1, dev=dev)
-    rpc: JsonRpc = HttpJsonRpc(chain.rpc_url.get_secret_value())
-    chain_id = int(await rpc.request("eth_chainId", []), 16)
+    rpc, chain_id = await _providers(chain)
     known = get_network(chain_id)
     if chain.tokens:
         assets = {}
@@ -203,10 +205,65 @@ async def _connect(
                 )
         if problems:
             raise ConfigurationError(problems)
+    minter = parse_private_key(chain.minter_key.get_secret_value()) if chain.minter_key else None
+    confirmations = chain.confirmations or network.confirmations
+    if settings.relayer_pool_size or settings.relayer_pool_keys:
+        pool, leases = await _relayer_pool(rpc, chain_id, relayer_key, settings, engine)
+        return ChainHandle(network, rpc, pool, confirmations, minter_key=minter, leases=leases)
     relayer = Relayer(rpc, relayer_key, chain_id=chain_id)
     await relayer.start()
-    minter = parse_private_key(chain.minter_key.get_secret_value()) if chain.minter_key else None
-    return ChainHandle(network, rpc, relayer, chain.confirmations or network.confirmations, minter_key=minter)
+    return ChainHandle(network, rpc, relayer, confirmations, minter_key=minter)
+
+
+async def _relayer_pool(
+    rpc: JsonRpc, chain_id: int, relayer_key: bytes, settings: PlatformSettings, engine: AsyncEngine
+) -> tuple[RelayerPool, RelayerLeases]:
+    """A pool of relayer accounts, this process's share of them leased (the relayer key funds them)."""
+    given = [parse_private_key(key.get_secret_value()) for key in settings.relayer_pool_keys]
+    pool = RelayerPool(
+        rpc, Relayer(rpc, relayer_key, chain_id=chain_id), chain_id=chain_id, cap=settings.relayer_in_flight_cap
+    )
+    leases = RelayerLeases(
+        engine,
+        pool,
+        chain_id=chain_id,
+        relayer_key=relayer_key,
+        given_keys=given,
+        lease=settings.relayer_lease_seconds,
+        gas_floor=settings.relayer_gas_floor_wei,
+    )
+    try:
+        await leases.start(settings.relayer_pool_size or len(given))
+    except BaseException:
+        await leases.aclose()
+        await pool.aclose()
+        raise
+    return pool, leases
+
+
+async def _providers(chain: ChainSettings) -> tuple[JsonRpc, int]:
+    """The chain's JSON-RPC access (one provider, or several behind a `FailoverJsonRpc`) and its id,
+    read from the first provider that answers."""
+    urls = chain.rpc_urls
+    providers = [HttpJsonRpc(url.get_secret_value()) for url in urls]
+    error: BaseException | None = None
+    for provider in providers:
+        try:
+            chain_id = int(await provider.request("eth_chainId", []), 16)
+            break
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            error = error or exc
+            if len(providers) == 1:
+                raise
+    else:
+        for provider in providers:
+            await provider.aclose()
+        assert error is not None
+        raise error
+    if len(providers) == 1:
+        return providers[0], chain_id
+    names = [f"{n}:{shown_url(url)}" for n, url in enumerate(urls)]
+    return FailoverJsonRpc(providers, network=f"eip155:{chain_id}", names=names), chain_id
 
 
 def _key(given: SecretStr | None, path: Path) -> bytes:

@@ -121,9 +121,12 @@ def _v1_payload_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def decode_payment_payload(value: str | bytes) -> PaymentPayload:
-    """Decode ``PAYMENT-SIGNATURE`` (v2) or ``X-PAYMENT`` (v1)."""
-    data = decode_json_header(value)
+def decode_payment_payload(value: str | bytes | dict[str, Any]) -> PaymentPayload:
+    """Decode ``PAYMENT-SIGNATURE`` (v2) or ``X-PAYMENT`` (v1), or a payload given as JSON (the MCP
+    transport's ``_meta["x402/payment"]``)."""
+    if isinstance(value, dict) and not _is_text(value):
+        raise InvalidPaymentError("the payment payload holds an unpaired surrogate", reason="invalid_payload")
+    data = value if isinstance(value, dict) else decode_json_header(value)
     if isinstance(data, dict) and data.get("x402Version") == 1:
         data = _v1_payload_to_v2(data)
     payload = _validate(PaymentPayload, data, "payment payload")

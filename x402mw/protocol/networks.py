@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = [
+    "EXACT_PERMIT2_PROXY_ADDRESS",
+    "PERMIT2_ADDRESS",
+    "UPTO_PERMIT2_PROXY_ADDRESS",
     "Asset",
     "Network",
     "get_network",
@@ -21,6 +24,14 @@ __all__ = [
 ]
 
 EIP3009_COINS = frozenset({"USDC", "EURC"})
+
+# The same address on every EVM chain (CREATE2 deployments), and the one clients hard-code in what
+# they sign: Uniswap's Permit2 and the x402 Foundation's Permit2 proxies of the `upto` and `exact`
+# schemes. Our own contracts sit at these addresses on the dev chain and anvil
+# (x402mw.platform.chain.contracts).
+PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
+UPTO_PERMIT2_PROXY_ADDRESS = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002"
+EXACT_PERMIT2_PROXY_ADDRESS = "0x402085c248EeA27D92E8b30b2C58ed07f9E20001"
 
 
 @dataclass(frozen=True, slots=True)

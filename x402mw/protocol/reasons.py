@@ -27,6 +27,8 @@ TRANSACTION_REVERTED = "invalid_transaction_state"
 SETTLEMENT_PENDING = "settlement_pending"
 UNEXPECTED_SETTLE_ERROR = "unexpected_settle_error"
 CHAIN_UNAVAILABLE = "chain_unavailable"  # nothing was sent: the same signature may be sent again later
+PAYMENT_IN_USE = "payment_in_use"  # held for a tool call still running: nothing was taken
+HOLD_NOT_FOUND = "hold_not_found"  # no held payment of this authorization to settle or release
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 

@@ -1,7 +1,7 @@
 """The framework-neutral seller core: route configuration, the sans-IO payment gate, its drivers."""
 
 from x402mw.seller.config import AmountCallback, EndpointTerms, PaidRoute
-from x402mw.seller.decisions import Answer, Decision, Serve, Settlement
+from x402mw.seller.decisions import Answer, Decision, Held, Serve, Settlement
 from x402mw.seller.drivers import AsyncSeller, SyncSeller, run_async, run_sync
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, EXPOSE_HEADERS, PaymentGate, RequestView, internal_error_answer
 from x402mw.seller.routes import RouteTable
@@ -15,6 +15,7 @@ __all__ = [
     "AsyncSeller",
     "Decision",
     "EndpointTerms",
+    "Held",
     "PaidRoute",
     "PaymentGate",
     "RequestView",

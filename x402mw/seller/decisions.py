@@ -13,6 +13,7 @@ __all__ = [
     "Answer",
     "ComputeAmount",
     "Decision",
+    "Held",
     "PlatformCall",
     "PlatformReply",
     "Serve",
@@ -30,6 +31,7 @@ class PlatformCall:
     path: str
     json: Any = None
     timeout: float = 10.0
+    headers: tuple[tuple[str, str], ...] = ()  # beyond the key's (e.g. ``If-None-Match``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class PlatformReply:
     status: int
     data: Any
     request_id: str | None = None
+    etag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,19 @@ class Serve:
 
     settlement: Settlement
     headers: Headers = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Decision (a paid MCP tool): the payment is verified and claimed, nothing taken yet. Run the
+    tool, then `PaymentGate.capture` (it succeeded) or `PaymentGate.release` (it failed)."""
+
+    payment_id: str
+    payer: str
+    amount: int
+    network: str
+    body: dict[str, Any]  # the settlement call, sent again to capture
+    context: tuple[Any, ...]  # the route, terms, request and native request, for the answer after
 
 
 Decision = Answer | Serve

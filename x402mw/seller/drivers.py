@@ -67,7 +67,8 @@ def _reply(response: httpx.Response) -> PlatformReply:
         data = bounded_json.loads(response.content)
     except ValueError:  # not JSON (or nested past any answer of the platform): no data
         data = None
-    return PlatformReply(response.status_code, data, response.headers.get("Request-Id"))
+    headers = response.headers
+    return PlatformReply(response.status_code, data, headers.get("Request-Id"), headers.get("ETag"))
 
 
 def _unreachable(exc: Exception) -> PlatformError:
@@ -88,6 +89,8 @@ class _Requests:
 
     def build(self, call: PlatformCall) -> httpx.Request:
         headers = self._headers
+        if call.headers:
+            headers = [*headers, *((name.encode(), value.encode()) for name, value in call.headers)]
         content = None
         if call.json is not None:
             content = json.dumps(call.json, separators=(",", ":")).encode()
@@ -147,7 +150,9 @@ def run_sync(gen: Generator[Any, Any, T], client: httpx.Client) -> T:
     """Run a gate generator to its end with a synchronous HTTP client (its ``base_url`` the platform's)."""
 
     def send(call: PlatformCall) -> PlatformReply:
-        return _reply(client.request(call.method, call.path, json=call.json, timeout=call.timeout))
+        return _reply(
+            client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
+        )
 
     return _drive_sync(gen, send)
 
@@ -156,7 +161,9 @@ async def run_async(gen: Generator[Any, Any, T], client: httpx.AsyncClient) -> T
     """Run a gate generator to its end with an asynchronous HTTP client (its ``base_url`` the platform's)."""
 
     async def send(call: PlatformCall) -> PlatformReply:
-        return _reply(await client.request(call.method, call.path, json=call.json, timeout=call.timeout))
+        return _reply(
+            await client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
+        )
 
     return await _drive_async(gen, send)
 
@@ -181,7 +188,9 @@ class SyncSeller:
     def _send(self, call: PlatformCall) -> PlatformReply:
         if self._transport is None:
             assert self._client is not None
-            return _reply(self._client.request(call.method, call.path, json=call.json, timeout=call.timeout))
+            return _reply(
+                self._client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
+            )
         response = self._transport.handle_request(self._requests.build(call))
         try:
             response.read()
@@ -250,7 +259,9 @@ class AsyncSeller:
             client = self._client
             if client is None:
                 self._client = client = httpx.AsyncClient(base_url=self.gate.platform_url, headers=_headers(self.gate))
-            return _reply(await client.request(call.method, call.path, json=call.json, timeout=call.timeout))
+            return _reply(
+                await client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
+            )
         transport = self._transport
         if transport is None:
             self._transport = transport = _default_transport()

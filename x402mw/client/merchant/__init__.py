@@ -46,6 +46,7 @@ from x402mw.client.merchant.subscriptions import (
     Subscriptions,
     TestClock,
     TestClocks,
+    signed_subscribe_url,
 )
 from x402mw.client.merchant.webhook_endpoints import DeletedWebhookEndpoint, WebhookEndpoint, WebhookEndpoints
 
@@ -102,4 +103,5 @@ __all__ = [
     "UnprocessableEntityError",
     "WebhookEndpoint",
     "WebhookEndpoints",
+    "signed_subscribe_url",
 ]

@@ -56,6 +56,7 @@ class PaymentIntent(APIObject):
     checkout_url: str | None = None
     x402_url: str | None = None
     payment_link_id: str | None = None
+    description: str | None = None
     success_url: str | None = None
     cancel_url: str | None = None
     customer: Customer = Customer()
@@ -89,6 +90,7 @@ class PaymentIntents(Resource[Mode]):
         accepted_currencies: Sequence[str] | None = None,
         customer_email: str | None = None,
         customer_name: str | None = None,
+        description: str | None = None,
         success_url: str | None = None,
         cancel_url: str | None = None,
         metadata: Mapping[str, str] | None = None,
@@ -106,6 +108,7 @@ class PaymentIntents(Resource[Mode]):
             accepted_currencies=None if accepted_currencies is None else list(accepted_currencies),
             customer_email=customer_email,
             customer_name=customer_name,
+            description=description,
             success_url=success_url,
             cancel_url=cancel_url,
             metadata=None if metadata is None else dict(metadata),

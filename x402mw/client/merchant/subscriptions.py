@@ -6,14 +6,22 @@ subscriptions with their invoices, and (test mode) clocks to run their months in
 >>> opened.payment_intent.checkout_url        # send the customer there; grant access on subscription.created
 
 Entitlements follow the ``subscription.*`` webhooks, never the checkout's redirect.
+
+To send a signed-in customer to a plan's hosted subscribe page under your own id for them, sign the
+link (without a signature, an id you append is only a new visitor's choice: the page never shows an
+existing subscription to it):
+
+>>> url = signed_subscribe_url(plan.checkout_url, "cus_42", "sk_test_...")
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from x402mw.client.merchant.calls import Call, Listing, path
 from x402mw.client.merchant.payment_intents import PaymentIntent
@@ -30,6 +38,7 @@ from x402mw.client.merchant.resource import (
     paginated,
     present,
 )
+from x402mw.protocol.customer_signatures import customer_signature, signing_key
 
 __all__ = [
     "Invoice",
@@ -40,9 +49,36 @@ __all__ = [
     "Subscriptions",
     "TestClock",
     "TestClocks",
+    "signed_subscribe_url",
 ]
 
 Interval = Literal["weekly", "monthly", "quarterly", "yearly"]
+
+
+def signed_subscribe_url(
+    checkout_url: str,
+    customer: str,
+    api_key: str,
+    *,
+    expires_in: timedelta = timedelta(hours=1),
+    now: float | None = None,
+) -> str:
+    """``checkout_url`` (a plan's hosted subscribe page) with ``?customer=`` signed by ``api_key`` (a
+    key of the plan's mode) until ``expires_in`` from ``now`` (unix seconds; default: the current
+    time). The page then takes the visitor as your customer ``customer``: one with a subscription to
+    the plan already is led to it. Make a link for each visit (it is a key to that customer's
+    subscription until it expires); a revoked key's links stop working."""
+    if not customer:
+        raise ValueError("customer is the merchant's id of the customer: not empty")
+    expires = int((time.time() if now is None else now) + expires_in.total_seconds())
+    parts = urlsplit(checkout_url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("customer", "expires", "signature")]
+    query += [
+        ("customer", customer),
+        ("expires", str(expires)),
+        ("signature", customer_signature(signing_key(api_key), customer, expires)),
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 class SubscriptionPlan(APIObject):
@@ -83,6 +119,7 @@ class Subscription(APIObject):
     canceled_at: datetime | None = None
     ended_at: datetime | None = None
     test_clock: str | None = None
+    customer_page_url: str | None = None
     livemode: bool
     created_at: datetime
     updated_at: datetime

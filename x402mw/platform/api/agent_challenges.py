@@ -97,7 +97,9 @@ async def register_batch(request: Request) -> ModelResponse:
 
 def _status(challenge: Any, payment: AgentPayment | None, now: datetime) -> str:
     if payment is not None:
-        return {"claimed": "processing", "submitted": "processing"}.get(payment.status, payment.status)
+        return {"held": "processing", "claimed": "processing", "submitted": "processing"}.get(
+            payment.status, payment.status
+        )
     expires = challenge.expires_at if challenge.expires_at.tzinfo else challenge.expires_at.replace(tzinfo=UTC)
     return "expired" if expires <= now else "open"
 

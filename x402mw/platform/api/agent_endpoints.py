@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import MINOR_SCHEMA, HttpUrl, NonZeroAddress, http_url, minor_units
+from x402mw.platform.api.fields import MINOR_SCHEMA, NonZeroAddress, ResourceUrl, minor_units, resource_url
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
@@ -38,7 +40,7 @@ FIXED_NEEDS_AMOUNT: dict[str, Any] = {  # fixed pricing (the default) needs an a
 class _EndpointFields(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    _v_url = field_validator("resourceUrl", check_fields=False)(lambda v: v if v is None else http_url(v))
+    _v_url = field_validator("resourceUrl", check_fields=False)(resource_url)
     _v_amount = field_validator("amountMinor", mode="before", check_fields=False)(minor_units)
 
 
@@ -46,7 +48,7 @@ class EndpointCreate(_EndpointFields):
     model_config = ConfigDict(json_schema_extra=FIXED_NEEDS_AMOUNT)
 
     name: str = Field(min_length=1, max_length=200)
-    resourceUrl: HttpUrl
+    resourceUrl: ResourceUrl
     chainId: StrictInt
     currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})]
     payoutAddress: NonZeroAddress
@@ -68,7 +70,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
-    resourceUrl: HttpUrl | None = None
+    resourceUrl: ResourceUrl | None = None
     payoutAddress: NonZeroAddress | None = None
     pricingMode: Literal["fixed", "dynamic"] | None = None
     amountMinor: MinorUnits | None = None
@@ -178,12 +180,19 @@ async def create(request: Request) -> ModelResponse:
     return _answer(row, chain, 201)
 
 
-async def retrieve(request: Request) -> ModelResponse:
+async def retrieve(request: Request) -> Response:
+    """The endpoint, with an ``ETag`` of its answer; ``304`` without a body when ``If-None-Match``
+    names the current one (the seller middleware revalidates its endpoints' terms every second)."""
     caller = await authenticate(request)
     platform = platform_of(request)
     async with platform.engine.connect() as conn:
         row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
-    return _answer(row, platform.chains.get(row.chain_id))
+    answer = _answer(row, platform.chains.get(row.chain_id))
+    etag = '"' + hashlib.sha256(answer.body).hexdigest()[:32] + '"'
+    if etag in (tag.strip().removeprefix("W/") for tag in request.headers.get("if-none-match", "").split(",")):
+        return Response(status_code=304, headers={"ETag": etag})
+    answer.headers["ETag"] = etag
+    return answer
 
 
 async def update(request: Request) -> ModelResponse:

@@ -1,5 +1,10 @@
 """``POST /agent/settlements`` (the seller middleware's one call per paid request), the merchant's
-agent payments, and monthly usage with the planned fee (computed and shown, not billed)."""
+agent payments, and monthly usage with the planned fee (computed and shown, not billed).
+
+A paid MCP tool call makes two: ``hold: true`` verifies and claims the authorization before the tool
+runs (answered ``held`` with the payment's id); then the same body with ``capture: <that id>``
+settles it once the tool succeeded, or ``POST /agent/settlements/{id}/release`` gives it up when the
+tool failed (nothing taken; the same authorization may be used again)."""
 
 from __future__ import annotations
 
@@ -45,6 +50,8 @@ class SettleBody(BaseModel):
     accepted: dict[str, Any]
     paymentPayload: dict[str, Any]
     waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
+    hold: bool = False
+    capture: Uuid | None = None
 
 
 def unavailable_error(outcome: SettleOutcome) -> ApiError:
@@ -76,6 +83,14 @@ async def settle(request: Request) -> ModelResponse:
     endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
     if endpoint is None:
         raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+    terms = EndpointTerms.of(endpoint)
+    if accepted.pay_to.lower() not in terms.payout_history:
+        # Perhaps a payout address set through another process since this one read the endpoint:
+        # sellers issue it within 2 s of the change, sooner than this copy of the row expires.
+        endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId, fresh=True)
+        if endpoint is None:
+            raise ApiError.missing("agent endpoint", body.endpointId, param="endpointId")
+        terms = EndpointTerms.of(endpoint)
     if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
         refused = failed(
             accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
@@ -108,15 +123,32 @@ async def settle(request: Request) -> ModelResponse:
             resource=body.resource,
             livemode=caller.livemode,
             release_policy=endpoint.release_policy,
-            terms=EndpointTerms.of(endpoint),
+            terms=terms,
             challenge=challenge,
             wait_seconds=body.waitSeconds,
             # A retry of a challenge that expired gets the outcome of its payment, if it was made;
             # no new payment is settled on it.
-            known_only=body.expiresAt <= platform.clock.time(),
+            known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
+            hold=body.hold and body.capture is None,
+            capture=body.capture,
         )
     )
     return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
+
+
+async def release(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    payment_id = path_uuid(request, "payment_id", "agent payment")
+    left = await platform_of(request).settlement.release_hold(caller.merchant_id, payment_id)
+    if left is None:
+        raise ApiError.missing("agent payment", payment_id)
+    if left != "released":
+        raise ApiError(
+            409,
+            "payment_not_held",
+            f"agent payment {payment_id} is {left.status}, not held: it can no longer be released",
+        )
+    return ModelResponse(objects.SettlementRelease(payment_id=payment_id))
 
 
 async def list_payments(request: Request) -> ModelResponse:
@@ -178,6 +210,7 @@ async def usage(request: Request) -> ModelResponse:
 
 routes = [
     Route("/agent/settlements", settle, methods=["POST"]),
+    Route("/agent/settlements/{payment_id}/release", release, methods=["POST"]),
     Route("/agent/payments", list_payments, methods=["GET"]),
     Route("/agent/payments/{payment_id}", retrieve_payment, methods=["GET"]),
     Route("/agent/usage", usage, methods=["GET"]),

@@ -136,7 +136,7 @@ async def supported(request: Request) -> ModelResponse:
         for chain in chains
         for version in (2,)
     ]
-    signers = sorted({chain.relayer.address for chain in chains})
+    signers = sorted({address for chain in chains for address in chain.relayer.addresses})
     return ModelResponse(SupportedKinds(kinds=kinds, extensions=[], signers={"eip155:*": signers}))
 
 

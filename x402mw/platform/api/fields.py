@@ -22,6 +22,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, WithJsonSchema
 
 from x402mw.evm.keys import is_address, to_checksum_address
+from x402mw.platform.emails.addresses import ADDR_SPEC_PATTERN, MAX_ADDRESS, is_addr_spec
 from x402mw.protocol.prices import AmountFormat
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "CHALLENGE_ID_PATTERN",
     "EMAIL_PATTERN",
     "MAX_MINOR",
+    "MCP_TOOL_PATTERN",
     "MINOR_PATTERN",
     "MINOR_SCHEMA",
     "NO_NUL",
@@ -39,12 +41,14 @@ __all__ = [
     "Email",
     "HttpUrl",
     "NonZeroAddress",
+    "ResourceUrl",
     "Uuid",
     "amount_schema",
     "checksum_address",
     "http_url",
     "is_uuid",
     "minor_units",
+    "resource_url",
 ]
 
 NO_NUL = r"^[^\x00]*$"
@@ -87,6 +91,38 @@ def http_url(value: str | None) -> str | None:
     if not host or (host.group(1).startswith("[") and not _ipv6(host.group(1)[1:-1])):
         raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
     return value
+
+
+MCP_TOOL_PATTERN = r"^mcp://tool/[A-Za-z0-9_.-]{1,128}$"
+"""The resource URL of an MCP tool sold per call (the x402 MCP transport's ``mcp://tool/<name>``;
+MCP tool names are 1 to 128 letters, digits, ``_``, ``-`` and ``.``)."""
+_MCP_TOOL = re.compile(MCP_TOOL_PATTERN)
+
+
+def resource_url(value: str | None) -> str | None:
+    """A pydantic field check: what an agent endpoint sells, an absolute http(s) URL (`http_url`) or
+    an MCP tool's ``mcp://tool/<name>``."""
+    if value is None or _MCP_TOOL.fullmatch(value):
+        return value
+    try:
+        return http_url(value)
+    except ValueError:
+        raise ValueError(
+            "must be an absolute http(s) URL of at most 2048 characters, or mcp://tool/<name> for an MCP tool"
+        ) from None
+
+
+ResourceUrl = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": f"^(?:{URL_PATTERN[1:-1]}|{MCP_TOOL_PATTERN[1:-1]})$",
+            "maxLength": MAX_URL,
+        }
+    ),
+]
+"""The type of an agent endpoint's ``resourceUrl`` (its validator is :func:`resource_url`)."""
 
 
 def _ipv6(text: str) -> bool:
@@ -179,17 +215,15 @@ MINOR_SCHEMA: dict[str, Any] = {
 }
 """The JSON schema of what `minor_units` accepts."""
 
-_SPACE = r"\x00-\x20\x7f-\x9f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-EMAIL_PATTERN = rf"^[^{_SPACE}]+@[^{_SPACE}@]*\.[^{_SPACE}@]*$"
-"""An email address as far as the platform checks one: something, ``@``, then a domain with a dot,
-without white space or control characters."""
-_EMAIL = re.compile(EMAIL_PATTERN)
-MAX_EMAIL = 320
+EMAIL_PATTERN = ADDR_SPEC_PATTERN
+"""One email address, ``local@domain``: the dot-atom form of an RFC 5322 addr-spec, with a host name
+for domain (`x402mw.platform.emails.addresses`); never a list, a group or a display name."""
+MAX_EMAIL = MAX_ADDRESS
 
 
 def _email(value: str) -> str:
-    if len(value) > MAX_EMAIL or not _EMAIL.fullmatch(value):
-        raise ValueError("must be an email address")
+    if not is_addr_spec(value):
+        raise ValueError("must be one email address (local@domain.example), without a name, list or group")
     return value
 
 

@@ -116,7 +116,7 @@ _BODY_MODELS: list[type[BaseModel]] = [
 
 _ENDPOINT_FIELDS = {
     "name": "1–200 characters",
-    "resourceUrl": "absolute http(s) URL of the paid resource",
+    "resourceUrl": "absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool",
     "payoutAddress": "EVM address receiving the funds; snapshotted in each challenge",
     "pricingMode": "`fixed`, or `dynamic` (the middleware's amount callback prices each request)",
     "amountMinor": 'integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
@@ -161,6 +161,9 @@ _FIELD_NOTES: dict[str, dict[str, str]] = {
         "accepted": "the payment terms the agent accepted (sealed by the middleware)",
         "paymentPayload": "the agent's signed payload (`PAYMENT-SIGNATURE`)",
         "waitSeconds": "how long to wait for inclusion before answering `pending`, 0.1–120",
+        "hold": "verify and claim the payment without sending it (answered `held`): a paid MCP tool, "
+        "settled with `capture` once the tool succeeded or released when it failed",
+        "capture": "the id of this payment's `held` agent payment: settle it now",
     },
     "FacilitatorBody": {
         "x402Version": "1 or 2",

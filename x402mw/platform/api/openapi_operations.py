@@ -17,6 +17,7 @@ from x402mw.platform.objects.agents import (
     AgentPaymentList,
     AgentUsageEnvelope,
     ChallengeBatchResult,
+    SettlementRelease,
     SettlementResult,
     SupportedKinds,
 )
@@ -143,6 +144,28 @@ def operation(
     return method.lower(), path, operation
 
 
+def _conditional(entry: tuple[str, str, Schema]) -> tuple[str, str, Schema]:
+    """A read that answers an ``ETag`` and takes ``If-None-Match``: 304 while unchanged."""
+    method, path, operation = entry
+    etag = {"description": "the answer's entity tag, for `If-None-Match`", "schema": {"type": "string"}}
+    operation["parameters"] = [
+        *operation.get("parameters", []),
+        {
+            "name": "If-None-Match",
+            "in": "header",
+            "required": False,
+            "description": "an `ETag` of an earlier answer: 304 without a body while it is still the current one",
+            "schema": {"type": "string"},
+        },
+    ]
+    operation["responses"]["200"]["headers"]["ETag"] = etag
+    operation["responses"]["304"] = {
+        "description": "Not modified: the answer would be the one `If-None-Match` names",
+        "headers": {"Request-Id": {"$ref": "#/components/headers/Request-Id"}, "ETag": etag},
+    }
+    return method, path, operation
+
+
 def _not_ready(entry: tuple[str, str, Schema]) -> tuple[str, str, Schema]:
     """The readiness probe answers 503 with its own body, not the error envelope."""
     method, path, operation = entry
@@ -180,15 +203,18 @@ def operations() -> list[tuple[str, str, Schema]]:
             query=LIST_PARAMS,
             errors=(400, 404),
         ),
-        operation(
-            "GET",
-            "/v1/agent/endpoints/{endpoint_id}",
-            "retrieveAgentEndpoint",
-            endpoints,
-            "Retrieve an agent endpoint",
-            "",
-            AgentEndpointEnvelope,
-            errors=(404,),
+        _conditional(
+            operation(
+                "GET",
+                "/v1/agent/endpoints/{endpoint_id}",
+                "retrieveAgentEndpoint",
+                endpoints,
+                "Retrieve an agent endpoint",
+                "The answer carries an `ETag`; sent back in `If-None-Match`, it is answered `304` without "
+                "a body while the endpoint is unchanged (the seller middleware revalidates its terms so).",
+                AgentEndpointEnvelope,
+                errors=(404,),
+            )
         ),
         operation(
             "PATCH",
@@ -248,6 +274,18 @@ def operations() -> list[tuple[str, str, Schema]]:
             SettlementResult,
             body="SettleBody",
             errors=(404,),
+        ),
+        operation(
+            "POST",
+            "/v1/agent/settlements/{payment_id}/release",
+            "releaseAgentPayment",
+            payments,
+            "Release a held payment",
+            "Called by the seller's MCP adapter when a paid tool failed: the payment held with "
+            "`hold: true` is given up, nothing is taken, and its authorization may be used again. "
+            "409 once the payment is being settled or settled.",
+            SettlementRelease,
+            errors=(404, 409),
         ),
         operation(
             "GET",

@@ -42,7 +42,11 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "paymentMethods": "what checkout offers; default wallet and transfer, transfer panel closed",
         "expiresAt": "ISO 8601 timestamp with a timezone, in the future; the order expires then",
     },
-    "CustomerIn": {"email": "email address, at most 320 characters", "name": "at most 200 characters"},
+    "CustomerIn": {
+        "email": "exactly one email address (`local@domain.example`; no list, group or display name), "
+        "at most 320 characters",
+        "name": "at most 200 characters",
+    },
     "PaymentMethodsIn": {
         "wallet": "offer payment from a browser wallet (default true)",
         "transfer": "offer a transfer to a dedicated deposit address (default true)",

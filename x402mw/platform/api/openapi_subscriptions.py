@@ -69,7 +69,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "planId": "an active plan of the merchant's",
         "merchantCustomerId": f"the merchant's own id of the customer, 1–{MAX_CUSTOMER_ID} characters; echoed "
         "unchanged in every webhook",
-        "customerEmail": "where renewal invoices, reminders and past-due notices are sent",
+        "customerEmail": "where renewal invoices, reminders and past-due notices are sent: exactly one address "
+        "(`local@domain.example`), no list, group or display name",
         "testClock": "test keys only: a test clock of the merchant's, whose time the subscription lives by",
     },
     "SubscriptionCancel": {
@@ -165,7 +166,10 @@ def _subscription_operations() -> list[tuple[str, str, Schema]]:
                 "order: send the customer to `paymentIntent.checkoutUrl`. When the customer has an open "
                 "subscription to the plan already, 200 with it, its unpaid invoice and payment order (or "
                 "its latest invoice). 404 for an unknown plan or test clock; 409 `plan_inactive` for a new "
-                "subscription to an inactive plan; 400 `livemode_not_allowed` for `testClock` with a live key.",
+                "subscription to an inactive plan; 409 `customer_unverified` when the open one was opened on "
+                "the hosted subscribe page by a visitor who chose the customer id, for another email than "
+                "`customerEmail` (cancel it if it is not your customer's); 400 `livemode_not_allowed` for "
+                "`testClock` with a live key.",
                 SubscriptionOpened,
                 status=201,
                 body="SubscriptionCreate",

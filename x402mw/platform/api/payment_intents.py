@@ -182,6 +182,7 @@ class PaymentIntentCreate(BaseModel):
     customer: CustomerIn | None = None
     customerEmail: Email | None = None
     customerName: str | None = Field(default=None, max_length=200)
+    description: str | None = Field(default=None, min_length=1, max_length=1000)
     successUrl: HttpUrl | None = None
     cancelUrl: HttpUrl | None = None
     metadata: Annotated[dict[str, str], WithJsonSchema(_METADATA_SCHEMA)] | None = None
@@ -242,6 +243,7 @@ async def create(request: Request) -> ModelResponse:
         "payment_methods": methods.model_dump(),
         "customer_email": email,
         "customer_name": name,
+        "description": body.description,
         "success_url": body.successUrl,
         "cancel_url": body.cancelUrl,
         "order_metadata": body.metadata or {},

@@ -84,6 +84,9 @@ def _operation(document: Schema, method: str, path: str, operation: Schema) -> I
     yield "Responses:\n"
     for status, response in operation["responses"].items():
         response = _resolve(document, response)
+        if "content" not in response:  # 304: no body
+            yield f"- `{status}` {response['description']}"
+            continue
         schema = response["content"]["application/json"]["schema"]
         yield f"- `{status}` {response['description']} — {_type(schema)}"
     yield ""

@@ -2,12 +2,16 @@
 
 ``POST /subscriptions`` answers ``{subscription, invoice, paymentIntent}``: 201 with a new
 subscription (``incomplete``, its first invoice and payment order open), or 200 with the one already
-open for the same plan and customer (and its unpaid invoice's payment order, while there is one).
+open for the same plan and customer (and its unpaid invoice's payment order, while there is one);
+409 ``customer_unverified`` when that one was opened on the hosted subscribe page by a visitor who
+chose the customer id, for another email than ``customerEmail``. A subscription answered here carries
+``customerPageUrl``, the customer's signed page link.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.requests import Request
@@ -21,9 +25,18 @@ from x402mw.platform.api.pagination import list_page, query_id
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
-from x402mw.platform.objects.subscriptions import Invoice, InvoiceList, SubscriptionEnvelope, SubscriptionList
+from x402mw.platform.objects.subscriptions import (
+    Invoice,
+    InvoiceList,
+    Subscription,
+    SubscriptionEnvelope,
+    SubscriptionList,
+)
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.subscription_objects import find_owned, invoice_of, opened_of, subscription_of
+
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
 
 __all__ = ["MAX_CUSTOMER_ID", "SubscriptionCancel", "SubscriptionCreate", "routes"]
 
@@ -68,8 +81,13 @@ async def create(request: Request) -> ModelResponse:
         )
     except Refused as exc:
         raise _refused(exc) from None
-    answer = opened_of(opened.subscription, opened.invoice, opened.order, service.base)
+    page = service.links.page_url(str(opened.subscription["id"]))
+    answer = opened_of(opened.subscription, opened.invoice, opened.order, service.base, page)
     return ModelResponse(answer, status_code=201 if opened.created else 200)
+
+
+def _subscription(platform: Platform, row: Mapping[Any, Any]) -> Subscription:
+    return subscription_of(row, platform.subscriptions.links.page_url(str(row["id"])))
 
 
 def _subscription_id(request: Request) -> str:
@@ -84,7 +102,7 @@ async def retrieve(request: Request) -> ModelResponse:
         row = await find_owned(conn, "subscriptions", caller.merchant_id, caller.livemode, subscription_id)
     if row is None:
         raise ApiError.missing("subscription", subscription_id)
-    return ModelResponse(SubscriptionEnvelope(subscription=subscription_of(row)))
+    return ModelResponse(SubscriptionEnvelope(subscription=_subscription(platform, row)))
 
 
 async def list_subscriptions(request: Request) -> ModelResponse:
@@ -108,7 +126,7 @@ async def list_subscriptions(request: Request) -> ModelResponse:
             raise ApiError(400, "parameter_invalid", message, param="status")
         filters.append(table.c.status == status)
     async with platform.engine.connect() as conn:
-        data, more = await list_page(conn, table, filters, request, subscription_of)
+        data, more = await list_page(conn, table, filters, request, lambda row: _subscription(platform, row))
     return ModelResponse(SubscriptionList(data=data, has_more=more))
 
 
@@ -143,7 +161,7 @@ async def cancel(request: Request) -> ModelResponse:
         raise _refused(exc) from None
     if row is None:
         raise ApiError.missing("subscription", subscription_id)
-    return ModelResponse(SubscriptionEnvelope(subscription=subscription_of(row)))
+    return ModelResponse(SubscriptionEnvelope(subscription=_subscription(platform, row)))
 
 
 routes = [

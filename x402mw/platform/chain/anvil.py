@@ -21,6 +21,7 @@ from types import TracebackType
 import anyio
 import httpx
 
+from x402mw.platform.chain.contracts import place_canonical_contracts
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.platform.chain.token import deploy_token
 
@@ -176,7 +177,11 @@ class AnvilProcess:
 
 async def deploy_test_tokens(rpc: JsonRpc, deployer_key: bytes) -> dict[str, str]:
     """Deploy our EIP-3009 token as USDC ("USD Coin") and EURC ("EURC"), version "2", 6 decimals;
-    ``deployer_key`` becomes their minter. Return ``{"USDC": address, "EURC": address}``."""
+    ``deployer_key`` becomes their minter. Return ``{"USDC": address, "EURC": address}``.
+
+    Also puts our Permit2 and x402 Permit2 proxies at their canonical addresses (``anvil_setCode``,
+    :func:`~x402mw.platform.chain.contracts.place_canonical_contracts`)."""
+    await place_canonical_contracts(rpc)
     return {
         "USDC": await deploy_token(rpc, deployer_key, name="USD Coin", symbol="USDC"),
         "EURC": await deploy_token(rpc, deployer_key, name="EURC", symbol="EURC"),

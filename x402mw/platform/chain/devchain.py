@@ -3,8 +3,9 @@
 :class:`DevChainRpc` answers the subset of Ethereum JSON-RPC the platform uses, with the same wire
 shapes as a real node (hex quantities, camelCase fields, revert data in error ``data``), so the
 relayer and token code cannot tell it from anvil. :func:`start_dev_chain` boots a chain with the
-project's EIP-3009 token deployed as USDC and EURC and the relayer and demo wallets funded, in
-memory or kept in a state file (:mod:`~x402mw.platform.chain.devstate`) that it reopens as it was.
+project's EIP-3009 token deployed as USDC and EURC, Permit2 and the x402 Permit2 proxies at their
+canonical addresses (in the genesis), and the relayer and demo wallets funded, in memory or kept in
+a state file (:mod:`~x402mw.platform.chain.devstate`) that it reopens as it was.
 
 Mining is automine with small coalescing: a sent transaction is applied to the pending block at
 once, and the block is sealed after four transactions or before the next call that reads chain
@@ -18,7 +19,9 @@ cached as blocks are sealed; older ones are found through the chain's transactio
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import OrderedDict
@@ -40,6 +43,7 @@ from x402mw.platform.chain.devstate import ChainIdentity, DevChainBackend, DevCh
 from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import deploy_token, mint
+from x402mw.protocol.networks import PERMIT2_ADDRESS
 
 logger = logging.getLogger(__name__)
 
@@ -366,6 +370,12 @@ async def start_dev_chain(
         if reopened:
             assert state is not None and state.identity is not None
             chain = DevChain(rpc, rpc.chain_id, dict(state.identity.tokens), key, state.identity.genesis_hash)
+            if await rpc.request("eth_getCode", [PERMIT2_ADDRESS, "latest"]) in ("0x", b"", None):
+                logger.warning(
+                    "the dev chain in %s was made before x402mw put Permit2 in its genesis: payments through "
+                    "Permit2 (the upto scheme) cannot settle on it; delete the data dir for a new chain",
+                    state.path,
+                )
             if await _gas(rpc, relayer_address) < _RELAYER_GAS // 10:
                 await chain.fund_gas(relayer_address, _RELAYER_GAS)
             await _fund(chain, [a for a in fund_addresses if await _gas(rpc, a) == 0], token_mint_atomic)
@@ -440,8 +450,17 @@ def _nonce_pair(message: str) -> tuple[int | None, int | None]:
 
 
 def _revert(exc: TransactionFailed) -> RpcError:
-    # py-evm hands over the decoded Error(string) reason; re-encode it as a node's revert data.
-    reason = str(exc.args[0]) if exc.args else ""
+    # py-evm hands over the decoded Error(string) reason, or the raw revert data of anything else (a
+    # custom error such as Permit2's InvalidNonce()): give either back as a node's revert data.
+    raw = exc.args[0] if exc.args else ""
+    if isinstance(raw, str) and raw[:2] in ("b'", 'b"'):
+        # eth-tester's eth_call gives anything but Error(string) as the str() of the revert bytes.
+        with contextlib.suppress(ValueError, SyntaxError):
+            raw = ast.literal_eval(raw)
+    if isinstance(raw, bytes | bytearray):
+        data = "0x" + bytes(raw).hex()
+        return RpcError(3, f"execution reverted: custom error {data}" if raw else "execution reverted", data)
+    reason = str(raw)
     return RpcError(3, f"execution reverted: {reason}", "0x08c379a0" + abi_encode(["string"], [reason]).hex())
 
 

@@ -43,6 +43,7 @@ from eth_tester.exceptions import TransactionNotFound
 from rlp.exceptions import RLPException
 
 from x402mw.errors import ConfigurationError
+from x402mw.platform.chain.contracts import canonical_genesis_accounts
 
 __all__ = ["FORMAT", "ChainIdentity", "ChainStore", "DevChainBackend", "DevChainState"]
 
@@ -130,20 +131,23 @@ class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
 
     With ``db``, ``genesis_salt`` given makes a new chain there (the salt goes into the genesis
     header's extra data, so that every new chain has a genesis hash of its own); without it the chain
-    already in ``db`` is opened."""
+    already in ``db`` is opened.
+
+    A new chain's genesis also holds the runtime code of Permit2 and the x402 Permit2 proxies at
+    their canonical addresses (:func:`~x402mw.platform.chain.contracts.canonical_genesis_accounts`)."""
 
     chain: Any
 
     def __init__(self, db: ChainStore | None = None, *, genesis_salt: bytes | None = None) -> None:
         super().__init__()  # an in-memory chain: it gives eth-tester's account keys and chain class
-        if db is None:
-            return
         chain_class = type(self.chain)
-        if genesis_salt is not None:
-            params = self.generate_genesis_params(overrides={"extra_data": genesis_salt})
-            self.chain = chain_class.from_genesis(AtomicDB(db), params, self.generate_genesis_state())
-        else:
+        if db is not None and genesis_salt is None:
             self.chain = chain_class(AtomicDB(db))
+            return
+        overrides = {} if genesis_salt is None else {"extra_data": genesis_salt}
+        params = self.generate_genesis_params(overrides=overrides)
+        state = {**self.generate_genesis_state(), **canonical_genesis_accounts()}
+        self.chain = chain_class.from_genesis(AtomicDB() if db is None else AtomicDB(db), params, state)
 
     def genesis_hash(self) -> str:
         return "0x" + bytes(self.chain.get_canonical_block_header_by_number(0).hash).hex()

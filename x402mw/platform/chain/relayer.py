@@ -58,12 +58,13 @@ from x402mw.platform.chain.transactions import (
     revert_reason,
     simulated,
 )
-from x402mw.platform.metrics import RELAYER_TRANSACTIONS
+from x402mw.platform.metrics import RELAYER_NONCE_RESYNCS, RELAYER_TRANSACTIONS
 
 __all__ = [
     "RECONCILE_INTERVAL",
     "ChainUnavailable",
     "Relayer",
+    "RelayerBusy",
     "RevertError",
     "TransactionDropped",
     "TxReceipt",
@@ -94,6 +95,7 @@ _NONCE_ERRORS = (
 )
 _KNOWN = ("already known", "known transaction", "already imported")
 _UNREACHABLE = (httpx.TransportError, OSError, TimeoutError)
+_POOL_FULL = ("txpool is full", "account limit exceeded", "in-flight transaction limit")  # geth; hosted providers
 _FEE_TOO_LOW = "less than block base fee"  # geth: "max fee per gas less than block base fee"; anvil alike
 _SEND_ATTEMPTS = 8
 _GAP_GRACE = 0.05
@@ -102,6 +104,11 @@ _FINISHED_KEPT = 100_000  # hashes of finished transactions remembered, for late
 
 class ChainUnavailable(Exception):
     """The node cannot be reached; nothing was sent."""
+
+
+class RelayerBusy(ChainUnavailable):
+    """Every account that could send is at its limit of transactions in flight (ours, or the node's
+    for one sender: geth's ``txpool is full``); nothing was sent. Worth trying again in a moment."""
 
 
 class TransactionDropped(Exception):
@@ -182,9 +189,24 @@ class Relayer:
         self.available = True
         network = f"eip155:{chain_id}"
         self._counts = {result: RELAYER_TRANSACTIONS.labels(network, result) for result in _RESULTS}
+        self._resyncs = RELAYER_NONCE_RESYNCS.labels(network, self.address)
 
     def __repr__(self) -> str:
         return f"Relayer(address={self.address!r}, chain_id={self.chain_id})"
+
+    @property
+    def addresses(self) -> list[str]:
+        """The accounts that send (this one)."""
+        return [self.address]
+
+    @property
+    def in_flight(self) -> int:
+        """Transactions sent (or being sent) and not yet seen mined."""
+        return len(self._pending) + len(self._nonces.broadcasting) + len(self._displaced)
+
+    async def gas_cost(self, gas: int = 120_000) -> int:
+        """What ``gas`` costs at most at the going fees, in wei."""
+        return gas * (await self._fees.going()).max_fee
 
     async def start(self) -> None:
         """Read the account's pending nonce and the current fees; start reconciling in the background."""
@@ -267,8 +289,13 @@ class Relayer:
                     if attempt + 1 == _SEND_ATTEMPTS:  # other senders of the account keep taking them
                         raise ChainUnavailable(f"no free nonce after {_SEND_ATTEMPTS} attempts: {exc.message}") from exc
                     logger.info("relayer %s: nonce %d refused (%s); resyncing", self.address, nonce, exc.message)
+                    self._resyncs.inc()
                     await self._resync()
                     continue
+                if any(marker in message for marker in _POOL_FULL):
+                    self._release(nonce)  # the node holds as many of ours as it takes: nothing was sent
+                    busy = f"the node takes no more transactions from {self.address} now: {exc.message}"
+                    raise RelayerBusy(busy) from exc
                 if attempt + 1 < _SEND_ATTEMPTS and _FEE_TOO_LOW in message:
                     self._release(nonce)
                     fees = await self._fees.refresh()  # the base fee outgrew the fees last read
@@ -354,6 +381,10 @@ class Relayer:
                 future.set_result(str(await self._rpc.request("eth_sendRawTransaction", [raw])))
             except Exception as exc:
                 future.set_exception(exc)
+
+    def knows(self, tx_hash: str) -> bool:
+        """Whether ``tx_hash`` is a transaction (or a version of one) this relayer sent."""
+        return tx_hash.lower() in self._by_hash
 
     def sending(self, tx_hash: str) -> bool:
         """Whether ``tx_hash`` is a transaction (or a version of one) this relayer is still sending."""

@@ -23,15 +23,19 @@ from x402mw.platform.chain.rpc import JsonRpc
 
 __all__ = [
     "AUTHORIZATION_USED",
+    "allowance",
     "authorization_state",
     "balance_of",
     "deploy_token",
     "encode_receive_with_authorization",
     "encode_transfer_with_authorization",
+    "encode_transfer_with_authorization_bytes",
     "find_authorization_use",
     "load_token_artifact",
     "mint",
     "mint_calldata",
+    "permit_calldata",
+    "permit_nonce",
     "read_domain",
     "transfer_calldata",
 ]
@@ -44,6 +48,10 @@ def _selector(signature: str) -> bytes:
 _AUTH_ARGS = "address,address,uint256,uint256,uint256,bytes32"
 _TRANSFER_VRS = _selector(f"transferWithAuthorization({_AUTH_ARGS},uint8,bytes32,bytes32)")
 _RECEIVE_VRS = _selector(f"receiveWithAuthorization({_AUTH_ARGS},uint8,bytes32,bytes32)")
+_TRANSFER_BYTES = _selector(f"transferWithAuthorization({_AUTH_ARGS},bytes)")
+_PERMIT_VRS = _selector("permit(address,address,uint256,uint256,uint8,bytes32,bytes32)")
+_NONCES = _selector("nonces(address)")
+_ALLOWANCE = _selector("allowance(address,address)")
 _MINT = _selector("mint(address,uint256)")
 _BALANCE_OF = _selector("balanceOf(address)")
 _NAME = _selector("name()")
@@ -71,6 +79,34 @@ def encode_transfer_with_authorization(
 ) -> bytes:
     """`transfer_calldata` from the authorization's fields; ``ValueError`` on one that cannot be encoded."""
     return transfer_calldata(_authorization(from_, to, value, valid_after, valid_before, nonce), signature)
+
+
+def encode_transfer_with_authorization_bytes(
+    *, from_: str, to: str, value: int, valid_after: int, valid_before: int, nonce: bytes, signature: bytes
+) -> bytes:
+    """Calldata for ``transferWithAuthorization(..., bytes signature)``, the overload a contract wallet
+    pays with: the token hands ``signature`` (of any length) to the payer's EIP-1271
+    ``isValidSignature`` when the payer has code, and recovers it as ``r || s || v`` otherwise."""
+    auth = _authorization(from_, to, value, valid_after, valid_before, nonce)
+    return _TRANSFER_BYTES + auth.words + _bytes_tail(bytes(signature))
+
+
+def _bytes_tail(data: bytes) -> bytes:
+    # The dynamic argument after six static words: its offset (7 words in), length, padded bytes.
+    padded = data + b"\x00" * (-len(data) % 32)
+    return (7 * 32).to_bytes(32, "big") + len(data).to_bytes(32, "big") + padded
+
+
+def permit_calldata(*, owner: str, spender: str, value: int, deadline: int, signature: bytes) -> bytes:
+    """Calldata for EIP-2612 ``permit(owner, spender, value, deadline, v, r, s)`` (the form every USDC
+    version has); ``signature`` is the 65 bytes ``r || s || v``."""
+    if len(signature) != 65:
+        raise ValueError(f"a signature is 65 bytes (r || s || v), got {len(signature)}")
+    v = signature[64] + 27 if signature[64] < 27 else signature[64]
+    return _PERMIT_VRS + abi_encode(
+        ["address", "address", "uint256", "uint256", "uint8", "bytes32", "bytes32"],
+        [owner, spender, value, deadline, v, bytes(signature[:32]), bytes(signature[32:64])],
+    )
 
 
 def encode_receive_with_authorization(
@@ -128,6 +164,17 @@ async def mint(rpc: JsonRpc, minter_key: bytes, token: str, to: str, amount: int
 
 async def balance_of(rpc: JsonRpc, token: str, owner: str) -> int:
     result = await _call(rpc, token, _BALANCE_OF + abi_encode(["address"], [owner]))
+    return int(abi_decode(["uint256"], result)[0])
+
+
+async def allowance(rpc: JsonRpc, token: str, owner: str, spender: str) -> int:
+    result = await _call(rpc, token, _ALLOWANCE + abi_encode(["address", "address"], [owner, spender]))
+    return int(abi_decode(["uint256"], result)[0])
+
+
+async def permit_nonce(rpc: JsonRpc, token: str, owner: str) -> int:
+    """``owner``'s next EIP-2612 permit nonce (``nonces(owner)``)."""
+    result = await _call(rpc, token, _NONCES + abi_encode(["address"], [owner]))
     return int(abi_decode(["uint256"], result)[0])
 
 

@@ -20,7 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
 from x402mw.platform.objects.base import money
-from x402mw.platform.objects.checkout import CheckoutCurrency, CheckoutNetwork, CheckoutPaymentIntent, Merchant
+from x402mw.platform.objects.checkout import (
+    CheckoutCurrency,
+    CheckoutNetwork,
+    CheckoutPaymentIntent,
+    CheckoutSubscription,
+    Merchant,
+)
 from x402mw.platform.objects.payments import PaymentMethods
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.payment_intents import DECIMALS, amount_text
@@ -37,6 +43,7 @@ __all__ = [
     "parse_payment_id",
     "payment_options",
     "public_order_of",
+    "subscription_of",
 ]
 
 METHODS = ("transfer", "wallet")
@@ -54,16 +61,45 @@ def parse_payment_id(raw: str) -> str | None:
     return canonical if canonical == text.lower() else None
 
 
+_INVOICES, _SUBSCRIPTIONS, _PLANS = tables.subscription_invoices, tables.subscriptions, tables.subscription_plans
 _ORDER_BY_ID = (
-    select(tables.payment_intents, tables.merchants.c.name.label("merchant_name"))
+    select(
+        tables.payment_intents,
+        tables.merchants.c.name.label("merchant_name"),
+        _PLANS.c.name.label("plan_name"),
+        _PLANS.c.interval.label("plan_interval"),
+        _INVOICES.c.period_start.label("invoice_period_start"),
+        _INVOICES.c.period_end.label("invoice_period_end"),
+    )
     .join(tables.merchants, tables.merchants.c.id == tables.payment_intents.c.merchant_id)
+    .outerjoin(_INVOICES, _INVOICES.c.payment_intent_id == tables.payment_intents.c.id)
+    .outerjoin(_SUBSCRIPTIONS, _SUBSCRIPTIONS.c.id == _INVOICES.c.subscription_id)
+    .outerjoin(_PLANS, _PLANS.c.id == _SUBSCRIPTIONS.c.plan_id)
     .where(tables.payment_intents.c.id == bindparam("payment_id"))
 )  # built once: every checkout page view and API call reads an order this way
 
 
 async def find_order(conn: AsyncConnection, payment_id: str) -> Mapping[Any, Any] | None:
-    """The order with this bare UUID, whoever's it is, with its merchant's name as ``merchant_name``."""
+    """The order with this bare UUID, whoever's it is, with its merchant's name as ``merchant_name``
+    and, for a subscription's invoice, its plan (``plan_name``, ``plan_interval``) and period
+    (``invoice_period_start``, ``invoice_period_end``: None until the first payment sets them)."""
     return (await conn.execute(_ORDER_BY_ID, {"payment_id": payment_id})).mappings().first()
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def subscription_of(order: Mapping[Any, Any]) -> CheckoutSubscription | None:
+    """The subscription an invoice's order pays for (plan, interval, period), or None for other orders."""
+    if order.get("plan_name") is None:
+        return None
+    return CheckoutSubscription(
+        plan=order["plan_name"],
+        interval=order["plan_interval"],
+        period_start=_aware(order["invoice_period_start"]),
+        period_end=_aware(order["invoice_period_end"]),
+    )
 
 
 def expires_at(order: Mapping[Any, Any]) -> datetime | None:
@@ -175,6 +211,8 @@ def public_order_of(order: Mapping[Any, Any], chains: Chains) -> CheckoutPayment
             transfer_default_open=bool(methods.get("transferDefaultOpen", False)),
         ),
         merchant=Merchant(name=order["merchant_name"]),
+        description=order.get("description"),
+        subscription=subscription_of(order),
         success_url=order["success_url"],
         cancel_url=order["cancel_url"],
         exceptions=order["exceptions"],

@@ -117,6 +117,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["money"] = display_amount
+    env.filters["day"] = display_day
     return env
 
 
@@ -127,6 +128,11 @@ def display_amount(amount: str) -> str:
     and what its Copy button copies read alike."""
     whole, _, fraction = amount.partition(".")
     return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+
+
+def display_day(timestamp: str) -> str:
+    """An ISO 8601 instant (as the public order carries it) as its UTC day: ``"1 December 2026"``."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).strftime("%-d %B %Y")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -12,10 +12,13 @@ docs/checkout.md):
   address and, when it names a payment intent, against that order;
 - opening a payment link (its page ``/checkout/pl_…``, ``/checkout/paylink/<slug>``, and
   ``POST /checkout/v1/payment-links/:id/payment-intents``), each of which may make a new order:
-  against its client address, on a budget of its own.
+  against its client address, on a budget of its own;
+- posting a plan's subscribe form (``POST /checkout/su_…``), which may open a subscription, make its
+  first order and send an email: against its client address, on a budget of its own.
 
-The hosted page itself (``/checkout/pi_…``) is not counted: it only reads, and its own polling of
-``transfer-status`` (every 3 seconds) stays far below the per-order budget. Should the counter
+The hosted pages themselves (``/checkout/pi_…``, a subscribe page's ``GET``) are not counted: they only
+read, and the payment page's polling of ``transfer-status`` (every 3 seconds) stays far below the
+per-order budget. Should the counter
 store fail (Redis down), requests are let through and the failure logged: the limits protect the
 platform, they must not take checkout down. The connections to Redis are closed as the app's
 lifespan ends.
@@ -49,6 +52,7 @@ ASGIApp = Callable[[Scope, Callable[..., Awaitable[Any]], Callable[..., Awaitabl
 _ORDER_PATH = re.compile(r"^/(?:checkout/v1/payment-intents|x402/pay)/([^/]+)")
 _LINK_OPENING = re.compile(r"^/checkout/(?:pl_[^/]*|paylink/[^/]+|v1/payment-links/[^/]+/payment-intents)$")
 _PAYLINK_ORDER = re.compile(r"^/checkout/paylink/([^/]+)$")
+_SUBSCRIBE = re.compile(r"^/checkout/su_[^/]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,7 @@ class CheckoutRateLimits:
     per_address: str = "600/minute"
     per_order: str = "300/minute"
     link_openings: str = "60/hour"
+    subscribe_posts: str = "30/hour"
     redis_url: str | None = None
     key_prefix: str = "x402mw"
 
@@ -100,6 +105,8 @@ class RateLimitMiddleware:
             return []
         client = scope.get("client")
         address = str(client[0]) if client else "unknown"
+        if _SUBSCRIBE.match(path):
+            return [("per_address", address), ("subscribe_posts", address)] if scope["method"] == "POST" else []
         if _LINK_OPENING.match(path):
             paylink = _PAYLINK_ORDER.match(path)
             if paylink is None or parse_payment_id(paylink.group(1)) is None:  # not an order's old link
@@ -134,7 +141,8 @@ class RateLimitMiddleware:
                 )
             else:
                 storage = MemoryStorage()
-            self._items = {name: parse(getattr(limits, name)) for name in ("per_address", "per_order", "link_openings")}
+            budgets = ("per_address", "per_order", "link_openings", "subscribe_posts")
+            self._items = {name: parse(getattr(limits, name)) for name in budgets}
             self._limiter = MovingWindowRateLimiter(storage)
         return self._limiter
 
@@ -155,9 +163,11 @@ class RateLimitMiddleware:
                 if not await limiter.hit(item, budget, identifier):
                     stats = await limiter.get_window_stats(item, budget, identifier)
                     wait = max(1, math.ceil(stats.reset_time - time.time()))
-                    what = {"per_address": "from this address", "per_order": "for this payment"}.get(
-                        budget, "opening payment links from this address"
-                    )
+                    what = {
+                        "per_address": "from this address",
+                        "per_order": "for this payment",
+                        "subscribe_posts": "subscribing from this address",
+                    }.get(budget, "opening payment links from this address")
                     return ApiError(
                         429,
                         "rate_limited",

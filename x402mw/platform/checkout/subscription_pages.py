@@ -1,16 +1,21 @@
 """The hosted subscription pages, rendered on the server (jinja2), in the checkout's look.
 
 - ``{checkout_url_base}/su_<plan id or slug>`` (a plan's ``checkoutUrl``): the subscribe page. It shows
-  the plan and asks for an email; the form opens the subscription (or finds the customer's open one)
-  and continues to its current invoice's hosted checkout. The merchant's id of the customer is the
-  ``?customer=`` the merchant appended to the link, else the email.
+  the plan and asks for an email; the form opens a subscription and continues to its first invoice's
+  hosted checkout, and the customer is emailed their subscription page link. The merchant's id of the
+  customer is the ``?customer=`` appended to the link, else the email. The page never hands a visitor
+  an existing subscription: when the (plan, customer) pair has an open one, it is reached only through
+  a ``?customer=`` the merchant signed (`x402mw.protocol.customer_signatures`: then the visitor is led
+  to its page), or else by email: the page sends its link to the address on file.
 - ``{checkout_url_base}/subscriptions/<token>`` (`CustomerLinks`): one subscription's page for its
   customer: status, the paid period, the open invoice with its pay button, past invoices with their
   transactions, and a form to cancel at the end of the period.
 
 Both work without JavaScript (they have none). Forms are protected from cross-site posting by a
 token bound to the form's purpose and time (`CustomerLinks.form_token`) and by what the browser says
-of the post's origin (``Sec-Fetch-Site``, or ``Origin``), which must be the checkout's own.
+of the post's origin (``Sec-Fetch-Site``, or ``Origin``), which must be the checkout's own. A
+subscribe form's token is good for one post (`spend_form_token`), and its posts count against the
+public rate limits (`x402mw.platform.checkout.rate_limits`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.pages import display_amount, not_found_page
 from x402mw.platform.db import tables
 from x402mw.platform.request_ids import current_request_id
+from x402mw.platform.services.customer_links import merchant_signed, spend_form_token
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import DECIMALS
 from x402mw.platform.services.subscription_plans import find_plan_by_ref
@@ -142,6 +148,25 @@ async def _merchant_name(platform: Platform, merchant_id: str) -> str:
     return str(name or "")
 
 
+def _signed(request: Request) -> tuple[str, str] | None:
+    """The link's ``expires`` and ``signature`` (the merchant's signature of its ``customer``), if any."""
+    expires, signature = request.query_params.get("expires"), request.query_params.get("signature")
+    if expires is None and signature is None:
+        return None
+    return expires or "", signature or ""
+
+
+async def _vouched(platform: Platform, plan: Mapping[str, Any], customer: str, signed: tuple[str, str]) -> bool:
+    merchant, livemode, now = plan["merchant_id"], plan["livemode"], platform.clock.now()
+    return await merchant_signed(platform.engine, merchant, livemode, customer, *signed, now)
+
+
+def _expired_link(request: Request) -> HTMLResponse:
+    return _refused_page(
+        request, "This link has expired", "Please go back to the shop and follow its subscribe link again.", 400
+    )
+
+
 async def subscribe_page(request: Request) -> Response:
     platform = platform_of(request)
     plan = await find_plan_by_ref(platform.engine, request.path_params["ref"])
@@ -149,6 +174,9 @@ async def subscribe_page(request: Request) -> Response:
         return not_found_page(request)
     view = _plan_view(plan, await _merchant_name(platform, plan["merchant_id"]))
     customer = request.query_params.get("customer", "")
+    signed = _signed(request)
+    if signed is not None and not await _vouched(platform, plan, customer, signed):
+        return _expired_link(request)
     email, problem = "", None
     if request.method == "POST":
         form = await _form(request)
@@ -156,40 +184,75 @@ async def subscribe_page(request: Request) -> Response:
         now = platform.clock.now()
         if form is None or not _same_origin(request, platform):
             return _refused_page(request, "Form not accepted", "Please reload the page and try again.", 400)
-        if not platform.subscriptions.links.check_form_token(purpose, form.get("token", ""), now):
+        token = form.get("token", "")
+        if not platform.subscriptions.links.check_form_token(purpose, token, now):
             return _refused_page(request, "This form has expired", "Please reload the page and try again.", 400)
         email, customer = form.get("email", "").strip(), form.get("customer", "")
         if len(email) > MAX_EMAIL or not _EMAIL.fullmatch(email):
             problem = "Enter an email address, such as name@example.com."
         elif len(customer) > MAX_CUSTOMER_ID or "\x00" in customer:
             return _refused_page(request, "Form not accepted", "This subscription link is not valid.", 400)
+        elif signed is not None and not await _vouched(platform, plan, customer, signed):
+            return _expired_link(request)
+        elif not await spend_form_token(platform.engine, token, now):
+            return _refused_page(request, "This form was sent already", "Please reload the page and try again.", 400)
         else:
-            return await _subscribe(request, platform, plan, email, customer or email)
+            return await _subscribe(request, platform, plan, view, email, customer or email, vouched=signed is not None)
     if not plan["active"] and problem is None:
         return _refused_page(request, "Not available", "This plan is no longer offered. Please ask the shop.", 409)
+    query = {"customer": customer} if customer else {}
+    if signed is not None:
+        query |= {"expires": signed[0], "signature": signed[1]}
     context = {
         "plan": view,
         "email": email,
         "customer": customer,
         "problem": problem,
         "token": platform.subscriptions.links.form_token(f"subscribe:{plan['id']}", platform.clock.now()),
-        "action": request.url.path + ("?" + urlencode({"customer": customer}) if customer else ""),
+        "action": request.url.path + ("?" + urlencode(query) if query else ""),
     }
     return _render(request, "subscribe.html", context, 400 if problem else 200)
 
 
 async def _subscribe(
-    request: Request, platform: Platform, plan: Mapping[str, Any], email: str, customer: str
+    request: Request,
+    platform: Platform,
+    plan: Mapping[str, Any],
+    view: Mapping[str, Any],
+    email: str,
+    customer: str,
+    *,
+    vouched: bool,
 ) -> Response:
+    """Open a subscription for a new (plan, customer) pair and continue to its first invoice's checkout.
+    An open one is reached only with the merchant's signature (``vouched``); otherwise its page link
+    goes by email to the address on file, and the visitor is told so, whoever they are."""
+    service = platform.subscriptions
     try:
-        opened = await platform.subscriptions.open(plan["merchant_id"], plan["livemode"], plan["id"], customer, email)
+        opened = await service.open(
+            plan["merchant_id"], plan["livemode"], plan["id"], customer, email, vouched=vouched, confirm=True
+        )
     except Refused as exc:
         if exc.code == "plan_inactive":
             return _refused_page(request, "Not available", "This plan is no longer offered. Please ask the shop.", 409)
+        if exc.code == "customer_unverified":
+            message = f"Please ask {view['merchant']} for help with your subscription."
+            return _refused_page(request, "This subscription cannot be opened here", message, 409)
         raise
-    if opened.order is None:  # (every subscription has an invoice; kept for safety)
-        return RedirectResponse(platform.subscriptions.links.page_url(str(opened.subscription["id"])), 303)
-    return RedirectResponse(f"{platform.settings.checkout_url_base}/pi_{opened.order['id']}", 303)
+    sub = opened.subscription
+    if opened.created or vouched:  # the visitor's own new subscription, or the merchant says it is theirs
+        first = opened.order if opened.created else None
+        target = service.links.page_url(str(sub["id"])) if first is None else f"{service.base}/pi_{first['id']}"
+        return RedirectResponse(target, 303)
+    if sub["customer_email"]:
+        await service.email_access(sub)
+        message = (
+            "There is a subscription to this plan for you already. We have sent the link to it (to see, pay "
+            "or cancel it) to the email address it was opened with."
+        )
+    else:
+        message = f"There is a subscription to this plan for you already. Please ask {view['merchant']} for its link."
+    return _render(request, "subscription_sent.html", {"plan": view, "message": message})
 
 
 async def _subscription_for(request: Request) -> tuple[Platform, dict[str, Any] | None]:

@@ -11,7 +11,18 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
-from sqlalchemy import JSON, BigInteger, CheckConstraint, Column, DateTime, Index, LargeBinary, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Index,
+    LargeBinary,
+    UniqueConstraint,
+    true,
+)
 from sqlmodel import Field, SQLModel
 
 __all__ = [
@@ -127,7 +138,7 @@ class AgentPayment(SQLModel, table=True):
     payload_hash: str = Field(max_length=64)
     resource: str = Field(default="", max_length=2048)
     release_policy: str = Field(default="included", max_length=16)
-    status: str = Field(max_length=16)  # claimed -> submitted -> settled | failed
+    status: str = Field(max_length=16)  # (held ->) claimed -> submitted -> settled | failed
     transaction: str | None = Field(default=None, max_length=66)
     block_number: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     error_reason: str | None = Field(default=None, max_length=120)
@@ -231,6 +242,7 @@ class PaymentIntent(SQLModel, table=True):
     # ``amount`` as the merchant sent it (``"25.00"``), answered as sent; NULL: a JSON number was sent
     amount_text: str | None = Field(default=None, max_length=32)
     payment_link_id: str | None = Field(default=None, max_length=36, index=True)  # the link a buyer opened
+    description: str | None = Field(default=None, max_length=1000)  # what is bought, shown at checkout
     # The signed authorization being relayed for this order (its payload hash, x402mw.platform.checkout.relay):
     # one at a time, so that two wallets or agents cannot both pay it.
     relay_hash: str | None = Field(default=None, max_length=64)
@@ -510,8 +522,11 @@ class Subscription(SQLModel, table=True):
 
     ``open_key`` is the merchant's customer id while the subscription is open (incomplete, active,
     past_due) and NULL once it ended: its unique constraint gives one open subscription per (plan,
-    customer) under any concurrency. ``next_action`` is what the worker does at ``due_at`` (both NULL
-    when nothing is due); the index on (``test_clock_id``, ``due_at``) lets a pass read only what is due."""
+    customer) under any concurrency. ``customer_vouched`` is False when a visitor of the hosted
+    subscribe page chose the customer id (an unsigned ``?customer=``, or their email): the merchant's
+    API does not take such a subscription over for its customer (see ``SubscriptionService.open``).
+    ``next_action`` is what the worker does at ``due_at`` (both NULL when nothing is due); the index on
+    (``test_clock_id``, ``due_at``) lets a pass read only what is due."""
 
     __tablename__ = "subscriptions"
     id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
@@ -520,6 +535,7 @@ class Subscription(SQLModel, table=True):
     plan_id: str = Field(foreign_key="subscription_plans.id", max_length=36)
     merchant_customer_id: str = Field(max_length=500)
     customer_email: str | None = Field(default=None, max_length=320)
+    customer_vouched: bool = Field(default=True, sa_column=Column(Boolean, nullable=False, server_default=true()))
     open_key: str | None = Field(default=None, max_length=500)
     status: str = Field(max_length=16)  # incomplete | active | past_due | canceled | expired
     cancel_at_period_end: bool = False
@@ -576,10 +592,19 @@ class SubscriptionInvoice(SQLModel, table=True):
     )
 
 
+class FormTokenUse(SQLModel, table=True):
+    """A hosted form's token that was used (its SHA-256): a form token is good for one post, in every
+    process. Rows older than the tokens' lifetime are deleted as new ones come."""
+
+    __tablename__ = "form_token_uses"
+    token_hash: str = Field(primary_key=True, max_length=64)
+    used_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+
+
 class SubscriptionEmail(SQLModel, table=True):
     """An email owed to a subscriber (the email outbox): written in the transaction of the change it
-    reports, rendered and sent by the worker at least once. ``kind``: invoice_opened, reminder,
-    past_due. ``locked_until`` is the claim of the worker sending it."""
+    reports, rendered and sent by the worker at least once. ``kind``: subscribed, access,
+    invoice_opened, reminder, past_due. ``locked_until`` is the claim of the worker sending it."""
 
     __tablename__ = "subscription_emails"
     id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
@@ -598,3 +623,37 @@ class SubscriptionEmail(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
     __table_args__ = (Index("ix_subscription_emails_due", "status", "next_attempt_at"),)
+
+
+class RelayerPool(SQLModel, table=True):
+    """How many relayer accounts a chain's pool has: written by `x402mw platform relayer-pool` (or at
+    start-up by ``X402MW_RELAYER_POOL_SIZE``) and read by every process at each lease round, so that
+    it changes without a restart."""
+
+    __tablename__ = "relayer_pools"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    size: int
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class RelayerAccount(SQLModel, table=True):
+    """A relayer account of a chain's pool (``slot`` numbers it) and its lease: the process
+    ``holder`` sends from it until ``locked_until`` and renews that while it lives; no other process
+    sends from it meanwhile, so no two share its nonces."""
+
+    __tablename__ = "relayer_accounts"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    slot: int = Field(primary_key=True, ge=0)
+    address: str = Field(max_length=42)
+    holder: str | None = Field(default=None, max_length=100)
+    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+
+class RelayerHolder(SQLModel, table=True):
+    """A process taking part in a chain's relayer pool, seen until ``seen_until``: the live ones
+    share the pool's accounts evenly."""
+
+    __tablename__ = "relayer_holders"
+    chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    holder: str = Field(primary_key=True, max_length=100)
+    seen_until: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))

@@ -16,6 +16,7 @@ __all__ = [
     "deposit_addresses",
     "embedded_chains",
     "events",
+    "form_token_uses",
     "idempotency_keys",
     "incoming_transfers",
     "ledger_entries",
@@ -23,6 +24,9 @@ __all__ = [
     "payment_intents",
     "payment_links",
     "refunds",
+    "relayer_accounts",
+    "relayer_holders",
+    "relayer_pools",
     "subscription_emails",
     "subscription_invoices",
     "subscription_plans",
@@ -56,3 +60,7 @@ subscriptions = _tables["subscriptions"]
 subscription_invoices = _tables["subscription_invoices"]
 subscription_emails = _tables["subscription_emails"]
 test_clocks = _tables["test_clocks"]
+form_token_uses = _tables["form_token_uses"]
+relayer_pools = _tables["relayer_pools"]
+relayer_accounts = _tables["relayer_accounts"]
+relayer_holders = _tables["relayer_holders"]

@@ -4,8 +4,12 @@ A claim is a lease: the email's ``next_attempt_at`` moves `LEASE` ahead in the t
 reads it (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), so that another worker leaves it alone while it
 is sent, and sends it again if this one stops before recording the outcome (at least once; the
 Message-ID stays the same). A failed send is retried after ``1 min × 2^attempt`` (capped at an hour)
-until `GIVE_UP_AFTER`, then marked failed. An email whose invoice is no longer open when its turn
-comes (paid, or voided) is ``skipped``: it would ask for a payment nobody owes.
+until `GIVE_UP_AFTER`, then marked failed. An email that cannot be built (`UnbuildableEmail`: its
+address is not one address, from a row written before the API checked that) is marked failed at
+once, without a retry. Either way the merchant gets an ``email.failed`` event, in the transaction
+that marks it. An email whose invoice is no longer open when its turn comes (paid, or voided) is
+``skipped``: it would ask for a payment nobody owes; the emails that bring the customer page link
+(``subscribed``, ``access``) go anyway, with a pay link only while it is open.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
-from x402mw.platform.emails.messages import Notice, compose
+from x402mw.platform.emails.messages import LINK_KINDS, Notice, UnbuildableEmail, compose
 from x402mw.platform.emails.transport import EmailTransport
+from x402mw.platform.objects.subscriptions import SubscriberEmail, SubscriberEmailEnvelope
 from x402mw.platform.services.billing_periods import grace_end
 from x402mw.platform.services.customer_links import CustomerLinks
+from x402mw.platform.services.outbox import record_event
 from x402mw.platform.services.payment_intents import amount_text
 from x402mw.platform.services.subscription_steps import aware
 
@@ -80,18 +86,25 @@ class EmailOutbox:
                 await self._record(email, status="skipped")
                 return 0
             await self.transport.send(compose(notice, self.sender, self.clock.now()))
+        except UnbuildableEmail as exc:
+            logger.warning("email %s cannot be built, not sent: %s", email["id"], exc)
+            await self._fail(email, int(email["attempts"]), str(exc))
+            return 0
         except Exception as exc:
             attempts = int(email["attempts"]) + 1
             now = self.clock.now()
-            give_up = now - email["created_at"] > GIVE_UP_AFTER
+            reason = f"{type(exc).__name__}: {exc}"
             logger.warning("email %s to %s failed (attempt %d): %s", email["id"], email["to_address"], attempts, exc)
-            await self._record(
-                email,
-                status="failed" if give_up else "pending",
-                attempts=attempts,
-                last_error=f"{type(exc).__name__}: {exc}"[:500],
-                next_attempt_at=now + timedelta(seconds=min(3600, 60 * 2 ** min(attempts - 1, 6))),
-            )
+            if now - email["created_at"] > GIVE_UP_AFTER:
+                await self._fail(email, attempts, reason)
+            else:
+                await self._record(
+                    email,
+                    status="pending",
+                    attempts=attempts,
+                    last_error=reason[:500],
+                    next_attempt_at=now + timedelta(seconds=min(3600, 60 * 2 ** min(attempts - 1, 6))),
+                )
             return 0
         await self._record(email, status="sent", attempts=int(email["attempts"]) + 1, sent_at=self.clock.now())
         return 1
@@ -100,8 +113,41 @@ class EmailOutbox:
         async with self.engine.begin() as conn:
             await conn.execute(update(_EMAILS).where(_EMAILS.c.id == email["id"]).values(locked_until=None, **values))
 
+    async def _fail(self, email: Mapping[str, Any], attempts: int, reason: str) -> None:
+        """Mark the email failed for good and tell its merchant (``email.failed``), once."""
+        now = self.clock.now()
+        async with self.engine.begin() as conn:
+            marked = await conn.execute(
+                update(_EMAILS)
+                .where(_EMAILS.c.id == email["id"], _EMAILS.c.status == "pending")
+                .values(status="failed", attempts=attempts, last_error=reason[:500], locked_until=None)
+            )
+            if marked.rowcount != 1:
+                return  # another worker, whose lease ran out on it, recorded it first
+            failed = SubscriberEmail(
+                id=str(email["id"]),
+                kind=str(email["kind"]),
+                to=str(email["to_address"]),
+                subscription_id=str(email["subscription_id"]),
+                invoice_id=email["invoice_id"],
+                status="failed",
+                attempts=attempts,
+                failure_reason=reason[:500],
+                livemode=bool(email["livemode"]),
+                created_at=email["created_at"],
+            )
+            await record_event(
+                conn,
+                merchant_id=str(email["merchant_id"]),
+                livemode=bool(email["livemode"]),
+                type="email.failed",
+                data=SubscriberEmailEnvelope(email=failed).model_dump(mode="json"),
+                at=now,
+            )
+
     async def _notice(self, email: Mapping[str, Any]) -> Notice | None:
-        """What the email says, from the subscription as it now is; None once its invoice is not open."""
+        """What the email says, from the subscription as it now is; None once its invoice is not open
+        (but for the emails of the customer page link, which go without a pay link)."""
         subs, plans, merchants = tables.subscriptions, tables.subscription_plans, tables.merchants
         invoices = tables.subscription_invoices
         async with self.engine.connect() as conn:
@@ -113,6 +159,9 @@ class EmailOutbox:
                             plans.c.name.label("plan_name"),
                             plans.c.interval,
                             plans.c.grace_days,
+                            plans.c.amount_minor.label("plan_amount"),
+                            plans.c.amount_text,
+                            plans.c.currency.label("plan_currency"),
                             merchants.c.name.label("merchant_name"),
                         )
                         .join(plans, plans.c.id == subs.c.plan_id)
@@ -130,9 +179,16 @@ class EmailOutbox:
                     .mappings()
                     .first()
                 )
-        if found is None or invoice is None or invoice["status"] != "open":
+        unpaid = invoice if invoice is not None and invoice["status"] == "open" else None
+        if found is None or (unpaid is None and email["kind"] not in LINK_KINDS):
             return None
         sub = aware(found)
+        due = (
+            sub
+            if unpaid is None
+            else {**unpaid, "plan_amount": unpaid["amount_minor"], "plan_currency": unpaid["currency"]}
+        )
+        amount, currency = amount_text(due, "plan_amount"), due["plan_currency"]  # at the scale it was sent
         grace = self.grace_days if sub["grace_days"] is None else int(sub["grace_days"])
         ends = None
         if email["kind"] == "past_due" and sub["past_due_at"] is not None:
@@ -144,11 +200,11 @@ class EmailOutbox:
             merchant=str(sub["merchant_name"]),
             plan=str(sub["plan_name"]),
             interval={"weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year"}[sub["interval"]],
-            amount=amount_text(invoice),
-            currency=str(invoice["currency"]),
+            amount=amount,
+            currency=str(currency),
             period_end=sub["current_period_end"],
             grace_end=ends,
-            pay_url=f"{self.links.checkout_url_base}/pi_{invoice['payment_intent_id']}",
+            pay_url=None if unpaid is None else f"{self.links.checkout_url_base}/pi_{unpaid['payment_intent_id']}",
             page_url=self.links.page_url(str(sub["id"])),
             livemode=bool(sub["livemode"]),
         )

@@ -33,6 +33,7 @@ __all__ = [
     "AgentUsageEnvelope",
     "ChallengeBatchResult",
     "Receipt",
+    "SettlementRelease",
     "SettlementResult",
     "SupportedKind",
     "SupportedKinds",
@@ -83,7 +84,7 @@ class AgentPayment(ResponseModel):
 
     id: str
     object: Literal["agent_payment"] = "agent_payment"
-    status: Literal["claimed", "submitted", "settled", "failed"]
+    status: Literal["held", "claimed", "submitted", "settled", "failed"]
     challenge_id: str | None
     endpoint_id: str | None
     network: str
@@ -168,11 +169,20 @@ WireSettlement = Annotated[SettlementResponse, PlainSerializer(lambda response: 
 class SettlementResult(ResponseModel):
     """The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`."""
 
-    status: Literal["settled", "pending", "failed"]
+    status: Literal["settled", "pending", "failed", "held"]
     settlement: WireSettlement
     message: str | None = omitted_if_none()
     payment_id: str | None = omitted_if_none()
     accepted: AcceptedTerms | None = omitted_if_none()
+
+
+class SettlementRelease(ResponseModel):
+    """A held payment given up (its tool failed): nothing was taken, and its authorization may be
+    used again."""
+
+    object: Literal["settlement_release"] = "settlement_release"
+    payment_id: str
+    status: Literal["released"] = "released"
 
 
 class ChallengeBatchResult(ResponseModel):

@@ -19,6 +19,7 @@ from x402mw.platform.objects.base import (
     omitted_if_none,
 )
 from x402mw.platform.objects.payments import PaymentException, PaymentIntentStatus, PaymentMethods
+from x402mw.platform.objects.subscriptions import Interval
 
 __all__ = [
     "AuthorizationDomain",
@@ -28,6 +29,7 @@ __all__ = [
     "CheckoutCurrency",
     "CheckoutNetwork",
     "CheckoutPaymentIntent",
+    "CheckoutSubscription",
     "Merchant",
     "PaymentMethod",
     "WalletTransaction",
@@ -68,6 +70,15 @@ class Merchant(ResponseModel):
     name: str = Field(description="the merchant's display name")
 
 
+class CheckoutSubscription(ResponseModel):
+    """The subscription an invoice's payment order pays for."""
+
+    plan: str = Field(description="the plan's name")
+    interval: Interval
+    period_start: Timestamp | None = Field(description="the period this invoice pays for; null until the first payment")
+    period_end: Timestamp | None
+
+
 class CheckoutPaymentIntent(ResponseModel):
     """What checkout shows of a payment intent: never its `orderId`, metadata or customer."""
 
@@ -82,6 +93,8 @@ class CheckoutPaymentIntent(ResponseModel):
     accepted_currencies: list[Currency]
     payment_methods: PaymentMethods
     merchant: Merchant
+    description: str | None = Field(description="what is bought: the order's description, or the payment link's name")
+    subscription: CheckoutSubscription | None = Field(description="for a subscription's invoice: its plan and period")
     success_url: Url | None
     cancel_url: Url | None
     exceptions: list[PaymentException]

@@ -75,6 +75,9 @@ class PaymentIntent(ResponseModel):
         description="`{api_host}/x402/pay/pi_<uuid>`: an x402 v2 resource any agent can pay the amount due at, once"
     )
     payment_link_id: Uuid | None = Field(description="the payment link it was opened from")
+    description: str | None = Field(
+        description="what is bought, shown to the buyer at checkout (a payment link's name, a subscription's plan)"
+    )
     success_url: Url | None
     cancel_url: Url | None
     customer: Customer

@@ -13,6 +13,8 @@ __all__ = [
     "Interval",
     "Invoice",
     "InvoiceList",
+    "SubscriberEmail",
+    "SubscriberEmailEnvelope",
     "Subscription",
     "SubscriptionEnvelope",
     "SubscriptionList",
@@ -75,6 +77,11 @@ class Subscription(ResponseModel):
     canceled_at: Timestamp | None
     ended_at: Timestamp | None
     test_clock: str | None = Field(description="the test clock it lives on, if any")
+    customer_page_url: str | None = Field(
+        None,
+        description="the customer's own page of it (status, invoices, pay, cancel): a signed link for the "
+        "customer alone, to offer as 'manage my subscription'. In the API's answers; null in webhook events",
+    )
     livemode: bool
     created_at: Timestamp
     updated_at: Timestamp
@@ -142,3 +149,25 @@ class SubscriptionOpened(ResponseModel):
     subscription: Subscription
     invoice: Invoice | None
     payment_intent: PaymentIntent | None
+
+
+class SubscriberEmail(ResponseModel):
+    """An email to a subscriber that could not be sent: the data of ``email.failed``."""
+
+    id: str
+    object: Literal["subscription_email"] = "subscription_email"
+    kind: str = Field(description="subscribed, access, invoice_opened, reminder or past_due")
+    to: str = Field(description="the address it was for, as the subscription has it")
+    subscription_id: str
+    invoice_id: str | None
+    status: Literal["failed"]
+    attempts: int = Field(description="sends tried; an email that cannot be built is not sent at all")
+    failure_reason: str
+    livemode: bool
+    created_at: Timestamp
+
+
+class SubscriberEmailEnvelope(Envelope):
+    """A subscriber email, as the data of its events."""
+
+    email: SubscriberEmail

@@ -1,4 +1,4 @@
-"""A small time-bounded cache for hot reads (API keys, agent endpoints).
+"""A small time-bounded cache for hot reads (agent endpoints on the settlement path).
 
 Entries live ``ttl`` seconds; changes made through this process invalidate them at once, changes
 made by another process are seen within ``ttl``.

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 from x402mw.evm.eip712 import TokenDomain
 from x402mw.platform.chain.devchain import DevChain
+from x402mw.platform.chain.pool import RelayerPool
 from x402mw.platform.chain.relayer import Relayer, TxReceipt
 from x402mw.platform.chain.rpc import JsonRpc
+from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.protocol.networks import Asset, Network, parse_caip2
 
 __all__ = ["ChainHandle", "Chains"]
@@ -18,11 +20,12 @@ __all__ = ["ChainHandle", "Chains"]
 class ChainHandle:
     network: Network
     rpc: JsonRpc
-    relayer: Relayer
+    relayer: Relayer | RelayerPool  # one account shared by every process, or the accounts this process leases
     confirmations: int
     dev: DevChain | None = None
     minter_key: bytes | None = None  # the test-token minter on local nodes (sandbox faucet)
     domains: dict[str, TokenDomain] = field(default_factory=dict)  # by lower-case token address
+    leases: RelayerLeases | None = None  # keeps a pool's accounts leased
 
     @property
     def chain_id(self) -> int:
@@ -103,5 +106,7 @@ class Chains:
 
     async def aclose(self) -> None:
         for handle in self._by_id.values():
+            if handle.leases is not None:
+                await handle.leases.aclose()
             await handle.relayer.aclose()
             await handle.rpc.aclose()

@@ -32,14 +32,17 @@ class EndpointDirectory:
         self.engine = engine
         self._cache: TTLCache[tuple[str, bool, str], Row[Any] | None] = TTLCache(ttl)
 
-    async def get(self, merchant_id: str, livemode: bool, endpoint_id: str) -> Row[Any] | None:
-        """The merchant's endpoint row (read at most ``ttl`` seconds ago), or None."""
+    async def get(self, merchant_id: str, livemode: bool, endpoint_id: str, *, fresh: bool = False) -> Row[Any] | None:
+        """The merchant's endpoint row (read at most ``ttl`` seconds ago, or now when ``fresh``), or None."""
 
         async def load() -> Row[Any] | None:
             async with self.engine.connect() as conn:
                 return await find_endpoint(conn, merchant_id, livemode, endpoint_id)
 
-        return await self._cache.get((merchant_id, livemode, endpoint_id), load)
+        key = (merchant_id, livemode, endpoint_id)
+        if fresh:
+            self._cache.invalidate(key)
+        return await self._cache.get(key, load)
 
     def invalidate(self) -> None:
         self._cache.invalidate()

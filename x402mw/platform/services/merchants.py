@@ -7,14 +7,13 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import ApiKey, Merchant, utcnow
-from x402mw.platform.services.cache import TTLCache
 
 __all__ = ["Caller", "KeyRing", "create_api_key", "create_merchant", "hash_key", "lookup_key", "revoke_api_key"]
 
@@ -69,37 +68,35 @@ async def revoke_api_key(engine: AsyncEngine, key_id: str) -> bool:
         return bool(result.rowcount)
 
 
+_keys = tables.api_keys
+# Built once: this read is on every API request's path, and a statement kept keeps its cache key.
+_BY_HASH = select(_keys.c.id, _keys.c.merchant_id, _keys.c.livemode, _keys.c.key_hash, _keys.c.revoked_at).where(
+    _keys.c.key_hash == bindparam("key_hash")
+)
+
+
 async def lookup_key(engine: AsyncEngine, key: str) -> Caller | None:
     """The caller for a presented key, or None when it is unknown or revoked."""
     if not key.startswith(("sk_test_", "sk_live_")) or len(key) > 100:
         return None
     wanted = hash_key(key)
-    keys = tables.api_keys
     async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(keys.c.id, keys.c.merchant_id, keys.c.livemode, keys.c.key_hash, keys.c.revoked_at).where(
-                    keys.c.key_hash == wanted
-                )
-            )
-        ).first()
+        row = (await conn.execute(_BY_HASH, {"key_hash": wanted})).first()
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, wanted):
         return None
     return Caller(merchant_id=row.merchant_id, livemode=bool(row.livemode), key_id=row.id)
 
 
 class KeyRing:
-    """Key lookups for the API, cached for ``ttl`` seconds. Revoking through the ring takes effect at
-    once in this process; a revocation made elsewhere (another process, the CLI) within ``ttl``."""
+    """Key lookups for the API. Every lookup reads the key's row (one indexed read, about the cost of
+    reading a shared version counter that a cache would have to check anyway: `bench.bench_keys`),
+    so a revocation takes effect in every process, and for the CLI's too, as soon as it returns."""
 
-    def __init__(self, engine: AsyncEngine, *, ttl: float = 2.0) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._cache: TTLCache[str, Caller | None] = TTLCache(ttl)
 
     async def lookup(self, key: str) -> Caller | None:
-        return await self._cache.get(hash_key(key), lambda: lookup_key(self.engine, key))
+        return await lookup_key(self.engine, key)
 
     async def revoke(self, key_id: str) -> bool:
-        done = await revoke_api_key(self.engine, key_id)
-        self._cache.invalidate()
-        return done
+        return await revoke_api_key(self.engine, key_id)

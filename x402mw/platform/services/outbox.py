@@ -38,6 +38,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "subscription.past_due",
     "subscription.canceled",
     "subscription.expired",
+    "email.failed",
 )
 """The types of event the platform records, which merchants subscribe their webhook endpoints to."""
 

@@ -53,6 +53,7 @@ __all__ = [
     "cancel_payment_intent",
     "expire_due_payment_intents",
     "find_payment_intent",
+    "follow_move",
     "follow_orders",
     "parse_amount",
     "payment_intent_event_data",
@@ -158,6 +159,7 @@ def payment_intent_of(row: Mapping[Any, Any], checkout_url_base: str) -> Payment
         checkout_url=f"{checkout_url_base}/pi_{row['id']}",
         x402_url=f"{api_host_of(checkout_url_base)}/x402/pay/pi_{row['id']}",
         payment_link_id=row.get("payment_link_id"),
+        description=row.get("description"),
         success_url=row["success_url"],
         cancel_url=row["cancel_url"],
         customer=Customer(email=row["customer_email"], name=row["customer_name"]),
@@ -246,6 +248,7 @@ class PaymentIntentWriter:
             **UNPAID,
             "amount_text": None,
             "payment_link_id": None,
+            "description": None,
             **row,
             "transfer_hold": row["order_metadata"].get(FIXED_TRANSFER_KEY) or None,
         }
@@ -357,11 +360,13 @@ async def transition(
     changes: Mapping[str, Any] | None = None,
     *,
     event: str | None = None,
+    follow: bool = True,
 ) -> Mapping[Any, Any] | None:
     """Move ``row`` to ``to`` (with ``changes`` to other columns) if it is still in the status it was
     read in, and record ``payment_intent.<event or to>``; the new row, or None. An order that pays a
     subscription's invoice moves its subscription along when it succeeds or a reorg reverses it
-    (`follow_orders`)."""
+    (`follow_orders`); with ``follow=False`` the caller does that itself (`follow_move`), once its
+    own part of the change (a payment's credit) is written."""
     if to not in TRANSITIONS[row["status"]]:
         return None
     table = tables.payment_intents
@@ -375,11 +380,18 @@ async def transition(
         return None
     moved = {**row, **changes}
     await record_intent_event(conn, moved, event or to, at, base)
-    if to == "succeeded" or row["status"] == "succeeded":
-        # An order paying a subscription's invoice moves the subscription, in this transaction.
-        for follow in _followers:
-            await follow(conn, moved, row["status"], at, base)
+    if follow:
+        await follow_move(conn, moved, row["status"], at, base)
     return moved
+
+
+async def follow_move(conn: AsyncConnection, moved: Mapping[Any, Any], previous: str, at: datetime, base: str) -> None:
+    """Have the followers (`follow_orders`) see ``moved``'s change from ``previous``, in ``conn``'s
+    transaction, if it went into or out of ``succeeded``."""
+    if moved["status"] == "succeeded" or previous == "succeeded":
+        # An order paying a subscription's invoice moves the subscription, in this transaction.
+        for follower in _followers:
+            await follower(conn, moved, previous, at, base)
 
 
 OrderFollower = Callable[[AsyncConnection, Mapping[str, Any], str, datetime, str], Awaitable[None]]

@@ -100,6 +100,7 @@ async def open_payment_link(writer: PaymentIntentWriter, link: Mapping[Any, Any]
             "exceptions": [],
             "expires_at": now + LINK_ORDER_LIFETIME,
             "payment_link_id": link["id"],
+            "description": link["name"],
             "created_at": now,
             "updated_at": now,
         }

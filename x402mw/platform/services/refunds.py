@@ -47,7 +47,7 @@ from x402mw.platform.services.payment_intents import amount_text, at_scale_of, t
 from x402mw.platform.services.watcher import address_topic
 from x402mw.protocol.prices import format_amount
 
-__all__ = ["RefundError", "RefundService", "refund_of"]
+__all__ = ["RefundError", "RefundService", "refund_of", "reserve_refund"]
 
 logger = logging.getLogger("x402mw.platform.refunds")
 
@@ -165,41 +165,17 @@ class RefundService:
                     raise RefundError(
                         409, "chain_unavailable", f"The platform no longer serves chain {order['chain_id']}"
                     )
-                row: dict[str, Any] = {
-                    "id": new_id(),
-                    "merchant_id": merchant_id,
-                    "livemode": livemode,
-                    "payment_intent_id": payment_id,
-                    "hold": payment_id,
-                    "chain_id": chain.chain_id,
-                    "currency": order["paid_currency"],
-                    "token": asset.address,
-                    "amount_minor": order["amount_received_minor"],
-                    "amount_text": at_scale_of(order["amount_text"], order["amount_received_minor"])
-                    if order["amount_text"]
-                    else None,
-                    "destination": order["payer"],
-                    "reason": reason,
-                    "status": "processing",
-                    "failure_reason": None,
-                    "tx_hash": None,
-                    "attempts": 1,
-                    "locked_until": now + self.claim,
-                    "created_at": now,
-                    "updated_at": now,
-                    "completed_at": None,
-                }
-                await conn.execute(refunds.insert(), row)
                 try:
-                    await self._entry(conn, row, "refund_reserved", -row["amount_minor"], row["amount_minor"], now)
+                    row = await reserve_refund(
+                        conn, order, token=asset.address, reason=reason, now=now, claim_until=now + self.claim
+                    )
                 except InsufficientBalance:
                     raise RefundError(
                         422,
                         "insufficient_balance",
-                        f"The available {row['currency']} balance on eip155:{row['chain_id']} cannot cover "
-                        f"this refund of {format_amount(row['amount_minor'], 6)}",
+                        f"The available {order['paid_currency']} balance on eip155:{chain.chain_id} cannot cover "
+                        f"this refund of {format_amount(order['amount_received_minor'], 6)}",
                     ) from None
-                await self._event(conn, row, "processing", now)
         except IntegrityError:  # another request created the refund first
             async with self.engine.connect() as conn:
                 live = await conn.scalar(select(refunds.c.id).where(refunds.c.hold == payment_id))
@@ -345,28 +321,84 @@ class RefundService:
     async def _entry(
         self, conn: AsyncConnection, refund: Mapping[Any, Any], kind: str, available: int, reserved: int, at: datetime
     ) -> None:
-        await apply_entry(
-            conn,
-            merchant_id=refund["merchant_id"],
-            livemode=refund["livemode"],
-            chain_id=int(refund["chain_id"]),
-            currency=str(refund["currency"]),
-            kind=kind,
-            reference_id=str(refund["id"]),
-            available_delta=available,
-            reserved_delta=reserved,
-            at=at,
-        )
+        await _entry(conn, refund, kind, available, reserved, at)
 
     async def _event(self, conn: AsyncConnection, refund: Mapping[Any, Any], kind: str, at: datetime) -> None:
-        await record_event(
-            conn,
-            merchant_id=refund["merchant_id"],
-            livemode=refund["livemode"],
-            type=f"refund.{kind}",
-            data=RefundEnvelope(refund=refund_of(refund)).model_dump(mode="json"),
-            at=at,
-        )
+        await _event(conn, refund, kind, at)
+
+
+async def reserve_refund(
+    conn: AsyncConnection,
+    order: Mapping[Any, Any],
+    *,
+    token: str,
+    reason: str | None,
+    now: datetime,
+    claim_until: datetime,
+) -> dict[str, Any]:
+    """In ``conn``'s transaction, with ``order`` (succeeded) locked: record a processing refund of all
+    it received, in ``token`` to its payer, reserve the amount from the merchant's available balance
+    and write ``refund.processing``; the refund's row. Whoever sends it owns it until
+    ``claim_until`` (the worker's `RefundService.resume_due` takes it then). Raises
+    `InsufficientBalance` with nothing written, and ``IntegrityError`` when the order has a live
+    refund already (the unique ``hold``)."""
+    row: dict[str, Any] = {
+        "id": new_id(),
+        "merchant_id": order["merchant_id"],
+        "livemode": order["livemode"],
+        "payment_intent_id": order["id"],
+        "hold": order["id"],
+        "chain_id": int(order["chain_id"]),
+        "currency": order["paid_currency"],
+        "token": token,
+        "amount_minor": order["amount_received_minor"],
+        # at the scale the order was sent with (None: sent as a JSON number, answered plain)
+        "amount_text": at_scale_of(order["amount_text"], order["amount_received_minor"])
+        if order["amount_text"]
+        else None,
+        "destination": order["payer"],
+        "reason": reason,
+        "status": "processing",
+        "failure_reason": None,
+        "tx_hash": None,
+        "attempts": 1,
+        "locked_until": claim_until,
+        "created_at": now,
+        "updated_at": now,
+        "completed_at": None,
+    }
+    await _entry(conn, row, "refund_reserved", -row["amount_minor"], row["amount_minor"], now)
+    await conn.execute(tables.refunds.insert(), row)
+    await _event(conn, row, "processing", now)
+    return row
+
+
+async def _entry(
+    conn: AsyncConnection, refund: Mapping[Any, Any], kind: str, available: int, reserved: int, at: datetime
+) -> None:
+    await apply_entry(
+        conn,
+        merchant_id=refund["merchant_id"],
+        livemode=refund["livemode"],
+        chain_id=int(refund["chain_id"]),
+        currency=str(refund["currency"]),
+        kind=kind,
+        reference_id=str(refund["id"]),
+        available_delta=available,
+        reserved_delta=reserved,
+        at=at,
+    )
+
+
+async def _event(conn: AsyncConnection, refund: Mapping[Any, Any], kind: str, at: datetime) -> None:
+    await record_event(
+        conn,
+        merchant_id=refund["merchant_id"],
+        livemode=refund["livemode"],
+        type=f"refund.{kind}",
+        data=RefundEnvelope(refund=refund_of(refund)).model_dump(mode="json"),
+        at=at,
+    )
 
 
 def _already_refunded(refund_id: str | None) -> RefundError:

@@ -192,7 +192,6 @@ class RenewalRunner:
             amount=row["plan_amount"],
             amount_text=row["plan_amount_text"],
             currency=row["plan_currency"],
-            success_url=self.links.page_url(row["id"]),
             at=platform_now,
         )
         end = boundary(row["anchor_at"], row["interval"], period)

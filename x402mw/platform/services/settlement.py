@@ -6,6 +6,14 @@ waits for that settlement and gets the same receipt; a different payload with a 
 refused. A settlement that outlives the caller's wait is *pending* (with its transaction), never
 failed; it completes in the background and a retry gets the receipt.
 
+For an MCP tool (`SettleRequest.hold`) the order is the x402 MCP transport's: the authorization is
+verified, simulated and claimed as *held* before the tool runs, nothing sent; once the tool
+succeeded the seller settles it (`SettleRequest.capture`, the held payment's id), and when the tool
+failed it releases it (`SettlementService.release_hold`): the claim is deleted, nothing was taken,
+and the same authorization may be used again. While it is held, any other use of it is refused
+(`payment_in_use`); once used, a hold of it is refused (a tool call is never served again on a used
+authorization).
+
 An authorization has one outcome, forever: a retry of it, to any process, at any time (after its
 challenge expired too), gets the receipt, the pending transaction, or the final refusal. A retry
 that finds no process settling the payment finishes it itself (`SettlementRecovery.finish`).
@@ -25,7 +33,7 @@ import asyncio
 import logging
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -53,6 +61,7 @@ from x402mw.platform.services.settlement_outcomes import (
     SettleRequest,
     authorization_key,
     failed,
+    held,
     outcome_for,
     payment_of,
     unavailable,
@@ -68,6 +77,10 @@ __all__ = ["Refusal", "SettleOutcome", "SettleRequest", "SettlementService", "pa
 logger = logging.getLogger("x402mw.platform.settlement")
 
 POLL_SECONDS = 0.05
+
+
+def _key_of(row: Payment) -> str:
+    return authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
 
 
 def _drop(simulation: asyncio.Future[Any] | None) -> None:
@@ -140,8 +153,17 @@ class SettlementService:
         try:
             verified = self.verify(request.accepted, request.payload, request.terms)
         except Refusal as refusal:
+            if request.capture is not None:  # e.g. its validBefore passed while the tool ran
+                held_row = await self.writes.load(request.capture)
+                if held_row is not None and held_row.merchant_id == request.merchant_id:
+                    await self.writes.release(held_row.id, status="held")
             return failed(network, refusal.reason, refusal.message)
         key = authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)
+        if request.capture is not None:
+            existing = await self.writes.load(request.capture)
+            if existing is None or existing.merchant_id != request.merchant_id or _key_of(existing) != key:
+                return failed(network, reasons.HOLD_NOT_FOUND, "no held payment of this authorization to settle")
+            return await self._join_existing(key, request, verified, existing)
         if request.known_only:
             existing = await self.writes.load_by_authorization(
                 verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce
@@ -199,7 +221,40 @@ class SettlementService:
         if task is not None:
             self._inflight[key] = task
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        if request.hold:
+            return await self._hold(row, request, verified, simulation)
         return await self._execute(row, request, verified, started, simulation)
+
+    async def _hold(
+        self, row: Payment, request: SettleRequest, verified: Verified, simulation: asyncio.Future[Any] | None
+    ) -> SettleOutcome:
+        """Finish holding a claimed payment: simulate its transfer (nothing is sent)."""
+        network = request.accepted.network
+        try:
+            if simulation is not None:
+                await simulation_outcome(simulation)
+            elif self.simulate:
+                await self.check_on_chain(verified, request.accepted.asset)
+        except Refusal as refusal:
+            await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
+            return failed(network, refusal.reason, refusal.message, payment_id=row.id)
+        except Exception as exc:
+            if not (isinstance(exc, ChainUnavailable) or unreachable(exc)):
+                logger.exception("hold %s: the simulation failed unexpectedly; claim given up", row.id)
+            await self.writes.release(row.id, status="held")
+            return unavailable(network)
+        return held(row, network)
+
+    async def release_hold(self, merchant_id: str, payment_id: str) -> AgentPayment | Literal["released"] | None:
+        """Give up a held payment (its tool failed): its claim is deleted, nothing was taken, and the
+        same authorization may be used again. ``released``; the payment as it stands if it is not
+        held (being settled, or settled); None if the merchant has no such payment."""
+        existing = await self.writes.load(payment_id)
+        if existing is None or existing.merchant_id != merchant_id:
+            return None
+        if existing.status == "held" and await self.writes.release(payment_id, status="held"):
+            return "released"
+        return await self.writes.load(payment_id) or "released"
 
     def _new_payment(self, request: SettleRequest, verified: Verified) -> Claimed:
         auth = verified.auth
@@ -220,7 +275,7 @@ class SettlementService:
             payload_hash=verified.payload_hash,
             resource=request.resource[:2048],
             release_policy=request.release_policy,
-            status="claimed",
+            status="held" if request.hold else "claimed",
             created_at=self.clock.now(),
             signature="0x" + verified.signature.hex(),
             valid_after=auth.valid_after,
@@ -240,25 +295,28 @@ class SettlementService:
             # Another payload with this nonce, or this payload settled for another merchant: either
             # way this caller's authorization is used, and the other payment is none of its business.
             return failed(network, reasons.NONCE_USED, "this authorization nonce has already been used")
+        if existing.status == "held":
+            if request.capture == existing.id and await self._take(existing, "held", "claimed"):
+                return await self._run_again(key, existing, request, verified)
+            if request.capture != existing.id:
+                return failed(
+                    network,
+                    reasons.PAYMENT_IN_USE,
+                    "this authorization is held for a tool call still in progress; nothing was taken",
+                )
+            existing = await self.writes.load(existing.id) or existing  # settled or released meanwhile
         if existing.status == "failed" and existing.transaction is None and not request.known_only:
             # Refused before reaching the chain (e.g. insufficient funds): the same signature may try again.
-            async with self.engine.begin() as conn:
-                taken = await conn.execute(
-                    update(tables.agent_payments)
-                    .where(
-                        tables.agent_payments.c.id == existing.id,
-                        tables.agent_payments.c.status == "failed",
-                    )
-                    .values(status="claimed", error_reason=None)
-                )
-            if taken.rowcount == 1:
-                existing.status, existing.error_reason = "claimed", None
-                task = asyncio.get_running_loop().create_task(
-                    self._execute(existing, request, verified, time.perf_counter())
-                )
-                self._inflight[key] = task
-                task.add_done_callback(lambda _t: self._inflight.pop(key, None))
-                return await self._wait(task, existing.id, network, request.wait_seconds)
+            taken = await self._take(existing, "failed", "held" if request.hold else "claimed")
+            if taken and request.hold:
+                return await self._hold(existing, request, verified, None)
+            if taken:
+                return await self._run_again(key, existing, request, verified)
+        if request.hold:
+            # Used already: a tool call is never served again on a used authorization.
+            if existing.status == "failed":
+                return outcome_for(existing)
+            return failed(network, reasons.NONCE_USED, "this authorization has already been used; sign a new one")
         running = self._inflight.get(key)
         if running is not None:
             return await self._wait(running, existing.id, network, request.wait_seconds)
@@ -266,6 +324,28 @@ class SettlementService:
         if answered is not None or existing.status in ("settled", "failed"):
             return answered or outcome_for(existing)
         return await self.recovery.finish(existing, wait=request.wait_seconds)
+
+    async def _take(self, existing: AgentPayment, before: str, after: str) -> bool:
+        """Move ``existing`` from status ``before`` to ``after``, unless another caller moved it first."""
+        async with self.engine.begin() as conn:
+            taken = await conn.execute(
+                update(tables.agent_payments)
+                .where(tables.agent_payments.c.id == existing.id, tables.agent_payments.c.status == before)
+                .values(status=after, error_reason=None)
+            )
+        if taken.rowcount != 1:
+            return False
+        existing.status, existing.error_reason = after, None
+        return True
+
+    async def _run_again(
+        self, key: str, existing: AgentPayment, request: SettleRequest, verified: Verified
+    ) -> SettleOutcome:
+        """Send a claimed payment this caller took over (a held one, or one refused before the chain)."""
+        task = asyncio.get_running_loop().create_task(self._execute(existing, request, verified, time.perf_counter()))
+        self._inflight[key] = task
+        task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return await self._wait(task, existing.id, request.accepted.network, request.wait_seconds)
 
     async def _wait(
         self, task: asyncio.Task[SettleOutcome | None], payment_id: str, network: str, wait_seconds: float
@@ -379,5 +459,4 @@ class SettlementService:
 
     def finishing(self, row: Payment) -> bool:
         """Whether this process is settling ``row``'s payment, or has answered for it and is recording it."""
-        key = authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
-        return key in self._inflight or self.releases.answered(row.id) is not None
+        return _key_of(row) in self._inflight or self.releases.answered(row.id) is not None

@@ -21,6 +21,7 @@ __all__ = [
     "SettleRequest",
     "authorization_key",
     "failed",
+    "held",
     "outcome_for",
     "payment_of",
     "unavailable",
@@ -86,13 +87,16 @@ class SettleRequest:
     challenge: dict[str, Any] | None = None  # the challenge's row, recorded with the outcome
     known_only: bool = False  # the challenge expired: answer a payment already made, settle no new one
     terms: EndpointTerms | None = None  # the endpoint's, which the payment's terms must match
+    hold: bool = False  # verify and claim it as `held`, send nothing (an MCP tool runs before it is settled)
+    capture: str | None = None  # the id of this authorization's held payment, to settle now
 
 
 @dataclass(frozen=True, slots=True)
 class SettleOutcome:
-    """``unavailable``: the chain could not be reached and nothing was sent or recorded."""
+    """``unavailable``: the chain could not be reached and nothing was sent or recorded; ``held``:
+    verified and claimed, nothing sent (`SettleRequest.hold`)."""
 
-    status: Literal["settled", "pending", "failed", "unavailable"]
+    status: Literal["settled", "pending", "failed", "unavailable", "held"]
     response: SettlementResponse
     message: str | None = None
     payment_id: str | None = None
@@ -169,6 +173,14 @@ def failed(
 ) -> SettleOutcome:
     response = SettlementResponse(success=False, error_reason=reason, transaction=transaction or "", network=network)
     return SettleOutcome("failed", response, message, payment_id)
+
+
+def held(row: Payment, network: str) -> SettleOutcome:
+    """A payment verified and claimed for a tool call, nothing sent: settle it or release it next."""
+    response = SettlementResponse(
+        success=True, payer=row.payer, transaction="", network=network, amount=row.amount_minor
+    )
+    return SettleOutcome("held", response, "held: settle it once the tool succeeded, or release it", row.id)
 
 
 def unavailable(network: str) -> SettleOutcome:

@@ -9,7 +9,8 @@ the signed authorization the claim keeps, once the payment is old enough that it
 would have sent it (`TAKEOVER_AFTER`, and under a lease so that one process at a time does). A
 transfer sent twice moves the money once: the token accepts an authorization once.
 
-The worker runs `SettlementRecovery.finish_left` for payments older than that.
+The worker runs `SettlementRecovery.finish_left` for payments older than that, and drops held
+payments (paid MCP tools) whose authorization expired without being settled or released.
 """
 
 from __future__ import annotations
@@ -92,7 +93,11 @@ class SettlementRecovery:
 
     async def finish_left(self) -> int:
         """One look at every payment still unfinished `takeover_after` after its claim that this
-        process is not settling; how many became final."""
+        process is not settling; how many became final. Held payments (paid MCP tools) whose
+        authorization expired are dropped: their seller never settled nor released them."""
+        dropped = await self.writes.drop_expired_holds(int(self.clock.time()))
+        if dropped:
+            logger.warning("dropped %d held payments whose authorization expired unsettled", dropped)
         finished = 0
         for row in await self._left():
             try:

@@ -144,15 +144,26 @@ class SettlementWrites:
         values = {"b_id": payment_id, "b_reason": reason, "b_block": block}
         await self._records.submit(_Record("failed", values, challenge))
 
-    async def release(self, payment_id: str) -> None:
-        """Give a claim up before anything was sent (the chain could not be reached): the same
-        signature may then be claimed again, by any process."""
+    async def release(self, payment_id: str, *, status: str = "claimed") -> bool:
+        """Give a claim up before anything was sent (the chain could not be reached, or a held
+        payment's tool failed): the same signature may then be claimed again, by any process.
+        False if the payment was not in ``status`` (taken by another caller meanwhile)."""
         async with self.engine.begin() as conn:
-            await conn.execute(
+            gone = await conn.execute(
                 delete(_payments).where(
-                    _payments.c.id == payment_id, _payments.c.status == "claimed", _payments.c.transaction.is_(None)
+                    _payments.c.id == payment_id, _payments.c.status == status, _payments.c.transaction.is_(None)
                 )
             )
+        return bool(gone.rowcount == 1)
+
+    async def drop_expired_holds(self, now: int) -> int:
+        """Delete held payments whose authorization expired before ``now`` (Unix seconds): their
+        seller stopped between the hold and the tool's end. Nothing was sent, and nothing can be."""
+        async with self.engine.begin() as conn:
+            gone = await conn.execute(
+                delete(_payments).where(_payments.c.status == "held", _payments.c.valid_before < now)
+            )
+        return int(gone.rowcount or 0)
 
     async def take_over(self, payment_id: str, now: datetime, until: datetime) -> bool:
         """Hold an unfinished payment until ``until`` for this process to finish (send it again);

@@ -49,8 +49,10 @@ def plan_of(row: Mapping[Any, Any], checkout_url_base: str) -> SubscriptionPlan:
     )
 
 
-def subscription_of(row: Mapping[Any, Any]) -> Subscription:
-    """A subscription; ``merchantCustomerId`` is the merchant's customer id exactly as it was sent."""
+def subscription_of(row: Mapping[Any, Any], page_url: str | None = None) -> Subscription:
+    """A subscription; ``merchantCustomerId`` is the merchant's customer id exactly as it was sent.
+    ``page_url``: its customer page link, which the API answers to the merchant (an event, stored and
+    logged where the merchant's deliveries go, carries none)."""
     return Subscription(
         id=row["id"],
         plan_id=row["plan_id"],
@@ -66,6 +68,7 @@ def subscription_of(row: Mapping[Any, Any]) -> Subscription:
         canceled_at=row["canceled_at"],
         ended_at=row["ended_at"],
         test_clock=row["test_clock_id"],
+        customer_page_url=page_url,
         livemode=bool(row["livemode"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
@@ -104,12 +107,16 @@ def clock_of(row: Mapping[Any, Any]) -> TestClock:
 
 
 def opened_of(
-    subscription: Mapping[Any, Any], invoice: Mapping[Any, Any] | None, order: Mapping[Any, Any] | None, base: str
+    subscription: Mapping[Any, Any],
+    invoice: Mapping[Any, Any] | None,
+    order: Mapping[Any, Any] | None,
+    base: str,
+    page_url: str | None = None,
 ) -> SubscriptionOpened:
     """``{subscription, invoice, paymentIntent}``: the open-subscription answer and every subscription
     event's ``data``."""
     return SubscriptionOpened(
-        subscription=subscription_of(subscription),
+        subscription=subscription_of(subscription, page_url),
         invoice=None if invoice is None else invoice_of(invoice, base),
         payment_intent=None if order is None else payment_intent_of(order, base),
     )

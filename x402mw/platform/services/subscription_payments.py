@@ -8,6 +8,11 @@ pays a subscription's invoice:
   end of the paid one (from its anchor, the first payment's time, for the first): ``incomplete`` →
   ``active`` with ``subscription.created``; ``active`` or ``past_due`` → ``active`` with
   ``subscription.renewed``. The invoice is paid once, however many payments its order receives;
+- confirmed, invoice void (the subscription was cancelled or expired while the payment was on its
+  way, or paid after that): nobody owes it, so the whole payment is refunded to its payer
+  (`refunds.reserve_refund` in this transaction, from the credit just made, with the reason
+  ``subscription_canceled``, ``subscription_expired`` or ``invoice_void``; the worker sends it).
+  Once per order: an order refunded before is not refunded again;
 - reversed, invoice paid: the invoice opens again, the period it paid for is taken back, and the
   subscription becomes ``past_due`` with ``subscription.past_due`` and a past-due email.
 
@@ -17,6 +22,7 @@ concurrent payments of one invoice, and a payment racing the worker, each see th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -26,12 +32,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
 from x402mw.platform.services.billing_periods import boundary
+from x402mw.platform.services.ledger import InsufficientBalance
 from x402mw.platform.services.outbox import insert_events
+from x402mw.platform.services.refunds import reserve_refund
 from x402mw.platform.services.subscription_objects import subscription_event
 from x402mw.platform.services.subscription_steps import ENDED, MUTABLE, aware, email_row, schedule
 from x402mw.platform.services.subscriptions import clock_time, void_open_invoice
 
 __all__ = ["follow_order"]
+
+logger = logging.getLogger("x402mw.platform.subscriptions")
 
 
 async def follow_order(
@@ -78,8 +88,11 @@ async def _paid(conn: AsyncConnection, order: Mapping[str, Any], now: datetime, 
     if found is None:
         return
     invoice, sub = found
+    if invoice["status"] == "paid":
+        return  # a payment counts once
     if invoice["status"] != "open" or sub["status"] in ENDED:
-        return  # paid already (a payment counts once), or for a subscription that has ended
+        await _refund_unowed(conn, order, sub, now)
+        return
     at = await clock_time(conn, sub["test_clock_id"], now)
     anchor = sub["anchor_at"] or at
     period = int(invoice["period"])
@@ -106,6 +119,33 @@ async def _paid(conn: AsyncConnection, order: Mapping[str, Any], now: datetime, 
     extended["next_action"], extended["due_at"] = schedule(extended, sub["interval"], None, reminded=False)
     await conn.execute(update(subs).where(subs.c.id == sub["id"]).values({k: extended[k] for k in MUTABLE}))
     await conn.run_sync(insert_events, [subscription_event(kind, extended, paid, order, base, now)])
+
+
+async def _refund_unowed(
+    conn: AsyncConnection, order: Mapping[str, Any], sub: Mapping[str, Any], now: datetime
+) -> None:
+    """Refund ``order``'s payment, which pays an invoice nobody owes any more, to its payer."""
+    refunds, transfers = tables.refunds, tables.incoming_transfers
+    if await conn.scalar(select(refunds.c.id).where(refunds.c.payment_intent_id == order["id"]).limit(1)):
+        return  # one refund per order, whatever became of it
+    token = await conn.scalar(
+        select(transfers.c.token)
+        .where(transfers.c.payment_intent_id == order["id"], transfers.c.status == "counted")
+        .limit(1)
+    )
+    if token is None or not order["payer"]:
+        logger.error("order %s paid a void invoice but its payment cannot be refunded automatically", order["id"])
+        return
+    if sub["status"] == "canceled" or sub["cancel_at_period_end"]:
+        reason = "subscription_canceled"
+    elif sub["status"] == "expired":
+        reason = "subscription_expired"
+    else:
+        reason = "invoice_void"
+    try:
+        await reserve_refund(conn, order, token=str(token), reason=reason, now=now, claim_until=now)
+    except InsufficientBalance:  # not after the credit of this very payment; kept for the books
+        logger.error("order %s paid a void invoice; the balance cannot cover its refund", order["id"])
 
 
 async def _reversed(conn: AsyncConnection, order: Mapping[str, Any], now: datetime, base: str) -> None:

@@ -93,12 +93,13 @@ def invoice_order_row(
     amount: int,
     amount_text: str | None,
     currency: str,
-    success_url: str | None,
     at: datetime,
 ) -> dict[str, Any]:
     """The payment order of an invoice, as a ``payment_intents`` row: open until paid, without expiry
     (the subscription's own schedule closes it). ``amount_text`` is the plan's amount as it was sent,
-    kept by the order and its invoice (`payment_intents.amount_text`)."""
+    kept by the order and its invoice (`payment_intents.amount_text`). It has no ``successUrl``: an
+    order's page and its public API answer show that link to whoever holds the order's id, and the
+    customer page link is the customer's alone (it reaches them by email, or through the merchant)."""
     return {
         **UNPAID,
         "id": new_id(),
@@ -113,7 +114,7 @@ def invoice_order_row(
         "payment_methods": dict(PAYMENT_METHODS),
         "customer_email": sub["customer_email"],
         "customer_name": None,
-        "success_url": success_url,
+        "success_url": None,
         "cancel_url": None,
         "order_metadata": {"subscriptionId": sub["id"], "invoiceId": invoice_id, "period": str(period)},
         "transfer_hold": None,

@@ -10,17 +10,21 @@ Statuses::
     incomplete, active, past_due ─cancel─▶ canceled   active ─cancel atPeriodEnd─▶ (flag) ─period end─▶ canceled
 
 One subscription is open per (plan, customer): opening again answers the open one, with its unpaid
-invoice's payment order while there is one. Each period has an invoice (``period`` 1, 2, ...) paid
-through a payment order of its own; payments move subscriptions on through
-`x402mw.platform.services.subscription_payments`, time through `x402mw.platform.services.renewals`.
-A subscription on a test clock lives at the clock's time.
+invoice's payment order while there is one. A subscription whose customer id a visitor of the hosted
+subscribe page chose (``customer_vouched`` false) is not the merchant's customer's until the merchant
+says so: opening it again through the API (or a signed subscribe link) is refused, 409
+``customer_unverified``, unless the email given is the one on file (then the merchant vouches for it).
+
+Each period has an invoice (``period`` 1, 2, ...) paid through a payment order of its own; payments
+move subscriptions on through `x402mw.platform.services.subscription_payments`, time through
+`x402mw.platform.services.renewals`. A subscription on a test clock lives at the clock's time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
@@ -39,11 +43,21 @@ from x402mw.platform.services.subscription_steps import (
     ENDED,
     MUTABLE,
     aware,
+    email_row,
     invoice_order_row,
     invoice_row,
 )
 
-__all__ = ["Opened", "SubscriptionError", "SubscriptionService", "clock_time", "void_open_invoice"]
+__all__ = [
+    "ACCESS_EMAIL_EVERY",
+    "Opened",
+    "SubscriptionError",
+    "SubscriptionService",
+    "clock_time",
+    "void_open_invoice",
+]
+
+ACCESS_EMAIL_EVERY = timedelta(minutes=10)  # at most one link email a subscription, asked for on the page
 
 
 class SubscriptionError(Refused):
@@ -74,7 +88,8 @@ async def void_open_invoice(
     conn: AsyncConnection, sub: Mapping[str, Any], at: datetime, now: datetime, base: str
 ) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
     """Void ``sub``'s open invoice and cancel its payment order (unless a payment is already on its
-    way: such an order is left to finish, and its payment no longer counts for the subscription).
+    way: such an order is left to finish, and its payment, which no longer counts for the
+    subscription, is refunded to its payer once confirmed: `subscription_payments`).
     The invoice and the order as they now are, or (None, None)."""
     if sub["open_invoice_id"] is None:
         return None, None
@@ -119,10 +134,17 @@ class SubscriptionService:
         customer_id: str,
         email: str | None,
         test_clock_id: str | None = None,
+        *,
+        vouched: bool = True,
+        confirm: bool = False,
     ) -> Opened:
         """Open a subscription to the plan for the merchant's customer ``customer_id``, or answer the one
-        open already (whatever its test clock). Raises `SubscriptionError` 404 for an unknown plan or
-        test clock, 409 ``plan_inactive`` for a new subscription to an inactive plan."""
+        open already (whatever its test clock). ``vouched``: the merchant stands behind ``customer_id``
+        (its API, a signed link); False when a hosted page's visitor chose it. ``confirm``: email the
+        customer their subscription page link when it is opened (the hosted page does). Raises
+        `SubscriptionError` 404 for an unknown plan or test clock, 409 ``plan_inactive`` for a new
+        subscription to an inactive plan, 409 ``customer_unverified`` when ``vouched`` finds one a
+        visitor opened for another email (see the module)."""
         subs = tables.subscriptions
         for _ in range(3):  # a concurrent first open of the same pair wins: then answer that one
             async with self.engine.begin() as conn:
@@ -140,6 +162,8 @@ class SubscriptionService:
                 )
                 if open_ is not None:
                     reused = aware(open_)
+                    if vouched and not reused["customer_vouched"]:
+                        reused = await self._vouch(conn, reused, email)
                     invoice, order = await self._current_invoice(conn, reused)
                     return Opened(False, reused, invoice, order)
                 if test_clock_id is not None:
@@ -152,7 +176,7 @@ class SubscriptionService:
                     raise SubscriptionError(
                         409, "plan_inactive", "This plan is inactive: it opens no new subscriptions", param="planId"
                     )
-                opened = await self._insert(conn, plan, customer_id, email, test_clock_id)
+                opened = await self._insert(conn, plan, customer_id, email, test_clock_id, vouched, confirm)
                 if opened is not None:
                     return opened
         raise SubscriptionError(409, "subscription_conflict", "The subscription is being opened; retry", param="planId")
@@ -164,6 +188,8 @@ class SubscriptionService:
         customer_id: str,
         email: str | None,
         test_clock_id: str | None,
+        vouched: bool,
+        confirm: bool,
     ) -> Opened | None:
         now = self.clock.now()
         at = await clock_time(conn, test_clock_id, now)
@@ -174,6 +200,7 @@ class SubscriptionService:
             "plan_id": plan["id"],
             "merchant_customer_id": customer_id,
             "customer_email": email,
+            "customer_vouched": vouched,
             "open_key": customer_id,
             "status": "incomplete",
             "cancel_at_period_end": False,
@@ -204,7 +231,6 @@ class SubscriptionService:
             amount=plan["amount_minor"],
             amount_text=plan["amount_text"],
             currency=plan["currency"],
-            success_url=self.links.page_url(sub["id"]),
             at=now,
         )
         invoice = invoice_row(sub, invoice_id=invoice_id, period=1, order=order, start=None, end=None, at=at)
@@ -218,7 +244,49 @@ class SubscriptionService:
             at=now,
         )
         await conn.run_sync(insert_events, [created])
+        confirmation = email_row(sub, invoice_id, "subscribed", now) if confirm else None
+        if confirmation is not None:
+            await conn.execute(tables.subscription_emails.insert(), confirmation)
         return Opened(True, sub, invoice, order)
+
+    async def _vouch(self, conn: AsyncConnection, sub: dict[str, Any], email: str | None) -> dict[str, Any]:
+        """The merchant takes a visitor's subscription as its customer's: only for the email on file."""
+        on_file = sub["customer_email"]
+        if email is None or on_file is None or email.casefold() != on_file.casefold():
+            raise SubscriptionError(
+                409,
+                "customer_unverified",
+                f"Subscription '{sub['id']}' to this plan for this customer id was opened on the hosted "
+                "subscribe page by a visitor who chose the id, for another email: it is not taken for your "
+                "customer. Cancel it if it is not theirs, and sign the customer ids of your subscribe links",
+                param="merchantCustomerId",
+            )
+        subs = tables.subscriptions
+        await conn.execute(update(subs).where(subs.c.id == sub["id"]).values(customer_vouched=True))
+        return {**sub, "customer_vouched": True}
+
+    async def email_access(self, sub: Mapping[str, Any]) -> bool:
+        """Queue an email of ``sub``'s customer page link to the address on file (asked for on the
+        subscribe page); at most one every `ACCESS_EMAIL_EVERY`. False when none was queued."""
+        now = self.clock.now()
+        emails = tables.subscription_emails
+        row = email_row(sub, sub["open_invoice_id"], "access", now)
+        if row is None:
+            return False
+        async with self.engine.begin() as conn:
+            locked = select(tables.subscriptions.c.id).where(tables.subscriptions.c.id == sub["id"]).with_for_update()
+            await conn.execute(locked)  # one of two concurrent asks queues it
+            recent = await conn.scalar(
+                select(emails.c.id).where(
+                    emails.c.subscription_id == sub["id"],
+                    emails.c.kind == "access",
+                    emails.c.created_at > now - ACCESS_EMAIL_EVERY,
+                )
+            )
+            if recent is not None:
+                return False
+            await conn.execute(emails.insert(), row)
+        return True
 
     async def _current_invoice(
         self, conn: AsyncConnection, sub: Mapping[str, Any]

@@ -38,7 +38,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys, sweep_order
 from x402mw.platform.services.ledger import InsufficientBalance, apply_entry
-from x402mw.platform.services.payment_intents import OPEN_STATUSES, transition
+from x402mw.platform.services.payment_intents import OPEN_STATUSES, follow_move, transition
 
 __all__ = ["TRANSFER_TOPIC", "DepositWatcher", "address_topic", "order_exceptions"]
 
@@ -340,7 +340,7 @@ class DepositWatcher:
         if head - deepest + 1 < chain.confirmations:
             return
         async with self.engine.begin() as conn:
-            moved = await transition(conn, order, "succeeded", now, self.checkout_url_base)
+            moved = await transition(conn, order, "succeeded", now, self.checkout_url_base, follow=False)
             if moved is None:
                 return
             for transfer in counted:
@@ -355,6 +355,9 @@ class DepositWatcher:
                     available_delta=int(transfer["amount_minor"]),
                     at=now,
                 )
+            # Followers after the credit: one that refunds a payment nobody owes (an invoice voided
+            # while the payment was on its way) reserves the refund from this very credit.
+            await follow_move(conn, moved, order["status"], now, self.checkout_url_base)
 
     async def _recheck_succeeded(self, chain: ChainHandle, since_block: int) -> None:
         """After a reorg that replaced blocks above ``since_block``: orders that succeeded on transfers in

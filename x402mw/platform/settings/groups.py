@@ -14,6 +14,7 @@ from pydantic import (
     SecretStr,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import NoDecode
 
@@ -56,15 +57,34 @@ class ChainSettings(BaseModel):
     """One chain. ``rpc_url=None`` is the in-process dev chain. ``tokens`` names token addresses
     (``{"USDC": "0x..."}``) on chains the built-in table does not know, such as anvil;
     ``confirmations`` replaces the table's count; ``minter_key`` may mint the test tokens (the
-    sandbox faucet on anvil). Its problems come as those of `PlatformSettings`' ``chains``; built on
-    its own, it raises pydantic's error, which does not show the values it was given."""
+    sandbox faucet on anvil). ``rpc_url`` may be a list of several providers of the chain (kept as
+    ``rpc_url``, the first, and ``more_rpc_urls``): reads fail over between them and signed
+    transactions go to every one (`x402mw.platform.chain.providers`). Its problems come as those of
+    `PlatformSettings`' ``chains``; built on its own, it raises pydantic's error, which does not show
+    the values it was given."""
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     rpc_url: RpcUrl | None = None
+    more_rpc_urls: list[RpcUrl] = Field(default_factory=list)
     tokens: Tokens = Field(default_factory=dict)
     confirmations: Confirmations | None = None
     minter_key: PrivateKey | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _several_providers(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("rpc_url"), list | tuple):
+            urls = list(data["rpc_url"])
+            if not urls:
+                raise ValueError("rpc_url must name at least one URL")
+            data = {**data, "rpc_url": urls[0], "more_rpc_urls": [*urls[1:], *data.get("more_rpc_urls", [])]}
+        return data
+
+    @property
+    def rpc_urls(self) -> list[SecretStr]:
+        """Every provider of the chain, the first one first (none: the in-process dev chain)."""
+        return [self.rpc_url, *self.more_rpc_urls] if self.rpc_url is not None else []
 
 
 class SettingsGroup(BaseModel):
@@ -133,8 +153,38 @@ class ChainAccessSettings(SettingsGroup):
     chains: Annotated[list[ChainSettings], NoDecode] = Field(
         default_factory=lambda: [ChainSettings()],
         description='Chains one by one, as JSON: [{"rpc_url": ..., "tokens": {"USDC": ...}, "confirmations": ..., '
-        '"minter_key": ...}], instead of X402MW_RPC_URL, X402MW_TOKENS, X402MW_CONFIRMATIONS and '
-        "X402MW_MINTER_KEY, which apply to every chain.",
+        '"minter_key": ...}] ("rpc_url" may be a list of several providers of the chain), instead of '
+        "X402MW_RPC_URL, X402MW_TOKENS, X402MW_CONFIRMATIONS and X402MW_MINTER_KEY, which apply to every chain.",
+    )
+
+    relayer_pool_size: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="Relayer accounts per chain reached over JSON-RPC, derived from the relayer key and leased "
+        "by the processes (each sends only from accounts it holds); 0: the relayer key alone, shared by every "
+        "process. Written to the database at start-up; `x402mw platform relayer-pool` changes it while running.",
+    )
+    relayer_pool_keys: Annotated[list[PrivateKey], NoDecode, CommaSeparated] = Field(
+        default_factory=list,
+        description="The pool's accounts as keys (comma-separated), instead of keys derived from the relayer key.",
+    )
+    relayer_in_flight_cap: int = Field(
+        16, ge=1, le=1024, description="Transactions one relayer account of a pool may have in flight."
+    )
+    relayer_lease_seconds: float = Field(
+        30.0,
+        ge=3,
+        le=3600,
+        allow_inf_nan=False,
+        description="How long a process holds a pool account without renewing it: a stopped process's "
+        "accounts are taken over this long after it stopped.",
+    )
+    relayer_gas_floor_wei: int = Field(
+        10**17,
+        ge=0,
+        description="A pool account whose gas balance falls below this many wei is topped up to twice as "
+        "much from the relayer key's account.",
     )
 
     @field_validator("tokens", "minter_key")

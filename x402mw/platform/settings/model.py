@@ -181,4 +181,11 @@ def _as_text(value: object) -> str | None:
 
 
 def _revealed(chain: ChainSettings) -> dict[str, object]:
-    return {name: _as_text(value) if isinstance(value, SecretStr) else value for name, value in chain}
+    revealed: dict[str, object] = {}
+    for name, value in chain:
+        if isinstance(value, list):
+            if value:  # more_rpc_urls
+                revealed[name] = [_as_text(item) for item in value]
+        else:
+            revealed[name] = _as_text(value) if isinstance(value, SecretStr) else value
+    return revealed

@@ -6,7 +6,7 @@ namespace across merchants; they are unique per (merchant, slug) now, with an in
 the old merchant-less links.
 
 Revision ID: 0014
-Revises: 0010
+Revises: 0016
 Create Date: 2026-11-26 02:10:00.000000
 """
 
@@ -16,7 +16,7 @@ import sqlmodel
 
 
 revision = '0014'
-down_revision = '0010'
+down_revision = '0016'
 branch_labels = None
 depends_on = None
 

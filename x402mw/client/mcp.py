@@ -1,0 +1,125 @@
+"""Paying MCP tools: `PayingSession` wraps an ``mcp`` ``ClientSession`` (or ``Client``) and pays the
+tools that ask.
+
+>>> from mcp import Client, ClientSession
+>>> from x402mw.client import Wallet, X402Auth
+>>> from x402mw.client.mcp import PayingSession
+>>> auth = X402Auth(Wallet.from_env(), max_amount="0.10", max_total="5")
+>>> tools = PayingSession(session, auth)               # session: an initialized ClientSession
+>>> result = await tools.call_tool("forecast", {"city": "Lisbon"})
+>>> auth.payments[-1].transaction
+
+It follows the x402 MCP transport's tool-result binding: a tool error result whose
+``structuredContent`` (or ``content[0].text``) is a ``PaymentRequired`` object is paid, within the
+caps of the `X402Auth` given (``max_amount``, ``max_total``, ``networks``, ``assets``, and its
+``receipt_signer`` check), by calling the tool again with the signed payload in
+``_meta["x402/payment"]``; the settlement in the result's ``_meta["x402/payment-response"]`` is
+recorded in ``auth.payments``. The same auth can pay HTTP routes too: its caps count both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp import Client, ClientSession
+from mcp.types import CallToolResult
+
+from x402mw.client.auth import X402Auth
+from x402mw.errors import InvalidPaymentError, PaymentRefusedError
+from x402mw.protocol import reasons
+from x402mw.protocol.codec import decode_payment_required
+from x402mw.protocol.models import PaymentRequired, SettlementResponse
+
+__all__ = ["PAYMENT_META", "PAYMENT_RESPONSE_META", "PayingSession", "payment_required", "settlement_of"]
+
+PAYMENT_META = "x402/payment"
+PAYMENT_RESPONSE_META = "x402/payment-response"
+_RENEWED = frozenset({reasons.CHALLENGE_EXPIRED, reasons.INVALID_REQUIREMENTS})
+
+
+class PayingSession:
+    """An MCP client session that pays x402 tools from an `X402Auth`'s wallet, within its caps.
+
+    `call_tool` takes what ``ClientSession.call_tool`` takes. A tool asking for payment is paid once;
+    if the paid call is refused because the terms it paid are stale (the challenge expired, or the
+    tool is priced per call and now costs more), the new terms are paid once more, within the caps.
+    Any other refusal is returned as the tool's error result. Offers the caps refuse raise
+    `PaymentRefusedError` (reason ``over_cap`` or ``no_acceptable_option``), nothing signed.
+    """
+
+    def __init__(self, session: ClientSession | Client, auth: X402Auth) -> None:
+        if not isinstance(auth, X402Auth):
+            raise TypeError("PayingSession needs an X402Auth (it holds the wallet and the caps)")
+        self.session = session
+        self.auth = auth
+        self._call: Callable[..., Awaitable[CallToolResult]] = session.call_tool
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *, meta: dict[str, Any] | None = None, **kwargs: Any
+    ) -> CallToolResult:
+        # TODO(payment-identifier): send one payment identifier per logical call, kept across the
+        # retries below, once X402Auth has the extension (branch h/smart-accounts).
+        result = await self._call(name, arguments, meta=meta, **kwargs)
+        required = payment_required(result)
+        for attempt in range(2):
+            if required is None:
+                return result
+            url = required.resource.url if required.resource and required.resource.url else f"mcp://tool/{name}"
+            choice = self.auth._choose(required, url)
+            payload = self.auth.wallet.sign_payment(choice.requirements, resource=required.resource)
+            paid_meta = {**(meta or {}), PAYMENT_META: payload.to_wire()}
+            result = await self._call(name, arguments, meta=paid_meta, **kwargs)
+            settlement = settlement_of(result)
+            if not result.is_error:
+                self.auth._record(url, settlement, choice)
+                return result
+            renewed = payment_required(result)
+            if (
+                attempt == 1
+                or renewed is None
+                or renewed.error is None
+                or reasons.normalize_reason(renewed.error) not in _RENEWED
+            ):
+                return result
+            required = renewed  # the terms paid are stale: pay the new ones, once
+        return result
+
+
+def payment_required(result: CallToolResult) -> PaymentRequired | None:
+    """The ``PaymentRequired`` of a tool error result (``structuredContent``, else ``content[0].text``),
+    or None when the result is not one. `PaymentRefusedError` for an offer that is malformed."""
+    if not result.is_error:
+        return None
+    data: Any = result.structured_content
+    if not _is_offer(data):
+        first = result.content[0] if result.content else None
+        text = getattr(first, "text", None)
+        try:
+            data = json.loads(text) if isinstance(text, str) else None
+        except ValueError:
+            return None
+        if not _is_offer(data):
+            return None
+    try:
+        return decode_payment_required(data)
+    except InvalidPaymentError as exc:
+        raise PaymentRefusedError(
+            f"the tool's payment offer is malformed: {exc.message}", reason="invalid_payment_required"
+        ) from None
+
+
+def settlement_of(result: CallToolResult) -> SettlementResponse | None:
+    """The settlement a tool result carries in ``_meta["x402/payment-response"]``, if any."""
+    raw = (result.meta or {}).get(PAYMENT_RESPONSE_META)
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return SettlementResponse.model_validate(raw)
+    except ValueError:
+        return None
+
+
+def _is_offer(data: Any) -> bool:
+    return isinstance(data, dict) and "x402Version" in data and "accepts" in data
