@@ -151,7 +151,13 @@ def populate(url: str, total: int, due: int, now: datetime) -> None:
             if kind in ("remind", "period_end", "expire"):
                 invoice_id = new_id()
                 order = invoice_order_row(
-                    sub, invoice_id=invoice_id, period=2, amount=9_990_000, currency="USDC", success_url=None, at=now
+                    sub,
+                    invoice_id=invoice_id,
+                    period=2,
+                    amount=9_990_000,
+                    amount_text="9.99",
+                    currency="USDC",
+                    at=now,
                 )
                 invoice = invoice_row(
                     sub, invoice_id=invoice_id, period=2, order=order, start=end, end=end + timedelta(days=30), at=now

@@ -7,6 +7,10 @@ them where the OpenAPI document states a rule no JSON Schema keyword can say; no
   ``idempotency_error``), so every request gets a key of its own, still one the document allows.
 - A payment intent's ``expiresAt`` must lie in the future (400 otherwise, tested in
   ``test_payment_intents``): timestamps are kept to the future.
+- An order, payment link or plan must be in coins a chain of the platform carries (400
+  ``currency_unavailable`` otherwise, tested in ``test_payment_intents``): the suite's dev chain has
+  no USDT, so a body naming it names USDC instead (in every phase: the coverage phase applies no
+  body filter).
 """
 
 from __future__ import annotations
@@ -27,6 +31,20 @@ def before_call(context: schemathesis.HookContext, case: schemathesis.Case, kwar
         if name.lower() == "idempotency-key" and isinstance(headers[name], str):
             # the document's pattern: printable ASCII, no space at either end, at most 255
             headers[name] = (f"{next(_serial):08d}-" + headers[name])[:255].rstrip()
+    if case.method == "POST" and case.path in _PRICED and isinstance(case.body, dict):
+        _carried_coins(case.body)
+
+
+_PRICED = ("/v1/payment-intents", "/v1/payment-links", "/v1/subscription-plans")
+_UNCARRIED, _CARRIED = "USDT", "USDC"  # the suite's chains carry no USDT
+
+
+def _carried_coins(body: dict[str, Any]) -> None:
+    if body.get("currency") == _UNCARRIED:
+        body["currency"] = _CARRIED
+    accepted = body.get("acceptedCurrencies")
+    if isinstance(accepted, list) and _UNCARRIED in accepted:
+        body["acceptedCurrencies"] = list(dict.fromkeys(_CARRIED if c == _UNCARRIED else c for c in accepted))
 
 
 @schemathesis.hook("filter_body").apply_to(method="POST", path="/v1/payment-intents")

@@ -296,7 +296,7 @@ def test_checkout_js_is_served_at_its_stable_url_with_etag_and_cache_control(dev
 
 def test_the_button_opens_a_payment_link_in_the_popup(shop: Shop, browsing: Browsing) -> None:
     """A ``pl_`` link is a checkoutUrl too: the buyer's own order opens in the popup, which still
-    reports to the shop (the link's redirect keeps ``embed`` and ``origin``)."""
+    reports to the shop (the link's page, shown in place, keeps ``embed`` and ``origin``)."""
     with shop.api() as api:
         reply = api.post("/payment-links", json={"name": "Poster", "amount": "1.50", "currency": "USDC"})
     assert reply.status_code == 201, reply.text
@@ -305,9 +305,9 @@ def test_the_button_opens_a_payment_link_in_the_popup(shop: Shop, browsing: Brow
     page.goto(shop.url)
     popup = _open_popup(page, link["checkoutUrl"])
     expect(popup.locator("h1")).to_have_text("1.50 USDC")
-    assert "/checkout/pi_" in popup.url
+    assert urlsplit(popup.url).path.endswith(f"/pl_{link['id']}")
     assert parse_qs(urlsplit(popup.url).query) == {"embed": ["popup"], "origin": [origin_of(shop.url)]}
-    payment_id = urlsplit(popup.url).path.rsplit("/pi_", 1)[1]
+    payment_id = popup.locator("main").get_attribute("data-payment-id")
     _click_to_close(popup, "#cancel-payment")
     page.wait_for_function("window.results.length > 0")
     assert _results(page) == [{"paymentId": payment_id, "status": "canceled", "reason": "buyer"}]

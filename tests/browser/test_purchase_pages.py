@@ -64,7 +64,7 @@ def test_a_payment_link_names_itself(dev_platform: PlatformHarness, browsing: Br
         expect(page.locator("h1")).to_have_text("2.50 USDC")
 
     _at_each_width(browsing, link["checkoutUrl"], "payment-link", check)
-    payment_id = browsing.page.url.split("/pi_", 1)[1].split("?", 1)[0]
+    payment_id = browsing.page.locator("main").get_attribute("data-payment-id")  # shown at the link's address
     with _api(dev_platform, key) as api:
         opened = api.get(f"/payment-intents/{payment_id}").json()["paymentIntent"]
     assert opened["description"] == "Sticker pack"

@@ -341,7 +341,10 @@ def test_the_page_shows_the_amount_the_deposit_address_and_a_qr_code(dev_platfor
     expect(page.locator("#status")).to_have_text("Awaiting payment")
     deposit = _attempt(dev_platform, order["id"]).json()["depositAddress"]
     expect(page.locator("#deposit-address")).to_have_text(deposit)
-    expect(page.locator("#transfer-amount")).to_have_text("12.5")
+    # one format for a shown amount: the copy field reads as the header does, beside the coin
+    expect(page.locator("#transfer-amount")).to_have_text("12.50")
+    assert page.locator("#transfer-amount ~ button.copy").get_attribute("data-copy") == "12.50"
+    assert page.locator("#transfer-amount").locator("xpath=..").inner_text().startswith("12.50 USDC")
     qr = page.locator("#qr svg.qr-code")
     expect(qr).to_be_visible()
     assert qr.locator("path").count() >= 1
@@ -524,3 +527,19 @@ def test_unknown_ids_show_the_not_found_page(dev_platform: PlatformHarness, page
         assert response is not None and response.status == 404, path
         expect(page.locator("h1")).to_have_text("Payment not found")
         assert page.url == base + path
+
+
+def test_the_page_shows_every_amount_in_one_format(dev_platform: PlatformHarness) -> None:
+    """The API answers an order's amount at the scale it was sent (``"9.900"``); its page shows each
+    amount one way: the header, the title, the transfer's amount and what Copy copies all read
+    ``9.90`` beside the coin (``0.125`` keeps the decimals it has)."""
+    _, key, _ = dev_platform.merchant()
+    with httpx.Client(timeout=30) as client:
+        for sent, shown in [("9.900", "9.90"), ("3.5", "3.50"), ("0.125", "0.125")]:
+            order = _order(dev_platform, key, amount=sent)
+            assert order["amount"] == sent
+            html = client.get(order["checkoutUrl"]).text
+            assert f'<span id="order-amount">{shown}</span> <span class="coin">USDC</span>' in html, sent
+            assert f"<title>Pay {shown} USDC to " in html
+            assert f'<code id="transfer-amount">{shown}</code> USDC' in html
+            assert f'data-copy="{shown}"' in html

@@ -203,7 +203,7 @@ def test_foreign_replayed_and_malformed_authorizations_are_refused_and_nothing_m
     second = _sign(_typed_data_of_paid(dev_platform, typed), wallet)
     assert _error(_relay(dev_platform, order["id"], second), 409)["code"] == "payment_intent_unexpected_state"
     assert dev_platform.balance(wallet.address) == 2_000_000
-    assert _balance(dev_platform, key) == "2"
+    assert _balance(dev_platform, key) == "2.00"
 
 
 def _garbled(typed: dict[str, Any], wallet: Any, **changes: Any) -> dict[str, Any]:
@@ -355,5 +355,5 @@ def test_concurrent_sends_of_one_authorization_and_of_two_pay_the_order_once(dev
             assert reply.status_code == 200 and reply.json()["status"] == "succeeded", reply.text
         else:
             assert reply.json()["error"]["code"] in ("payment_in_progress", "payment_intent_unexpected_state")
-    assert _balance(dev_platform, key) == "1"
+    assert _balance(dev_platform, key) == "1.00"
     assert len([p for p in _relayed_payments(dev_platform, order["id"]) if p["status"] == "settled"]) == 1

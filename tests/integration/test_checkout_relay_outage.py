@@ -121,4 +121,4 @@ def test_payments_while_the_node_is_down_are_503s_and_pay_once_it_is_back(
         assert agent_paid.status_code == 200, agent_paid.text
         assert harness.balance(wallet.address) == 0 and harness.balance(agent.address) == 0
         balances = api.get("/balances").json()["data"]
-        assert [b["available"] for b in balances if b["currency"] == "USDC"] == ["4"]
+        assert [b["available"] for b in balances if b["currency"] == "USDC"] == ["4.00"]

@@ -82,7 +82,7 @@ def test_a_reorg_takes_a_payment_back_and_the_next_one_counts(quiet_dev_platform
         paid = _order(api, order_id)
         assert (paid["status"], paid["amountReceived"], paid["txHash"]) == ("succeeded", "4", second)
         balances = api.get("/balances").json()["data"]
-        assert [(b["currency"], b["available"]) for b in balances] == [("USDC", "4")]
+        assert [(b["currency"], b["available"]) for b in balances] == [("USDC", "4.00")]
 
 
 def test_deposit_addresses_are_derived_per_order_and_fixed_per_customer(dev_platform: PlatformHarness) -> None:

@@ -543,3 +543,35 @@ def test_the_platform_worker_expires_due_orders(dev_platform: PlatformHarness) -
         "payment_intent.created",
         "payment_intent.expired",
     ]
+
+
+def test_a_coin_no_chain_carries_is_refused_for_orders_links_and_plans(dev_platform: PlatformHarness) -> None:
+    """The embedded dev chain carries USDC and EURC, not USDT: an order, a payment link or a plan in
+    USDT (as its currency or among acceptedCurrencies) could never be paid, so it is not made."""
+    merchant_id, api = _merchant_api(dev_platform)
+    link = {"name": "Ticket", "amount": "1", "currency": "USDC"}
+    plan = {"name": "Pro", "amount": "1", "currency": "USDC", "interval": "monthly"}
+    cases = [
+        ("/payment-intents", _body(currency="USDT"), "currency"),
+        ("/payment-intents", _body(acceptedCurrencies=["USDC", "USDT"]), "acceptedCurrencies"),
+        ("/payment-links", link | {"currency": "USDT"}, "currency"),
+        ("/payment-links", link | {"acceptedCurrencies": ["USDT", "USDC"]}, "acceptedCurrencies"),
+        ("/subscription-plans", plan | {"currency": "USDT"}, "currency"),
+    ]
+    with api:
+        for path, body, param in cases:
+            reply = api.post(path, json=body)
+            assert reply.status_code == 400, (path, body, reply.text)
+            error = reply.json()["error"]
+            assert (error["type"], error["code"], error["param"]) == (
+                "invalid_request_error",
+                "currency_unavailable",
+                param,
+            )
+            assert error["message"].endswith("Coins it takes: EURC, USDC") and "USDT" in error["message"]
+            assert error["requestId"] == reply.headers["request-id"]
+        assert api.get("/payment-intents").json()["data"] == []
+        assert api.get("/payment-links").json()["data"] == []
+        assert api.get("/subscription-plans").json()["data"] == []
+        assert api.post("/payment-intents", json=_body(acceptedCurrencies=["USDC", "EURC"])).status_code == 201
+    assert [kind for kind, _ in _events(dev_platform, merchant_id)] == ["payment_intent.created"]

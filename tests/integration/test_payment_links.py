@@ -39,20 +39,19 @@ def _error(reply: httpx.Response, status: int) -> dict[str, Any]:
 
 
 def _open(browser: httpx.Client, url: str) -> str:
-    """A buyer's browser opens ``url``; the payment intent id it is sent on to."""
+    """A buyer's browser opens ``url``; the id of the order whose page it shows there (no redirect)."""
     reply = browser.get(url)
-    assert reply.status_code == 303, reply.text
-    target = reply.headers["location"]
-    assert target.startswith(_origin_of(url) + "/checkout/pi_"), target
-    return target.rsplit("/pi_", 1)[1]
+    assert reply.status_code == 200, reply.text
+    assert "location" not in reply.headers and reply.headers["content-type"].startswith("text/html")
+    return _shown_order(reply.text)
 
 
-def _origin_of(url: str) -> str:
-    return url.split("/checkout/", 1)[0]
+def _shown_order(html: str) -> str:
+    return html.split('data-payment-id="', 1)[1].split('"', 1)[0]
 
 
 def test_create_read_list_and_update_a_link(dev_platform: PlatformHarness) -> None:
-    _, key, _ = dev_platform.merchant()
+    merchant_id, key, _ = dev_platform.merchant()
     slug = f"ticket-{uuid.uuid4().hex[:8]}"
     link = _link(
         dev_platform,
@@ -68,7 +67,7 @@ def test_create_read_list_and_update_a_link(dev_platform: PlatformHarness) -> No
     assert link["object"] == "payment_link" and link["active"] is True
     assert link["amount"] == "25.00", "amounts echo as sent"
     assert link["checkoutUrl"] == f"{base}/pl_{link['id']}"
-    assert link["slugUrl"] == f"{base}/paylink/{slug}"
+    assert link["slugUrl"] == f"{base}/paylink/{slug}.{merchant_id}"
     assert (link["acceptedCurrencies"], link["metadata"]) == (["USDC", "EURC"], {"sku": "T-1"})
     with _api(dev_platform, key) as api:
         assert api.get(f"/payment-links/{link['id']}").json() == {"paymentLink": link}
@@ -171,11 +170,68 @@ def test_slugs_and_legacy_paylinks_both_resolve(dev_platform: PlatformHarness) -
         by_slug = _open(buyer, f"{base}/paylink/{slug}")
         assert _open(buyer, link["checkoutUrl"]) == by_slug, "one link, one cookie, one order"
         assert _open(buyer, f"{base}/paylink/pl_{link['id']}") == by_slug
-        # /paylink/<payment intent> still renders that order's page, without a redirect
-        legacy = buyer.get(f"{base}/paylink/pi_{by_slug}")
-        assert legacy.status_code == 200 and legacy.headers["content-type"].startswith("text/html")
+        # /paylink/<payment intent> and /payment-intents/<uuid> still render that order's page
+        for legacy in [
+            f"{base}/paylink/pi_{by_slug}",
+            f"{base}/paylink/{by_slug}",
+            f"{base}/payment-intents/{by_slug}",
+        ]:
+            assert _open(buyer, legacy) == by_slug, legacy
         for unknown in [f"{base}/paylink/no-such-{uuid.uuid4().hex[:6]}", f"{base}/pl_{uuid.uuid4()}", f"{base}/pl_x"]:
             assert buyer.get(unknown).status_code == 404, unknown
+
+
+def test_every_legacy_link_form_answers_its_page_without_a_redirect(dev_platform: PlatformHarness) -> None:
+    """Spec 2.1: old link forms "remain valid indefinitely; they do not break or redirect". A link's
+    slug address shows the buyer's own order in place, and its coin picker (a form reloading the same
+    address) keeps showing that order."""
+    _, key, _ = dev_platform.merchant()
+    slug = f"legacy-{uuid.uuid4().hex[:8]}"
+    link = _link(dev_platform, key, slug=slug, acceptedCurrencies=["USDC", "EURC"])
+    base = dev_platform.platform.settings.checkout_url_base
+    with httpx.Client(timeout=60) as buyer:
+        first = buyer.get(f"{base}/paylink/{slug}")
+        assert (first.status_code, first.headers.get("location")) == (200, None), first.headers
+        order = _shown_order(first.text)
+        assert "25.00 USDC" in first.text
+        picked = buyer.get(f"{base}/paylink/{slug}", params={"option": f"eip155:{dev_platform.chain.chain_id}/EURC"})
+        assert (picked.status_code, _shown_order(picked.text)) == (200, order)
+        forms = [f"{base}/payment-intents/{order}", f"{base}/paylink/pi_{order}", f"{base}/paylink/pl_{link['id']}"]
+        for url in forms:
+            reply = buyer.get(url)
+            assert (reply.status_code, reply.headers.get("location"), _shown_order(reply.text)) == (200, None, order)
+    with _api(dev_platform, key) as api:
+        assert [o["id"] for o in api.get("/payment-intents").json()["data"]] == [order]
+
+
+def test_slugs_are_per_merchant_and_an_old_bare_address_keeps_its_link(dev_platform: PlatformHarness) -> None:
+    """Two merchants may each have a link ``sale-…``: neither learns the other uses it. Each
+    ``slugUrl`` carries its merchant and opens its own link; the bare ``/paylink/<slug>`` of the time
+    slugs were one namespace still opens the link that held it (the oldest)."""
+    first_id, first_key, _ = dev_platform.merchant("First shop")
+    second_id, second_key, _ = dev_platform.merchant("Second shop")
+    slug = f"sale-{uuid.uuid4().hex[:8]}"
+    mine = _link(dev_platform, first_key, slug=slug)
+    theirs = _link(dev_platform, second_key, slug=slug)
+    base = dev_platform.platform.settings.checkout_url_base
+    assert (mine["slugUrl"], theirs["slugUrl"]) == (
+        f"{base}/paylink/{slug}.{first_id}",
+        f"{base}/paylink/{slug}.{second_id}",
+    )
+    with _api(dev_platform, first_key) as api:
+        error = _error(
+            api.post("/payment-links", json={"name": "Again", "amount": "1", "currency": "USDC", "slug": slug}), 409
+        )
+    assert (error["code"], error["param"]) == ("slug_taken", "slug")
+    assert error["message"].startswith("You already have a payment link with the slug")
+    with httpx.Client(timeout=60) as buyer:
+        bought = {first_key: _open(buyer, mine["slugUrl"]), second_key: _open(buyer, theirs["slugUrl"])}
+        assert _open(buyer, f"{base}/paylink/{slug}") == bought[first_key], "the bare slug: the oldest link"
+        assert buyer.get(f"{base}/paylink/{slug}.{uuid.uuid4()}").status_code == 404
+    for key, link in [(first_key, mine), (second_key, theirs)]:
+        with _api(dev_platform, key) as api:
+            orders = api.get("/payment-intents").json()["data"]
+        assert [(o["id"], o["paymentLinkId"]) for o in orders] == [(bought[key], link["id"])]
 
 
 def test_an_inactive_link_opens_nothing(dev_platform: PlatformHarness) -> None:

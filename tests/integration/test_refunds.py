@@ -78,7 +78,7 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
             assert paid["txHash"] == payment["txHash"] and paid["paidAt"] is not None
             assert paid["payer"] == payment["payer"] and paid["amountReceived"] == "12.5"
             assert paid["network"] == dev_platform.network and paid["paidCurrency"] == "USDC"
-            assert _balances(api) == {"USDC": ("12.5", "0")}
+            assert _balances(api) == {"USDC": ("12.50", "0.00")}
             assert dev_platform.balance(payment["payer"]) == 0
 
             # the order's id as its checkoutUrl shows it (pi_<uuid>) is taken as well as the bare one
@@ -89,7 +89,7 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
             assert refund["amount"] == "12.5" and refund["destination"] == payment["payer"]
             assert refund["paymentId"] == order["id"] and refund["reason"] == "requested_by_customer"
             assert dev_platform.balance(payment["payer"]) == 12_500_000
-            assert _balances(api) == {"USDC": ("0", "0")}
+            assert _balances(api) == {"USDC": ("0.00", "0.00")}
             assert api.get(f"/payment-intents/{order['id']}").json()["paymentIntent"]["status"] == "refunded"
             assert api.get(f"/refunds/{refund['id']}").json()["refund"] == refund
             listed = api.get("/refunds", params={"paymentId": order["id"]}).json()
@@ -125,8 +125,8 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
     ("scenario", "status", "received", "exceptions", "credited"),
     [
         ("underpaid", "requires_payment", "1.5", ["underpaid"], None),
-        ("overpaid", "succeeded", "3.3", ["overpaid"], "3.3"),
-        ("late", "succeeded", "3", ["paid_late"], "3"),
+        ("overpaid", "succeeded", "3.3", ["overpaid"], "3.30"),
+        ("late", "succeeded", "3", ["paid_late"], "3.00"),
         ("wrong_asset", "requires_payment", "0", ["wrong_asset"], None),
     ],
 )
@@ -145,7 +145,7 @@ def test_the_sandbox_scenarios(
         seen = payment["paymentIntent"]
         assert (seen["status"], seen["amountReceived"], seen["exceptions"]) == (status, received, exceptions)
         assert payment["currency"] == ("EURC" if scenario == "wrong_asset" else "USDC")
-        assert _balances(api) == ({"USDC": (credited, "0")} if credited else {})
+        assert _balances(api) == ({"USDC": (credited, "0.00")} if credited else {})
         if scenario == "late":
             assert seen["expiresAt"] is not None and seen["paidAt"] is not None
         if status == "requires_payment":
@@ -160,10 +160,10 @@ def test_an_underpaid_order_succeeds_once_topped_up(dev_platform: PlatformHarnes
         assert _pay(api, order, "underpaid")["paymentIntent"]["amountReceived"] == "2.5"
         topped = _pay(api, order)["paymentIntent"]
         assert (topped["status"], topped["amountReceived"], topped["exceptions"]) == ("succeeded", "5", [])
-        assert _balances(api) == {"USDC": ("5", "0")}
+        assert _balances(api) == {"USDC": ("5.00", "0.00")}
         refund = api.post(f"/payment-intents/{order['id']}/refunds").json()["refund"]
         assert refund["status"] == "completed" and refund["amount"] == "5"
-        assert _balances(api) == {"USDC": ("0", "0")}
+        assert _balances(api) == {"USDC": ("0.00", "0.00")}
 
 
 def test_refund_requests_that_are_refused(dev_platform: PlatformHarness) -> None:
@@ -200,9 +200,9 @@ def test_refund_requests_that_are_refused(dev_platform: PlatformHarness) -> None
                 )
 
         dev_platform.server.call(spend)
-        assert _balances(api) == {"USDC": ("0.5", "0")}
+        assert _balances(api) == {"USDC": ("0.50", "0.00")}
         _error(api.post(f"/payment-intents/{order['id']}/refunds", json={}), 422, "insufficient_balance")
-        assert _balances(api) == {"USDC": ("0.5", "0")}
+        assert _balances(api) == {"USDC": ("0.50", "0.00")}
         assert api.get("/refunds", params={"paymentId": order["id"]}).json()["data"] == []
         assert api.get(f"/payment-intents/{order['id']}").json()["paymentIntent"]["status"] == "succeeded"
 
@@ -258,7 +258,7 @@ def test_concurrent_refunds_transfer_once(dev_platform: PlatformHarness, shared_
     assert dev_platform.server.call(ledger) == (1, 1, 0)
     assert dev_platform.balance(payer) == 7_000_000  # one transfer back, not two
     with _api(dev_platform, key) as api:
-        assert _balances(api) == {"USDC": ("0", "0")}
+        assert _balances(api) == {"USDC": ("0.00", "0.00")}
 
 
 def test_the_sandbox_refuses_live_keys_and_settled_orders(dev_platform: PlatformHarness) -> None:
@@ -318,13 +318,13 @@ def test_a_refund_sent_before_a_crash_is_found_not_sent_again(dev_platform: Plat
         # still processing must show the amount reserved (the two change in one transaction).
         balances = _balances(api)
         if api.get(f"/refunds/{refund_id}").json()["refund"]["status"] == "processing":
-            assert balances == {"USDC": ("0", "6")}
+            assert balances == {"USDC": ("0.00", "6.00")}
         deadline = time.monotonic() + 30  # the worker may take it first: either way it completes
         while (refund := api.get(f"/refunds/{refund_id}").json()["refund"])["status"] == "processing":
             assert time.monotonic() < deadline, refund
             dev_platform.server.call(lambda p: p.refunds.resume_due())
         assert refund["status"] == "completed" and refund["txHash"]
-        assert _balances(api) == {"USDC": ("0", "0")}
+        assert _balances(api) == {"USDC": ("0.00", "0.00")}
     assert dev_platform.balance(payment["payer"]) == 6_000_000  # once
 
 
@@ -398,12 +398,33 @@ def test_a_refund_the_treasury_cannot_cover_fails_and_releases_its_reservation(d
             refund = reply.json()["refund"]
             assert refund["status"] == "failed" and refund["txHash"] is None
             assert "revert" in refund["failureReason"] and "balance" in refund["failureReason"]
-            assert _balances(api) == {"USDC": ("4", "0")}  # the reservation went back
+            assert _balances(api) == {"USDC": ("4.00", "0.00")}  # the reservation went back
             assert api.get(f"/payment-intents/{order_id}").json()["paymentIntent"]["status"] == "succeeded"
             kinds = [e["type"] for e in api.get("/events", params={"limit": 100}).json()["data"]]
             assert kinds[:2] == ["refund.failed", "refund.processing"]
             harness.fund(key, harness.platform.refunds.treasury, "4")  # the operator tops it up
             again = api.post(f"/payment-intents/{order_id}/refunds", json={})
             assert again.status_code == 201 and again.json()["refund"]["status"] == "completed", again.text
-            assert _balances(api) == {"USDC": ("0", "0")}
+            assert _balances(api) == {"USDC": ("0.00", "0.00")}
         assert harness.balance(payer) == 4_000_000 and harness.balance(sink) == 4_000_000
+
+
+def test_a_refund_and_the_balance_keep_the_amount_s_scale(dev_platform: PlatformHarness) -> None:
+    """An order sent as ``"25.00"`` is refunded as ``"25.00"`` (answer, list and webhook data alike),
+    not ``"25"``; a balance, which has no sent scale, is answered with two decimals at least."""
+    _, key, _ = dev_platform.merchant()
+    with _api(dev_platform, key) as api:
+        order = _order(api, amount="25.00")
+        assert _pay(api, order)["paymentIntent"]["amount"] == "25.00"
+        assert _balances(api) == {"USDC": ("25.00", "0.00")}
+        refund = api.post(f"/payment-intents/{order['id']}/refunds", json={"reason": "requested_by_customer"})
+        assert refund.status_code == 201, refund.text
+        assert refund.json()["refund"]["amount"] == "25.00"
+        assert _balances(api) == {"USDC": ("0.00", "0.00")}
+        assert [r["amount"] for r in api.get("/refunds").json()["data"]] == ["25.00"]
+        events = [
+            e for e in api.get("/events", params={"limit": 100}).json()["data"] if e["type"].startswith("refund.")
+        ]
+        assert events and {e["data"]["refund"]["amount"] for e in events} == {"25.00"}
+        _pay(api, _order(api, amount="0.125"))
+        assert _balances(api) == {"USDC": ("0.125", "0.00")}  # more decimals only when it holds them

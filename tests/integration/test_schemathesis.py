@@ -18,9 +18,9 @@ a paid one and a refunded one, a refund, an agent endpoint, a webhook endpoint, 
 plan, a subscription and its test clock)
 so that operations get past the 404 to their logic; the operations that wait on the chain get
 generated ids only. The run is derandomized, so a failure repeats, and bounded in examples per
-operation. ``tests/schemathesis_hooks.py`` holds the two hooks, each for a rule the document states
+operation. ``tests/schemathesis_hooks.py`` holds the hooks, each for a rule the document states
 in words (idempotency keys are not reused across requests; an order's ``expiresAt`` lies in the
-future).
+future; orders, links and plans are in coins a chain of the platform carries).
 
 The platform is one of its own (no background worker: the webhook endpoints the run registers get
 no deliveries), on SQLite and on PostgreSQL.

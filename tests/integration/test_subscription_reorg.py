@@ -103,7 +103,7 @@ def test_a_reorg_reversing_a_confirmed_payment_makes_the_subscription_past_due(s
     assert created.data["paymentIntent"]["txHash"] == first
     assert created.data["subscription"]["status"] == "active"
     balances = shop.ok(shop.api.get("/balances"))["data"]
-    assert [(b["currency"], b["available"]) for b in balances] == [("USDC", "3")]
+    assert [(b["currency"], b["available"]) for b in balances] == [("USDC", "3.00")]
 
     assert _rpc(shop, "evm_revert", [snapshot]) is True  # the blocks holding the payment are gone
     _watch(shop)
@@ -121,7 +121,7 @@ def test_a_reorg_reversing_a_confirmed_payment_makes_the_subscription_past_due(s
     types = [e["type"] for e in shop.ok(shop.api.get("/events", params={"limit": 5}))["data"]]
     assert "payment_intent.reverted" in types
     balances = shop.ok(shop.api.get("/balances"))["data"]
-    assert [(b["currency"], b["available"]) for b in balances] == [("USDC", "0")]  # the credit is taken back
+    assert [(b["currency"], b["available"]) for b in balances] == [("USDC", "0.00")]  # the credit is taken back
     assert subs.mailbox is not None
     mailbox = subs.mailbox
     notice = wait_for(lambda: next(iter(mailbox.find(to, "is past due")), None), "the past-due email")

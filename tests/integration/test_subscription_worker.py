@@ -230,7 +230,7 @@ def test_a_renewal_payment_landing_after_a_cancel_is_refunded_to_its_payer_once(
     order_id = renewal["paymentId"]
     address = shop.deposit_address(order_id)
     before = _balances(shop)
-    assert before == {"USDC": ("2.5", "0")}
+    assert before == {"USDC": ("2.50", "0.00")}
     buyer = new_private_key()
     if cancel == "before_payment":
         shop.ok(shop.api.post(f"/subscriptions/{sub_id}/cancel"))
@@ -243,7 +243,7 @@ def test_a_renewal_payment_landing_after_a_cancel_is_refunded_to_its_payer_once(
         shop.ok(shop.api.post(f"/subscriptions/{sub_id}/cancel"))
         assert shop.order(order_id)["status"] == "processing"  # a payment on its way is left to finish
     _watch(shop, "confirm")
-    assert _balances(shop) == {"USDC": ("2.5", "2.5")}  # credited, and the refund reserved from it
+    assert _balances(shop) == {"USDC": ("2.50", "2.50")}  # credited, and the refund reserved from it
     assert shop.harness.server.call(lambda p: p.refunds.resume_due()) == 1
     assert shop.harness.server.call(lambda p: p.refunds.resume_due()) == 0
 
@@ -256,7 +256,7 @@ def test_a_renewal_payment_landing_after_a_cancel_is_refunded_to_its_payer_once(
     [refund] = shop.ok(shop.api.get("/refunds", params={"paymentId": order_id}))["data"]
     assert (refund["status"], refund["amount"], refund["destination"], refund["reason"]) == (
         "completed",
-        "2.5",
+        "2.50",  # the plan's amount as it was sent
         address_of(buyer),
         "subscription_canceled",
     )

@@ -307,6 +307,56 @@ def test_a_new_amount_applies_to_invoices_opened_afterwards_and_an_inactive_plan
     assert shop.order(renewal["paymentId"])["amount"] == "7.25"
 
 
+def test_amounts_keep_the_scale_they_were_sent_with(shop: Shop) -> None:
+    """A plan sent as ``"9.90"`` answers ``"9.90"``, and so do its invoices, their orders, the
+    webhooks and the refund of a paid invoice; a new amount keeps its own scale from then on."""
+    clock = shop.clock(START)
+    plan = shop.plan(amount="9.90")
+    assert plan["amount"] == "9.90"
+    assert shop.ok(shop.api.get(f"/subscription-plans/{plan['id']}"))["plan"]["amount"] == "9.90"
+    opened = shop.open(plan, "cus_scale", testClock=clock)
+    sub_id = opened["subscription"]["id"]
+    assert (opened["invoice"]["amount"], opened["paymentIntent"]["amount"]) == ("9.90", "9.90")
+    shop.pay(opened["paymentIntent"]["id"])
+    created = shop.event("created", sub_id)
+    assert (created.data["invoice"]["amount"], created.data["paymentIntent"]["amount"]) == ("9.90", "9.90")
+    refund = shop.ok(shop.api.post(f"/payment-intents/{opened['paymentIntent']['id']}/refunds", json={}), 201)
+    assert refund["refund"]["amount"] == "9.90"
+    updated = shop.ok(shop.api.patch(f"/subscription-plans/{plan['id']}", json={"amount": "12.500"}))
+    assert updated["plan"]["amount"] == "12.500"
+    shop.advance(clock, "2026-02-21T10:00:00Z")
+    renewal, first = shop.invoices(sub_id)
+    assert (renewal["amount"], first["amount"]) == ("12.500", "9.90")
+    assert shop.order(renewal["paymentId"])["amount"] == "12.500"
+
+
+def test_plan_slugs_are_per_merchant_and_an_old_bare_address_keeps_its_plan(subs: SubscriptionPlatform) -> None:
+    """Two merchants may each name a plan ``pro-…``: neither learns the other uses it. Each plan's
+    ``checkoutUrl`` carries its merchant and opens its own subscribe page; the bare ``su_<slug>`` of
+    the time slugs were one namespace still opens the plan that held it (the oldest)."""
+    first, second = subs.shop("First shop"), subs.shop("Second shop")
+    slug = f"pro-{uuid.uuid4().hex[:8]}"
+    mine = first.plan(slug=slug, name="First plan")
+    theirs = second.plan(slug=slug, name="Second plan")
+    assert theirs["slug"] == mine["slug"] == slug
+    assert mine["checkoutUrl"].endswith(f"/su_{slug}.{first.merchant_id}")
+    assert theirs["checkoutUrl"].endswith(f"/su_{slug}.{second.merchant_id}")
+    again = first.api.post(
+        "/subscription-plans",
+        json={"name": "Again", "amount": "1", "currency": "USDC", "interval": "weekly", "slug": slug},
+    )
+    _error(again, 409, "slug_taken", "slug")
+    assert again.json()["error"]["message"].startswith("You already have a plan with the slug")
+    base = mine["checkoutUrl"].rsplit("/", 1)[0]
+    with httpx.Client(timeout=60) as browser:
+        for url, name in [(mine["checkoutUrl"], "First plan"), (theirs["checkoutUrl"], "Second plan")]:
+            page = browser.get(url)
+            assert page.status_code == 200 and name in page.text, url
+        legacy = browser.get(f"{base}/su_{slug}")
+        assert legacy.status_code == 200 and "First plan" in legacy.text and "Second plan" not in legacy.text
+        assert browser.get(f"{base}/su_{slug}.{uuid.uuid4()}").status_code == 404
+
+
 def test_lists_filter_and_page(shop: Shop) -> None:
     plans = [shop.plan(name=f"Plan {n}") for n in range(3)]
     first = shop.open(plans[0], "cus_a")["subscription"]
@@ -352,7 +402,7 @@ def test_bad_input_is_refused_with_a_code_and_changes_nothing(subs: Subscription
     assert shop.ok(shop.api.get("/subscription-plans"))["data"] == []
     slug = f"pro-{uuid.uuid4().hex[:8]}"
     plan = shop.plan(slug=slug)
-    assert plan["checkoutUrl"].endswith(f"/su_{slug}")
+    assert plan["checkoutUrl"].endswith(f"/su_{slug}.{shop.merchant_id}")
     _error(post("/subscription-plans", json=good | {"slug": slug}), 409, "slug_taken", "slug")
     _error(
         shop.api.patch(f"/subscription-plans/{plan['id']}", json={"amount": None}), 400, "parameter_invalid", "amount"
@@ -419,8 +469,9 @@ def test_bad_input_is_refused_with_a_code_and_changes_nothing(subs: Subscription
     with httpx.Client(base_url=shop.harness.url, headers={"Authorization": f"Bearer {live_key}"}, timeout=60) as live:
         _error(live.post("/test-clocks", json={"frozenTime": START}), 400, "livemode_not_allowed")
         _error(live.post(f"/test-clocks/{clock}/advance", json={"frozenTime": START}), 400, "livemode_not_allowed")
-        live_plan = live.post("/subscription-plans", json=good).json()["plan"]
-        body = {"planId": live_plan["id"], "merchantCustomerId": "c", "testClock": clock}
+        # this platform has no live chain: a live plan could never be paid
+        _error(live.post("/subscription-plans", json=good), 400, "currency_unavailable", "currency")
+        body = {"planId": plan["id"], "merchantCustomerId": "c", "testClock": clock}
         _error(live.post("/subscriptions", json=body), 400, "livemode_not_allowed", "testClock")
         _error(live.get(f"/subscription-plans/{plan['id']}"), 404, "resource_missing")  # modes do not mix
         assert live.get("/subscriptions").json()["data"] == []

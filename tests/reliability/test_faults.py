@@ -341,7 +341,7 @@ def test_a_refund_survives_a_fault_in_flight_and_moves_money_once(cluster: Clust
     with merchant.api() as api:
         assert api.get(f"/payment-intents/{order}").json()["paymentIntent"]["status"] == "refunded"
         balances = {b["currency"]: (b["available"], b["reserved"]) for b in api.get("/balances").json()["data"]}
-    assert balances["USDC"] == ("0", "0")
+    assert balances["USDC"] == ("0.00", "0.00")
 
 
 class _SlowReceiver:
@@ -487,7 +487,7 @@ def test_while_the_chain_is_down_new_work_is_refused_fast_and_nothing_is_recorde
         assert refund.status_code == 503 and refund.json()["error"]["code"] == "chain_unavailable", refund.text
         assert cluster.sql("SELECT count(*) FROM refunds") == [(0,)]
         balances = {b["currency"]: (b["available"], b["reserved"]) for b in api.get("/balances").json()["data"]}
-        assert balances["USDC"] == ("2", "0")  # nothing reserved
+        assert balances["USDC"] == ("2.00", "0.00")  # nothing reserved
         ready = httpx.get(cluster.url + "/readyz", timeout=10)
         assert ready.status_code == 503 and ready.json()["chains"] == {
             f"eip155:{cluster.anvil.chain_id}": "unavailable"

@@ -70,7 +70,8 @@ class PaymentLinks(Resource[Mode]):
         idempotency_key: str | None = None,
     ) -> Call[PaymentLink]:
         """Create a link selling ``name`` for ``amount`` of ``currency``; ``slug`` (lower-case letters,
-        digits, hyphens) adds ``/paylink/<slug>`` (409 ``slug_taken`` when another link has it)."""
+        digits, hyphens) adds ``/paylink/<slug>.<merchant id>`` (409 ``slug_taken`` when another of
+        your links has it)."""
         body = present(
             name=name,
             amount=money(amount, "amount"),

@@ -196,7 +196,7 @@ class SubscriptionPlans(Resource[Mode]):
         idempotency_key: str | None = None,
     ) -> Call[SubscriptionPlan]:
         """A plan charging ``amount`` of ``currency`` per ``interval``. ``slug`` names it in its
-        checkout link (409 ``slug_taken`` when another plan has it); ``grace_days`` overrides the
+        checkout link (409 ``slug_taken`` when another of your plans has it); ``grace_days`` overrides the
         platform's grace period."""
         body = present(
             name=name,

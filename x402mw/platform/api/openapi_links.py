@@ -27,8 +27,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "successUrl": "where buyers return after paying",
         "cancelUrl": "where buyers return after cancelling",
         "metadata": "copied to each buyer's payment intent (not `fixed_transfer_customer_id`)",
-        "slug": "adds `{checkout_url_base}/paylink/<slug>`: 1–64 lower-case letters, digits and inner "
-        "hyphens, not a UUID, unique on the platform (409 `slug_taken`)",
+        "slug": "adds `{checkout_url_base}/paylink/<slug>.<merchant id>`: 1–64 lower-case letters, digits and "
+        "inner hyphens, not a UUID, unique among the merchant's links (409 `slug_taken`)",
     },
     "PaymentLinkUpdate": {
         "name": "a new name",
@@ -55,7 +55,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             "createPaymentLink",
             TAG,
             "Create a payment link",
-            "Hand `checkoutUrl` (or `slugUrl`) to buyers. 409 `slug_taken` when another link has the slug.",
+            "Hand `checkoutUrl` (or `slugUrl`) to buyers. 409 `slug_taken` when another of your links has "
+            "the slug; 400 `currency_unavailable` when no chain of the platform carries a coin.",
             PaymentLinkEnvelope,
             status=201,
             body="PaymentLinkCreate",

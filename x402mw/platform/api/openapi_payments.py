@@ -79,7 +79,9 @@ def _payment_intent_operations() -> list[tuple[str, str, Schema]]:
             "Create a payment intent",
             "Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
             "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
-            "another open order holds `metadata.fixed_transfer_customer_id`.",
+            "another open order holds `metadata.fixed_transfer_customer_id`. 400 `currency_unavailable` "
+            "(`param` `currency` or `acceptedCurrencies`) when no chain of the platform carries a coin for "
+            "the key's mode: the message names the coins that can be taken.",
             PaymentIntentEnvelope,
             status=201,
             body="PaymentIntentCreate",

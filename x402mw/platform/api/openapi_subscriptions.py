@@ -55,8 +55,8 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "amount": _AMOUNT,
         "currency": "the coin customers pay in",
         "interval": "the length of a billing period",
-        "slug": "names the plan in its checkout link (`su_<slug>`) instead of its id: 1–32 lower-case letters, "
-        "digits and inner hyphens, unique on the platform (`409 slug_taken`)",
+        "slug": "names the plan in its checkout link (`su_<slug>.<merchant id>`) instead of its id: 1–32 "
+        "lower-case letters, digits and inner hyphens, unique among the merchant's plans (`409 slug_taken`)",
         "graceDays": _GRACE,
     },
     "PlanUpdate": {
@@ -106,7 +106,8 @@ def _plan_operations() -> list[tuple[str, str, Schema]]:
             PLANS,
             "Create a plan",
             "Send customers to its `checkoutUrl` (the hosted subscribe page), or open subscriptions with "
-            "`POST /v1/subscriptions`. 409 `slug_taken` when another plan has the slug.",
+            "`POST /v1/subscriptions`. 409 `slug_taken` when another of your plans has the slug; 400 "
+            "`currency_unavailable` when no chain of the platform carries the coin.",
             SubscriptionPlanEnvelope,
             status=201,
             body="PlanCreate",

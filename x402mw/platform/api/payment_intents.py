@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -29,6 +30,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.payments import PaymentIntent, PaymentIntentEnvelope, PaymentIntentList
 from x402mw.platform.services.payment_intents import (
+    DECIMALS,
     cancel_payment_intent,
     find_payment_intent,
     parse_amount,
@@ -36,7 +38,10 @@ from x402mw.platform.services.payment_intents import (
 )
 from x402mw.protocol.prices import JsonNumber
 
-__all__ = ["PaymentIntentCreate", "routes", "sent_text"]
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+
+__all__ = ["PaymentIntentCreate", "require_takeable", "routes", "sent_text"]
 
 Currency = Literal["USDC", "USDT", "EURC"]
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 50, 40, 500
@@ -63,6 +68,19 @@ def sent_text(amount: object) -> str | None:
     """An amount sent as a string, kept to be answered as sent (it passed the amount grammar); None
     for a JSON number, answered as its plain decimal."""
     return amount if isinstance(amount, str) and not isinstance(amount, JsonNumber) else None
+
+
+def require_takeable(platform: Platform, livemode: bool, currency: str, accepted: Iterable[str] = ()) -> None:
+    """400 ``currency_unavailable`` when no configured chain of the caller's mode carries ``currency``
+    (param ``currency``) or one of ``accepted`` (param ``acceptedCurrencies``): an order in it could
+    never be paid. The message names the coins that can be taken."""
+    takeable = platform.chains.currencies(livemode, decimals=DECIMALS)
+    for coin, param in [(currency, "currency"), *((c, "acceptedCurrencies") for c in accepted)]:
+        if coin not in takeable:
+            mode = "live" if livemode else "test"
+            can = ", ".join(takeable) if takeable else "none"
+            message = f"{coin} cannot be taken: no {mode} chain of this platform carries it. Coins it takes: {can}"
+            raise ApiError(400, "currency_unavailable", message, param=param)
 
 
 def _timestamp(value: object) -> datetime | None:
@@ -206,6 +224,7 @@ async def create(request: Request) -> ModelResponse:
         raise ApiError(
             400, "parameter_invalid", f"acceptedCurrencies must include {body.currency}", param="acceptedCurrencies"
         )
+    require_takeable(platform, caller.livemode, body.currency, accepted)
     if body.expiresAt is not None and body.expiresAt <= now:
         raise ApiError(400, "parameter_invalid", "expiresAt must be in the future", param="expiresAt")
     email, name = _customer(body)

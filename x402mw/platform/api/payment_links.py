@@ -27,6 +27,7 @@ from x402mw.platform.api.payment_intents import (
     Currency,
     PaymentMethodsIn,
     _metadata,
+    require_takeable,
     sent_text,
 )
 from x402mw.platform.api.responses import ModelResponse
@@ -113,6 +114,7 @@ async def create(request: Request) -> ModelResponse:
         raise ApiError(
             400, "parameter_invalid", f"acceptedCurrencies must include {body.currency}", param="acceptedCurrencies"
         )
+    require_takeable(platform, caller.livemode, body.currency, accepted)
     now = platform.clock.now()
     row: dict[str, Any] = {
         "id": new_id(),

@@ -13,6 +13,7 @@ from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_js
 from x402mw.platform.api.errors import ApiError
 from x402mw.platform.api.fields import amount_schema
 from x402mw.platform.api.pagination import list_page
+from x402mw.platform.api.payment_intents import require_takeable, sent_text
 from x402mw.platform.api.responses import ModelResponse
 from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
@@ -65,8 +66,10 @@ def _refused(exc: Refused) -> ApiError:
 
 async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
-    body = parse_body(PlanCreate, await read_json(request))
+    data = await read_json(request)
+    body = parse_body(PlanCreate, data)
     platform = platform_of(request)
+    require_takeable(platform, caller.livemode, body.currency)
     now = platform.clock.now()
     row = {
         "id": new_id(),
@@ -75,6 +78,7 @@ async def create(request: Request) -> ModelResponse:
         "name": body.name,
         "slug": body.slug,
         "amount_minor": body.amount,
+        "amount_text": sent_text(data["amount"]),
         "currency": body.currency,
         "interval": body.interval,
         "active": True,
@@ -106,9 +110,12 @@ async def retrieve(request: Request) -> ModelResponse:
 async def update(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     plan_id = _plan_id(request)
-    body = parse_body(PlanUpdate, await read_json(request))
+    data = await read_json(request)
+    body = parse_body(PlanUpdate, data)
     names = {"name": "name", "amount": "amount_minor", "active": "active", "graceDays": "grace_days"}
     changes = {names[key]: value for key, value in body.changes().items()}
+    if "amount_minor" in changes:
+        changes["amount_text"] = sent_text(data["amount"])
     platform = platform_of(request)
     plan = await update_plan(
         platform.engine, caller.merchant_id, caller.livemode, plan_id, changes, platform.clock.now()

@@ -1,12 +1,15 @@
 """Opening a payment link: its page (``{checkout_url_base}/pl_<id>`` and ``/paylink/<slug>``) and the
 public ``POST /checkout/v1/payment-links/:linkId/payment-intents``.
 
-The page gives the buyer an order of their own and sends them on to its checkout page (``303`` to
-the order's ``checkoutUrl``). So that reloading or reopening the link does not mint an order each
-time, the order's id is kept in a cookie of the link (``x402mw_pl_<link id>``, path ``/checkout``,
-HttpOnly, SameSite=Lax) for the order's lifetime: while that order can still be paid (or its payment
-is being confirmed) the link sends the buyer back to it; once it is paid, cancelled or expired, the
-link opens a new one (a buyer may buy again). A deactivated link shows a page saying so (410).
+The page gives the buyer an order of their own and shows that order's checkout page in place, at the
+link's own address (never a redirect: spec 2.1 keeps ``/paylink/<slug>`` working as it is, and the
+``pl_`` form behaves the same). So that reloading or reopening the link (or choosing another coin on
+its page, a form that reloads the same address) does not mint an order each time, the order's id is
+kept in a cookie of the link (``x402mw_pl_<link id>``, path ``/checkout``, HttpOnly, SameSite=Lax) for
+the order's lifetime: while that order can still be paid (or its payment is being confirmed) the
+link shows it again; once it is paid, cancelled or expired, the link opens a new one (a buyer may buy
+again). The order's own ``checkoutUrl`` (``pi_<id>``) shows the same page. A deactivated link shows a
+page saying so (410).
 
 The public endpoint mints an order on every call (a panel or a script opening the link) and answers
 its public form (201); 409 ``payment_link_inactive`` for a deactivated link. Both are rate-limited per
@@ -18,10 +21,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw.platform.api.errors import ApiError
@@ -39,7 +42,7 @@ from x402mw.platform.services.payment_links import (
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["COOKIE_PREFIX", "find_link", "parse_link_id", "routes", "send_to_order"]
+__all__ = ["COOKIE_PREFIX", "buyers_order", "find_link", "parse_link_id", "remember_order", "routes"]
 
 COOKIE_PREFIX = "x402mw_pl_"
 
@@ -94,26 +97,28 @@ async def _reusable(platform: Platform, link: Mapping[Any, Any], request: Reques
 async def find_link(
     platform: Platform, raw_id: str | None = None, *, slug: str | None = None
 ) -> Mapping[Any, Any] | None:
-    """The link ``pl_<uuid>`` (or a bare UUID) names, or the link with ``slug``; None when none does."""
+    """The link ``pl_<uuid>`` (or a bare UUID) names, or the link ``/paylink/<slug>`` names (the
+    slug and its merchant, or an old bare slug); None when none does."""
     if slug is not None:
-        if len(slug) > 64:
+        if len(slug) > 64 + 1 + 36:
             return None
         async with platform.engine.connect() as conn:
             return await find_payment_link_by_slug(conn, slug)
     return await _link(platform, parse_link_id(raw_id or ""))
 
 
-async def send_to_order(request: Request, link: Mapping[Any, Any]) -> Response:
-    """Send the buyer of the active ``link`` to their order (made now, or the one their cookie holds)."""
+async def buyers_order(request: Request, link: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    """The order of this buyer of the active ``link``: the one their cookie holds, or one made now."""
     platform = platform_of(request)
     order = await _reusable(platform, link, request)
     if order is None:
         order = await open_payment_link(platform.payment_intents, link, platform.clock.now())
-    base: str = platform.payment_intents.checkout_url_base
-    # checkout.js opens a link in its popup with ?embed=popup&origin=...: the order's page keeps them.
-    kept = urlencode([(k, v) for k, v in request.query_params.multi_items() if k in ("embed", "origin")])
-    target = f"{base}/pi_{order['id']}" + (f"?{kept}" if kept else "")
-    response = RedirectResponse(target, status_code=303, headers={"Cache-Control": "no-store"})
+    return order
+
+
+def remember_order(response: Response, request: Request, link: Mapping[Any, Any], order: Mapping[Any, Any]) -> None:
+    """Keep ``order`` in the buyer's cookie of ``link``, for the order's lifetime."""
+    base: str = platform_of(request).payment_intents.checkout_url_base
     parts = urlsplit(base)
     response.set_cookie(
         _cookie(link),
@@ -124,7 +129,6 @@ async def send_to_order(request: Request, link: Mapping[Any, Any]) -> Response:
         httponly=True,
         samesite="lax",
     )
-    return response
 
 
 def _cookie(link: Mapping[Any, Any]) -> str:

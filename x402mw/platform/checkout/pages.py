@@ -3,9 +3,9 @@
 ``{checkout_url_base}/pi_<uuid>`` is the form the API hands out. Older links stay valid and render
 the same page, without a redirect: ``/payment-intents/<uuid>`` and ``/paylink/<slug>`` (a slug of
 ``pi_<uuid>`` or a bare UUID). ``{checkout_url_base}/<prefix><id>`` is dispatched by prefix
-(`PAGES`): ``pl_<uuid>``, a payment link, sends its buyer on to an order of their own
+(`PAGES`): ``pl_<uuid>``, a payment link, shows its buyer's own order in place
 (`x402mw.platform.checkout.links`), as ``/paylink/<slug>`` does for a link's slug. Anything else is a
-404 page.
+404 page. No page of these answers a redirect.
 
 The page works without JavaScript: the coin picker is a form that reloads the page for the chosen
 network and coin, and the transfer panel (deposit address, amount, EIP-681 QR code) is in the HTML.
@@ -122,9 +122,12 @@ def _environment() -> Environment:
 
 
 def display_amount(amount: str) -> str:
-    """A decimal string with at least two decimals: ``"12.5"`` → ``"12.50"``, ``"3"`` → ``"3.00"``."""
+    """How a page shows an amount, whatever scale it was sent or computed at: two decimals, more only
+    where the amount has them: ``"12.5"`` → ``"12.50"``, ``"3"`` → ``"3.00"``, ``"9.900"`` →
+    ``"9.90"``, ``"0.125"`` → ``"0.125"``. One format, so that a page's header, its transfer amount
+    and what its Copy button copies read alike."""
     whole, _, fraction = amount.partition(".")
-    return f"{whole}.{fraction.ljust(2, '0')}"
+    return f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
 
 
 def display_day(timestamp: str) -> str:
@@ -309,7 +312,7 @@ def _panel(status: str, open_: bool) -> str:
 
 
 async def payment_link_page(request: Request, raw_id: str) -> Response:
-    """``pl_<uuid>``: a payment link sends its buyer on to an order of their own (`links.send_to_order`)."""
+    """``pl_<uuid>``: a payment link shows its buyer's own order in place (`links.buyers_order`)."""
     return await _open_link(request, await links.find_link(platform_of(request), raw_id))
 
 
@@ -319,7 +322,10 @@ async def _open_link(request: Request, link: Mapping[Any, Any] | None) -> Respon
     if not link["active"]:
         context = {"css": _static(request, "checkout.css"), "request_id": current_request_id(), "name": link["name"]}
         return _render("link_inactive.html", context, status=410)
-    return await links.send_to_order(request, link)
+    order = await links.buyers_order(request, link)
+    response = await render_checkout(request, f"pi_{order['id']}")
+    links.remember_order(response, request, link, order)
+    return response
 
 
 PAGES: dict[str, Callable[[Request, str], Awaitable[Response]]] = {

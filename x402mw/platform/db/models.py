@@ -303,15 +303,16 @@ class PaymentIntent(SQLModel, table=True):
 
 
 class PaymentLink(SQLModel, table=True):
-    """A reusable priced link (``{checkout_url_base}/pl_<id>``, and ``/paylink/<slug>`` with a slug):
-    each buyer who opens it gets a payment order of their own (``payment_intents.payment_link_id``)."""
+    """A reusable priced link (``{checkout_url_base}/pl_<id>``, and ``/paylink/<slug>.<merchant id>``
+    with a slug, unique per merchant): each buyer who opens it gets a payment order of their own
+    (``payment_intents.payment_link_id``)."""
 
     __tablename__ = "payment_links"
     id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
     merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
     livemode: bool = False
     name: str = Field(max_length=200)
-    slug: str | None = Field(default=None, max_length=64, unique=True)
+    slug: str | None = Field(default=None, max_length=64, index=True)
     amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
     amount_text: str | None = Field(default=None, max_length=32)
     currency: str = Field(max_length=8)
@@ -324,7 +325,10 @@ class PaymentLink(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
-    __table_args__ = (Index("ix_payment_links_merchant_created", "merchant_id", "created_at"),)
+    __table_args__ = (
+        UniqueConstraint("merchant_id", "slug", name="uq_payment_links_merchant_slug"),
+        Index("ix_payment_links_merchant_created", "merchant_id", "created_at"),
+    )
 
 
 class WebhookEndpoint(SQLModel, table=True):
@@ -485,6 +489,7 @@ class Refund(SQLModel, table=True):
     currency: str = Field(max_length=8)
     token: str = Field(max_length=42)
     amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    amount_text: str | None = Field(default=None, max_length=32)  # at the order's scale; NULL: plain decimal
     destination: str = Field(max_length=42)
     reason: str | None = Field(default=None, max_length=500)
     status: str = Field(max_length=16)  # processing -> completed | failed
@@ -516,16 +521,19 @@ class EmbeddedChain(SQLModel, table=True):
 
 class SubscriptionPlan(SQLModel, table=True):
     """A reusable price: ``amount_minor`` of ``currency`` per ``interval`` (weekly, monthly, quarterly,
-    yearly). ``slug`` names it in its checkout link (``su_<slug>``), so it is unique across merchants;
-    ``grace_days`` overrides the platform's grace period. An inactive plan opens no subscriptions."""
+    yearly). ``slug`` names it in its checkout link (``su_<slug>.<merchant id>``), unique per merchant;
+    ``amount_text`` is the amount as the merchant sent it (NULL: a JSON number, answered as its plain
+    decimal), copied to each invoice and its order; ``grace_days`` overrides the platform's grace
+    period. An inactive plan opens no subscriptions."""
 
     __tablename__ = "subscription_plans"
     id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
     merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
     livemode: bool = False
     name: str = Field(max_length=200)
-    slug: str | None = Field(default=None, max_length=32, unique=True)
+    slug: str | None = Field(default=None, max_length=32, index=True)
     amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    amount_text: str | None = Field(default=None, max_length=32)
     currency: str = Field(max_length=8)
     interval: str = Field(max_length=16)
     active: bool = True
@@ -533,7 +541,10 @@ class SubscriptionPlan(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 
-    __table_args__ = (Index("ix_subscription_plans_merchant_created", "merchant_id", "created_at"),)
+    __table_args__ = (
+        UniqueConstraint("merchant_id", "slug", name="uq_subscription_plans_merchant_slug"),
+        Index("ix_subscription_plans_merchant_created", "merchant_id", "created_at"),
+    )
 
 
 class TestClock(SQLModel, table=True):
@@ -610,6 +621,7 @@ class SubscriptionInvoice(SQLModel, table=True):
     period: int
     status: str = Field(max_length=16)  # open | paid | void
     amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
+    amount_text: str | None = Field(default=None, max_length=32)  # the plan's, when the invoice opened
     currency: str = Field(max_length=8)
     payment_intent_id: str = Field(foreign_key="payment_intents.id", max_length=36, unique=True)
     period_start: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))

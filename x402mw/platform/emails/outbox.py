@@ -31,9 +31,8 @@ from x402mw.platform.objects.subscriptions import SubscriberEmail, SubscriberEma
 from x402mw.platform.services.billing_periods import grace_end
 from x402mw.platform.services.customer_links import CustomerLinks
 from x402mw.platform.services.outbox import record_event
-from x402mw.platform.services.payment_intents import DECIMALS
+from x402mw.platform.services.payment_intents import amount_text
 from x402mw.platform.services.subscription_steps import aware
-from x402mw.protocol.prices import format_amount
 
 __all__ = ["GIVE_UP_AFTER", "LEASE", "EmailOutbox"]
 
@@ -161,6 +160,7 @@ class EmailOutbox:
                             plans.c.interval,
                             plans.c.grace_days,
                             plans.c.amount_minor.label("plan_amount"),
+                            plans.c.amount_text,
                             plans.c.currency.label("plan_currency"),
                             merchants.c.name.label("merchant_name"),
                         )
@@ -183,8 +183,12 @@ class EmailOutbox:
         if found is None or (unpaid is None and email["kind"] not in LINK_KINDS):
             return None
         sub = aware(found)
-        due = sub if unpaid is None else {"plan_amount": unpaid["amount_minor"], "plan_currency": unpaid["currency"]}
-        amount, currency = due["plan_amount"], due["plan_currency"]
+        due = (
+            sub
+            if unpaid is None
+            else {**unpaid, "plan_amount": unpaid["amount_minor"], "plan_currency": unpaid["currency"]}
+        )
+        amount, currency = amount_text(due, "plan_amount"), due["plan_currency"]  # at the scale it was sent
         grace = self.grace_days if sub["grace_days"] is None else int(sub["grace_days"])
         ends = None
         if email["kind"] == "past_due" and sub["past_due_at"] is not None:
@@ -196,7 +200,7 @@ class EmailOutbox:
             merchant=str(sub["merchant_name"]),
             plan=str(sub["plan_name"]),
             interval={"weekly": "week", "monthly": "month", "quarterly": "quarter", "yearly": "year"}[sub["interval"]],
-            amount=format_amount(amount, DECIMALS),
+            amount=amount,
             currency=str(currency),
             period_end=sub["current_period_end"],
             grace_end=ends,

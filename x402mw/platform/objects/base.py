@@ -88,10 +88,13 @@ def _plain(value: Decimal) -> str:
     return format(value, "f")  # never an exponent: Decimal("1E+2") is "100"
 
 
-def money(minor: int, decimals: int = 6) -> Decimal:
-    """An amount of minor units as the exact `Decimal` the API answers, without trailing zeros:
-    ``money(12500000) == Decimal("12.5")``."""
-    return Decimal(format_amount(minor, decimals))
+def money(minor: int, decimals: int = 6, *, scale: int = 0) -> Decimal:
+    """An amount of minor units as the exact `Decimal` the API answers, with at least ``scale``
+    decimals and no other trailing zeros: ``money(12500000) == Decimal("12.5")``, answered ``"12.5"``;
+    ``money(12500000, scale=2)`` is answered ``"12.50"``."""
+    whole, _, fraction = format_amount(minor, decimals).partition(".")
+    fraction = fraction.ljust(min(scale, decimals), "0")
+    return Decimal(f"{whole}.{fraction}" if fraction else whole)
 
 
 Money = Annotated[

@@ -188,7 +188,7 @@ class PaymentLink(ResponseModel):
     accepted_currencies: list[Currency]
     payment_methods: PaymentMethods
     checkout_url: Url = Field(description="`{checkout_url_base}/pl_<id>`")
-    slug_url: Url | None = Field(description="`{checkout_url_base}/paylink/<slug>`")
+    slug_url: Url | None = Field(description="`{checkout_url_base}/paylink/<slug>.<merchant id>`")
     success_url: Url | None
     cancel_url: Url | None
     metadata: dict[str, str]

@@ -41,7 +41,9 @@ class SubscriptionPlan(ResponseModel):
     interval: Interval
     active: bool = Field(description="an inactive plan opens no new subscriptions; open ones renew")
     grace_days: int | None = Field(description="days a past-due subscription is kept; null: the platform's")
-    checkout_url: str = Field(description="`{checkout_url_base}/su_<slug or id>`: the hosted subscribe page")
+    checkout_url: str = Field(
+        description="`{checkout_url_base}/su_<slug>.<merchant id>` (with a slug) or `su_<id>`: the subscribe page"
+    )
     livemode: bool
     created_at: Timestamp
     updated_at: Timestamp

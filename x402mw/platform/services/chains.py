@@ -89,6 +89,18 @@ class Chains:
         except ValueError:
             return None
 
+    def currencies(self, livemode: bool, *, decimals: int) -> list[str]:
+        """The coins (symbols, sorted) some chain of this mode carries with ``decimals`` decimals: the
+        coins a payment order of that mode can be paid in (test orders on test chains)."""
+        found = {
+            symbol
+            for handle in self._by_id.values()
+            if handle.livemode == livemode
+            for symbol, asset in handle.network.assets.items()
+            if asset.decimals == decimals
+        }
+        return sorted(found)
+
     def __iter__(self) -> Iterator[ChainHandle]:
         return iter(list(self._by_id.values()))
 

@@ -5,6 +5,10 @@ change it records. The UPDATE is conditional, and the table's checks back it up,
 take a balance below zero; the unique (kind, reference) lets each payment be credited once and each
 refund reserved, released or sent once.
 
+A balance has no scale of its own (it sums amounts sent at many): it is answered with at least two
+decimals, the scale the platform's coins are shown at (``"25.00"``, ``"0.50"``), and more only when
+it holds smaller units (``"12.345"``): `BALANCE_SCALE`.
+
 =================  ===============  ==============  ===========================================
 kind               available        reserved        when
 =================  ===============  ==============  ===========================================
@@ -111,13 +115,17 @@ async def apply_entry(
     )
 
 
+BALANCE_SCALE = 2
+"""The fewest decimals a balance is answered with."""
+
+
 def balance_of(row: Any) -> Balance:
     return Balance(
         network=f"eip155:{row['chain_id']}",
         chain_id=row["chain_id"],
         currency=row["currency"],
-        available=money(row["available_minor"], DECIMALS),
-        reserved=money(row["reserved_minor"], DECIMALS),
+        available=money(row["available_minor"], DECIMALS, scale=BALANCE_SCALE),
+        reserved=money(row["reserved_minor"], DECIMALS, scale=BALANCE_SCALE),
         livemode=bool(row["livemode"]),
     )
 

@@ -49,6 +49,7 @@ __all__ = [
     "PaymentIntentWriter",
     "amount_text",
     "api_host_of",
+    "at_scale_of",
     "cancel_payment_intent",
     "expire_due_payment_intents",
     "find_payment_intent",
@@ -107,9 +108,26 @@ def api_host_of(checkout_url_base: str) -> str:
 
 def amount_text(row: Mapping[Any, Any], minor_key: str = "amount_minor") -> str:
     """An amount as the merchant sent it (``"25.00"`` stays ``"25.00"``), or, for one sent as a JSON
-    number, its plain decimal."""
+    number, its plain decimal.
+
+    This is how every amount the API echoes keeps its scale: a row holds ``amount_minor`` (what is
+    computed with) and ``amount_text`` (what was sent; NULL for a JSON number) side by side. Orders
+    and payment links keep the text they were sent; a plan keeps its own, and hands it to each
+    invoice and that invoice's order as the invoice opens; a refund keeps the amount it returns at
+    its order's scale (`at_scale_of`)."""
     text: str | None = row.get("amount_text")
     return text if text else format_amount(int(row[minor_key]), DECIMALS)
+
+
+def at_scale_of(text: str, minor: int) -> str:
+    """``minor`` written with at least as many decimals as ``text`` has: an amount derived from a sent
+    one (a refund of what an order received) answered at the scale it was sent with.
+
+    >>> at_scale_of("25.00", 25000000), at_scale_of("25", 12345678)
+    ('25.00', '12.345678')
+    """
+    scale = len(text.partition(".")[2])
+    return format(money(minor, DECIMALS, scale=scale), "f")
 
 
 def parse_amount(value: object) -> int:

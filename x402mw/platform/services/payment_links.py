@@ -1,9 +1,11 @@
 """Payment links (DESIGN 9): a reusable priced link that gives each buyer a payment order of their own.
 
-A link's ``checkoutUrl`` is ``{checkout_url_base}/pl_<id>``; with a slug, ``/paylink/<slug>`` opens it
-too. Opening an active link gives the buyer an order (``paymentLinkId`` set, the link's amount, coins,
-methods, URLs and metadata, expiring after `LINK_ORDER_LIFETIME`), created like any other order
-(``payment_intent.created`` and the rest of its events), then paid, refunded and reported as usual.
+A link's ``checkoutUrl`` is ``{checkout_url_base}/pl_<id>``; with a slug (unique per merchant,
+`x402mw.platform.services.slugs`), ``/paylink/<slug>.<merchant id>`` opens it too, and so does the
+bare ``/paylink/<slug>`` handed out while slugs were one namespace. Opening an active link gives
+the buyer an order (``paymentLinkId`` set, the link's amount, coins, methods, URLs and metadata,
+expiring after `LINK_ORDER_LIFETIME`), created like any other order (``payment_intent.created`` and
+the rest of its events), then paid, refunded and reported as usual.
 An inactive link opens nothing: 409 ``payment_link_inactive``.
 """
 
@@ -23,6 +25,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.payments import PaymentLink, PaymentMethods
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.payment_intents import PaymentIntentError, PaymentIntentWriter, amount_text
+from x402mw.platform.services.slugs import find_by_slug, slug_ref
 
 __all__ = [
     "LINK_ORDER_LIFETIME",
@@ -50,7 +53,7 @@ def payment_link_of(row: Mapping[Any, Any], checkout_url_base: str) -> PaymentLi
         accepted_currencies=row["accepted_currencies"],
         payment_methods=PaymentMethods.model_validate(row["payment_methods"]),
         checkout_url=f"{checkout_url_base}/pl_{row['id']}",
-        slug_url=None if slug is None else f"{checkout_url_base}/paylink/{slug}",
+        slug_url=None if slug is None else f"{checkout_url_base}/paylink/{slug_ref(slug, row['merchant_id'])}",
         success_url=row["success_url"],
         cancel_url=row["cancel_url"],
         metadata=row["link_metadata"],
@@ -66,9 +69,9 @@ async def find_payment_link(conn: AsyncConnection, link_id: str) -> Mapping[Any,
     return (await conn.execute(select(table).where(table.c.id == link_id))).mappings().first()
 
 
-async def find_payment_link_by_slug(conn: AsyncConnection, slug: str) -> Mapping[Any, Any] | None:
-    table = tables.payment_links
-    return (await conn.execute(select(table).where(table.c.slug == slug.lower()))).mappings().first()
+async def find_payment_link_by_slug(conn: AsyncConnection, ref: str) -> Mapping[Any, Any] | None:
+    """The link ``/paylink/<ref>`` names (``<slug>.<merchant id>``, or an old bare slug), or None."""
+    return await find_by_slug(conn, tables.payment_links, ref)
 
 
 async def open_payment_link(writer: PaymentIntentWriter, link: Mapping[Any, Any], now: datetime) -> dict[str, Any]:
@@ -110,11 +113,12 @@ async def open_payment_link(writer: PaymentIntentWriter, link: Mapping[Any, Any]
 
 
 async def create_payment_link(engine: AsyncEngine, row: Mapping[str, Any]) -> None:
-    """Store the link ``row``; 409 ``slug_taken`` when another link has its slug."""
+    """Store the link ``row``; 409 ``slug_taken`` when another link of the merchant has its slug."""
     try:
         async with engine.begin() as conn:
             await conn.execute(tables.payment_links.insert(), dict(row))
     except IntegrityError:
         if row.get("slug") is None:
             raise
-        raise Refused(409, "slug_taken", f"The slug {row['slug']!r} is taken; choose another", param="slug") from None
+        message = f"You already have a payment link with the slug {row['slug']!r}; choose another"
+        raise Refused(409, "slug_taken", message, param="slug") from None

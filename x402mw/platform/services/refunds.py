@@ -23,6 +23,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select, update
@@ -36,14 +37,13 @@ from x402mw.platform.chain.token import authorization_state
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
-from x402mw.platform.objects.base import money
 from x402mw.platform.objects.payments import Refund, RefundEnvelope
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys, authorization_call, sweep_order
 from x402mw.platform.services.errors import Refused
 from x402mw.platform.services.ledger import InsufficientBalance, apply_entry
 from x402mw.platform.services.outbox import record_event
-from x402mw.platform.services.payment_intents import transition
+from x402mw.platform.services.payment_intents import amount_text, at_scale_of, transition
 from x402mw.platform.services.watcher import address_topic
 from x402mw.protocol.prices import format_amount
 
@@ -65,7 +65,7 @@ def refund_of(row: Mapping[Any, Any]) -> Refund:
         id=row["id"],
         payment_id=row["payment_intent_id"],
         status=row["status"],
-        amount=money(row["amount_minor"], 6),
+        amount=Decimal(amount_text(row)),
         currency=row["currency"],
         network=f"eip155:{row['chain_id']}",
         destination=row["destination"],
@@ -352,6 +352,10 @@ async def reserve_refund(
         "currency": order["paid_currency"],
         "token": token,
         "amount_minor": order["amount_received_minor"],
+        # at the scale the order was sent with (None: sent as a JSON number, answered plain)
+        "amount_text": at_scale_of(order["amount_text"], order["amount_received_minor"])
+        if order["amount_text"]
+        else None,
         "destination": order["payer"],
         "reason": reason,
         "status": "processing",

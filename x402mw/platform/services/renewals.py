@@ -109,6 +109,7 @@ class RenewalRunner:
                 _SUBS,
                 _PLANS.c.interval,
                 _PLANS.c.amount_minor.label("plan_amount"),
+                _PLANS.c.amount_text.label("plan_amount_text"),
                 _PLANS.c.currency.label("plan_currency"),
                 _PLANS.c.grace_days,
             )
@@ -189,6 +190,7 @@ class RenewalRunner:
             invoice_id=invoice_id,
             period=period,
             amount=row["plan_amount"],
+            amount_text=row["plan_amount_text"],
             currency=row["plan_currency"],
             at=platform_now,
         )

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
-from x402mw.platform.objects.base import money
 from x402mw.platform.objects.subscriptions import Invoice, Subscription, SubscriptionOpened, SubscriptionPlan, TestClock
 from x402mw.platform.services.outbox import event_row
-from x402mw.platform.services.payment_intents import DECIMALS, payment_intent_of
+from x402mw.platform.services.payment_intents import amount_text, payment_intent_of
+from x402mw.platform.services.slugs import slug_ref
 
 __all__ = [
     "clock_of",
@@ -29,17 +30,19 @@ __all__ = [
 
 
 def plan_of(row: Mapping[Any, Any], checkout_url_base: str) -> SubscriptionPlan:
-    """A plan; its ``checkoutUrl`` is ``{checkout_url_base}/su_<slug or id>``."""
+    """A plan; its ``checkoutUrl`` is ``{checkout_url_base}/su_<slug>.<merchant id>`` with a slug,
+    else ``{checkout_url_base}/su_<id>``."""
+    slug = row["slug"]
     return SubscriptionPlan(
         id=row["id"],
         name=row["name"],
-        slug=row["slug"],
-        amount=money(row["amount_minor"], DECIMALS),
+        slug=slug,
+        amount=Decimal(amount_text(row)),
         currency=row["currency"],
         interval=row["interval"],
         active=bool(row["active"]),
         grace_days=row["grace_days"],
-        checkout_url=f"{checkout_url_base}/su_{row['slug'] or row['id']}",
+        checkout_url=f"{checkout_url_base}/su_{slug_ref(slug, row['merchant_id']) if slug else row['id']}",
         livemode=bool(row["livemode"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
@@ -79,7 +82,7 @@ def invoice_of(row: Mapping[Any, Any], checkout_url_base: str) -> Invoice:
         subscription_id=row["subscription_id"],
         period=int(row["period"]),
         status=row["status"],
-        amount=money(row["amount_minor"], DECIMALS),
+        amount=Decimal(amount_text(row)),
         currency=row["currency"],
         period_start=row["period_start"],
         period_end=row["period_end"],

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
 from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.slugs import find_by_slug
 from x402mw.platform.services.subscription_steps import aware
 
 __all__ = ["SLUG_PATTERN", "PlanError", "create_plan", "find_plan", "find_plan_by_ref", "update_plan"]
@@ -32,12 +33,13 @@ class PlanError(Refused):
 
 
 def _slug_taken(slug: str) -> PlanError:
-    return PlanError(409, "slug_taken", f"The slug {slug!r} is taken; choose another", param="slug")
+    message = f"You already have a plan with the slug {slug!r}; choose another"
+    return PlanError(409, "slug_taken", message, param="slug")
 
 
 async def create_plan(engine: AsyncEngine, row: Mapping[str, Any]) -> dict[str, Any]:
-    """Store the plan ``row``; 409 ``slug_taken`` when another plan has its slug (slugs name plans in
-    checkout links, so they are unique across merchants)."""
+    """Store the plan ``row``; 409 ``slug_taken`` when another plan of the same merchant has its slug
+    (slugs are per merchant: another merchant's plans never refuse one, `services.slugs`)."""
     plans = tables.subscription_plans
     try:
         async with engine.begin() as conn:
@@ -67,20 +69,21 @@ async def find_plan(engine: AsyncEngine, merchant_id: str, livemode: bool, plan_
 
 
 async def find_plan_by_ref(engine: AsyncEngine, ref: str) -> dict[str, Any] | None:
-    """The plan a checkout link names (``su_<id or slug>``, without the prefix), of any merchant; None
-    for anything that is neither an id nor a slug."""
+    """The plan a checkout link names (``su_<id>``, ``su_<slug>.<merchant id>`` or an old bare
+    ``su_<slug>``, without the prefix), of any merchant; None for anything that names none."""
     plans = tables.subscription_plans
-    if _SLUG.fullmatch(ref):
-        column, value = plans.c.slug, ref
-    elif len(ref) == 36 and ref.isascii():
-        try:
-            column, value = plans.c.id, str(uuid.UUID(ref))
-        except ValueError:
-            return None
-        if value != ref.lower():
-            return None
-    else:
-        return None
+    found: Mapping[Any, Any] | None
     async with engine.connect() as conn:
-        found = (await conn.execute(select(plans).where(column == value))).mappings().first()
+        if len(ref) == 36 and ref.isascii() and "." not in ref:
+            try:
+                plan_id = str(uuid.UUID(ref))
+            except ValueError:
+                return None
+            if plan_id != ref.lower():
+                return None
+            found = (await conn.execute(select(plans).where(plans.c.id == plan_id))).mappings().first()
+        elif _SLUG.fullmatch(ref.partition(".")[0]):
+            found = await find_by_slug(conn, plans, ref)
+        else:
+            return None
     return None if found is None else aware(found)

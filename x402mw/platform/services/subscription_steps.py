@@ -91,13 +91,15 @@ def invoice_order_row(
     invoice_id: str,
     period: int,
     amount: int,
+    amount_text: str | None,
     currency: str,
     at: datetime,
 ) -> dict[str, Any]:
     """The payment order of an invoice, as a ``payment_intents`` row: open until paid, without expiry
-    (the subscription's own schedule closes it). It has no ``successUrl``: an order's page and its
-    public API answer show that link to whoever holds the order's id, and the customer page link is
-    the customer's alone (it reaches them by email, or through the merchant)."""
+    (the subscription's own schedule closes it). ``amount_text`` is the plan's amount as it was sent,
+    kept by the order and its invoice (`payment_intents.amount_text`). It has no ``successUrl``: an
+    order's page and its public API answer show that link to whoever holds the order's id, and the
+    customer page link is the customer's alone (it reaches them by email, or through the merchant)."""
     return {
         **UNPAID,
         "id": new_id(),
@@ -116,7 +118,7 @@ def invoice_order_row(
         "cancel_url": None,
         "order_metadata": {"subscriptionId": sub["id"], "invoiceId": invoice_id, "period": str(period)},
         "transfer_hold": None,
-        "amount_text": None,
+        "amount_text": amount_text,
         "payment_link_id": None,
         "exceptions": [],
         "expires_at": None,
@@ -143,6 +145,7 @@ def invoice_row(
         "period": period,
         "status": "open",
         "amount_minor": order["amount_minor"],
+        "amount_text": order["amount_text"],
         "currency": order["currency"],
         "payment_intent_id": order["id"],
         "period_start": start,

@@ -229,6 +229,7 @@ class SubscriptionService:
             invoice_id=invoice_id,
             period=1,
             amount=plan["amount_minor"],
+            amount_text=plan["amount_text"],
             currency=plan["currency"],
             at=now,
         )
