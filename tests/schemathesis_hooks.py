@@ -52,6 +52,8 @@ def _exact_pair(body: dict[str, Any]) -> None:
     payload = body.get("paymentPayload")
     if isinstance(payload, dict) and "accepted" not in payload and isinstance(terms, dict):
         payload["accepted"] = terms
+
+
 _UNCARRIED, _CARRIED = "USDT", "USDC"  # the suite's chains carry no USDT
 
 
