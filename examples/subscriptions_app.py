@@ -1,8 +1,10 @@
 """A members-only site sold by subscription, whose access follows the platform's webhooks and nothing else.
 
 - ``GET /subscribe/<user>`` opens (or reuses) the user's subscription and sends them to its checkout;
-- ``GET /welcome`` is where checkout returns them. It grants nothing: a return address can be
-  visited without paying, and a payment is only final once the chain has confirmed it;
+- ``GET /welcome`` is where checkout returns them, when the plan's ``returnUrl`` is this address
+  (create the plan with ``"returnUrl": "http://<this host>:8000/welcome"``; the customer page links
+  back there too). It grants nothing: a return address can be visited without paying, and a payment
+  is only final once the chain has confirmed it;
 - ``POST /webhooks`` is the only place access changes, from verified ``subscription.*`` events
   (`x402mw.client.webhooks.event_from_starlette`): granted on ``created`` and ``renewed``, paused on
   ``past_due`` (the user is asked to pay), revoked on ``canceled`` and ``expired``;

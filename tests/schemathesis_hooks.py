@@ -11,6 +11,10 @@ them where the OpenAPI document states a rule no JSON Schema keyword can say; no
   ``currency_unavailable`` otherwise, tested in ``test_payment_intents``): the suite's dev chain has
   no USDT, so a body naming it names USDC instead (in every phase: the coverage phase applies no
   body filter).
+- A payment's terms decide the shape of its payload: ``upto`` terms take a Permit2 payload, ``exact``
+  ones an EIP-3009 payload that echoes them (``accepted``, required from x402 v2 on). The document
+  gives both payload shapes, but no JSON Schema keyword ties one field's value to another's shape
+  the generator follows: a settlement or facilitator body keeps to the ``exact`` pair.
 """
 
 from __future__ import annotations
@@ -33,9 +37,23 @@ def before_call(context: schemathesis.HookContext, case: schemathesis.Case, kwar
             headers[name] = (f"{next(_serial):08d}-" + headers[name])[:255].rstrip()
     if case.method == "POST" and case.path in _PRICED and isinstance(case.body, dict):
         _carried_coins(case.body)
+    if case.method == "POST" and case.path in _PAYING and isinstance(case.body, dict):
+        _exact_pair(case.body)
 
 
 _PRICED = ("/v1/payment-intents", "/v1/payment-links", "/v1/subscription-plans")
+_PAYING = ("/v1/agent/settlements", "/v1/x402/settle", "/v1/x402/verify")
+
+
+def _exact_pair(body: dict[str, Any]) -> None:
+    terms = body.get("accepted", body.get("paymentRequirements"))
+    if isinstance(terms, dict) and terms.get("scheme") == "upto":
+        terms["scheme"] = "exact"
+    payload = body.get("paymentPayload")
+    if isinstance(payload, dict) and "accepted" not in payload and isinstance(terms, dict):
+        payload["accepted"] = terms
+
+
 _UNCARRIED, _CARRIED = "USDT", "USDC"  # the suite's chains carry no USDT
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.browser.conftest import assert_accessible
+from tests.browser.conftest import SCREENSHOTS, assert_accessible
 from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
 from x402mw.client.merchant import signed_subscribe_url
 from x402mw.platform.db.engine import create_engine_for
@@ -132,7 +132,8 @@ def test_a_buyer_subscribes_pays_and_cancels_at_period_end_in_the_browser(
 ) -> None:
     buyer = f"buyer-{uuid.uuid4().hex[:8]}@example.com"
     slug = f"pro-{uuid.uuid4().hex[:8]}"
-    plan = shop.plan(name="Pro Monthly", amount="4.5", slug=slug)
+    plan = shop.plan(name="Pro Monthly", amount="4.5", slug=slug, returnUrl="https://shop.example/account")
+    assert plan["returnUrl"] == "https://shop.example/account"
     origin = shop.harness.url.removesuffix("/v1")
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
@@ -165,14 +166,29 @@ def test_a_buyer_subscribes_pays_and_cancels_at_period_end_in_the_browser(
     created = shop.event("created", sub["id"])
     assert created.data["subscription"]["merchantCustomerId"] == "cus_browser"
 
-    expect(page.locator("#success-link")).to_have_count(0)  # the customer page link is not the order's
+    # The paid page leads back to the shop (the plan's returnUrl), never to the customer page.
+    expect(page.locator("#success-link")).to_have_attribute("href", "https://shop.example/account")
     text_links, html_links = _links(_email(subs, buyer, "your subscription"))  # it comes by email
     [page_link] = {link for link in text_links + html_links if "/checkout/subscriptions/" in link}
     page.goto(page_link)
     expect(page.locator("#status")).to_have_text("Active")
     assert_accessible(page)
     expect(page.locator("#invoices")).to_contain_text("4.50 USDC")
-    expect(page.locator("#invoices .tx")).to_have_text(tx)
+    expect(page.locator("#invoices .tx")).to_have_attribute("title", tx)
+    expect(page.locator("#invoices .tx")).to_have_text(f"{tx[:6]}…{tx[-4:]}")
+    expect(page.locator("#back-link")).to_have_attribute("href", "https://shop.example/account")
+    expect(page.locator("#back-link")).to_have_text("Back to Acme Streaming")
+    shots = SCREENSHOTS / "customer-page"
+    shots.mkdir(parents=True, exist_ok=True)
+    for width, height in ((1280, 800), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        # a period's dates keep to one line each: the row is no taller than two lines of text
+        row = page.locator("#invoices tbody tr").first.locator("td").first.bounding_box()
+        assert row is not None and row["height"] < 60, row
+        assert_accessible(page)
+        page.screenshot(path=str(shots / f"customer-page-{width}.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 800})
     page.locator("#cancel-button").focus()
     page.keyboard.press("Enter")
     expect(page.locator("#notice")).to_have_text("Your subscription will end when the paid period ends.")

@@ -475,3 +475,30 @@ def test_bad_input_is_refused_with_a_code_and_changes_nothing(subs: Subscription
         _error(live.post("/subscriptions", json=body), 400, "livemode_not_allowed", "testClock")
         _error(live.get(f"/subscription-plans/{plan['id']}"), 404, "resource_missing")  # modes do not mix
         assert live.get("/subscriptions").json()["data"] == []
+
+
+def test_a_plans_return_url_is_where_its_invoices_checkout_returns(shop: Shop) -> None:
+    """Each invoice's order (the first and a renewal) carries the plan's ``returnUrl`` as its
+    ``successUrl``; a PATCH changes it for invoices opened afterwards, and ``null`` removes it."""
+    clock = shop.clock(START)
+    plan = shop.plan(returnUrl="https://shop.example/account")
+    assert plan["returnUrl"] == "https://shop.example/account"
+    opened = shop.open(plan, "cus_return", testClock=clock)
+    assert opened["paymentIntent"]["successUrl"] == "https://shop.example/account"
+    shop.pay(opened["paymentIntent"]["id"])
+    shop.event("created", opened["subscription"]["id"])
+    changed = shop.ok(
+        shop.api.patch(f"/subscription-plans/{plan['id']}", json={"returnUrl": "https://shop.example/me"})
+    )
+    assert changed["plan"]["returnUrl"] == "https://shop.example/me"
+    shop.advance(clock, "2026-02-21T10:00:00Z")  # the renewal invoice opens
+    renewal = shop.invoices(opened["subscription"]["id"])[0]
+    order = shop.ok(shop.api.get(f"/payment-intents/{renewal['paymentId']}"))["paymentIntent"]
+    assert order["successUrl"] == "https://shop.example/me"
+    cleared = shop.ok(shop.api.patch(f"/subscription-plans/{plan['id']}", json={"returnUrl": None}))
+    assert cleared["plan"]["returnUrl"] is None
+    refused = shop.api.post(
+        "/subscription-plans",
+        json={"name": "Pro", "amount": "1", "currency": "USDC", "interval": "monthly", "returnUrl": "javascript:x"},
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "returnUrl", refused.text

@@ -93,6 +93,7 @@ class SubscriptionPlan(APIObject):
     interval: str
     active: bool = True
     grace_days: int | None = None
+    return_url: str | None = None
     checkout_url: str | None = None
     livemode: bool
     created_at: datetime
@@ -193,11 +194,13 @@ class SubscriptionPlans(Resource[Mode]):
         interval: Interval,
         slug: str | None = None,
         grace_days: int | None = None,
+        return_url: str | None = None,
         idempotency_key: str | None = None,
     ) -> Call[SubscriptionPlan]:
         """A plan charging ``amount`` of ``currency`` per ``interval``. ``slug`` names it in its
         checkout link (409 ``slug_taken`` when another of your plans has it); ``grace_days`` overrides the
-        platform's grace period."""
+        platform's grace period; ``return_url`` is where customers return to your shop (after paying an
+        invoice, and from their customer page)."""
         body = present(
             name=name,
             amount=money(amount, "amount"),
@@ -205,6 +208,7 @@ class SubscriptionPlans(Resource[Mode]):
             interval=interval,
             slug=slug,
             grace_days=grace_days,
+            return_url=return_url,
         )
         return Call("POST", "/subscription-plans", _plan, body=body, idempotency_key=idempotency_key)
 
@@ -221,13 +225,16 @@ class SubscriptionPlans(Resource[Mode]):
         amount: Decimal | str | int | None = None,
         active: bool | None = None,
         grace_days: int | NotGiven | None = NOT_GIVEN,
+        return_url: str | NotGiven | None = NOT_GIVEN,
     ) -> Call[SubscriptionPlan]:
         """Change the given fields only. A new ``amount`` applies to invoices opened afterwards;
         ``active=False`` stops new subscriptions (open ones renew); ``grace_days=None`` goes back to
-        the platform's grace period."""
+        the platform's grace period; ``return_url=None`` removes the way back to your shop."""
         body = present(name=name, amount=None if amount is None else money(amount, "amount"), active=active)
         if not isinstance(grace_days, NotGiven):
             body["graceDays"] = grace_days
+        if not isinstance(return_url, NotGiven):
+            body["returnUrl"] = return_url
         return Call("PATCH", path("/subscription-plans/{}", plan_id), _plan, body=body)
 
     @paginated

@@ -55,8 +55,18 @@ class _EndpointFields(BaseModel):
     _v_amount = field_validator("amountMinor", "maxAmountMinor", mode="before", check_fields=False)(minor_units)
 
 
+METERED_NEEDS_CEILING: dict[str, Any] = {  # a ceiling (maxAmountMinor) for metered pricing, and only then
+    "if": {"properties": {"pricingMode": {"const": "metered"}}, "required": ["pricingMode"]},
+    "then": {
+        "required": ["maxAmountMinor"],
+        "properties": {"maxAmountMinor": {"not": {"type": "null"}}, "amountMinor": {"type": "null"}},
+    },
+    "else": {"properties": {"maxAmountMinor": {"type": "null"}}},
+}
+
+
 class EndpointCreate(_EndpointFields):
-    model_config = ConfigDict(json_schema_extra=FIXED_NEEDS_AMOUNT)
+    model_config = ConfigDict(json_schema_extra={"allOf": [FIXED_NEEDS_AMOUNT, METERED_NEEDS_CEILING]})
 
     name: str = Field(min_length=1, max_length=200)
     resourceUrl: ResourceUrl
@@ -74,10 +84,22 @@ class EndpointCreate(_EndpointFields):
 class EndpointUpdate(_EndpointFields, PatchBody):
     model_config = ConfigDict(
         json_schema_extra={
-            "not": {  # fixed pricing and no amount, in one request
-                "required": ["pricingMode", "amountMinor"],
-                "properties": {"pricingMode": {"const": "fixed"}, "amountMinor": {"type": "null"}},
-            }
+            "allOf": [
+                {
+                    "not": {  # fixed pricing and no amount, in one request
+                        "required": ["pricingMode", "amountMinor"],
+                        "properties": {"pricingMode": {"const": "fixed"}, "amountMinor": {"type": "null"}},
+                    }
+                },
+                {  # a ceiling only with metered pricing, a fixed amount never with it, in one request
+                    "if": {"properties": {"pricingMode": {"const": "metered"}}, "required": ["pricingMode"]},
+                    "then": {"properties": {"amountMinor": {"type": "null"}}},
+                    "else": {
+                        "if": {"required": ["pricingMode"]},
+                        "then": {"properties": {"maxAmountMinor": {"type": "null"}}},
+                    },
+                },
+            ]
         }
     )
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
@@ -255,7 +277,8 @@ async def update(request: Request) -> ModelResponse:
 async def update_agent_endpoint(platform: Platform, caller: Caller, endpoint_id: str, body: EndpointUpdate) -> Any:
     """The endpoint with ``body``'s changes (the API's update, and the dashboard's)."""
     table = tables.agent_endpoints
-    changes = body.changes()
+    asked = body.changes()  # what the request says; a refusal it alone explains is a 400, else a 409
+    changes = dict(asked)
     async with platform.engine.begin() as conn:
         row = await load_endpoint(conn, caller, endpoint_id)
         pricing = changes.get("pricingMode", row.pricing_mode)
@@ -263,14 +286,23 @@ async def update_agent_endpoint(platform: Platform, caller: Caller, endpoint_id:
         amount = changes.get("amountMinor", None if was_metered else row.amount_minor)
         if pricing == "metered":
             ceiling = changes.get("maxAmountMinor", row.amount_minor if was_metered else None)
-            changes["amountMinor"] = _amount_of(pricing, changes.get("amountMinor"), ceiling)
+            if ceiling is None:
+                message = "A metered endpoint needs a ceiling: send maxAmountMinor too"
+                raise ApiError(409, "endpoint_needs_ceiling", message, param="maxAmountMinor")
+            if changes.get("amountMinor") is not None:
+                status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_is_metered")
+                message = "a metered endpoint has no fixed amount: send maxAmountMinor only"
+                raise ApiError(status, code, message, param="amountMinor")
+            changes["amountMinor"] = ceiling
         elif "maxAmountMinor" in changes:
-            _amount_of(pricing, amount, changes["maxAmountMinor"])  # refused: not metered
+            status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_not_metered")
+            message = "maxAmountMinor is for pricingMode 'metered' only"
+            raise ApiError(status, code, message, param="maxAmountMinor")
         elif was_metered and "amountMinor" not in changes:
             changes["amountMinor"] = None  # the ceiling is no amount
         changes.pop("maxAmountMinor", None)
         if pricing == "fixed" and amount is None:
-            if "pricingMode" in changes and "amountMinor" in changes:  # the request contradicts itself
+            if "pricingMode" in asked and "amountMinor" in asked:  # the request contradicts itself
                 raise ApiError(
                     400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor"
                 )

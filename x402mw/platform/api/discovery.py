@@ -21,17 +21,17 @@ from x402mw.platform.api.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.catalogue import CatalogueQuery
 
-__all__ = ["MAX_LIMIT", "MAX_OFFSET", "routes"]
+__all__ = ["ADDRESS", "EXTENSION", "MAX_LIMIT", "MAX_OFFSET", "NETWORK", "SCHEME", "TYPE", "routes"]
 
 MAX_LIMIT = 100
 MAX_OFFSET = 10_000
 _DEFAULT_LIMIT = 20
 _KNOWN = frozenset({"type", "payTo", "scheme", "network", "extensions", "limit", "offset", "query", "cursor"})
-_TYPE = re.compile(r"^(?:http|mcp)$")
-_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
-_SCHEME = re.compile(r"^[a-z0-9-]{1,32}$")
-_NETWORK = re.compile(r"^[a-z0-9-]{3,8}:[A-Za-z0-9-]{1,32}$")
-_EXTENSION = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TYPE = re.compile(r"^(?:http|mcp)$")
+ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
+SCHEME = re.compile(r"^[a-z0-9-]{1,32}$")
+NETWORK = re.compile(r"^[a-z0-9-]{3,8}:[A-Za-z0-9-]{1,32}$")
+EXTENSION = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _HEADERS = {"Cache-Control": "public, max-age=30", "Access-Control-Allow-Origin": "*"}
 
 
@@ -66,11 +66,11 @@ def _query(request: Request, *, search: bool) -> CatalogueQuery:
         if len(words) > 200 or not words.isprintable():
             raise ApiError(400, "parameter_invalid", "query must be at most 200 printable characters", param="query")
     return CatalogueQuery(
-        type=_text(request, "type", _TYPE, "http or mcp"),
-        pay_to=_text(request, "payTo", _ADDRESS, "an EVM address"),
-        scheme=_text(request, "scheme", _SCHEME, "a payment scheme such as exact"),
-        network=_text(request, "network", _NETWORK, "a CAIP-2 network such as eip155:8453"),
-        extensions=_text(request, "extensions", _EXTENSION, "an extension key such as bazaar"),
+        type=_text(request, "type", TYPE, "http or mcp"),
+        pay_to=_text(request, "payTo", ADDRESS, "an EVM address"),
+        scheme=_text(request, "scheme", SCHEME, "a payment scheme such as exact"),
+        network=_text(request, "network", NETWORK, "a CAIP-2 network such as eip155:8453"),
+        extensions=_text(request, "extensions", EXTENSION, "an extension key such as bazaar"),
         query=words,
         limit=_number(request, "limit", _DEFAULT_LIMIT, 1, MAX_LIMIT),
         offset=_number(request, offset_name, 0, 0, MAX_OFFSET),

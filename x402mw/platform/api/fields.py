@@ -117,6 +117,7 @@ ResourceUrl = Annotated[
     WithJsonSchema(
         {
             "type": "string",
+            "format": "uri",
             "pattern": f"^(?:{URL_PATTERN[1:-1]}|{MCP_TOOL_PATTERN[1:-1]})$",
             "maxLength": MAX_URL,
         }

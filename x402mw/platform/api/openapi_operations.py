@@ -4,8 +4,11 @@ puts the models' generated schemas in place)."""
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel
 
+from x402mw.platform.api import discovery
 from x402mw.platform.api.agent_settlements import MONTH
 from x402mw.platform.api.fields import CHALLENGE_ID_SCHEMA, UUID_PATTERN
 from x402mw.platform.api.openapi_schemas import STRING, Schema, ref
@@ -90,6 +93,23 @@ LIST_PARAMS = [{"$ref": "#/components/parameters/" + name} for name in ("limit",
 def query(name: str, description: str, schema: Schema) -> Schema:
     """A query parameter; a value its schema refuses is a 400 naming it."""
     return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+def _pattern(regex: re.Pattern[str]) -> Schema:
+    return {"type": "string", "pattern": regex.pattern}
+
+
+# The discovery endpoints' filters, with the patterns x402mw.platform.api.discovery checks them by.
+_OFFSET: Schema = {"type": "string", "pattern": "^(?:0|[1-9][0-9]{0,3}|10000)$"}
+_WORDS: Schema = {"type": "string", "maxLength": 200, "pattern": "^[ -~]*[!-~][ -~]*$"}
+_DISCOVERY_FILTERS = [
+    query("type", "`http` or `mcp`", {"type": "string", "enum": ["http", "mcp"]}),
+    query("payTo", "recipient address", _pattern(discovery.ADDRESS)),
+    query("scheme", "payment scheme, e.g. `exact`", _pattern(discovery.SCHEME)),
+    query("network", "CAIP-2 network, e.g. `eip155:8453`", _pattern(discovery.NETWORK)),
+    query("extensions", "an extension the resource declares, e.g. `bazaar`", _pattern(discovery.EXTENSION)),
+    query("limit", "1–100; default 20", {"type": "string", "pattern": "^(?:[1-9][0-9]?|100)$"}),
+]
 
 
 def operation(
@@ -388,13 +408,8 @@ def operations() -> list[tuple[str, str, Schema]]:
             DiscoveryList,
             public=True,
             query=[
-                query("type", "`http` or `mcp`", STRING),
-                query("payTo", "recipient address", STRING),
-                query("scheme", "payment scheme, e.g. `exact`", STRING),
-                query("network", "CAIP-2 network, e.g. `eip155:8453`", STRING),
-                query("extensions", "an extension the resource declares, e.g. `bazaar`", STRING),
-                query("limit", "1–100; default 20", STRING),
-                query("offset", "0–10000; default 0", STRING),
+                *_DISCOVERY_FILTERS,
+                query("offset", "0–10000; default 0", _OFFSET),
             ],
             errors=(429,),
         ),
@@ -408,14 +423,9 @@ def operations() -> list[tuple[str, str, Schema]]:
             DiscoverySearch,
             public=True,
             query=[
-                query("query", "1–200 printable characters: the words to find", STRING),
-                query("type", "`http` or `mcp`", STRING),
-                query("payTo", "recipient address", STRING),
-                query("scheme", "payment scheme, e.g. `exact`", STRING),
-                query("network", "CAIP-2 network, e.g. `eip155:8453`", STRING),
-                query("extensions", "an extension the resource declares, e.g. `bazaar`", STRING),
-                query("limit", "1–100; default 20", STRING),
-                query("cursor", "the `pagination.cursor` of the previous page", STRING),
+                query("query", "1–200 printable characters: the words to find", _WORDS) | {"required": True},
+                *_DISCOVERY_FILTERS,
+                query("cursor", "the `pagination.cursor` of the previous page", _OFFSET),
             ],
             errors=(429,),
         ),

@@ -11,7 +11,7 @@ from starlette.routing import Route
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import amount_schema
+from x402mw.platform.api.fields import HttpUrl, amount_schema, http_url
 from x402mw.platform.api.pagination import list_page
 from x402mw.platform.api.payment_intents import require_takeable, sent_text
 from x402mw.platform.api.responses import ModelResponse
@@ -40,20 +40,24 @@ class PlanCreate(BaseModel):
     interval: Literal["weekly", "monthly", "quarterly", "yearly"]
     slug: str | None = Field(default=None, pattern=SLUG_PATTERN)
     graceDays: GraceDays | None = None
+    returnUrl: HttpUrl | None = None
 
     _v_amount = field_validator("amount", mode="before")(parse_amount)
+    _v_url = field_validator("returnUrl")(http_url)
 
 
 class PlanUpdate(PatchBody):
-    CLEARABLE = frozenset({"graceDays"})  # null: the platform's grace period
+    CLEARABLE = frozenset({"graceDays", "returnUrl"})  # null: the platform's grace period; no return link
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
     amount: Amount | None = None
     active: StrictBool | None = None
     graceDays: GraceDays | None = None
+    returnUrl: HttpUrl | None = None
 
     _v_amount = field_validator("amount", mode="before")(lambda value: None if value is None else parse_amount(value))
+    _v_url = field_validator("returnUrl")(http_url)
 
 
 def _answer(plan: Any, checkout_url_base: str, status_code: int = 200) -> ModelResponse:
@@ -83,6 +87,7 @@ async def create(request: Request) -> ModelResponse:
         "interval": body.interval,
         "active": True,
         "grace_days": body.graceDays,
+        "return_url": body.returnUrl,
         "created_at": now,
         "updated_at": now,
     }
@@ -112,7 +117,13 @@ async def update(request: Request) -> ModelResponse:
     plan_id = _plan_id(request)
     data = await read_json(request)
     body = parse_body(PlanUpdate, data)
-    names = {"name": "name", "amount": "amount_minor", "active": "active", "graceDays": "grace_days"}
+    names = {
+        "name": "name",
+        "amount": "amount_minor",
+        "active": "active",
+        "graceDays": "grace_days",
+        "returnUrl": "return_url",
+    }
     changes = {names[key]: value for key, value in body.changes().items()}
     if "amount_minor" in changes:
         changes["amount_text"] = sent_text(data["amount"])

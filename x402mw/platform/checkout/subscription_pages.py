@@ -85,6 +85,8 @@ def _environment() -> Environment:
     )
     env.filters["money"] = display_amount
     env.filters["day"] = lambda value: value.strftime("%-d %B %Y") if value else ""
+    env.filters["short_day"] = lambda value: value.strftime("%-d %b %Y") if value else ""
+    env.filters["short_hash"] = lambda value: f"{value[:6]}…{value[-4:]}" if len(value) > 12 else value
     return env
 
 
@@ -272,6 +274,7 @@ async def _subscription_for(request: Request) -> tuple[Platform, dict[str, Any] 
                         plans.c.currency.label("plan_currency"),
                         plans.c.interval,
                         plans.c.livemode.label("plan_livemode"),
+                        plans.c.return_url.label("plan_return_url"),
                         merchants.c.name.label("merchant_name"),
                     )
                     .join(plans, plans.c.id == subs.c.plan_id)
@@ -340,6 +343,7 @@ async def customer_page(request: Request) -> Response:
             "currency": sub["plan_currency"],
             "per": _PER[sub["interval"]],
             "livemode": bool(sub["livemode"]),
+            "return_url": sub["plan_return_url"],
         },
         "open_invoice": None
         if open_invoice is None

@@ -538,6 +538,8 @@ class SubscriptionPlan(SQLModel, table=True):
     interval: str = Field(max_length=16)
     active: bool = True
     grace_days: int | None = None
+    # where the customer returns to the shop: after paying an invoice, and from the customer page
+    return_url: str | None = Field(default=None, max_length=2048)
     created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
 

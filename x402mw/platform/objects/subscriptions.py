@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from x402mw.platform.objects.base import Currency, Envelope, ListPage, Money, ResponseModel, Timestamp
+from x402mw.platform.objects.base import Currency, Envelope, ListPage, Money, ResponseModel, Timestamp, Url
 from x402mw.platform.objects.payments import PaymentIntent
 
 __all__ = [
@@ -41,6 +41,10 @@ class SubscriptionPlan(ResponseModel):
     interval: Interval
     active: bool = Field(description="an inactive plan opens no new subscriptions; open ones renew")
     grace_days: int | None = Field(description="days a past-due subscription is kept; null: the platform's")
+    return_url: Url | None = Field(
+        description="where customers return to the shop: after paying an invoice (its `successUrl`) and from "
+        "the customer page"
+    )
     checkout_url: str = Field(
         description="`{checkout_url_base}/su_<slug>.<merchant id>` (with a slug) or `su_<id>`: the subscribe page"
     )

@@ -110,6 +110,7 @@ class RenewalRunner:
                 _PLANS.c.interval,
                 _PLANS.c.amount_minor.label("plan_amount"),
                 _PLANS.c.amount_text.label("plan_amount_text"),
+                _PLANS.c.return_url.label("plan_return_url"),
                 _PLANS.c.currency.label("plan_currency"),
                 _PLANS.c.grace_days,
             )
@@ -192,6 +193,7 @@ class RenewalRunner:
             amount=row["plan_amount"],
             amount_text=row["plan_amount_text"],
             currency=row["plan_currency"],
+            return_url=row["plan_return_url"],
             at=platform_now,
         )
         end = boundary(row["anchor_at"], row["interval"], period)

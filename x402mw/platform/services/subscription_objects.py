@@ -42,6 +42,7 @@ def plan_of(row: Mapping[Any, Any], checkout_url_base: str) -> SubscriptionPlan:
         interval=row["interval"],
         active=bool(row["active"]),
         grace_days=row["grace_days"],
+        return_url=row.get("return_url"),
         checkout_url=f"{checkout_url_base}/su_{slug_ref(slug, row['merchant_id']) if slug else row['id']}",
         livemode=bool(row["livemode"]),
         created_at=row["created_at"],

@@ -93,13 +93,15 @@ def invoice_order_row(
     amount: int,
     amount_text: str | None,
     currency: str,
+    return_url: str | None,
     at: datetime,
 ) -> dict[str, Any]:
     """The payment order of an invoice, as a ``payment_intents`` row: open until paid, without expiry
     (the subscription's own schedule closes it). ``amount_text`` is the plan's amount as it was sent,
-    kept by the order and its invoice (`payment_intents.amount_text`). It has no ``successUrl``: an
-    order's page and its public API answer show that link to whoever holds the order's id, and the
-    customer page link is the customer's alone (it reaches them by email, or through the merchant)."""
+    kept by the order and its invoice (`payment_intents.amount_text`). Its ``successUrl`` is the plan's
+    ``returnUrl`` (the shop), never the customer page: an order's page and its public API answer show
+    that link to whoever holds the order's id, and the customer page link is the customer's alone (it
+    reaches them by email, or through the merchant)."""
     return {
         **UNPAID,
         "id": new_id(),
@@ -114,7 +116,7 @@ def invoice_order_row(
         "payment_methods": dict(PAYMENT_METHODS),
         "customer_email": sub["customer_email"],
         "customer_name": None,
-        "success_url": None,
+        "success_url": return_url,
         "cancel_url": None,
         "order_metadata": {"subscriptionId": sub["id"], "invoiceId": invoice_id, "period": str(period)},
         "transfer_hold": None,

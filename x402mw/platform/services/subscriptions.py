@@ -231,6 +231,7 @@ class SubscriptionService:
             amount=plan["amount_minor"],
             amount_text=plan["amount_text"],
             currency=plan["currency"],
+            return_url=plan.get("return_url"),
             at=now,
         )
         invoice = invoice_row(sub, invoice_id=invoice_id, period=1, order=order, start=None, end=None, at=at)
