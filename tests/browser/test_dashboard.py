@@ -95,7 +95,7 @@ def test_every_page_and_action(browsing: Browsing, dev_platform: PlatformHarness
     page.get_by_label("Slug (optional: names the plan in its link)").fill(slug)
     page.get_by_role("button", name="Create plan").click()
     page.wait_for_url(re.compile(r"/dashboard/plans\?notice="))
-    link = page.locator(f'a.plan-link[href$="/su_{slug}"]')
+    link = page.locator(f'a.plan-link[href$="/su_{slug}.{team.merchant_id}"]')  # slugs are per merchant
     href = link.get_attribute("href")
     assert href is not None
     page.goto(href)

@@ -84,7 +84,7 @@ def _auth(key: str) -> dict[str, str]:
 def _url(harness: PlatformHarness, path: str, ids: dict[str, str]) -> str:
     def fill(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name == "payment_id" and path.startswith("/v1/agent/payments/"):
+        if name == "payment_id" and path.startswith(("/v1/agent/payments/", "/v1/agent/settlements/")):
             name = "agent_payment_id"
         return ids[name]
 
