@@ -86,6 +86,7 @@ def test_the_agent_pays_an_order_example(dev_platform: PlatformHarness) -> None:
     assert story["order"].status == "succeeded" and story["paid"].status_code == 200
     assert story["again"].status_code == 409 and len(story["payments"]) == 1
     assert story["payments"][0].verified is True
+    assert story["payments"][0].symbol == "USDC"  # the order's offer names its coin (extra.currency)
 
 
 # -- each example as its docstring says, from the repository root and from another folder ----------

@@ -109,6 +109,7 @@ async def _challenge(
     for option in offers:
         terms = order_requirements(option, deposit, due).to_wire()
         terms["extra"]["paymentId"] = f"pi_{order['id']}"
+        terms["extra"]["currency"] = option.asset.symbol  # for agents that do not know this chain's tokens
         accepts.append(terms)
     required: dict[str, Any] = {"x402Version": 2}
     if error:
