@@ -27,7 +27,7 @@ def mcp1_python() -> str:
     """The Python of .venv-mcp1 (mcp<2 and the Foundation's ``x402[mcp]``; `make test` makes it)."""
     python = os.environ.get("X402MW_MCP1_PYTHON") or str(ROOT / ".venv-mcp1" / "bin" / "python")
     if not Path(python).exists():
-        pytest.skip(f"{python} is missing: `make .venv-mcp1/.installed` creates it")
+        pytest.fail(f"{python} is missing: `make test` creates it (make .venv-mcp1/.installed)")
     return python
 
 
