@@ -200,6 +200,8 @@ class DevChainRpc:
         header = self._backend.chain.header
         if self._unsealed and header.gas_used + _declared_gas(raw) > header.gas_limit:
             self._seal()
+        if not self._unsealed:
+            self._backend.date_pending_block()
         try:
             tx_hash = "0x" + bytes(self._backend.send_raw_transaction(raw)).hex()
         except ValidationError as exc:
@@ -296,6 +298,7 @@ class DevChainRpc:
         return tx
 
     def _mine(self, params: list[Any]) -> str:
+        self._backend.date_pending_block()
         self._tester.mine_blocks(int(params[0], 16) if params else 1)
         self._commit()
         return "0x0"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -124,6 +125,32 @@ class ChainStore(BaseDB):
         self._changes.clear()
 
 
+def _wall_clock_chain(chain_class: Any) -> Any:
+    """``chain_class`` with block timestamps that follow the wall clock: a new block takes the
+    current second, or its parent's when that is later, instead of at least its parent's plus one."""
+
+    def same_second(vm_class: Any) -> Any:
+        class SameSecondVM(vm_class):  # type: ignore[misc]
+            @classmethod
+            def validate_header(cls, header: Any, parent_header: Any) -> None:
+                if parent_header is not None and header.timestamp == parent_header.timestamp:
+                    parent_header = parent_header.copy(timestamp=parent_header.timestamp - 1)
+                super().validate_header(header, parent_header)
+
+        SameSecondVM.__name__ = SameSecondVM.__qualname__ = vm_class.__name__
+        return SameSecondVM
+
+    class WallClockChain(chain_class):  # type: ignore[misc]
+        vm_configuration = tuple((number, same_second(vm)) for number, vm in chain_class.vm_configuration)
+
+        def create_header_from_parent(self, parent_header: Any, **header_params: Any) -> Any:
+            header_params.setdefault("timestamp", max(parent_header.timestamp, int(time.time())))
+            return super().create_header_from_parent(parent_header, **header_params)
+
+    WallClockChain.__name__ = WallClockChain.__qualname__ = chain_class.__name__
+    return WallClockChain
+
+
 class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
     """eth-tester's py-evm backend, over ``db`` when given (else in memory), that finds a transaction
     through the chain's hash index: eth-tester scans back from the head, which takes seconds on a
@@ -134,13 +161,18 @@ class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
     already in ``db`` is opened.
 
     A new chain's genesis also holds the runtime code of Permit2 and the x402 Permit2 proxies at
-    their canonical addresses (:func:`~x402mw.platform.chain.contracts.canonical_genesis_accounts`)."""
+    their canonical addresses (:func:`~x402mw.platform.chain.contracts.canonical_genesis_accounts`).
+
+    Blocks made within one second share its timestamp (:func:`_wall_clock_chain`), as anvil's may:
+    py-evm's own rule (each block one second later than its parent at least) let a busy chain's
+    clock run ahead of the wall clock by a second per block, until authorizations signed for the
+    next two minutes had already expired on it."""
 
     chain: Any
 
     def __init__(self, db: ChainStore | None = None, *, genesis_salt: bytes | None = None) -> None:
         super().__init__()  # an in-memory chain: it gives eth-tester's account keys and chain class
-        chain_class = type(self.chain)
+        chain_class = _wall_clock_chain(type(self.chain))
         if db is not None and genesis_salt is None:
             self.chain = chain_class(AtomicDB(db))
             return
@@ -148,6 +180,15 @@ class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
         params = self.generate_genesis_params(overrides=overrides)
         state = {**self.generate_genesis_state(), **canonical_genesis_accounts()}
         self.chain = chain_class.from_genesis(AtomicDB() if db is None else AtomicDB(db), params, state)
+
+    def date_pending_block(self) -> None:
+        """Give the block being built the current second, while nothing is in it yet: it was dated
+        when its parent was sealed, which may be long ago on an idle chain (and an authorization
+        valid from ten minutes ago would not yet be valid in it)."""
+        header = self.chain.header
+        now = int(time.time())
+        if header.timestamp < now and not self.chain.get_block().transactions:
+            self.chain.header = header.copy(timestamp=now)
 
     def genesis_hash(self) -> str:
         return "0x" + bytes(self.chain.get_canonical_block_header_by_number(0).hash).hex()
