@@ -39,9 +39,9 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import create_engine_for, migrate, sync_url
 from x402mw.platform.db.models import new_id
-from x402mw.platform.services.customer_links import CustomerLinks
-from x402mw.platform.services.renewals import RenewalRunner
-from x402mw.platform.services.subscription_steps import invoice_order_row, invoice_row
+from x402mw.platform.services.subscriptions.customer_links import CustomerLinks
+from x402mw.platform.services.subscriptions.renewals import RenewalRunner
+from x402mw.platform.services.subscriptions.steps import invoice_order_row, invoice_row
 
 POSTGRES_URL = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 TARGET_SECONDS, TARGET_RATIO = 15.0, 2.0

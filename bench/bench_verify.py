@@ -215,7 +215,7 @@ def key_path(n: int = 2000, rounds: int = 5) -> float:
     """`verify_payment` on ``n`` key-signed payments (best of ``rounds``), µs per payment."""
     from x402mw.platform.clock import Clock
     from x402mw.platform.services.chains import ChainHandle, Chains
-    from x402mw.platform.services.settlement_checks import verify_payment
+    from x402mw.platform.services.settlement.checks import verify_payment
     from x402mw.protocol.networks import get_network
 
     network = get_network("eip155:8453")
@@ -251,8 +251,8 @@ async def _smart_accounts(rpc: Any, deployer: bytes, chain_id: int, usdc: str, n
     from x402mw.platform.chain.relayer import transact
     from x402mw.platform.clock import Clock
     from x402mw.platform.services.chains import ChainHandle, Chains
-    from x402mw.platform.services.settlement_checks import verify_payment
-    from x402mw.platform.services.smart_accounts import CodeCache, verify_contract_signer
+    from x402mw.platform.services.settlement.checks import verify_payment
+    from x402mw.platform.services.settlement.smart_accounts import CodeCache, verify_contract_signer
     from x402mw.protocol.networks import Asset, Network
 
     factory = await deploy_contract(rpc, deployer, "X402SmartWalletFactory")

@@ -34,7 +34,7 @@ from referencing.jsonschema import DRAFT202012
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from x402mw.platform.api.openapi import build_document
+from x402mw.platform.openapi.document import build_document
 
 __all__ = ["MIDDLEWARE", "Answer", "AnswerRecorder", "AnswerSchemas", "recorded", "schemas"]
 

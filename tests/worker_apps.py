@@ -1,4 +1,4 @@
-"""Tiny app factories for the tests of ``x402mw.platform.workers`` (imported by its worker processes)."""
+"""Tiny app factories for the tests of ``x402mw.platform.supervisor`` (imported by its worker processes)."""
 
 from __future__ import annotations
 

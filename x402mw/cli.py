@@ -255,7 +255,7 @@ def serve(settings: PlatformSettings) -> None:
         return
     os.environ.update(settings.as_environment())  # what each worker reads (worker_app)
     from x402mw.platform.metrics import MultiprocessMetrics
-    from x402mw.platform.workers import serve_workers
+    from x402mw.platform.supervisor import serve_workers
 
     # The workers write their metrics to files the supervisor sums and serves (made before they start).
     collected = MultiprocessMetrics() if settings.metrics_port is not None else None
@@ -342,7 +342,7 @@ def worker_app() -> Any:
 @settings_options(*PROCESS_GROUPS, run_worker=True)
 def worker(settings: PlatformSettings) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
-    from x402mw.platform.worker import start_platform
+    from x402mw.platform.background import start_platform
 
     _configure_logs(settings)
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from tests.harness import PlatformHarness
-from x402mw.platform.api.openapi import build_document
+from x402mw.platform.openapi.document import build_document
 
 VALUES: list[Any] = [
     None,

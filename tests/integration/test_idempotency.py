@@ -21,10 +21,10 @@ from starlette.routing import Route
 from tests import answers
 from tests.harness import PlatformHarness
 from x402mw.evm.keys import address_of, new_private_key
-from x402mw.platform.api.errors import RequestIdMiddleware
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.app import create_app
 from x402mw.platform.db import tables
+from x402mw.platform.http.errors import RequestIdMiddleware
 from x402mw.platform.runtime import Platform
 from x402mw.platform.services.idempotency import purge_idempotency_keys
 

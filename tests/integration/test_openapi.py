@@ -14,11 +14,11 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from tests.harness import PlatformHarness, sqlite_only
 from x402mw import __version__
-from x402mw.platform.api.fields import MINOR_SCHEMA, amount_schema
-from x402mw.platform.api.openapi import ServedChain, build_document
-from x402mw.platform.api.reference import render_markdown
 from x402mw.platform.api.sandbox import FAUCET_AMOUNTS
 from x402mw.platform.app import create_app
+from x402mw.platform.http.fields import MINOR_SCHEMA, amount_schema
+from x402mw.platform.openapi.document import ServedChain, build_document
+from x402mw.platform.openapi.reference import render_markdown
 from x402mw.platform.services.payment_intents import ORDER_AMOUNTS
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "api-reference.md"
@@ -214,7 +214,7 @@ def test_options_names_the_documented_methods_of_every_path(dev_platform: Platfo
 def test_the_reference_page_is_rendered_from_the_document() -> None:
     page = render_markdown(build_document())
     assert REFERENCE.read_text(encoding="utf-8") == page, (
-        "docs/api-reference.md is stale: run python -m x402mw.platform.api.reference > docs/api-reference.md"
+        "docs/api-reference.md is stale: run python -m x402mw.platform.openapi.reference > docs/api-reference.md"
     )
     for tag in ["Agent endpoints", "Challenges", "Agent payments", "Facilitator", "Sandbox", "Health"]:
         assert f"\n## {tag}\n" in page
@@ -241,7 +241,7 @@ def test_links_lead_from_an_answer_s_id_to_the_operations_that_take_it() -> None
 
 
 def test_url_fields_are_documented_as_the_validator_reads_them() -> None:
-    from x402mw.platform.api.fields import http_url, resource_url
+    from x402mw.platform.http.fields import http_url, resource_url
 
     schemas = build_document()["components"]["schemas"]
     fields = [

@@ -42,7 +42,7 @@ import httpx
 import pytest
 
 from tests.harness import Deployment, PlatformHarness, platform_server, postgres_database
-from x402mw.platform.api.openapi import build_document
+from x402mw.platform.openapi.document import build_document
 from x402mw.platform.settings import PlatformSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from x402mw.platform.chain.token import encode_transfer_with_authorization
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.runtime import Platform
-from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER as RECOVER_AFTER
+from x402mw.platform.services.settlement.recovery import TAKEOVER_AFTER as RECOVER_AFTER
 
 pytestmark = pytest.mark.anyio
 

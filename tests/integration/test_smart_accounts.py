@@ -34,7 +34,7 @@ from x402mw.platform.chain.contracts import (
 )
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
-from x402mw.platform.services.settlement_recovery import TAKEOVER_AFTER
+from x402mw.platform.services.settlement.recovery import TAKEOVER_AFTER
 from x402mw.protocol import decode_payment_required, decode_settlement_response, reasons
 from x402mw.protocol.models import ExactEvmPayload, PaymentPayload, PaymentRequirements, ResourceInfo
 

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from x402mw.platform.emails.transport import SmtpTransport
+from x402mw.platform.emails.mailers import SmtpTransport
 
 USER, PASSWORD = "shop@example.com", "s3cret-relay-password"
 

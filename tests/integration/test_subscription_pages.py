@@ -22,8 +22,8 @@ from tests.browser.conftest import SCREENSHOTS, assert_accessible
 from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
 from x402mw.client.merchant import signed_subscribe_url
 from x402mw.platform.db.engine import create_engine_for
-from x402mw.platform.services.customer_links import spend_form_token
 from x402mw.platform.services.merchants import create_api_key, revoke_api_key
+from x402mw.platform.services.subscriptions.customer_links import spend_form_token
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

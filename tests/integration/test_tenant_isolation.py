@@ -14,7 +14,7 @@ import pytest
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
-from x402mw.platform.api.openapi import build_document
+from x402mw.platform.openapi.document import build_document
 
 pytestmark = pytest.mark.anyio
 

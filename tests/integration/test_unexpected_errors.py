@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from tests.harness import serve_app
-from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers
+from x402mw.platform.http.errors import RequestIdMiddleware, exception_handlers
 
 
 async def broken(_request: Request) -> JSONResponse:

@@ -17,9 +17,9 @@ from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
 from tests.answers import Answer, AnswerRecorder, AnswerSchemas
-from x402mw.platform.api.openapi import build_document
 from x402mw.platform.objects.payments import Customer, PaymentIntent, PaymentIntentEnvelope, PaymentMethods
 from x402mw.platform.objects.service import Error, ErrorEnvelope
+from x402mw.platform.openapi.document import build_document
 
 ORDER_ID = "4f1c2a9e-0b5d-4c1e-9a7b-2d6e8f0a1b3c"
 

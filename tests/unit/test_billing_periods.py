@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from x402mw.errors import ConfigurationError
+from x402mw.platform.emails.mailers import FileTransport, SmtpTransport, transport_for
 from x402mw.platform.emails.messages import Notice, compose
-from x402mw.platform.emails.transport import FileTransport, SmtpTransport, transport_for
-from x402mw.platform.services.billing_periods import add_months, boundary, grace_end, renewal_lead
-from x402mw.platform.services.customer_links import FORM_LIFETIME, CustomerLinks
-from x402mw.platform.services.subscription_steps import schedule
+from x402mw.platform.services.subscriptions.customer_links import FORM_LIFETIME, CustomerLinks
+from x402mw.platform.services.subscriptions.periods import add_months, boundary, grace_end, renewal_lead
+from x402mw.platform.services.subscriptions.steps import schedule
 from x402mw.platform.settings import PlatformSettings
 
 

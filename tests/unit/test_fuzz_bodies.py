@@ -3,7 +3,7 @@
 Each handler reads its body with ``read_json`` and validates it with ``parse_body(Model, ...)``. For
 every such model (found in the source, so a new endpoint is covered or this file fails), arbitrary
 bytes and JSON values, and valid bodies with one field dropped, replaced or added at any depth, give
-either the model or an `ApiError` of a documented status and code whose ``param`` names the field
+either the model or an `HttpError` of a documented status and code whose ``param`` names the field
 at fault. Requests are real Starlette requests fed through their ``receive`` channel, in chunks.
 The draws are derandomized (no example database), so a run repeats.
 """
@@ -28,8 +28,8 @@ from starlette.requests import Request
 
 import x402mw.platform.api
 import x402mw.platform.checkout
-from x402mw.platform.api.bodies import MAX_BODY_BYTES, parse_body, read_json
-from x402mw.platform.api.errors import ApiError
+from x402mw.platform.http.bodies import MAX_BODY_BYTES, parse_body, read_json
+from x402mw.platform.http.errors import HttpError
 
 FUZZ = settings(
     deadline=None,
@@ -217,8 +217,8 @@ VALID: dict[str, dict[str, Any]] = {
 
 
 def _modules(package: ModuleType) -> Iterator[ModuleType]:
-    for info in pkgutil.iter_modules(package.__path__):
-        yield importlib.import_module(f"{package.__name__}.{info.name}")
+    for info in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}."):
+        yield importlib.import_module(info.name)
 
 
 def _parse_body_calls() -> dict[str, tuple[type[BaseModel], str]]:
@@ -277,7 +277,7 @@ def _full_body(name: str, body: bytes) -> bytes:
     return _encode(holder)[:-1] + b', "' + prefix[:-1].encode() + b'": ' + body + b"}"
 
 
-async def _read(name: str, body: bytes, chunk: int) -> BaseModel | ApiError:
+async def _read(name: str, body: bytes, chunk: int) -> BaseModel | HttpError:
     """What the handler of ``name`` makes of ``body`` (for a member body: of its holder holding it)."""
     model, prefix = BODIES[name]
     try:
@@ -286,7 +286,7 @@ async def _read(name: str, body: bytes, chunk: int) -> BaseModel | ApiError:
             return parse_body(model, data, prefix=prefix)
         parse_body(BODIES[HOLDER[prefix]][0], data)
         return parse_body(model, data[prefix[:-1]], prefix=prefix)
-    except ApiError as exc:
+    except HttpError as exc:
         return exc
 
 
@@ -305,7 +305,7 @@ def _named(key: str) -> str:
     return _as_param(key).split(".")[0]
 
 
-def _check_refusal(error: ApiError, name: str, body: bytes) -> str:
+def _check_refusal(error: HttpError, name: str, body: bytes) -> str:
     """The refusal is documented; a ``param`` names a field of the model or a key of the body."""
     assert error.code in DOCUMENTED.get(error.status, set()), (error.status, error.code, error.message)
     assert error.type == "invalid_request_error" and error.message
@@ -410,7 +410,7 @@ def test_any_body_is_read_or_refused_in_the_envelope(runner: asyncio.Runner, nam
         if len(body) > 10_000 and chunk < 4096:
             chunk = 4096  # the same path, without a million receive calls
         outcome = runner.run(_read(name, body, chunk))
-        if isinstance(outcome, ApiError):
+        if isinstance(outcome, HttpError):
             _check_refusal(outcome, name, body)
             if len(body) > MAX_BODY_BYTES:
                 assert outcome.code == "body_too_large"
@@ -428,7 +428,7 @@ def test_a_body_with_one_change_is_refused_at_that_change(runner: asyncio.Runner
         body, changed = case
         changed = _as_param(BODIES[name][1] + changed)
         outcome = runner.run(_read(name, body, 4096))
-        if not isinstance(outcome, ApiError):
+        if not isinstance(outcome, HttpError):
             assert isinstance(outcome, BODIES[name][0])
             return
         path = _check_refusal(outcome, name, body)

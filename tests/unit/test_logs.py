@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from x402mw.platform.api.errors import RequestIdMiddleware
+from x402mw.platform.http.errors import RequestIdMiddleware
 from x402mw.platform.logs import JsonFormatter, log_config
 
 logger = logging.getLogger("x402mw.tests.logs")

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 
-from x402mw.platform.api.errors import RequestIdMiddleware
+from x402mw.platform.http.errors import RequestIdMiddleware
 from x402mw.platform.metrics import MetricsMiddleware
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
-from x402mw.platform.services.settlement_outcomes import Claimed
+from x402mw.platform.services.settlement.outcomes import Claimed
 
 
 def test_its_fields_are_the_tables_columns() -> None:
@@ -44,7 +44,7 @@ def test_the_batched_record_statements_run_as_one_executemany() -> None:
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from x402mw.platform.services.settlement_writes import SettlementWrites
+    from x402mw.platform.services.settlement.writes import SettlementWrites
 
     writes = SettlementWrites(create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:1/none"))
     statements = [*writes._mark.values(), writes._link_challenges]

@@ -65,7 +65,7 @@ def test_a_recorded_payment_is_sent_again_in_the_form_its_signer_needs() -> None
     from x402mw.evm.keys import address_of, new_private_key
     from x402mw.platform.chain.contracts import erc6492_wrap, wallet_deploy_calldata
     from x402mw.platform.chain.token import transfer_calldata, transfer_calldata_bytes
-    from x402mw.platform.services.smart_accounts import (
+    from x402mw.platform.services.settlement.smart_accounts import (
         SMART_TRANSFER_GAS,
         RecordedTransfer,
         recorded_calldata,

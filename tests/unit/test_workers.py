@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _supervise(app: str, port: int, min_lifetime: float) -> Iterator[subprocess.Popen[str]]:
     """``serve_workers`` with two workers of ``app`` in a process of its own, killed if still up at the end."""
     code = (
-        "import x402mw.platform.workers as w\n"
+        "import x402mw.platform.supervisor as w\n"
         f"w._MIN_LIFETIME = {min_lifetime}\n"
         f"w.serve_workers({app!r}, host='127.0.0.1', port={port}, workers=2, log_level='warning')\n"
     )

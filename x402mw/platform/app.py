@@ -22,36 +22,36 @@ from starlette.routing import Mount, Route
 from x402mw._version import __version__
 from x402mw.platform import checkout, dashboard
 from x402mw.platform.api import (
-    agent_challenges,
-    agent_endpoints,
-    agent_settlements,
-    agent_sign_ins,
     balances,
+    clocks,
     discovery,
     events,
     facilitator,
-    openapi,
     payment_intents,
     payment_links,
     refunds,
     sandbox,
     subscription_plans,
     subscriptions,
-    test_clocks,
     webhook_endpoints,
 )
-from x402mw.platform.api.errors import RequestIdMiddleware, exception_handlers, outage_error
+from x402mw.platform.api.agents import challenges as agent_challenges
+from x402mw.platform.api.agents import endpoints as agent_endpoints
+from x402mw.platform.api.agents import settlements as agent_settlements
+from x402mw.platform.api.agents import sign_ins as agent_sign_ins
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.api.request_log import RequestLogMiddleware
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
+from x402mw.platform.background import start_platform
 from x402mw.platform.checkout.rate_limits import CheckoutRateLimits, RateLimitMiddleware
 from x402mw.platform.clock import Clock
+from x402mw.platform.http.errors import RequestIdMiddleware, exception_handlers, outage_error
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.metrics import MetricsMiddleware
 from x402mw.platform.objects.service import HealthStatus, Reachable, Readiness
+from x402mw.platform.openapi import document as openapi
 from x402mw.platform.runtime import Platform, settle_heap
 from x402mw.platform.settings import PlatformSettings
-from x402mw.platform.worker import start_platform
 
 __all__ = ["create_app"]
 
@@ -140,7 +140,7 @@ def create_app(
         *sandbox.routes,
         *subscription_plans.routes,
         *subscriptions.routes,
-        *test_clocks.routes,
+        *clocks.routes,
         *webhook_endpoints.routes,
         *events.routes,
         Route("/health", health),

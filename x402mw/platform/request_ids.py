@@ -1,6 +1,6 @@
 """The id of the request being served (``Request-Id``), for whatever runs on its behalf: the error
 bodies and pages that quote it, the log lines that carry it. `RequestIdMiddleware`
-(`x402mw.platform.api.errors`) gives each request one; outside a request it is empty."""
+(`x402mw.platform.http.errors`) gives each request one; outside a request it is empty."""
 
 from __future__ import annotations
 

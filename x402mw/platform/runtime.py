@@ -26,14 +26,13 @@ from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
 from x402mw.platform.clock import Clock
 from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.emails.mailers import transport_for
 from x402mw.platform.emails.outbox import EmailOutbox
-from x402mw.platform.emails.transport import transport_for
 from x402mw.platform.keys import load_or_create_key, parse_private_key
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.api_requests import ApiRequestLog
 from x402mw.platform.services.catalogue import Catalogue
 from x402mw.platform.services.chains import ChainHandle, Chains
-from x402mw.platform.services.customer_links import CustomerLinks
 from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
@@ -42,12 +41,13 @@ from x402mw.platform.services.merchants import KeyRing
 from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of, follow_orders
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.relayer_leases import RelayerLeases
-from x402mw.platform.services.renewals import RenewalRunner
-from x402mw.platform.services.settlement import SettlementService
-from x402mw.platform.services.settlement_upto import UptoSettlement
+from x402mw.platform.services.settlement.service import SettlementService
+from x402mw.platform.services.settlement.upto import UptoSettlement
 from x402mw.platform.services.sign_ins import SignInService, chain_verifier
-from x402mw.platform.services.subscription_payments import follow_order
-from x402mw.platform.services.subscriptions import SubscriptionService
+from x402mw.platform.services.subscriptions.customer_links import CustomerLinks
+from x402mw.platform.services.subscriptions.payments import follow_order
+from x402mw.platform.services.subscriptions.renewals import RenewalRunner
+from x402mw.platform.services.subscriptions.service import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
 from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
@@ -154,7 +154,7 @@ class Platform:
         return platform
 
     def run_in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` beside the platform until it closes (`x402mw.platform.worker` does so)."""
+        """Run ``work`` beside the platform until it closes (`x402mw.platform.background` does so)."""
         self._tasks.append(asyncio.get_running_loop().create_task(work))
 
     async def aclose(self) -> None:

@@ -21,10 +21,10 @@ import uvicorn
 from starlette.middleware import Middleware
 
 from x402mw.platform.app import create_app
+from x402mw.platform.background import start_platform
 from x402mw.platform.clock import Clock
 from x402mw.platform.runtime import Platform
 from x402mw.platform.settings import PlatformSettings
-from x402mw.platform.worker import start_platform
 
 __all__ = ["PlatformServer", "free_port"]
 

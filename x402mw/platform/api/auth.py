@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.state import platform_of
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.merchants import Caller, KeyRing
 
 __all__ = ["authenticate", "caller_for", "presented_key"]
@@ -21,10 +21,10 @@ async def authenticate(request: Request) -> Caller:
 
 async def caller_for(headers: Headers, keys: KeyRing) -> Caller:
     """The merchant whose key ``headers`` present (for code below the routes, e.g. ASGI middleware);
-    raises the same 401 `ApiError` as `authenticate`."""
+    raises the same 401 `HttpError` as `authenticate`."""
     caller = await keys.lookup(presented_key(headers))
     if caller is None:
-        raise ApiError(401, "invalid_api_key", "The API key is invalid or has been revoked")
+        raise HttpError(401, "invalid_api_key", "The API key is invalid or has been revoked")
     return caller
 
 
@@ -35,12 +35,12 @@ def presented_key(headers: Headers) -> str:
     if header is not None:
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
-            raise ApiError(401, "invalid_api_key", "Use 'Authorization: Bearer <API key>'")
+            raise HttpError(401, "invalid_api_key", "Use 'Authorization: Bearer <API key>'")
         key = value.strip()
     else:
         key = headers.get("x-api-key")
     if not key:
-        raise ApiError(
+        raise HttpError(
             401,
             "api_key_missing",
             "No API key provided: send 'Authorization: Bearer <API key>' or 'x-api-key'",

@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import BalanceList
 from x402mw.platform.services.ledger import list_balances
 

@@ -15,9 +15,9 @@ import re
 from starlette.requests import Request
 from starlette.routing import Route
 
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.catalogue import CatalogueQuery
 
@@ -40,7 +40,7 @@ def _text(request: Request, name: str, pattern: re.Pattern[str], what: str) -> s
     if value is None:
         return None
     if not pattern.match(value):
-        raise ApiError(400, "parameter_invalid", f"{name} must be {what}", param=name)
+        raise HttpError(400, "parameter_invalid", f"{name} must be {what}", param=name)
     return value
 
 
@@ -49,22 +49,22 @@ def _number(request: Request, name: str, default: int, low: int, high: int) -> i
     if value is None:
         return default
     if not value.isascii() or not value.isdigit() or len(value) > 6 or not low <= int(value) <= high:
-        raise ApiError(400, "parameter_invalid", f"{name} must be a whole number from {low} to {high}", param=name)
+        raise HttpError(400, "parameter_invalid", f"{name} must be a whole number from {low} to {high}", param=name)
     return int(value)
 
 
 def _query(request: Request, *, search: bool) -> CatalogueQuery:
     unknown = sorted(set(request.query_params.keys()) - _KNOWN)
     if unknown:
-        raise ApiError(400, "parameter_invalid", f"unknown query parameter {unknown[0][:40]!r}", param=unknown[0][:40])
+        raise HttpError(400, "parameter_invalid", f"unknown query parameter {unknown[0][:40]!r}", param=unknown[0][:40])
     words = None
     offset_name = "cursor" if search else "offset"
     if search:
         words = request.query_params.get("query", "").strip()
         if not words:
-            raise ApiError(400, "parameter_missing", "query is required: the words to search for", param="query")
+            raise HttpError(400, "parameter_missing", "query is required: the words to search for", param="query")
         if len(words) > 200 or not words.isprintable():
-            raise ApiError(400, "parameter_invalid", "query must be at most 200 printable characters", param="query")
+            raise HttpError(400, "parameter_invalid", "query must be at most 200 printable characters", param="query")
     return CatalogueQuery(
         type=_text(request, "type", TYPE, "http or mcp"),
         pay_to=_text(request, "payTo", ADDRESS, "an EVM address"),

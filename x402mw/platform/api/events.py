@@ -10,12 +10,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.pagination import list_page
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
+from x402mw.platform.http.bodies import path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.webhooks import (
     EventList,
     EventWithDeliveries,
@@ -46,7 +46,7 @@ async def _load(conn: AsyncConnection, caller: Caller, event_id: str) -> Any:
     table = tables.events
     row = (await conn.execute(select(table).where(table.c.id == event_id, *caller.owns(table)))).mappings().first()
     if row is None:
-        raise ApiError.missing("event", event_id)
+        raise HttpError.missing("event", event_id)
     return row
 
 
@@ -57,7 +57,7 @@ async def list_events(request: Request) -> ModelResponse:
     kind = request.query_params.get("type")
     if kind is not None:
         if kind not in EVENT_TYPES:
-            raise ApiError(
+            raise HttpError(
                 400, "parameter_invalid", f"type must be an event type: {', '.join(EVENT_TYPES)}", param="type"
             )
         filters.append(table.c.type == kind)
@@ -83,7 +83,7 @@ async def retrieve(request: Request) -> ModelResponse:
 async def redeliver_event(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     for name in await read_json(request, allow_empty=True):
-        raise ApiError(400, "parameter_unknown", f"Received unknown parameter: {name[:80]}", param=name[:80])
+        raise HttpError(400, "parameter_unknown", f"Received unknown parameter: {name[:80]}", param=name[:80])
     platform = platform_of(request)
     async with platform.engine.connect() as conn:
         row = await _load(conn, caller, path_uuid(request, "event_id", "event"))

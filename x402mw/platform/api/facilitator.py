@@ -16,20 +16,20 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform import metrics
-from x402mw.platform.api.agent_settlements import conflict_error, unavailable_error
+from x402mw.platform.api.agents.settlements import conflict_error, unavailable_error
 from x402mw.platform.api.auth import authenticate, presented_key
-from x402mw.platform.api.bodies import parse_body, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.db import tables
+from x402mw.platform.http.bodies import parse_body, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.merchants import Caller
-from x402mw.platform.services.settlement import IdentifierConflict, Refusal, SettleRequest
-from x402mw.platform.services.settlement_outcomes import unavailable
-from x402mw.platform.services.settlement_upto import EIP2612_EXTENSION
+from x402mw.platform.services.settlement.outcomes import unavailable
+from x402mw.platform.services.settlement.service import IdentifierConflict, PaymentRefusal, SettleRequest
+from x402mw.platform.services.settlement.upto import EIP2612_EXTENSION
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, UptoPaymentPayload, VerifyResponse
 from x402mw.protocol.seals import Sealer, sealed_terms
@@ -102,8 +102,8 @@ async def _challenge_of(request: Request, caller: Caller, requirements: PaymentR
     raise _foreign(challenge_id)
 
 
-def _foreign(challenge_id: str) -> ApiError:
-    return ApiError.missing("challenge", challenge_id, param="paymentRequirements.extra.challengeId")
+def _foreign(challenge_id: str) -> HttpError:
+    return HttpError.missing("challenge", challenge_id, param="paymentRequirements.extra.challengeId")
 
 
 async def verify(request: Request) -> ModelResponse:
@@ -119,7 +119,7 @@ async def verify(request: Request) -> ModelResponse:
         payer = body.paymentPayload.payload.authorization.from_address
     try:
         if body.x402Version not in (1, 2):
-            raise Refusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
+            raise PaymentRefusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
         if isinstance(body, UptoFacilitatorBody):
             upto = platform.upto.verify(body.paymentRequirements, body.paymentPayload)
             await platform.upto.check_on_chain(upto)
@@ -130,7 +130,7 @@ async def verify(request: Request) -> ModelResponse:
             payer = verified.payer
     except ChainUnavailable:
         raise unavailable_error(unavailable(body.paymentRequirements.network)) from None
-    except Refusal as refusal:
+    except PaymentRefusal as refusal:
         metrics.count_verification(network, refusal.reason)
         return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason, payer=payer))
     metrics.count_verification(network, None)

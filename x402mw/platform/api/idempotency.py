@@ -34,11 +34,11 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from x402mw.platform.api.auth import caller_for
-from x402mw.platform.api.bodies import MAX_BODY_BYTES
-from x402mw.platform.api.errors import ApiError, error_response
-from x402mw.platform.api.state import scope_platform
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.http.bodies import MAX_BODY_BYTES
+from x402mw.platform.http.errors import HttpError, error_response
+from x402mw.platform.http.state import scope_platform
 from x402mw.platform.services.idempotency import DONE, IdempotencyKeys, KeySlot, KeyTaken
 from x402mw.platform.services.merchants import Caller
 
@@ -75,12 +75,12 @@ class IdempotencyMiddleware:
         platform = scope_platform(scope)
         try:
             caller = await caller_for(headers, platform.keys)
-        except ApiError:
+        except HttpError:
             await self.app(scope, receive, send)  # the endpoint answers its own 401
             return
         try:
             if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
-                raise ApiError(
+                raise HttpError(
                     400,
                     "idempotency_key_invalid",
                     "Idempotency-Key must be 1 to 255 printable ASCII characters",
@@ -99,7 +99,7 @@ class IdempotencyMiddleware:
                 except KeyTaken:
                     pass  # used already: answer as its first use decides, below
             claim = await _claim(keys, caller, key, fingerprint, now)
-        except ApiError as error:
+        except HttpError as error:
             await error_response(error)(scope, receive, send)
             return
         if isinstance(claim, KeySlot):
@@ -163,7 +163,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return None
         body.extend(message.get("body", b""))
         if len(body) > MAX_BODY_BYTES:
-            raise ApiError(413, "body_too_large", "Request body is larger than 1 MiB")
+            raise HttpError(413, "body_too_large", "Request body is larger than 1 MiB")
         if not message.get("more_body", False):
             return bytes(body)
 
@@ -195,7 +195,7 @@ async def _claim(
             if first is None:
                 continue  # the first use failed and released the key meanwhile
             if first.fingerprint != fingerprint:
-                raise ApiError(
+                raise HttpError(
                     400,
                     "idempotency_key_reused",
                     "This Idempotency-Key was used with another request (method, path or body); "
@@ -207,7 +207,7 @@ async def _claim(
         if await keys.take_over(str(first.id), now):  # its first use's process stopped: this request runs it
             return KeySlot(str(first.id), caller.merchant_id, caller.livemode, key, fingerprint, now)
         break
-    raise ApiError(
+    raise HttpError(
         409,
         "idempotency_key_in_use",
         "A request with this Idempotency-Key is still being processed; retry once it has finished",

@@ -19,15 +19,15 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import NO_NUL, Email, HttpUrl, http_url
 from x402mw.platform.api.idempotency import key_slot
-from x402mw.platform.api.pagination import list_page
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import NO_NUL, Email, HttpUrl, http_url
+from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import PaymentIntent, PaymentIntentEnvelope, PaymentIntentList
 from x402mw.platform.services.payment_intents import (
     DECIMALS,
@@ -80,7 +80,7 @@ def require_takeable(platform: Platform, livemode: bool, currency: str, accepted
             mode = "live" if livemode else "test"
             can = ", ".join(takeable) if takeable else "none"
             message = f"{coin} cannot be taken: no {mode} chain of this platform carries it. Coins it takes: {can}"
-            raise ApiError(400, "currency_unavailable", message, param=param)
+            raise HttpError(400, "currency_unavailable", message, param=param)
 
 
 def _timestamp(value: object) -> datetime | None:
@@ -203,7 +203,7 @@ def _customer(body: PaymentIntentCreate) -> tuple[str | None, str | None]:
         (body.customerName, nested.name, "customerName"),
     ):
         if flat is not None and inner is not None and flat != inner:
-            raise ApiError(
+            raise HttpError(
                 400,
                 "parameter_invalid",
                 f"{name} disagrees with customer.{name.removeprefix('customer').lower()}; send one of them",
@@ -221,12 +221,12 @@ async def create(request: Request) -> ModelResponse:
     now = platform.clock.now()
     accepted: list[str] = list(dict.fromkeys(body.acceptedCurrencies or [body.currency]))
     if body.currency not in accepted:
-        raise ApiError(
+        raise HttpError(
             400, "parameter_invalid", f"acceptedCurrencies must include {body.currency}", param="acceptedCurrencies"
         )
     require_takeable(platform, caller.livemode, body.currency, accepted)
     if body.expiresAt is not None and body.expiresAt <= now:
-        raise ApiError(400, "parameter_invalid", "expiresAt must be in the future", param="expiresAt")
+        raise HttpError(400, "parameter_invalid", "expiresAt must be in the future", param="expiresAt")
     email, name = _customer(body)
     methods = body.paymentMethods or PaymentMethodsIn()
     row = {
@@ -277,7 +277,7 @@ async def retrieve(request: Request) -> ModelResponse:
     async with platform.engine.connect() as conn:
         row = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
     if row is None:
-        raise ApiError.missing("payment intent", payment_id)
+        raise HttpError.missing("payment intent", payment_id)
     return _answer(payment_intent_of(row, platform.payment_intents.checkout_url_base))
 
 
@@ -294,7 +294,7 @@ async def cancel(request: Request) -> ModelResponse:
         platform.payment_intents.checkout_url_base,
     )
     if answer is None:
-        raise ApiError.missing("payment intent", payment_id)
+        raise HttpError.missing("payment intent", payment_id)
     return _answer(answer)
 
 
@@ -306,7 +306,7 @@ async def list_payment_intents(request: Request) -> ModelResponse:
     order_id = request.query_params.get("orderId")
     if order_id is not None:
         if not 1 <= len(order_id) <= 200:
-            raise ApiError(400, "parameter_invalid", "orderId must be 1-200 characters", param="orderId")
+            raise HttpError(400, "parameter_invalid", "orderId must be 1-200 characters", param="orderId")
         filters.append(table.c.order_id == order_id)
     base = platform.payment_intents.checkout_url_base
 

@@ -17,10 +17,6 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import UUID_PATTERN, HttpUrl, http_url, is_uuid
-from x402mw.platform.api.pagination import list_page
 from x402mw.platform.api.payment_intents import (
     _CREATE_RULES,
     _METADATA_SCHEMA,
@@ -30,12 +26,16 @@ from x402mw.platform.api.payment_intents import (
     require_takeable,
     sent_text,
 )
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import UUID_PATTERN, HttpUrl, http_url, is_uuid
+from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import PaymentLinkEnvelope, PaymentLinkList
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import FIXED_TRANSFER_KEY, parse_amount
 from x402mw.platform.services.payment_links import create_payment_link, payment_link_of
 
@@ -111,7 +111,7 @@ async def create(request: Request) -> ModelResponse:
     platform = platform_of(request)
     accepted: list[str] = list(dict.fromkeys(body.acceptedCurrencies or [body.currency]))
     if body.currency not in accepted:
-        raise ApiError(
+        raise HttpError(
             400, "parameter_invalid", f"acceptedCurrencies must include {body.currency}", param="acceptedCurrencies"
         )
     require_takeable(platform, caller.livemode, body.currency, accepted)
@@ -136,8 +136,8 @@ async def create(request: Request) -> ModelResponse:
     }
     try:
         await create_payment_link(platform.engine, row)
-    except Refused as exc:
-        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
+    except ServiceError as exc:
+        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
     return _answer(request, row, 201)
 
 
@@ -146,7 +146,7 @@ async def _load(request: Request, caller: Any, conn: Any) -> Any:
     table = tables.payment_links
     row = (await conn.execute(table.select().where(table.c.id == link_id, *caller.owns(table)))).mappings().first()
     if row is None:
-        raise ApiError.missing("payment link", link_id)
+        raise HttpError.missing("payment link", link_id)
     return row
 
 

@@ -8,12 +8,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.pagination import list_page, query_id
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
+from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.pagination import list_page, query_id
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import RefundEnvelope, RefundList
 from x402mw.platform.services.refunds import refund_of
 
@@ -42,7 +42,7 @@ async def retrieve(request: Request) -> ModelResponse:
         query = table.select().where(table.c.id == refund_id, *caller.owns(table))
         row = (await conn.execute(query)).mappings().first()
     if row is None:
-        raise ApiError.missing("refund", refund_id)
+        raise HttpError.missing("refund", refund_id)
     return ModelResponse(RefundEnvelope(refund=refund_of(row)))
 
 

@@ -9,8 +9,8 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from x402mw.platform.api.state import scope_platform
 from x402mw.platform.db.models import new_id
+from x402mw.platform.http.state import scope_platform
 from x402mw.platform.request_ids import current_request_id
 from x402mw.platform.services.merchants import Caller
 

@@ -20,12 +20,12 @@ from starlette.routing import Route
 from x402mw.errors import PriceError
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import NonZeroAddress, amount_schema
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.chain.token import mint
+from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import NonZeroAddress, amount_schema
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.base import money
 from x402mw.platform.objects.payments import FaucetTransfer, SandboxPayment
 from x402mw.platform.services.chains import ChainHandle
@@ -56,7 +56,7 @@ class FaucetBody(BaseModel):
 async def faucet(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     if caller.livemode:
-        raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
+        raise HttpError(400, "livemode_not_allowed", "The sandbox is for test keys only")
     body = parse_body(FaucetBody, await read_json(request))
     return ModelResponse(await fund(platform_of(request), body))
 
@@ -65,17 +65,17 @@ async def fund(platform: Platform, body: FaucetBody) -> FaucetTransfer:
     """Mint test coins to an address (the API's faucet, and the dashboard's sandbox)."""
     chain = platform.chains.by_network(body.network)
     if chain is None or chain.livemode:
-        raise ApiError(400, "unsupported_chain", f"no test network {body.network} here", param="network")
+        raise HttpError(400, "unsupported_chain", f"no test network {body.network} here", param="network")
     asset = chain.asset(body.currency)
     if asset is None:
-        raise ApiError(400, "unsupported_currency", f"{body.currency} is not on {body.network}", param="currency")
+        raise HttpError(400, "unsupported_currency", f"{body.currency} is not on {body.network}", param="currency")
     try:
         micro = FAUCET_AMOUNTS.parse(body.amount)
     except PriceError as exc:
-        raise ApiError(400, "parameter_invalid", f"Invalid amount: {exc.message}", param="amount") from None
+        raise HttpError(400, "parameter_invalid", f"Invalid amount: {exc.message}", param="amount") from None
     if asset.decimals < FAUCET_AMOUNTS.decimals and micro % 10 ** (FAUCET_AMOUNTS.decimals - asset.decimals):
         message = f"{asset.symbol} has {asset.decimals} decimals"
-        raise ApiError(400, "parameter_invalid", f"Invalid amount: {message}", param="amount")
+        raise HttpError(400, "parameter_invalid", f"Invalid amount: {message}", param="amount")
     amount = micro * 10**asset.decimals // 10**FAUCET_AMOUNTS.decimals
     tx = await _mint(chain, asset, body.address, amount)
     return FaucetTransfer(
@@ -97,14 +97,14 @@ async def _mint(chain: ChainHandle, asset: Asset, address: str, amount: int) -> 
         return await chain.dev.mint(asset.symbol, address, amount)
     if chain.minter_key is not None:
         return await mint(chain.rpc, chain.minter_key, asset.address, address, amount)
-    raise ApiError(400, "faucet_unavailable", f"the platform cannot mint on {chain.network.caip2}", param="network")
+    raise HttpError(400, "faucet_unavailable", f"the platform cannot mint on {chain.network.caip2}", param="network")
 
 
 def _test_chain(platform: Platform, network: str | None) -> ChainHandle:
     chains = platform.chains
     chain = chains.by_network(network) if network else next((c for c in chains if not c.livemode), None)
     if chain is None or chain.livemode:
-        raise ApiError(400, "unsupported_chain", f"no test network {network or ''} here".strip(), param="network")
+        raise HttpError(400, "unsupported_chain", f"no test network {network or ''} here".strip(), param="network")
     return chain
 
 
@@ -127,7 +127,7 @@ def _pick(chain: ChainHandle, order: Any, scenario: Scenario) -> Asset:
     candidates = [a for a in candidates if a.eip3009]
     if not candidates:
         what = "a coin this order does not accept" if scenario == "wrong_asset" else "a coin this order accepts"
-        raise ApiError(409, "scenario_unavailable", f"{chain.network.caip2} has no {what}", param="scenario")
+        raise HttpError(409, "scenario_unavailable", f"{chain.network.caip2} has no {what}", param="scenario")
     return candidates[0]
 
 
@@ -135,7 +135,7 @@ def _amount(order: Any, scenario: Scenario) -> int:
     remaining = max(1, int(order["amount_minor"]) - int(order["amount_received_minor"]))
     if scenario == "underpaid":
         if remaining < 2:
-            raise ApiError(409, "scenario_unavailable", "1 minor unit cannot be underpaid", param="scenario")
+            raise HttpError(409, "scenario_unavailable", "1 minor unit cannot be underpaid", param="scenario")
         return remaining // 2
     if scenario == "overpaid":
         return remaining + max(1, remaining // 10)
@@ -145,7 +145,7 @@ def _amount(order: Any, scenario: Scenario) -> int:
 async def simulate_payment(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     if caller.livemode:
-        raise ApiError(400, "livemode_not_allowed", "The sandbox is for test keys only")
+        raise HttpError(400, "livemode_not_allowed", "The sandbox is for test keys only")
     payment_id = path_uuid(request, "payment_id", "payment intent", prefix=PAYMENT_PREFIX)
     body = parse_body(SimulatePaymentBody, await read_json(request, allow_empty=True) or {})
     return ModelResponse(await simulate(platform_of(request), caller, payment_id, body))
@@ -159,9 +159,9 @@ async def simulate(platform: Platform, caller: Caller, payment_id: str, body: Si
     async with platform.engine.begin() as conn:
         order = await find_payment_intent(conn, caller.merchant_id, caller.livemode, payment_id)
         if order is None:
-            raise ApiError.missing("payment intent", payment_id)
+            raise HttpError.missing("payment intent", payment_id)
         if order["status"] != "requires_payment":
-            raise ApiError(
+            raise HttpError(
                 409,
                 "payment_intent_unexpected_state",
                 f"The sandbox pays payment intents awaiting payment; this one is {order['status']}",

@@ -9,20 +9,20 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import HttpUrl, amount_schema, http_url
-from x402mw.platform.api.pagination import list_page
 from x402mw.platform.api.payment_intents import require_takeable, sent_text
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import HttpUrl, amount_schema, http_url
+from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.subscriptions import SubscriptionPlanEnvelope, SubscriptionPlanList
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import ORDER_AMOUNTS, parse_amount
-from x402mw.platform.services.subscription_objects import plan_of
-from x402mw.platform.services.subscription_plans import SLUG_PATTERN, create_plan, find_plan, update_plan
+from x402mw.platform.services.subscriptions.objects import plan_of
+from x402mw.platform.services.subscriptions.plans import SLUG_PATTERN, create_plan, find_plan, update_plan
 
 __all__ = ["PlanCreate", "PlanUpdate", "routes"]
 
@@ -64,8 +64,8 @@ def _answer(plan: Any, checkout_url_base: str, status_code: int = 200) -> ModelR
     return ModelResponse(SubscriptionPlanEnvelope(plan=plan_of(plan, checkout_url_base)), status_code)
 
 
-def _refused(exc: Refused) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message, param=exc.param)
+def _refused(exc: ServiceError) -> HttpError:
+    return HttpError(exc.status, exc.code, exc.message, param=exc.param)
 
 
 async def create(request: Request) -> ModelResponse:
@@ -93,7 +93,7 @@ async def create(request: Request) -> ModelResponse:
     }
     try:
         plan = await create_plan(platform.engine, row)
-    except Refused as exc:
+    except ServiceError as exc:
         raise _refused(exc) from None
     return _answer(plan, platform.settings.checkout_url_base, 201)
 
@@ -108,7 +108,7 @@ async def retrieve(request: Request) -> ModelResponse:
     platform = platform_of(request)
     plan = await find_plan(platform.engine, caller.merchant_id, caller.livemode, plan_id)
     if plan is None:
-        raise ApiError.missing("plan", plan_id)
+        raise HttpError.missing("plan", plan_id)
     return _answer(plan, platform.settings.checkout_url_base)
 
 
@@ -132,7 +132,7 @@ async def update(request: Request) -> ModelResponse:
         platform.engine, caller.merchant_id, caller.livemode, plan_id, changes, platform.clock.now()
     )
     if plan is None:
-        raise ApiError.missing("plan", plan_id)
+        raise HttpError.missing("plan", plan_id)
     return _answer(plan, platform.settings.checkout_url_base)
 
 
@@ -144,7 +144,7 @@ async def list_plans(request: Request) -> ModelResponse:
     active = request.query_params.get("active")
     if active is not None:
         if active not in ("true", "false"):
-            raise ApiError(400, "parameter_invalid", "active must be true or false", param="active")
+            raise HttpError(400, "parameter_invalid", "active must be true or false", param="active")
         filters.append(table.c.active == (active == "true"))
     base = platform.settings.checkout_url_base
     async with platform.engine.connect() as conn:

@@ -18,13 +18,13 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import parse_body, path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import Email, Uuid
-from x402mw.platform.api.pagination import list_page, query_id
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
+from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import Email, Uuid
+from x402mw.platform.http.pagination import list_page, query_id
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.subscriptions import (
     Invoice,
     InvoiceList,
@@ -32,8 +32,8 @@ from x402mw.platform.objects.subscriptions import (
     SubscriptionEnvelope,
     SubscriptionList,
 )
-from x402mw.platform.services.errors import Refused
-from x402mw.platform.services.subscription_objects import find_owned, invoice_of, opened_of, subscription_of
+from x402mw.platform.services.errors import ServiceError
+from x402mw.platform.services.subscriptions.objects import find_owned, invoice_of, opened_of, subscription_of
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
@@ -59,15 +59,15 @@ class SubscriptionCancel(BaseModel):
     atPeriodEnd: StrictBool = False
 
 
-def _refused(exc: Refused) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message, param=exc.param)
+def _refused(exc: ServiceError) -> HttpError:
+    return HttpError(exc.status, exc.code, exc.message, param=exc.param)
 
 
 async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(SubscriptionCreate, await read_json(request))
     if body.testClock is not None and caller.livemode:
-        raise ApiError(400, "livemode_not_allowed", "Test clocks are for test keys only", param="testClock")
+        raise HttpError(400, "livemode_not_allowed", "Test clocks are for test keys only", param="testClock")
     platform = platform_of(request)
     service = platform.subscriptions
     try:
@@ -79,7 +79,7 @@ async def create(request: Request) -> ModelResponse:
             body.customerEmail,
             body.testClock,
         )
-    except Refused as exc:
+    except ServiceError as exc:
         raise _refused(exc) from None
     page = service.links.page_url(str(opened.subscription["id"]))
     answer = opened_of(opened.subscription, opened.invoice, opened.order, service.base, page)
@@ -101,7 +101,7 @@ async def retrieve(request: Request) -> ModelResponse:
     async with platform.engine.connect() as conn:
         row = await find_owned(conn, "subscriptions", caller.merchant_id, caller.livemode, subscription_id)
     if row is None:
-        raise ApiError.missing("subscription", subscription_id)
+        raise HttpError.missing("subscription", subscription_id)
     return ModelResponse(SubscriptionEnvelope(subscription=_subscription(platform, row)))
 
 
@@ -114,7 +114,7 @@ async def list_subscriptions(request: Request) -> ModelResponse:
     if customer is not None:
         if not 1 <= len(customer) <= MAX_CUSTOMER_ID:
             message = f"customerId must be 1-{MAX_CUSTOMER_ID} characters"
-            raise ApiError(400, "parameter_invalid", message, param="customerId")
+            raise HttpError(400, "parameter_invalid", message, param="customerId")
         filters.append(table.c.merchant_customer_id == customer)
     plan_id = query_id(request, "planId")
     if plan_id is not None:
@@ -123,7 +123,7 @@ async def list_subscriptions(request: Request) -> ModelResponse:
     if status is not None:
         if status not in STATUSES:
             message = f"status must be one of {', '.join(STATUSES)}"
-            raise ApiError(400, "parameter_invalid", message, param="status")
+            raise HttpError(400, "parameter_invalid", message, param="status")
         filters.append(table.c.status == status)
     async with platform.engine.connect() as conn:
         data, more = await list_page(conn, table, filters, request, lambda row: _subscription(platform, row))
@@ -142,7 +142,7 @@ async def list_invoices(request: Request) -> ModelResponse:
 
     async with platform.engine.connect() as conn:
         if await find_owned(conn, "subscriptions", caller.merchant_id, caller.livemode, subscription_id) is None:
-            raise ApiError.missing("subscription", subscription_id)
+            raise HttpError.missing("subscription", subscription_id)
         filters = [*caller.owns(table), table.c.subscription_id == subscription_id]
         invoices, more = await list_page(conn, table, filters, request, render)
     return ModelResponse(InvoiceList(data=invoices, has_more=more))
@@ -157,10 +157,10 @@ async def cancel(request: Request) -> ModelResponse:
         row = await platform.subscriptions.cancel(
             caller.merchant_id, caller.livemode, subscription_id, at_period_end=body.atPeriodEnd
         )
-    except Refused as exc:
+    except ServiceError as exc:
         raise _refused(exc) from None
     if row is None:
-        raise ApiError.missing("subscription", subscription_id)
+        raise HttpError.missing("subscription", subscription_id)
     return ModelResponse(SubscriptionEnvelope(subscription=_subscription(platform, row)))
 
 

@@ -17,14 +17,14 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
-from x402mw.platform.api.bodies import PatchBody, parse_body, path_uuid, read_json
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import HttpUrl, http_url
-from x402mw.platform.api.pagination import list_page
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id, utcnow
+from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import HttpUrl, http_url
+from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.webhooks import (
     DeletedWebhookEndpoint,
     WebhookEndpoint,
@@ -131,7 +131,7 @@ async def _load(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Any:
     table = tables.webhook_endpoints
     row = (await conn.execute(table.select().where(table.c.id == endpoint_id, *caller.owns(table)))).first()
     if row is None:
-        raise ApiError.missing("webhook endpoint", endpoint_id)
+        raise HttpError.missing("webhook endpoint", endpoint_id)
     return row
 
 
@@ -144,7 +144,7 @@ def _allowed(platform: Platform, url: str, livemode: bool) -> None:
         except httpx.InvalidURL as exc:  # e.g. a host name IDNA refuses: no delivery could be sent
             reason = f"the HTTP client cannot send to it ({exc})"
     if reason is not None:
-        raise ApiError(400, "url_not_allowed", f"Webhooks cannot be sent there: {reason}", param="url")
+        raise HttpError(400, "url_not_allowed", f"Webhooks cannot be sent there: {reason}", param="url")
 
 
 async def create(request: Request) -> ModelResponse:

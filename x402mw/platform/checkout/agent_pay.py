@@ -27,9 +27,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw.errors import InvalidPaymentError
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.lookup import load_order, look_for_payment
 from x402mw.platform.checkout.orders import (
     PaymentOption,
@@ -46,6 +43,9 @@ from x402mw.platform.checkout.relay import (
     relay_busy,
     relay_digest,
 )
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.checkout import (
     X402Offer,
     X402PaymentPending,
@@ -76,11 +76,11 @@ def _offers(platform: Platform, order: Mapping[Any, Any]) -> list[PaymentOption]
     ]
 
 
-def _closed(order: Mapping[Any, Any], now: Any) -> ApiError:
+def _closed(order: Mapping[Any, Any], now: Any) -> HttpError:
     status = order["status"]
     if status == "requires_payment" and not awaiting_payment(order, now):
         status = "expired"
-    return ApiError(
+    return HttpError(
         409,
         "payment_intent_unexpected_state",
         f"This payment is {status}; nothing is due, so nothing is offered to pay",
@@ -96,10 +96,10 @@ async def _challenge(
     if not awaiting_payment(order, now) or due <= 0:
         raise _closed(order, now)
     if await relay_busy(platform, order):
-        raise ApiError(409, "payment_in_progress", "Another authorization is paying this payment; retry later")
+        raise HttpError(409, "payment_in_progress", "Another authorization is paying this payment; retry later")
     offers = _offers(platform, order)
     if not offers:
-        raise ApiError(
+        raise HttpError(
             409,
             "gasless_unavailable",
             "None of this payment's coins can be paid by signature here; pay it at its checkoutUrl",
@@ -179,7 +179,7 @@ async def pay(request: Request) -> Response:
         relayed = await relay_authorization(platform, order, accepted, payload, resource=str(request.url))
     except RelayRefused as exc:
         if exc.status == 409 and exc.code in ("payment_intent_unexpected_state", "payment_in_progress"):
-            raise ApiError(exc.status, exc.code, exc.message) from None
+            raise HttpError(exc.status, exc.code, exc.message) from None
         return await _challenge(request, platform, order, exc.reason, exc.message)
     return await _answer(request, platform, option, relayed, payload)
 
@@ -190,7 +190,7 @@ async def _answer(
     outcome = relayed.outcome
     settlement = (PAYMENT_RESPONSE, encode_header(outcome.response))
     if outcome.status == "unavailable":
-        raise ApiError(503, "chain_unavailable", "The chain cannot be reached right now; nothing was taken: retry")
+        raise HttpError(503, "chain_unavailable", "The chain cannot be reached right now; nothing was taken: retry")
     if outcome.status == "settled":
         await look_for_payment(platform, relayed.order, [option.chain])
         order = await load_order(platform, relayed.order["id"])

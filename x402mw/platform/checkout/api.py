@@ -23,15 +23,15 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.routing import Route
 
-from x402mw.platform.api.bodies import parse_body, read_json
-from x402mw.platform.api.checkout_bodies import AttemptBody, PrepareBody, SyncBody
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.attempts import prepare_attempt
 from x402mw.platform.checkout.authorizations import authorizations
+from x402mw.platform.checkout.bodies import AttemptBody, PrepareBody, SyncBody
 from x402mw.platform.checkout.lookup import load_order, look_for_payment, order_chains
 from x402mw.platform.checkout.orders import payment_options, public_order_of
+from x402mw.platform.http.bodies import parse_body, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.payment_intents import PaymentIntentError
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ async def attempt(request: Request) -> ModelResponse:
             now=platform.clock.now(),
         )
     except PaymentIntentError as exc:
-        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
+        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
     return ModelResponse(answer)
 
 
@@ -91,12 +91,12 @@ async def sync(request: Request) -> ModelResponse:
     order = await load_order(platform, raw_id)
     body = parse_body(SyncBody, await read_json(request))
     if platform.chains.by_network(body.network) is None:
-        raise ApiError(
+        raise HttpError(
             400, "unsupported_chain", f"This platform takes no payments on {body.network[:80]!r}", param="network"
         )
     chain = next((c for c in order_chains(platform, order) if c.network.caip2 == body.network), None)
     if chain is None:  # a network of the platform, but not one this order can be paid on
-        raise ApiError(
+        raise HttpError(
             409, "unsupported_chain", f"This payment cannot be made on {body.network[:80]!r}", param="network"
         )
     with contextlib.suppress(TimeoutError):  # not mined yet: answer what is known; polling keeps looking
@@ -131,7 +131,7 @@ async def prepare(request: Request) -> ModelResponse:
             now=platform.clock.now(),
         )
     except PaymentIntentError as exc:
-        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
+        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
     headers = {"Deprecation": "true", "Link": f'<{PREPARE_SUCCESSOR}>; rel="successor-version"'}
     return ModelResponse(answer, headers=headers)
 

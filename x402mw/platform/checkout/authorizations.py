@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
-from x402mw.platform.api.bodies import parse_body, read_json
-from x402mw.platform.api.checkout_bodies import AuthorizationBody
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.attempts import choose_option
+from x402mw.platform.checkout.bodies import AuthorizationBody
 from x402mw.platform.checkout.lookup import load_order, look_for_payment
 from x402mw.platform.checkout.orders import amount_due, public_order_of
 from x402mw.platform.checkout.relay import Relayed, RelayRefused, order_requirements, relay_authorization
+from x402mw.platform.http.bodies import parse_body, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.payment_intents import PaymentIntentError
-from x402mw.platform.services.settlement_checks import Refusal
+from x402mw.platform.services.settlement.checks import PaymentRefusal
 from x402mw.protocol.models import PaymentPayload
 
 if TYPE_CHECKING:
@@ -47,14 +47,16 @@ def relayed_answer(platform: Platform, relayed: Relayed) -> ModelResponse:
     """The order's public form once its authorization went out; the refusal or outage otherwise."""
     outcome = relayed.outcome
     if outcome.status == "unavailable":
-        raise ApiError(503, "chain_unavailable", "The chain cannot be reached right now; nothing was sent: retry")
+        raise HttpError(503, "chain_unavailable", "The chain cannot be reached right now; nothing was sent: retry")
     if outcome.status == "failed":
-        raise _refused(RelayRefused.of(Refusal(outcome.response.error_reason or "", outcome.message or "refused")))
+        raise _refused(
+            RelayRefused.of(PaymentRefusal(outcome.response.error_reason or "", outcome.message or "refused"))
+        )
     return ModelResponse(public_order_of(relayed.order, platform.chains))
 
 
-def _refused(exc: RelayRefused) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message, param=exc.param)
+def _refused(exc: RelayRefused) -> HttpError:
+    return HttpError(exc.status, exc.code, exc.message, param=exc.param)
 
 
 async def authorizations(request: Request) -> ModelResponse:
@@ -64,9 +66,9 @@ async def authorizations(request: Request) -> ModelResponse:
     try:
         option = choose_option(platform.chains, order, body.network, body.currency, "wallet")
     except PaymentIntentError as exc:
-        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
+        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
     if not option.asset.eip3009 or option.chain.domain(option.asset.address) is None:
-        raise ApiError(
+        raise HttpError(
             409,
             "gasless_unavailable",
             f"{option.asset.symbol} cannot be paid by signature; send a transfer and report it with sync",
@@ -75,7 +77,7 @@ async def authorizations(request: Request) -> ModelResponse:
     deposit = order["deposit_address"]
     wire: dict[str, Any] = body.authorization.model_dump(by_alias=True)
     if deposit is None:
-        raise ApiError(
+        raise HttpError(
             409,
             "authorization_wrong_recipient",
             "This payment has no deposit address yet: ask attempts (method wallet) for what to sign",

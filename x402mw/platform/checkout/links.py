@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.responses import ModelResponse
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.orders import awaiting_payment, find_order, parse_payment_id, public_order_of
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.payment_intents import PaymentIntentError
 from x402mw.platform.services.payment_links import (
     LINK_ORDER_LIFETIME,
@@ -69,11 +69,11 @@ async def open_link_api(request: Request) -> ModelResponse:
     raw = request.path_params["link_id"]
     link = await _link(platform, parse_link_id(raw))
     if link is None:
-        raise ApiError.missing("payment link", raw)
+        raise HttpError.missing("payment link", raw)
     try:
         order = await open_payment_link(platform.payment_intents, link, platform.clock.now())
     except PaymentIntentError as exc:
-        raise ApiError(exc.status, exc.code, exc.message, param=exc.param) from None
+        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
     async with platform.engine.connect() as conn:
         stored = await find_order(conn, order["id"])
     assert stored is not None

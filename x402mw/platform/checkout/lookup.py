@@ -6,8 +6,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from x402mw.platform.api.errors import ApiError
 from x402mw.platform.checkout.orders import find_order, parse_payment_id, payment_options
+from x402mw.platform.http.errors import HttpError
 from x402mw.platform.services.chains import ChainHandle
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ async def load_order(platform: Platform, raw_id: str) -> Mapping[Any, Any]:
         async with platform.engine.connect() as conn:
             order = await find_order(conn, payment_id)
     if order is None:
-        raise ApiError.missing("payment intent", raw_id)
+        raise HttpError.missing("payment intent", raw_id)
     return order
 
 

@@ -38,7 +38,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout import links
 from x402mw.platform.checkout.assets import asset_digest
 from x402mw.platform.checkout.attempts import prepare_attempt
@@ -50,6 +49,7 @@ from x402mw.platform.checkout.orders import (
     payment_options,
     public_order_of,
 )
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.request_ids import current_request_id
 from x402mw.platform.services.payment_intents import PaymentIntentError
 from x402mw.platform.timestamps import iso

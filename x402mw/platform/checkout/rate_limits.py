@@ -40,9 +40,9 @@ from limits import RateLimitItem, parse
 from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from x402mw.platform.api.errors import ApiError, error_response
-from x402mw.platform.api.state import scope_platform
 from x402mw.platform.checkout.orders import parse_payment_id
+from x402mw.platform.http.errors import HttpError, error_response
+from x402mw.platform.http.state import scope_platform
 
 __all__ = ["CheckoutRateLimits", "RateLimitMiddleware"]
 
@@ -160,7 +160,7 @@ class RateLimitMiddleware:
         if pool is not None:
             await pool.aclose()
 
-    async def _over(self, scope: Scope, counted: list[tuple[str, str]]) -> ApiError | None:
+    async def _over(self, scope: Scope, counted: list[tuple[str, str]]) -> HttpError | None:
         limiter = self._setup(scope)
         try:
             # One budget after the other: gathering them was measured slower (tasks cost more than the
@@ -176,7 +176,7 @@ class RateLimitMiddleware:
                         "subscribe_posts": "subscribing from this address",
                         "discovery": "to the discovery catalogue from this address",
                     }.get(budget, "opening payment links from this address")
-                    return ApiError(
+                    return HttpError(
                         429,
                         "rate_limited",
                         f"Too many requests {what} (at most {item.amount} per {_period(item)}); retry in {wait} s",

@@ -30,8 +30,8 @@ from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.checkout.orders import PaymentOption, amount_due, awaiting_payment, find_order
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
-from x402mw.platform.services.settlement_checks import Refusal, payload_hash
-from x402mw.platform.services.settlement_outcomes import SettleOutcome, SettleRequest, outcome_for
+from x402mw.platform.services.settlement.checks import PaymentRefusal, payload_hash
+from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, outcome_for
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 
@@ -77,7 +77,7 @@ class RelayRefused(Exception):
         self.status, self.code, self.message, self.param, self.reason = status, code, message, param, reason
 
     @classmethod
-    def of(cls, refusal: Refusal) -> RelayRefused:
+    def of(cls, refusal: PaymentRefusal) -> RelayRefused:
         status, code, param = _REFUSALS.get(refusal.reason, (422, "authorization_failed", None))
         return cls(status, code, refusal.message, param=param, reason=refusal.reason)
 
@@ -151,7 +151,7 @@ async def relay_authorization(
     else:
         try:  # everything that can be checked without side effects, before the order is claimed
             await platform.settlement.verify(accepted, payload)
-        except Refusal as refusal:
+        except PaymentRefusal as refusal:
             raise RelayRefused.of(refusal) from None
         except ChainUnavailable:
             raise RelayRefused(

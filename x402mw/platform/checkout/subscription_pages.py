@@ -34,16 +34,16 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from x402mw._version import __version__
-from x402mw.platform.api.fields import EMAIL_PATTERN, MAX_EMAIL
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.checkout.pages import display_amount, not_found_page
 from x402mw.platform.db import tables
+from x402mw.platform.http.fields import EMAIL_PATTERN, MAX_EMAIL
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.request_ids import current_request_id
-from x402mw.platform.services.customer_links import merchant_signed, spend_form_token
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import DECIMALS
-from x402mw.platform.services.subscription_plans import find_plan_by_ref
-from x402mw.platform.services.subscription_steps import aware
+from x402mw.platform.services.subscriptions.customer_links import merchant_signed, spend_form_token
+from x402mw.platform.services.subscriptions.plans import find_plan_by_ref
+from x402mw.platform.services.subscriptions.steps import aware
 from x402mw.platform.timestamps import iso
 from x402mw.protocol.prices import format_amount
 
@@ -234,7 +234,7 @@ async def _subscribe(
         opened = await service.open(
             plan["merchant_id"], plan["livemode"], plan["id"], customer, email, vouched=vouched, confirm=True
         )
-    except Refused as exc:
+    except ServiceError as exc:
         if exc.code == "plan_inactive":
             return _refused_page(request, "Not available", "This plan is no longer offered. Please ask the shop.", 409)
         if exc.code == "customer_unverified":
@@ -379,7 +379,7 @@ async def cancel_at_period_end(request: Request) -> Response:
     links = platform.subscriptions.links
     if not links.check_form_token(f"cancel:{sub['id']}", form.get("token", ""), platform.clock.now()):
         return _refused_page(request, "This form has expired", "Please reload the page and try again.", 400)
-    with contextlib.suppress(Refused):  # ended, or not active, meanwhile: the page shows how it is now
+    with contextlib.suppress(ServiceError):  # ended, or not active, meanwhile: the page shows how it is now
         await platform.subscriptions.cancel(sub["merchant_id"], sub["livemode"], sub["id"], at_period_end=True)
     page = request.url_for("subscription-page", token=request.path_params["token"]).path
     return RedirectResponse(page + "?canceled=1", 303)

@@ -116,7 +116,7 @@ def _user_of(row: Any) -> User:
 
 
 async def create_user(engine: AsyncEngine, merchant_id: str, email: str, password: str, role: str) -> User:
-    """A new user of ``merchant_id``'s dashboard. Refused: an unknown merchant or role, a malformed
+    """A new user of ``merchant_id``'s dashboard. ServiceError: an unknown merchant or role, a malformed
     email, a short password, an email already taken (by this or any merchant)."""
     if role not in ROLES:
         raise AccountError(f"role is one of {', '.join(ROLES)}")

@@ -12,16 +12,16 @@ from sqlalchemy import func, select
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.agent_endpoints import (
+from x402mw.platform.api.agents.endpoints import (
     EndpointCreate,
     EndpointUpdate,
     create_agent_endpoint,
     update_agent_endpoint,
 )
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import is_uuid
 from x402mw.platform.dashboard.web import Ctx, missing, page, problem, see
 from x402mw.platform.db import tables
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import is_uuid
 from x402mw.protocol.prices import format_amount
 
 __all__ = ["routes"]
@@ -56,8 +56,8 @@ async def endpoints_create(ctx: Ctx) -> Response:
             }
         )
         row, _ = await create_agent_endpoint(ctx.platform, ctx.caller, body)
-    except (ValidationError, ApiError, ValueError) as exc:
-        message = problem(exc) if isinstance(exc, ValidationError | ApiError) else "chainId must be a number"
+    except (ValidationError, HttpError, ValueError) as exc:
+        message = problem(exc) if isinstance(exc, ValidationError | HttpError) else "chainId must be a number"
         return await _list(ctx, 400, error=message)
     await ctx.audit("agent_endpoint_created", row.id)
     return see(f"/dashboard/agents/{row.id}")
@@ -73,7 +73,7 @@ async def endpoint_update(ctx: Ctx) -> Response:
         await update_agent_endpoint(ctx.platform, ctx.caller, endpoint_id, body)
     except ValidationError as exc:
         return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(problem(exc)))
-    except ApiError as exc:
+    except HttpError as exc:
         if exc.status == 404:
             raise missing("agent endpoint") from None
         return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(exc.message))

@@ -12,18 +12,18 @@ from sqlalchemy import select
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.fields import is_uuid
 from x402mw.platform.api.payment_intents import PaymentMethodsIn, sent_text
 from x402mw.platform.api.payment_links import PaymentLinkCreate
 from x402mw.platform.api.subscription_plans import PlanCreate
-from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, problem, see
+from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, problem, see
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text
 from x402mw.platform.services.payment_links import create_payment_link, payment_link_of
-from x402mw.platform.services.subscription_objects import plan_of
-from x402mw.platform.services.subscription_plans import create_plan, update_plan
+from x402mw.platform.services.subscriptions.objects import plan_of
+from x402mw.platform.services.subscriptions.plans import create_plan, update_plan
 
 __all__ = ["routes"]
 
@@ -83,8 +83,8 @@ async def plans_create(ctx: Ctx) -> Response:
             "updated_at": now,
         }
         await create_plan(ctx.platform.engine, row)
-    except (ValidationError, Refused) as exc:
-        return await _plans_page(ctx, 409 if isinstance(exc, Refused) else 400, error=problem(exc))
+    except (ValidationError, ServiceError) as exc:
+        return await _plans_page(ctx, 409 if isinstance(exc, ServiceError) else 400, error=problem(exc))
     await ctx.audit("plan_created", row["id"])
     return see("/dashboard/plans?notice=" + quote(f"Plan {body.name} created."))
 
@@ -150,9 +150,9 @@ async def subscription_cancel(ctx: Ctx) -> Response:
         done = await ctx.platform.subscriptions.cancel(
             ctx.merchant_id, ctx.livemode, row.id, at_period_end=at_period_end
         )
-    except Refused as exc:
+    except ServiceError as exc:
         await ctx.audit("subscription_cancel", row.id, outcome="refused", detail=exc.message)
-        raise Refusal(exc.status, exc.message, action="subscription_cancel_refused") from None
+        raise PageError(exc.status, exc.message, action="subscription_cancel_refused") from None
     if done is None:
         raise missing("subscription")
     await ctx.audit("subscription_cancel", row.id, detail="period_end" if at_period_end else "now")
@@ -208,8 +208,8 @@ async def links_create(ctx: Ctx) -> Response:
             "updated_at": now,
         }
         await create_payment_link(ctx.platform.engine, row)
-    except (ValidationError, Refused) as exc:
-        return await _links_page(ctx, 409 if isinstance(exc, Refused) else 400, error=problem(exc))
+    except (ValidationError, ServiceError) as exc:
+        return await _links_page(ctx, 409 if isinstance(exc, ServiceError) else 400, error=problem(exc))
     await ctx.audit("payment_link_created", row["id"])
     return see("/dashboard/links?notice=" + quote(f"Link {body.name} created."))
 

@@ -11,8 +11,6 @@ from sqlalchemy import select
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import is_uuid
 from x402mw.platform.api.webhook_endpoints import (
     WebhookEndpointCreate,
     WebhookEndpointUpdate,
@@ -22,6 +20,8 @@ from x402mw.platform.api.webhook_endpoints import (
 )
 from x402mw.platform.dashboard.web import Ctx, missing, page, problem, see
 from x402mw.platform.db import tables
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import is_uuid
 from x402mw.platform.services.merchants import create_api_key, revoke_api_key
 from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import redeliver
@@ -91,7 +91,7 @@ async def webhooks_create(ctx: Ctx) -> Response:
             url=ctx.field("url"), enabledEvents=chosen, description=ctx.field("description") or None
         )
         row, secret = await create_endpoint(ctx.platform, ctx.caller, body)
-    except (ValidationError, ApiError) as exc:
+    except (ValidationError, HttpError) as exc:
         return await _webhooks_page(ctx, 400, error=problem(exc))
     await ctx.audit("webhook_endpoint_created", row.id)
     return await _webhooks_page(ctx, secret=secret)
@@ -102,7 +102,7 @@ async def webhooks_rotate(ctx: Ctx) -> Response:
     endpoint_id = _uuid_param(ctx, "endpoint_id", "webhook endpoint")
     try:
         row, secret = await rotate_endpoint_secret(ctx.platform, ctx.caller, endpoint_id, 86400)
-    except ApiError as exc:
+    except HttpError as exc:
         raise missing("webhook endpoint") from exc
     await ctx.audit("webhook_secret_rotated", row.id)
     return await _webhooks_page(ctx, secret=secret)
@@ -114,7 +114,7 @@ async def webhooks_status(ctx: Ctx) -> Response:
     status = "disabled" if ctx.field("status") == "disabled" else "enabled"
     try:
         await update_endpoint(ctx.platform, ctx.caller, endpoint_id, WebhookEndpointUpdate(status=status))
-    except ApiError as exc:
+    except HttpError as exc:
         raise missing("webhook endpoint") from exc
     await ctx.audit(f"webhook_endpoint_{status}", endpoint_id)
     return see("/dashboard/developers/webhooks?notice=" + quote(f"Endpoint {status}."))

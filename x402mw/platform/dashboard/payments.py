@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.fields import is_uuid
-from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, see
+from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, see
 from x402mw.platform.db import tables
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
 from x402mw.protocol.prices import format_amount
 
@@ -224,11 +224,11 @@ async def refund(ctx: Ctx) -> Response:
     async with ctx.platform.engine.connect() as conn:
         row = await _payment(ctx, conn)
     if ctx.field("confirm") != "yes":
-        raise Refusal(400, "Tick the box to confirm the refund.", action="bad_request")
+        raise PageError(400, "Tick the box to confirm the refund.", action="bad_request")
     reason = ctx.field("reason")[:500] or None
     try:
         made = await ctx.platform.refunds.create(ctx.merchant_id, ctx.livemode, row["id"], reason, wait=5.0)
-    except Refused as exc:
+    except ServiceError as exc:
         await ctx.audit("refund", row["id"], outcome="refused", detail=exc.message)
         return ctx.page(
             "refund.html",

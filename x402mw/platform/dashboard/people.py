@@ -16,13 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.dashboard import accounts
 from x402mw.platform.dashboard.accounts import AccountError
 from x402mw.platform.dashboard.web import (
     COOKIE,
     Ctx,
-    Refusal,
+    PageError,
     address_of,
     error_page,
     page,
@@ -31,6 +30,7 @@ from x402mw.platform.dashboard.web import (
     set_session_cookie,
 )
 from x402mw.platform.db import tables
+from x402mw.platform.http.state import platform_of
 
 __all__ = ["SignInLimits", "routes"]
 
@@ -187,7 +187,7 @@ async def sign_out(ctx: Ctx) -> Response:
 async def switch_mode(ctx: Ctx) -> Response:
     live = ctx.field("mode") == "live"
     if live and ctx.user.role == "owner" and not ctx.user.totp_enabled:
-        raise Refusal(
+        raise PageError(
             403, "Owners turn on two-factor sign-in (Account) before using live mode.", action="live_needs_2fa"
         )
     await accounts.update_session(ctx.platform.engine, ctx.session.id, livemode=live)
@@ -224,7 +224,7 @@ async def account_two_factor(ctx: Ctx) -> Response:
         await accounts.update_session(engine, ctx.session.id, two_factor_passed=True)
         await ctx.audit("two_factor_enabled")
         return see("/dashboard/account?notice=" + quote("Two-factor sign-in is on."))
-    raise Refusal(400, "Nothing to do.", action="bad_request")
+    raise PageError(400, "Nothing to do.", action="bad_request")
 
 
 @page()
@@ -252,9 +252,9 @@ async def team_invite(ctx: Ctx) -> Response:
 async def team_remove(ctx: Ctx) -> Response:
     user_id = ctx.request.path_params["user_id"]
     if user_id == ctx.user.id:
-        raise Refusal(400, "You cannot remove yourself.", action="bad_request")
+        raise PageError(400, "You cannot remove yourself.", action="bad_request")
     if not await accounts.remove_user(ctx.platform.engine, ctx.merchant_id, user_id, ctx.platform.clock.now()):
-        raise Refusal(404, "No such user here.", action="not_found")
+        raise PageError(404, "No such user here.", action="not_found")
     await ctx.audit("remove_user", user_id)
     return see("/dashboard/team?notice=" + quote("Removed."))
 

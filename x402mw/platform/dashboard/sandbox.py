@@ -1,6 +1,6 @@
 """The sandbox, in test mode only: the faucet, simulating a payment of a test order, test clocks.
 Each goes through the same function as its API operation (`x402mw.platform.api.sandbox`,
-`x402mw.platform.services.test_clocks`)."""
+`x402mw.platform.services.subscriptions.clocks`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from sqlalchemy import select
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.errors import ApiError
-from x402mw.platform.api.fields import is_uuid
+from x402mw.platform.api.clocks import ClockAdvance, ClockCreate
 from x402mw.platform.api.sandbox import FaucetBody, SimulatePaymentBody, fund, simulate
-from x402mw.platform.api.test_clocks import ClockAdvance, ClockCreate
-from x402mw.platform.dashboard.web import Ctx, Refusal, missing, page, problem, see
+from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, problem, see
 from x402mw.platform.db import tables
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.merchants import Caller
-from x402mw.platform.services.test_clocks import advance_clock, create_clock, find_clock
+from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock
 
 __all__ = ["routes"]
 
@@ -28,7 +28,7 @@ SCENARIOS = ("exact", "underpaid", "overpaid", "late", "wrong_asset")
 
 def _test_only(ctx: Ctx) -> Caller:
     if ctx.livemode:
-        raise Refusal(404, "The sandbox is in test mode only.", action="not_found")
+        raise PageError(404, "The sandbox is in test mode only.", action="not_found")
     return ctx.caller
 
 
@@ -60,7 +60,7 @@ async def faucet(ctx: Ctx) -> Response:
             amount=ctx.field("amount"),
         )
         sent = await fund(ctx.platform, body)
-    except (ValidationError, ApiError) as exc:
+    except (ValidationError, HttpError) as exc:
         return await _page(ctx, 400, error=problem(exc))
     await ctx.audit("sandbox_faucet", body.address, detail=f"{sent.amount} {sent.currency}")
     return await _page(ctx, done=f"Sent {sent.amount} {sent.currency} to {sent.address} ({sent.transaction}).")
@@ -77,7 +77,7 @@ async def simulate_payment(ctx: Ctx) -> Response:
         paid = await simulate(ctx.platform, caller, payment_id, body)
     except ValidationError as exc:
         return await _page(ctx, 400, error=problem(exc))
-    except ApiError as exc:
+    except HttpError as exc:
         if exc.status == 404:
             raise missing("payment") from None
         return await _page(ctx, exc.status if exc.status in (400, 409) else 400, error=problem(exc))
@@ -92,7 +92,7 @@ async def clock_create(ctx: Ctx) -> Response:
     try:
         body = ClockCreate(frozenTime=ctx.field("frozen_time"))
         clock = await create_clock(ctx.platform.engine, ctx.merchant_id, body.frozenTime, ctx.platform.clock.now())
-    except (ValidationError, Refused) as exc:
+    except (ValidationError, ServiceError) as exc:
         return await _page(ctx, 400, error=problem(exc))
     await ctx.audit("test_clock_created", clock["id"])
     return see("/dashboard/sandbox?notice=" + quote("Test clock created."))
@@ -114,7 +114,7 @@ async def clock_advance(ctx: Ctx) -> Response:
             body.frozenTime,
             ctx.platform.clock.now(),
         )
-    except (ValidationError, Refused) as exc:
+    except (ValidationError, ServiceError) as exc:
         return await _page(ctx, 400 if isinstance(exc, ValidationError) else exc.status, error=problem(exc))
     if clock is None:
         raise missing("test clock")

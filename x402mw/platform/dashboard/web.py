@@ -20,16 +20,16 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from x402mw.platform.api.state import platform_of
 from x402mw.platform.dashboard import accounts
 from x402mw.platform.dashboard.accounts import Session, User
 from x402mw.platform.dashboard.assets import asset_digest
+from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.merchants import Caller
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["COOKIE", "PERMISSIONS", "Ctx", "Refusal", "page", "problem", "render"]
+__all__ = ["COOKIE", "PERMISSIONS", "Ctx", "PageError", "page", "problem", "render"]
 
 COOKIE = "x402mw_dashboard"
 _CSP = (
@@ -54,7 +54,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
 }
 
 
-class Refusal(Exception):
+class PageError(Exception):
     """A refused request: an error page with ``status``, written to the audit log."""
 
     def __init__(self, status: int, message: str, *, action: str = "refused") -> None:
@@ -209,19 +209,19 @@ def page(
                 if two_factor and session.user.totp_enabled and not session.two_factor_passed:
                     if request.method == "GET":
                         return see("/dashboard/sign-in/two-factor")
-                    raise Refusal(403, "Enter your two-factor code first.", action="two_factor_missing")
+                    raise PageError(403, "Enter your two-factor code first.", action="two_factor_missing")
                 if form is not None:
                     sent = form.get("csrf")
                     if not isinstance(sent, str) or not hmac.compare_digest(sent, session.csrf_token):
-                        raise Refusal(
+                        raise PageError(
                             403,
                             "This form has expired or was not sent by the dashboard. Reload the page and try again.",
                             action="csrf_refused",
                         )
                 if not ctx.can(permission):
-                    raise Refusal(403, f"Your role ({session.user.role}) does not allow this.", action="role_refused")
+                    raise PageError(403, f"Your role ({session.user.role}) does not allow this.", action="role_refused")
                 return await handler(ctx)
-            except Refusal as refusal:
+            except PageError as refusal:
                 await ctx.audit(refusal.action, request.url.path, outcome="refused", detail=refusal.message)
                 return error_page(refusal.status, refusal.message, ctx)
             finally:
@@ -233,8 +233,8 @@ def page(
     return decorate
 
 
-def missing(kind: str) -> Refusal:
-    return Refusal(404, f"No such {kind} here.", action="not_found")
+def missing(kind: str) -> PageError:
+    return PageError(404, f"No such {kind} here.", action="not_found")
 
 
 def problem(exc: Exception) -> str:

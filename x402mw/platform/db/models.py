@@ -566,7 +566,7 @@ class TestClock(SQLModel, table=True):
 
 
 class Subscription(SQLModel, table=True):
-    """A customer's subscription to a plan (x402mw.platform.services.subscriptions).
+    """A customer's subscription to a plan (x402mw.platform.services.subscriptions.service).
 
     ``open_key`` is the merchant's customer id while the subscription is open (incomplete, active,
     past_due) and NULL once it ended: its unique constraint gives one open subscription per (plan,

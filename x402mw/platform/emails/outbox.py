@@ -25,14 +25,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
+from x402mw.platform.emails.mailers import EmailTransport
 from x402mw.platform.emails.messages import LINK_KINDS, Notice, UnbuildableEmail, compose
-from x402mw.platform.emails.transport import EmailTransport
 from x402mw.platform.objects.subscriptions import SubscriberEmail, SubscriberEmailEnvelope
-from x402mw.platform.services.billing_periods import grace_end
-from x402mw.platform.services.customer_links import CustomerLinks
 from x402mw.platform.services.outbox import record_event
 from x402mw.platform.services.payment_intents import amount_text
-from x402mw.platform.services.subscription_steps import aware
+from x402mw.platform.services.subscriptions.customer_links import CustomerLinks
+from x402mw.platform.services.subscriptions.periods import grace_end
+from x402mw.platform.services.subscriptions.steps import aware
 
 __all__ = ["GIVE_UP_AFTER", "LEASE", "EmailOutbox"]
 

@@ -1,7 +1,7 @@
 """The objects the platform's API answers, as pydantic response models: one class per object, every
 JSON answer serialised from one (`x402mw.platform.objects.base` says how), and the OpenAPI
 document's response schemas generated from the same classes
-(`x402mw.platform.api.openapi_answers`), so that an answer and its documentation cannot drift.
+(`x402mw.platform.openapi.answers`), so that an answer and its documentation cannot drift.
 
 The models are shapes only: what builds one from the database lives with its resource
 (`x402mw.platform.services.payment_intents.payment_intent_of`, the API handlers, checkout).

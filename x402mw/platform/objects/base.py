@@ -5,7 +5,7 @@ instants, `int` minor units) and answers in the API's: camelCase members, money 
 string, instants as `x402mw.platform.timestamps.iso` writes them, minor units as a digit string.
 Every field is answered, ``null`` included, except those declared `omitted_if_none`, which
 are left out while ``None``. The OpenAPI document describes each model as it serialises
-(`x402mw.platform.api.openapi_answers`).
+(`x402mw.platform.openapi.answers`).
 
 >>> from decimal import Decimal
 >>> class Example(ResponseModel):

@@ -32,7 +32,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
 from x402mw.platform.objects.base import money
 from x402mw.platform.objects.payments import Customer, PaymentIntent, PaymentIntentEnvelope, PaymentMethods
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.idempotency import KeySlot, KeyTaken, insert_keys, key_rows
 from x402mw.platform.services.outbox import event_row, insert_events, record_event
 from x402mw.protocol.prices import AmountFormat, format_amount
@@ -80,7 +80,7 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
 FIXED_TRANSFER_KEY = "fixed_transfer_customer_id"
 
 
-class PaymentIntentError(Refused):
+class PaymentIntentError(ServiceError):
     """A payment order request the rules refuse."""
 
 
@@ -403,7 +403,7 @@ _followers: list[OrderFollower] = []
 def follow_orders(follower: OrderFollower) -> None:
     """Have `transition` call ``follower`` whenever an order becomes ``succeeded`` or leaves it
     (once, however often it is registered). The platform registers the subscriptions' follower
-    (`x402mw.platform.services.subscription_payments.follow_order`), which lives above this module:
+    (`x402mw.platform.services.subscriptions.payments.follow_order`), which lives above this module:
     it creates orders for invoices through it."""
     if follower not in _followers:
         _followers.append(follower)

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.payments import PaymentLink, PaymentMethods
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import PaymentIntentError, PaymentIntentWriter, amount_text
 from x402mw.platform.services.slugs import find_by_slug, slug_ref
 
@@ -121,4 +121,4 @@ async def create_payment_link(engine: AsyncEngine, row: Mapping[str, Any]) -> No
         if row.get("slug") is None:
             raise
         message = f"You already have a payment link with the slug {row['slug']!r}; choose another"
-        raise Refused(409, "slug_taken", message, param="slug") from None
+        raise ServiceError(409, "slug_taken", message, param="slug") from None

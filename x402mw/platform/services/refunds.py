@@ -40,7 +40,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.payments import Refund, RefundEnvelope
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys, authorization_call, sweep_order
-from x402mw.platform.services.errors import Refused
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.ledger import InsufficientBalance, apply_entry
 from x402mw.platform.services.outbox import record_event
 from x402mw.platform.services.payment_intents import amount_text, at_scale_of, transition
@@ -55,7 +55,7 @@ CLAIM = timedelta(seconds=20)  # by default: how long a sender owns a refund bef
 AUTHORIZATION_USED_TOPIC = "0x" + keccak256(b"AuthorizationUsed(address,bytes32)").hex()
 
 
-class RefundError(Refused):
+class RefundError(ServiceError):
     """A refund request the rules refuse (404, 409, 422)."""
 
 

@@ -1,0 +1,168 @@
+"""``/agent/challenges``: challenges issued by sellers' middleware, and the status of one payment.
+
+The legacy alias ``{api_host}/merchant/v1/agent/challenges/:challengeId`` serves the same answer.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from sqlalchemy import select
+from starlette.convertors import StringConvertor, register_url_convertor
+from starlette.requests import Request
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.http.bodies import parse_body, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import MINOR_PATTERN, ChallengeId, Uuid
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
+from x402mw.platform.objects.agents import AgentChallenge, AgentChallengeEnvelope, ChallengeBatchResult
+from x402mw.platform.services.challenges import record_challenges
+from x402mw.platform.services.settlement.service import payment_of
+
+__all__ = ["ChallengeIn", "challenge_row", "insert_challenges", "routes"]
+
+MAX_BATCH = 500
+
+
+class ChallengeIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    challengeId: ChallengeId
+    endpointId: Uuid
+    network: str = Field(max_length=40)
+    asset: str = Field(max_length=42)
+    payTo: str = Field(max_length=42)
+    amount: str = Field(pattern=MINOR_PATTERN)
+    resource: str = Field(default="", max_length=2048)
+    expiresAt: StrictInt
+
+
+class ChallengeBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    challenges: list[ChallengeIn] = Field(max_length=MAX_BATCH)
+
+
+def challenge_row(merchant_id: str, livemode: bool, c: ChallengeIn) -> dict[str, Any]:
+    return {
+        "id": c.challengeId,
+        "merchant_id": merchant_id,
+        "endpoint_id": c.endpointId,
+        "livemode": livemode,
+        "network": c.network,
+        "asset": c.asset,
+        "pay_to": c.payTo,
+        "amount_minor": int(c.amount),
+        "resource": c.resource,
+        "expires_at": datetime.fromtimestamp(c.expiresAt, UTC),
+        "created_at": datetime.now(UTC),
+        "payment_id": None,
+    }
+
+
+async def insert_challenges(conn: Any, merchant_id: str, livemode: bool, items: list[ChallengeIn]) -> int:
+    """Record challenges, ignoring ones already known. Endpoints must belong to the merchant."""
+    if not items:
+        return 0
+    table = tables.agent_endpoints
+    wanted = {c.endpointId for c in items}
+    owned = {
+        r[0]
+        for r in await conn.execute(
+            select(table.c.id).where(
+                table.c.id.in_(wanted), table.c.merchant_id == merchant_id, table.c.livemode == livemode
+            )
+        )
+    }
+    missing = wanted - owned
+    if missing:
+        raise HttpError.missing("agent endpoint", sorted(missing)[0], param="challenges.endpointId")
+    rows = [challenge_row(merchant_id, livemode, c) for c in items]
+    await record_challenges(conn, rows)
+    return len(rows)
+
+
+async def register_batch(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    body = parse_body(ChallengeBatch, await read_json(request))
+    async with platform_of(request).engine.begin() as conn:
+        count = await insert_challenges(conn, caller.merchant_id, caller.livemode, body.challenges)
+    return ModelResponse(ChallengeBatchResult(received=count))
+
+
+def _status(challenge: Any, payment: AgentPayment | None, now: datetime) -> str:
+    if payment is not None:
+        return {"held": "processing", "claimed": "processing", "submitted": "processing"}.get(
+            payment.status, payment.status
+        )
+    expires = challenge.expires_at if challenge.expires_at.tzinfo else challenge.expires_at.replace(tzinfo=UTC)
+    return "expired" if expires <= now else "open"
+
+
+async def retrieve(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    platform = platform_of(request)
+    challenge_id = request.path_params["challenge_id"]
+    table = tables.agent_challenges
+    payments = tables.agent_payments
+    await platform.settlement.recorded()
+    async with platform.engine.connect() as conn:
+        challenge = (
+            await conn.execute(
+                select(table).where(
+                    table.c.id == challenge_id,
+                    *caller.owns(table),
+                )
+            )
+        ).first()
+        if challenge is None:
+            raise HttpError.missing("challenge", challenge_id, param="challengeId")
+        found = (
+            (
+                await conn.execute(
+                    select(payments)
+                    .where(payments.c.challenge_id == challenge_id, *caller.owns(payments))
+                    .order_by(payments.c.created_at.desc())
+                )
+            )
+            .mappings()
+            .first()
+        )
+    payment = AgentPayment.model_validate(dict(found)) if found else None
+    answer = AgentChallenge(
+        challenge_id=challenge.id,
+        status=_status(challenge, payment, platform.clock.now()),
+        endpoint_id=challenge.endpoint_id,
+        network=challenge.network,
+        asset=challenge.asset,
+        pay_to=challenge.pay_to,
+        amount_minor=challenge.amount_minor,
+        resource=challenge.resource,
+        expires_at=challenge.expires_at,
+        created_at=challenge.created_at,
+        livemode=bool(challenge.livemode),
+        payment=payment_of(payment) if payment else None,
+    )
+    return ModelResponse(AgentChallengeEnvelope(challenge=answer))
+
+
+class _ChallengeIdConvertor(StringConvertor):
+    """A path segment naming a challenge: any but ``batch``, which names the batch operation, so
+    that ``GET /agent/challenges/batch`` is a 405 as the OpenAPI document says (it matches a
+    concrete path before a templated one), not a lookup of a challenge called ``batch``."""
+
+    regex = "(?!batch$)[^/]+"
+
+
+register_url_convertor("challenge_id", _ChallengeIdConvertor())
+
+routes = [
+    Route("/agent/challenges/batch", register_batch, methods=["POST"]),
+    Route("/agent/challenges/{challenge_id:challenge_id}", retrieve, methods=["GET"]),
+]
+legacy_routes = [Route("/agent/challenges/{challenge_id:challenge_id}", retrieve, methods=["GET"])]

@@ -1,0 +1,356 @@
+"""``/agent/endpoints``: the resources a merchant sells to agents per request (spec 2.5)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, field_validator
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentEndpoint, utcnow
+from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import MINOR_SCHEMA, NonZeroAddress, ResourceUrl, minor_units, resource_url
+from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
+from x402mw.platform.objects import agents as objects
+from x402mw.platform.services.chains import ChainHandle
+from x402mw.platform.services.endpoints import find_endpoint
+from x402mw.platform.services.merchants import Caller
+
+if TYPE_CHECKING:
+    from x402mw.platform.runtime import Platform
+
+__all__ = [
+    "EndpointCreate",
+    "EndpointUpdate",
+    "create_agent_endpoint",
+    "endpoint_of",
+    "load_endpoint",
+    "routes",
+    "update_agent_endpoint",
+]
+
+MinorUnits = Annotated[int, WithJsonSchema(MINOR_SCHEMA)]
+CURRENCY_PATTERN = "^(?:[Uu][Ss][Dd][Cc]|[Ee][Uu][Rr][Cc])$"
+"""``USDC`` or ``EURC``, in any case (``USDT`` has no EIP-3009 and is refused with its own code)."""
+FIXED_NEEDS_AMOUNT: dict[str, Any] = {  # fixed pricing (the default) needs an amount
+    "if": {"properties": {"pricingMode": {"const": "fixed"}}},
+    "then": {"required": ["amountMinor"], "properties": {"amountMinor": {"not": {"type": "null"}}}},
+}
+
+
+class _EndpointFields(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    _v_url = field_validator("resourceUrl", check_fields=False)(resource_url)
+    _v_amount = field_validator("amountMinor", "maxAmountMinor", mode="before", check_fields=False)(minor_units)
+
+
+METERED_NEEDS_CEILING: dict[str, Any] = {  # a ceiling (maxAmountMinor) for metered pricing, and only then
+    "if": {"properties": {"pricingMode": {"const": "metered"}}, "required": ["pricingMode"]},
+    "then": {
+        "required": ["maxAmountMinor"],
+        "properties": {"maxAmountMinor": {"not": {"type": "null"}}, "amountMinor": {"type": "null"}},
+    },
+    "else": {"properties": {"maxAmountMinor": {"type": "null"}}},
+}
+
+
+class EndpointCreate(_EndpointFields):
+    model_config = ConfigDict(json_schema_extra={"allOf": [FIXED_NEEDS_AMOUNT, METERED_NEEDS_CEILING]})
+
+    name: str = Field(min_length=1, max_length=200)
+    resourceUrl: ResourceUrl
+    chainId: StrictInt
+    currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})]
+    payoutAddress: NonZeroAddress
+    pricingMode: Literal["fixed", "dynamic", "metered"] = "fixed"
+    amountMinor: MinorUnits | None = None
+    maxAmountMinor: MinorUnits | None = None
+    releasePolicy: Literal["included", "confirmed"] = "included"
+    maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600)
+    discoverable: StrictBool = False
+
+
+class EndpointUpdate(_EndpointFields, PatchBody):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                {
+                    "not": {  # fixed pricing and no amount, in one request
+                        "required": ["pricingMode", "amountMinor"],
+                        "properties": {"pricingMode": {"const": "fixed"}, "amountMinor": {"type": "null"}},
+                    }
+                },
+                {  # a ceiling only with metered pricing, a fixed amount never with it, in one request
+                    "if": {"properties": {"pricingMode": {"const": "metered"}}, "required": ["pricingMode"]},
+                    "then": {"properties": {"amountMinor": {"type": "null"}}},
+                    "else": {
+                        "if": {"required": ["pricingMode"]},
+                        "then": {"properties": {"maxAmountMinor": {"type": "null"}}},
+                    },
+                },
+            ]
+        }
+    )
+    CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    resourceUrl: ResourceUrl | None = None
+    payoutAddress: NonZeroAddress | None = None
+    pricingMode: Literal["fixed", "dynamic", "metered"] | None = None
+    amountMinor: MinorUnits | None = None
+    maxAmountMinor: MinorUnits | None = None
+    releasePolicy: Literal["included", "confirmed"] | None = None
+    maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600)
+    discoverable: StrictBool | None = None
+
+
+def _chain_for(platform: Platform, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
+    symbol = currency.upper()
+    if symbol == "USDT":
+        raise HttpError(
+            400,
+            "unsupported_currency",
+            "USDT cannot be used for agent payments: it has no EIP-3009 transferWithAuthorization. Use USDC or EURC.",
+            param="currency",
+        )
+    if symbol not in ("USDC", "EURC"):
+        raise HttpError(400, "parameter_invalid", "currency must be USDC or EURC", param="currency")
+    chain = platform.chains.get(chain_id)
+    if chain is None:
+        supported = ", ".join(str(c.chain_id) for c in platform.chains)
+        raise HttpError(
+            400,
+            "unsupported_chain",
+            f"chainId {chain_id} is not settled by this platform (supported: {supported})",
+            param="chainId",
+        )
+    if chain.livemode != caller.livemode:
+        kind = "live" if chain.livemode else "test"
+        raise HttpError(
+            400,
+            "livemode_mismatch",
+            f"chainId {chain_id} is a {kind} network; use a {kind} API key for it",
+            param="chainId",
+        )
+    if chain.asset(symbol) is None:
+        raise HttpError(
+            400, "unsupported_currency", f"{symbol} is not available on chainId {chain_id}", param="currency"
+        )
+    return chain
+
+
+def _amount_of(pricing: str, amount: int | None, ceiling: int | None) -> int | None:
+    """What the ``amount_minor`` column holds: the fixed amount, or a metered endpoint's ceiling."""
+    if pricing == "metered":
+        if ceiling is None:
+            raise HttpError(
+                400, "parameter_missing", "maxAmountMinor is required with metered pricing", param="maxAmountMinor"
+            )
+        if amount is not None:
+            raise HttpError(
+                400,
+                "parameter_invalid",
+                "a metered endpoint has no fixed amount: send maxAmountMinor only",
+                param="amountMinor",
+            )
+        return ceiling
+    if ceiling is not None:
+        raise HttpError(
+            400, "parameter_invalid", "maxAmountMinor is for pricingMode 'metered' only", param="maxAmountMinor"
+        )
+    return amount
+
+
+def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
+    """The public form of an agent endpoint; its token's details come from ``chain`` (None: a
+    chain the platform no longer serves)."""
+    asset = chain.asset(row.currency) if chain else None
+    metered = row.pricing_mode == "metered"  # its amount_minor column holds the ceiling
+    return objects.AgentEndpoint(
+        id=row.id,
+        name=row.name,
+        resource_url=row.resource_url,
+        chain_id=row.chain_id,
+        network=f"eip155:{row.chain_id}",
+        currency=row.currency,
+        asset=asset.address if asset else None,
+        asset_name=asset.eip712_name if asset else None,
+        asset_version=asset.eip712_version if asset else None,
+        decimals=asset.decimals if asset else 6,
+        payout_address=row.payout_address,
+        pricing_mode=row.pricing_mode,
+        amount_minor=None if metered else row.amount_minor,
+        max_amount_minor=row.amount_minor if metered else None,
+        facilitator_address=chain.relayer.address if metered and chain else None,
+        release_policy=row.release_policy,
+        max_timeout_seconds=row.max_timeout_seconds,
+        discoverable=bool(row.discoverable),
+        livemode=bool(row.livemode),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _answer(row: Any, chain: ChainHandle | None, status_code: int = 200) -> ModelResponse:
+    return ModelResponse(objects.AgentEndpointEnvelope(endpoint=endpoint_of(row, chain)), status_code)
+
+
+async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str) -> Row[Any]:
+    """The caller's endpoint, or 404 (another merchant's endpoint is indistinguishable from none)."""
+    row = await find_endpoint(conn, caller.merchant_id, caller.livemode, endpoint_id)
+    if row is None:
+        raise HttpError.missing("agent endpoint", endpoint_id)
+    return row
+
+
+async def create(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    body = parse_body(EndpointCreate, await read_json(request))
+    row, chain = await create_agent_endpoint(platform_of(request), caller, body)
+    return _answer(row, chain, 201)
+
+
+async def create_agent_endpoint(platform: Platform, caller: Caller, body: EndpointCreate) -> tuple[Any, ChainHandle]:
+    """A new agent endpoint of the caller's (the API's create, and the dashboard's)."""
+    chain = _chain_for(platform, caller, body.chainId, body.currency)
+    if body.pricingMode == "fixed" and body.amountMinor is None:
+        raise HttpError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
+    amount = _amount_of(body.pricingMode, body.amountMinor, body.maxAmountMinor)
+    now = utcnow()
+    row = AgentEndpoint(
+        merchant_id=caller.merchant_id,
+        livemode=caller.livemode,
+        name=body.name,
+        resource_url=body.resourceUrl,
+        chain_id=body.chainId,
+        currency=body.currency.upper(),
+        payout_address=body.payoutAddress,
+        payout_history=[body.payoutAddress],
+        pricing_mode=body.pricingMode,
+        amount_minor=amount,
+        release_policy=body.releasePolicy,
+        max_timeout_seconds=body.maxTimeoutSeconds,
+        discoverable=body.discoverable,
+        created_at=now,
+        updated_at=now,
+    )
+    async with platform.engine.begin() as conn:
+        await conn.execute(tables.agent_endpoints.insert(), row.model_dump())
+    return row, chain
+
+
+async def retrieve(request: Request) -> Response:
+    """The endpoint, with an ``ETag`` of its answer; ``304`` without a body when ``If-None-Match``
+    names the current one (the seller middleware revalidates its endpoints' terms every second)."""
+    caller = await authenticate(request)
+    platform = platform_of(request)
+    async with platform.engine.connect() as conn:
+        row = await load_endpoint(conn, caller, path_uuid(request, "endpoint_id", "agent endpoint"))
+    answer = _answer(row, platform.chains.get(row.chain_id))
+    etag = '"' + hashlib.sha256(answer.body).hexdigest()[:32] + '"'
+    if etag in (tag.strip().removeprefix("W/") for tag in request.headers.get("if-none-match", "").split(",")):
+        return Response(status_code=304, headers={"ETag": etag})
+    answer.headers["ETag"] = etag
+    return answer
+
+
+async def update(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    body = parse_body(EndpointUpdate, await read_json(request))
+    platform = platform_of(request)
+    endpoint_id = path_uuid(request, "endpoint_id", "agent endpoint")
+    row = await update_agent_endpoint(platform, caller, endpoint_id, body)
+    return _answer(row, platform.chains.get(row.chain_id))
+
+
+async def update_agent_endpoint(platform: Platform, caller: Caller, endpoint_id: str, body: EndpointUpdate) -> Any:
+    """The endpoint with ``body``'s changes (the API's update, and the dashboard's)."""
+    table = tables.agent_endpoints
+    asked = body.changes()  # what the request says; a refusal it alone explains is a 400, else a 409
+    changes = dict(asked)
+    async with platform.engine.begin() as conn:
+        row = await load_endpoint(conn, caller, endpoint_id)
+        pricing = changes.get("pricingMode", row.pricing_mode)
+        was_metered = row.pricing_mode == "metered"  # its amount_minor is a ceiling, not an amount
+        amount = changes.get("amountMinor", None if was_metered else row.amount_minor)
+        if pricing == "metered":
+            ceiling = changes.get("maxAmountMinor", row.amount_minor if was_metered else None)
+            if ceiling is None:
+                message = "A metered endpoint needs a ceiling: send maxAmountMinor too"
+                raise HttpError(409, "endpoint_needs_ceiling", message, param="maxAmountMinor")
+            if changes.get("amountMinor") is not None:
+                status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_is_metered")
+                message = "a metered endpoint has no fixed amount: send maxAmountMinor only"
+                raise HttpError(status, code, message, param="amountMinor")
+            changes["amountMinor"] = ceiling
+        elif "maxAmountMinor" in changes:
+            status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_not_metered")
+            message = "maxAmountMinor is for pricingMode 'metered' only"
+            raise HttpError(status, code, message, param="maxAmountMinor")
+        elif was_metered and "amountMinor" not in changes:
+            changes["amountMinor"] = None  # the ceiling is no amount
+        changes.pop("maxAmountMinor", None)
+        if pricing == "fixed" and amount is None:
+            if "pricingMode" in asked and "amountMinor" in asked:  # the request contradicts itself
+                raise HttpError(
+                    400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor"
+                )
+            # the request is fine, but not with what the endpoint already is
+            raise HttpError(
+                409,
+                "endpoint_needs_amount",
+                "With fixed pricing the endpoint needs an amount: send amountMinor too, or pricingMode 'dynamic'",
+                param="amountMinor",
+            )
+        values: dict[str, Any] = {"updated_at": utcnow()}
+        names = {
+            "name": "name",
+            "resourceUrl": "resource_url",
+            "pricingMode": "pricing_mode",
+            "amountMinor": "amount_minor",
+            "releasePolicy": "release_policy",
+            "maxTimeoutSeconds": "max_timeout_seconds",
+            "payoutAddress": "payout_address",
+            "discoverable": "discoverable",
+        }
+        for key, value in changes.items():
+            values[names[key]] = value
+        if "payoutAddress" in changes:
+            history = list(row.payout_history or [])
+            if changes["payoutAddress"] not in history:
+                history.append(changes["payoutAddress"])
+            values["payout_history"] = history
+        await conn.execute(table.update().where(table.c.id == row.id).values(**values))
+        row = await load_endpoint(conn, caller, row.id)
+    platform.endpoints.invalidate()
+    return row
+
+
+async def list_endpoints(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    platform = platform_of(request)
+    table = tables.agent_endpoints
+    async with platform.engine.connect() as conn:
+        data, more = await list_page(
+            conn, table, caller.owns(table), request, lambda r: endpoint_of(r, platform.chains.get(r.chain_id))
+        )
+    return ModelResponse(objects.AgentEndpointList(data=data, has_more=more))
+
+
+routes = [
+    Route("/agent/endpoints", create, methods=["POST"]),
+    Route("/agent/endpoints", list_endpoints, methods=["GET"]),
+    Route("/agent/endpoints/{endpoint_id}", retrieve, methods=["GET"]),
+    Route("/agent/endpoints/{endpoint_id}", update, methods=["PATCH"]),
+]

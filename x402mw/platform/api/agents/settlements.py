@@ -1,0 +1,258 @@
+"""``POST /agent/settlements`` (the seller middleware's one call per paid request), the merchant's
+agent payments, and monthly usage with the planned fee (computed and shown, not billed).
+
+A paid MCP tool call makes two: ``hold: true`` verifies and claims the authorization before the tool
+runs (answered ``held`` with the payment's id); then the same body with ``capture: <that id>``
+settles it once the tool succeeded, or ``POST /agent/settlements/{id}/release`` gives it up when the
+tool failed (nothing taken; the same authorization may be used again)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from sqlalchemy import select
+from starlette.requests import Request
+from starlette.routing import Route
+
+from x402mw.platform import metrics
+from x402mw.platform.api.agents.challenges import ChallengeIn, challenge_row
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.fields import MAX_MINOR, ChallengeId, Uuid
+from x402mw.platform.http.pagination import list_page, query_id
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
+from x402mw.platform.objects import agents as objects
+from x402mw.platform.services.metering import monthly_usage
+from x402mw.platform.services.settlement.checks import EndpointPolicy
+from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, failed, payment_of
+from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
+from x402mw.protocol import reasons
+from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
+
+__all__ = ["MONTH", "conflict_error", "routes", "unavailable_error"]
+
+MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])")
+"""A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
+
+
+class SettleBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    endpointId: Uuid
+    challengeId: ChallengeId
+    resource: str = Field(default="", max_length=2048)
+    expiresAt: StrictInt
+    accepted: dict[str, Any]
+    paymentPayload: dict[str, Any]
+    waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
+    hold: bool = False
+    capture: Uuid | None = None
+    # upto: absent, the payment is verified and held for the request (`authorized`); present, the
+    # held payment is settled for this amount (0 … the ceiling), once.
+    settleAmount: StrictInt | None = Field(default=None, ge=0)
+    # what the discovery catalogue lists of a discoverable endpoint's resource
+    description: str | None = Field(default=None, max_length=1000)
+    mimeType: str | None = Field(default=None, max_length=200)
+    extensions: dict[str, Any] | None = None
+
+
+def unavailable_error(outcome: SettleOutcome) -> HttpError:
+    """503 for a payment not taken because the chain could not be reached: send it again later."""
+    return HttpError(
+        503, "chain_unavailable", f"{outcome.message}; nothing was taken, and the same payment may be sent again"
+    )
+
+
+def conflict_error(conflict: IdentifierConflict) -> HttpError:
+    """409 for a payment-identifier already used with another payment: nothing was taken."""
+    return HttpError(409, conflict.reason, f"{conflict}; nothing was taken. Use a new id for a new payment")
+
+
+def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
+    if outcome.status == "unavailable":
+        raise unavailable_error(outcome)
+    result = objects.SettlementResult(
+        status=outcome.status,
+        settlement=outcome.response,
+        message=outcome.message or None,
+        payment_id=outcome.payment_id or None,
+        accepted=accepted,
+    )
+    return ModelResponse(result)
+
+
+async def settle(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    body = parse_body(SettleBody, await read_json(request))
+    platform = platform_of(request)
+    accepted = parse_body(PaymentRequirements, body.accepted, prefix="accepted.")
+    upto = accepted.scheme == "upto"
+    payload: AnyPaymentPayload
+    if upto:
+        payload = parse_body(UptoPaymentPayload, body.paymentPayload, prefix="paymentPayload.")
+    else:
+        payload = parse_body(PaymentPayload, body.paymentPayload, prefix="paymentPayload.")
+    endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId)
+    if endpoint is None:
+        raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
+    terms = EndpointPolicy.of(endpoint)
+    if accepted.pay_to.lower() not in terms.payout_history:
+        # Perhaps a payout address set through another process since this one read the endpoint:
+        # sellers issue it within 2 s of the change, sooner than this copy of the row expires.
+        endpoint = await platform.endpoints.get(caller.merchant_id, caller.livemode, body.endpointId, fresh=True)
+        if endpoint is None:
+            raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
+        terms = EndpointPolicy.of(endpoint)
+    if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
+        refused = failed(
+            accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
+        )
+        metrics.count_settlement(
+            platform.settlement.network_label(accepted.network), "failed", reasons.INVALID_REQUIREMENTS
+        )
+        return _reply(refused)
+    challenge = challenge_row(
+        caller.merchant_id,
+        caller.livemode,
+        ChallengeIn.model_construct(
+            challengeId=body.challengeId,
+            endpointId=endpoint.id,
+            network=accepted.network,
+            asset=accepted.asset,
+            payTo=accepted.pay_to,
+            amount=str(accepted.amount),
+            resource=body.resource,
+            expiresAt=body.expiresAt,
+        ),
+    )
+    settle = SettleRequest(
+        accepted=accepted,
+        payload=payload,
+        merchant_id=caller.merchant_id,
+        endpoint_id=endpoint.id,
+        challenge_id=body.challengeId,
+        resource=body.resource,
+        livemode=caller.livemode,
+        release_policy=endpoint.release_policy,
+        terms=terms,
+        challenge=challenge,
+        wait_seconds=body.waitSeconds,
+        # A retry of a challenge that expired gets the outcome of its payment, if it was made;
+        # no new payment is settled on it.
+        known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
+        hold=body.hold and body.capture is None,
+        capture=body.capture,
+    )
+    try:
+        if upto and body.settleAmount is not None:
+            outcome = await platform.upto.capture(settle, body.settleAmount)
+        elif upto:
+            outcome = await platform.upto.authorize(settle)
+        elif body.settleAmount is not None:
+            raise HttpError(400, "parameter_invalid", "settleAmount is for upto payments only", param="settleAmount")
+        else:
+            outcome = await platform.settlement.settle(settle)
+    except IdentifierConflict as conflict:
+        raise conflict_error(conflict) from None
+    if upto:
+        metrics.count_settlement(
+            platform.settlement.network_label(accepted.network), outcome.status, outcome.response.error_reason
+        )
+    if outcome.status == "settled" and endpoint.discoverable:
+        await platform.catalogue.record(
+            endpoint,
+            resource=body.resource,
+            accepted=body.accepted,
+            description=body.description or (payload.resource.description if payload.resource else None),
+            mime_type=body.mimeType,
+            extensions=body.extensions if body.extensions is not None else payload.extensions,
+            settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
+        )
+    return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
+
+
+async def release(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    payment_id = path_uuid(request, "payment_id", "agent payment")
+    left = await platform_of(request).settlement.release_hold(caller.merchant_id, payment_id)
+    if left is None:
+        raise HttpError.missing("agent payment", payment_id)
+    if left != "released":
+        raise HttpError(
+            409,
+            "payment_not_held",
+            f"agent payment {payment_id} is {left.status}, not held: it can no longer be released",
+        )
+    return ModelResponse(objects.SettlementRelease(payment_id=payment_id))
+
+
+async def list_payments(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    table = tables.agent_payments
+    filters = caller.owns(table)
+    endpoint = query_id(request, "endpointId")
+    if endpoint is not None:
+        filters.append(table.c.endpoint_id == endpoint)
+    platform = platform_of(request)
+    await platform.settlement.recorded()
+    async with platform.engine.connect() as conn:
+        data, more = await list_page(
+            conn, table, filters, request, lambda r: payment_of(AgentPayment.model_validate(dict(r)))
+        )
+    return ModelResponse(objects.AgentPaymentList(data=data, has_more=more))
+
+
+async def retrieve_payment(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    table = tables.agent_payments
+    payment_id = path_uuid(request, "payment_id", "agent payment")
+    platform = platform_of(request)
+    await platform.settlement.recorded()
+    async with platform.engine.connect() as conn:
+        found = (
+            (
+                await conn.execute(
+                    select(table).where(
+                        table.c.id == payment_id,
+                        *caller.owns(table),
+                    )
+                )
+            )
+            .mappings()
+            .first()
+        )
+    if found is None:
+        raise HttpError.missing("agent payment", payment_id)
+    payment = payment_of(AgentPayment.model_validate(dict(found)))
+    return ModelResponse(objects.AgentPaymentEnvelope(agent_payment=payment))
+
+
+async def usage(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    platform = platform_of(request)
+    month = request.query_params.get("month")
+    if month is None:
+        now = platform.clock.now()
+        start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    elif MONTH.fullmatch(month):
+        start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
+    else:
+        raise HttpError(400, "parameter_invalid", "month must look like 2026-11", param="month")
+    await platform.settlement.recorded()
+    answer = await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)
+    return ModelResponse(objects.AgentUsageEnvelope(usage=answer))
+
+
+routes = [
+    Route("/agent/settlements", settle, methods=["POST"]),
+    Route("/agent/settlements/{payment_id}/release", release, methods=["POST"]),
+    Route("/agent/payments", list_payments, methods=["GET"]),
+    Route("/agent/payments/{payment_id}", retrieve_payment, methods=["GET"]),
+    Route("/agent/usage", usage, methods=["GET"]),
+]

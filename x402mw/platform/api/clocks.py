@@ -1,0 +1,118 @@
+"""``/test-clocks``: clocks a merchant moves by hand, to see a subscription's months in seconds (test mode).
+
+``POST /test-clocks {frozenTime}`` makes one; ``POST /subscriptions`` with ``testClock`` opens a
+subscription on it; ``POST /test-clocks/:id/advance {frozenTime}`` moves it forward and answers once
+every renewal, reminder, period end and expiry that fell due on it has run. Live keys get 400
+``livemode_not_allowed``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
+from starlette.requests import Request
+from starlette.routing import Route
+
+from x402mw.platform.api.auth import authenticate
+from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
+from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.state import platform_of
+from x402mw.platform.objects.subscriptions import TestClockEnvelope
+from x402mw.platform.services.errors import ServiceError
+from x402mw.platform.services.merchants import Caller
+from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock
+from x402mw.platform.services.subscriptions.objects import clock_of
+
+__all__ = ["FROZEN_TIME_PATTERN", "ClockAdvance", "ClockCreate", "routes"]
+
+FROZEN_TIME_PATTERN = (
+    r"^2[01][0-9]{2}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    r"(?:\.[0-9]{1,6})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+"""A test clock's time: an RFC 3339 timestamp with a timezone, in the years 2000-2199."""
+_FROZEN_TIME = re.compile(FROZEN_TIME_PATTERN)
+
+
+def _frozen_time(value: object) -> datetime:
+    if not isinstance(value, str) or not _FROZEN_TIME.fullmatch(value):
+        raise ValueError(
+            "must be an RFC 3339 timestamp with a timezone in the years 2000-2199, e.g. 2026-01-31T12:00:00Z"
+        )
+    try:
+        return datetime.fromisoformat(value.upper()).astimezone(UTC)
+    except ValueError:  # a day the month does not have
+        raise ValueError("must be a real date and time, e.g. 2026-01-31T12:00:00Z") from None
+
+
+FrozenTime = Annotated[
+    datetime,
+    BeforeValidator(_frozen_time),
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": FROZEN_TIME_PATTERN}),
+]
+
+
+class ClockCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    frozenTime: FrozenTime
+
+
+class ClockAdvance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    frozenTime: FrozenTime
+
+
+async def _test_caller(request: Request) -> Caller:
+    caller = await authenticate(request)
+    if caller.livemode:
+        raise HttpError(400, "livemode_not_allowed", "Test clocks are for test keys only")
+    return caller
+
+
+async def create(request: Request) -> ModelResponse:
+    caller = await _test_caller(request)
+    body = parse_body(ClockCreate, await read_json(request))
+    platform = platform_of(request)
+    clock = await create_clock(platform.engine, caller.merchant_id, body.frozenTime, platform.clock.now())
+    return ModelResponse(TestClockEnvelope(test_clock=clock_of(clock)), status_code=201)
+
+
+def _clock_id(request: Request) -> str:
+    return path_uuid(request, "test_clock_id", "test clock")
+
+
+async def retrieve(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    clock_id = _clock_id(request)
+    clock = None if caller.livemode else await find_clock(platform_of(request).engine, caller.merchant_id, clock_id)
+    if clock is None:
+        raise HttpError.missing("test clock", clock_id)
+    return ModelResponse(TestClockEnvelope(test_clock=clock_of(clock)))
+
+
+async def advance(request: Request) -> ModelResponse:
+    caller = await _test_caller(request)
+    clock_id = _clock_id(request)
+    body = parse_body(ClockAdvance, await read_json(request))
+    platform = platform_of(request)
+    try:
+        clock = await advance_clock(
+            platform.engine, platform.renewals, caller.merchant_id, clock_id, body.frozenTime, platform.clock.now()
+        )
+    except ServiceError as exc:
+        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
+    if clock is None:
+        raise HttpError.missing("test clock", clock_id)
+    return ModelResponse(TestClockEnvelope(test_clock=clock_of(clock)))
+
+
+routes = [
+    Route("/test-clocks", create, methods=["POST"]),
+    Route("/test-clocks/{test_clock_id}", retrieve, methods=["GET"]),
+    Route("/test-clocks/{test_clock_id}/advance", advance, methods=["POST"]),
+]

@@ -1,0 +1,502 @@
+"""Metered settlement: the ``upto`` scheme through Permit2, in two steps around the seller's handler.
+
+1. `UptoSettlement.authorize` (before the handler): the payload is checked off-chain
+   (`verify_upto`: the Permit2 witness signature, spender, token, payee, facilitator, ceiling, time
+   window, and the EIP-2612 permit of the ``eip2612GasSponsoring`` extension), the settlement of
+   the whole ceiling is simulated from the relayer (the worst case: balance, nonce, allowance), and
+   the authorization is claimed under the same unique (chain, token, payer, nonce) as an ``exact``
+   payment, with the Permit2 nonce as its nonce. The claim is ``authorized`` and leased to the
+   request that made it (`AUTHORIZE_LEASE`): the same signature sent again meanwhile is *pending*.
+2. `UptoSettlement.capture` (after the handler): the usage, at most the ceiling, is written on the
+   claim once (``authorized`` -> ``claimed``), then sent, waited for and released exactly as an
+   ``exact`` payment (`SettlementService.execute`): pending past the wait, never failed for being
+   slow, finished by recovery if its process stops. A usage of 0 sends nothing: the payment is
+   settled for 0 with a receipt and no transaction, and the permit's nonce stays unused on-chain
+   (the platform's claim keeps it from being settled again).
+
+A payer without a Permit2 allowance and no EIP-2612 permit is refused with
+``permit2_allowance_required`` (HTTP 412 to the agent). The facilitator's ``/settle`` does both
+steps in one call (`UptoSettlement.settle`), as the x402 facilitator API has it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, update
+
+from x402mw.evm.eip712 import InvalidSignatureError, recover_digest_signer
+from x402mw.evm.keccak import keccak256
+from x402mw.evm.keys import to_checksum_address
+from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
+from x402mw.platform.batching import unreachable
+from x402mw.platform.chain.contracts import EIP2612Permit
+from x402mw.platform.chain.relayer import ChainUnavailable
+from x402mw.platform.chain.token import allowance, balance_of, permit_nonce
+from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentPayment, new_id
+from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.settlement.checks import (
+    MIN_VALIDITY_SECONDS,
+    EndpointPolicy,
+    PaymentRefusal,
+    check_terms,
+    simulation_outcome,
+)
+from x402mw.platform.services.settlement.outcomes import (
+    Claimed,
+    SettleOutcome,
+    SettleRequest,
+    authorization_key,
+    failed,
+    outcome_for,
+    unavailable,
+)
+from x402mw.platform.services.settlement.service import SettlementService
+from x402mw.platform.services.settlement.transfers import Transfer, transfer_of, upto_transfer
+from x402mw.protocol import reasons
+from x402mw.protocol.models import PaymentRequirements, UptoPaymentPayload
+from x402mw.protocol.networks import PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS
+
+__all__ = [
+    "AUTHORIZE_LEASE",
+    "EIP2612_EXTENSION",
+    "UptoSettlement",
+    "VerifiedUpto",
+    "upto_revert_reason",
+    "verify_upto",
+]
+
+logger = logging.getLogger("x402mw.platform.settlement")
+
+EIP2612_EXTENSION = "eip2612GasSponsoring"
+AUTHORIZE_LEASE = timedelta(seconds=120)
+"""How long an authorization is held for the request that claimed it (its handler's time): the
+same signature sent again within it is pending; after it, a new request may serve it."""
+
+
+def _error(signature: str) -> str:
+    return keccak256(signature.encode())[:4].hex()
+
+
+_REVERTS = {
+    _error("SignatureExpired(uint256)"): reasons.PERMIT2_DEADLINE_EXPIRED,
+    _error("InvalidNonce()"): reasons.PERMIT2_NONCE_USED,
+    _error("InvalidSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _error("InvalidSigner()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _error("InvalidSignatureLength()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _error("InvalidContractSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _error("UnauthorizedFacilitator()"): reasons.UPTO_UNAUTHORIZED_FACILITATOR,
+    _error("AmountExceedsPermitted()"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+    _error("InvalidAmount(uint256)"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+    _error("PaymentTooEarly()"): reasons.PERMIT2_NOT_YET_VALID,
+    _error("Permit2612AmountMismatch()"): reasons.INVALID_EIP2612_PERMIT,
+}
+
+
+def upto_revert_reason(text: str) -> str:
+    """The x402 reason code of a revert of the upto proxy or Permit2 (custom errors, by selector)."""
+    lowered = text.lower()
+    for selector, reason in _REVERTS.items():
+        if selector in lowered:
+            return reason
+    if "transfer_from_failed" in lowered:
+        return reasons.PERMIT2_INSUFFICIENT_BALANCE  # or no allowance: `_why_transfer_fails` tells
+    return reasons.TRANSACTION_REVERTED
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedUpto:
+    """An upto payload that passed the off-chain checks."""
+
+    chain: ChainHandle
+    permit: UptoPermit
+    signature: bytes
+    payer: str
+    payload_hash: str
+    permit2612: EIP2612Permit | None
+    asset: str  # as the terms name it (the claim's)
+
+    def transfer(self, amount: int) -> Transfer:
+        return upto_transfer(
+            asset=self.permit.token,
+            payer=self.payer,
+            ceiling=self.permit.ceiling,
+            nonce=self.permit.nonce,
+            deadline=self.permit.deadline,
+            amount=amount,
+            to=self.permit.to,
+            facilitator=self.permit.facilitator,
+            valid_after=self.permit.valid_after,
+            signature=self.signature,
+            permit2612=self.permit2612,
+        )
+
+
+def _same(a: str, b: str) -> bool:
+    return a.lower() == b.lower()
+
+
+def verify_upto(
+    chains: Chains,
+    now: int,
+    accepted: PaymentRequirements,
+    payload: UptoPaymentPayload,
+    endpoint: EndpointPolicy | None,
+    *,
+    settle_amount: int | None = None,
+    held: bool = False,
+) -> VerifiedUpto:
+    """Check an upto payment off-chain; `PaymentRefusal` with the x402 reason code otherwise.
+
+    ``accepted.amount`` is the ceiling (verification) unless ``settle_amount`` is given (the
+    facilitator's settle, where the requirements carry the amount to settle): then the signed
+    ceiling is ``permitted.amount``, which ``settle_amount`` may not exceed. ``held``: the payment
+    is one held already, found by its payload hash; its signatures are not recovered again."""
+    if accepted.scheme != "upto":
+        raise PaymentRefusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not upto")
+    if endpoint is not None:
+        check_terms(chains, endpoint, accepted)
+    chain = chains.by_network(accepted.network)
+    if chain is None:
+        raise PaymentRefusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
+    domain = chain.domain(accepted.asset)
+    if domain is None:
+        raise PaymentRefusal(reasons.INVALID_ASSET, f"asset {accepted.asset} is not settled here")
+    wire = payload.payload.permit2_authorization
+    if not _same(wire.spender, UPTO_PERMIT2_PROXY_ADDRESS):
+        raise PaymentRefusal(reasons.PERMIT2_INVALID_SPENDER, "the permit's spender is not the x402 upto proxy")
+    if not _same(wire.permitted.token, accepted.asset):
+        raise PaymentRefusal(reasons.PERMIT2_TOKEN_MISMATCH, "the permit is for another token than the terms'")
+    if not _same(wire.witness.to, accepted.pay_to):
+        raise PaymentRefusal(reasons.PERMIT2_RECIPIENT_MISMATCH, "the witness pays someone other than payTo")
+    if not _same(wire.witness.facilitator, chain.relayer.address):
+        raise PaymentRefusal(
+            reasons.UPTO_FACILITATOR_MISMATCH, "the witness names another facilitator than this platform"
+        )
+    ceiling = wire.permitted.amount
+    if settle_amount is None and ceiling != accepted.amount:
+        raise PaymentRefusal(reasons.PERMIT2_AMOUNT_MISMATCH, "the permitted amount differs from the ceiling asked")
+    if settle_amount is not None and settle_amount > ceiling:
+        raise PaymentRefusal(reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT, "the amount to settle exceeds the signed ceiling")
+    if ceiling == 0:
+        raise PaymentRefusal(reasons.PERMIT2_AMOUNT_MISMATCH, "the permitted amount is 0")
+    if wire.witness.valid_after > now:
+        raise PaymentRefusal(reasons.PERMIT2_NOT_YET_VALID, "the permit is not yet valid")
+    if wire.deadline < now + MIN_VALIDITY_SECONDS:
+        raise PaymentRefusal(reasons.PERMIT2_DEADLINE_EXPIRED, "the permit has expired or expires too soon")
+    try:
+        signature = bytes.fromhex(payload.payload.signature.removeprefix("0x"))
+        permit = UptoPermit(
+            owner=wire.from_address,
+            token=wire.permitted.token,
+            ceiling=ceiling,
+            spender=wire.spender,
+            nonce=wire.nonce,
+            deadline=wire.deadline,
+            to=wire.witness.to,
+            facilitator=wire.witness.facilitator,
+            valid_after=wire.witness.valid_after,
+        )
+        if held:  # checked when it was held: the claim found by its payload hash vouches for it
+            signer = to_checksum_address(wire.from_address)
+        else:
+            signer = recover_digest_signer(upto_permit_digest(chain.chain_id, permit), signature)
+    except (ValueError, InvalidSignatureError):
+        raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit's signature is malformed") from None
+    if not _same(signer, wire.from_address):
+        raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit is not signed by its 'from'")
+    permit2612 = None if held else _permit2612(chain, payload, signer, wire.permitted.token, ceiling)
+    digest = hashlib.sha256(signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode())
+    return VerifiedUpto(chain, permit, signature, signer, digest.hexdigest(), permit2612, accepted.asset)
+
+
+def _permit2612(
+    chain: ChainHandle, payload: UptoPaymentPayload, payer: str, token: str, ceiling: int
+) -> EIP2612Permit | None:
+    """The ``eip2612GasSponsoring`` permit, checked: by the payer, for Permit2, for this token."""
+    extension = (payload.extensions or {}).get(EIP2612_EXTENSION)
+    if not isinstance(extension, dict):
+        return None
+    info = extension.get("info")
+    if not isinstance(info, dict):
+        raise PaymentRefusal(reasons.INVALID_EIP2612_PERMIT, f"{EIP2612_EXTENSION} carries no info")
+    domain = chain.domain(token)
+    try:
+        owner, asset, spender = str(info["from"]), str(info["asset"]), str(info["spender"])
+        value, nonce, deadline = (int(str(info[k]), 10) for k in ("amount", "nonce", "deadline"))
+        signature = bytes.fromhex(str(info["signature"]).removeprefix("0x"))
+        if domain is None or not (_same(owner, payer) and _same(asset, token) and _same(spender, PERMIT2_ADDRESS)):
+            raise ValueError("the permit is not the payer's, for Permit2, in this token")
+        if value != ceiling:
+            raise ValueError("the permit's amount is not the ceiling")
+        signer = recover_digest_signer(permit2612_digest(domain, owner, spender, value, nonce, deadline), signature)
+        if not _same(signer, owner):
+            raise ValueError("the permit is not signed by its owner")
+    except (KeyError, ValueError, InvalidSignatureError) as exc:
+        raise PaymentRefusal(reasons.INVALID_EIP2612_PERMIT, f"the EIP-2612 permit is unusable: {exc}") from None
+    return (value, deadline, signature[:32], signature[32:64], signature[64])
+
+
+class UptoSettlement:
+    """The upto half of settlement, on a `SettlementService` (its writes, releases, recovery, sending)."""
+
+    def __init__(self, service: SettlementService, *, lease: timedelta = AUTHORIZE_LEASE) -> None:
+        self.service = service
+        self.lease = lease
+
+    def verify(
+        self,
+        accepted: PaymentRequirements,
+        payload: UptoPaymentPayload,
+        endpoint: EndpointPolicy | None = None,
+        *,
+        settle_amount: int | None = None,
+        held: bool = False,
+    ) -> VerifiedUpto:
+        return verify_upto(
+            self.service.chains,
+            int(self.service.clock.time()),
+            accepted,
+            payload,
+            endpoint,
+            settle_amount=settle_amount,
+            held=held,
+        )
+
+    async def check_on_chain(self, verified: VerifiedUpto) -> None:
+        """Simulate the settlement of the whole ceiling from the relayer; `PaymentRefusal` if it would
+        revert (412's ``permit2_allowance_required`` for a payer without an allowance)."""
+        transfer = verified.transfer(verified.permit.ceiling)
+        await self._simulated(verified, verified.chain.relayer.simulate_soon(transfer.to, transfer.calldata))
+
+    async def _simulated(self, verified: VerifiedUpto, simulation: asyncio.Future[Any]) -> None:
+        try:
+            await simulation_outcome(simulation, upto_revert_reason)
+        except PaymentRefusal as refusal:
+            if refusal.reason == reasons.PERMIT2_INSUFFICIENT_BALANCE:
+                raise await self._why_transfer_fails(verified) from None
+            raise
+
+    async def _why_transfer_fails(self, verified: VerifiedUpto) -> PaymentRefusal:
+        rpc, token = verified.chain.rpc, verified.permit.token
+        if verified.permit2612 is None and await allowance(rpc, token, verified.payer, PERMIT2_ADDRESS) < (
+            verified.permit.ceiling
+        ):
+            # The payer's EIP-2612 nonce goes with the refusal: an agent without a node of its own
+            # can sign the permit with it (a wrong one only makes the permit fail).
+            nonce = await permit_nonce(rpc, token, verified.payer)
+            refusal = PaymentRefusal(
+                reasons.PERMIT2_ALLOWANCE_REQUIRED,
+                "the payer has not approved Permit2: approve it once, or sign an EIP-2612 permit "
+                f"({EIP2612_EXTENSION})",
+            )
+            refusal.details = {EIP2612_EXTENSION: {"info": {"from": verified.payer, "nonce": str(nonce)}}}
+            return refusal
+        held = await balance_of(rpc, token, verified.payer)
+        return PaymentRefusal(reasons.PERMIT2_INSUFFICIENT_BALANCE, f"the payer holds {held}, less than the ceiling")
+
+    async def authorize(self, request: SettleRequest) -> SettleOutcome:
+        """Step 1: verify, simulate and claim; ``authorized`` (or the outcome the authorization has)."""
+        network = request.accepted.network
+        payload = request.payload
+        if not isinstance(payload, UptoPaymentPayload):
+            return failed(network, reasons.INVALID_SCHEME, "an exact payload cannot pay upto terms")
+        try:
+            verified = self.verify(request.accepted, payload, request.terms)
+        except PaymentRefusal as refusal:
+            return failed(network, refusal.reason, refusal.message)
+        if request.known_only:  # the challenge expired: only a payment already made is answered
+            existing = await self._load(verified)
+            if existing is None:
+                return failed(network, reasons.CHALLENGE_EXPIRED, "the challenge has expired; pay the new one")
+            return await self._join(existing, request, verified)
+        if not verified.chain.relayer.available:
+            return unavailable(network)
+        # The simulation (no side effects) and the claim go out at once, as for exact payments; a
+        # claim whose simulation fails is withdrawn.
+        transfer = verified.transfer(verified.permit.ceiling)
+        simulation = verified.chain.relayer.simulate_soon(transfer.to, transfer.calldata)
+        row = self._new_claim(request, verified)
+        try:
+            won = await self.service.writes.claim(row.row())
+        except BaseException:
+            simulation.cancel()
+            raise
+        if not won:  # claimed already: by this payment (a retry), or another with its nonce
+            simulation.cancel()
+            existing = await self._load(verified)
+            if existing is None:
+                return unavailable(network)
+            return await self._join(existing, request, verified)
+        try:
+            await self._simulated(verified, simulation)
+        except PaymentRefusal as refusal:
+            await self._withdraw(row.id)
+            outcome = failed(network, refusal.reason, refusal.message)
+            if refusal.details:
+                response = outcome.response.model_copy(update={"extensions": refusal.details})
+                outcome = SettleOutcome("failed", response, outcome.message)
+            return outcome
+        except BaseException as exc:
+            await self._withdraw(row.id)
+            if isinstance(exc, ChainUnavailable) or unreachable(exc):
+                return unavailable(network)
+            raise
+        return outcome_for(row)
+
+    async def _withdraw(self, payment_id: str) -> None:
+        """Delete a claim that is still only authorized (its simulation refused it): nothing was held."""
+        table = tables.agent_payments
+        async with self.service.engine.begin() as conn:
+            await conn.execute(delete(table).where(table.c.id == payment_id, table.c.status == "authorized"))
+
+    async def capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
+        """Step 2: settle ``amount`` (0 … the ceiling) on the authorization ``request`` carries,
+        once; any later call gets the outcome of the first."""
+        network = request.accepted.network
+        payload = request.payload
+        if not isinstance(payload, UptoPaymentPayload):
+            return failed(network, reasons.INVALID_SCHEME, "an exact payload cannot pay upto terms")
+        try:
+            verified = self.verify(request.accepted, payload, request.terms, settle_amount=amount, held=True)
+        except PaymentRefusal as refusal:
+            return failed(network, refusal.reason, refusal.message)
+        started = time.perf_counter()
+        # The claim this payload holds goes from authorized to claimed with the usage, only if it
+        # is still authorized (a retry, or another process, finds it taken): in one batched write.
+        taken = await self.service.writes.capture(
+            {
+                "chain_id": verified.chain.chain_id,
+                "asset": verified.asset,
+                "payer": verified.payer,
+                "nonce": "0x" + _nonce_bytes(verified.permit.nonce).hex(),
+                "payload_hash": verified.payload_hash,
+                "merchant_id": request.merchant_id,
+            },
+            amount,
+        )
+        if taken is not None:
+            return await self._captured(AgentPayment.model_validate(taken), request, verified, amount, started)
+        existing = await self._load(verified)
+        if existing is None:
+            return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
+        return await self._join(existing, request, verified)
+
+    async def settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
+        """Both steps at once (the facilitator's ``/settle``): ``request.accepted.amount`` is the
+        amount to settle, the payload's ``permitted.amount`` the ceiling."""
+        payload = request.payload
+        network = request.accepted.network
+        if not isinstance(payload, UptoPaymentPayload):
+            return failed(network, reasons.INVALID_SCHEME, "an exact payload cannot pay upto terms")
+        ceiling = payload.payload.permit2_authorization.permitted.amount
+        if amount > ceiling:
+            return failed(network, reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT, "the amount exceeds the signed ceiling")
+        authorize = dataclasses.replace(request, accepted=request.accepted.model_copy(update={"amount": ceiling}))
+        outcome = await self.authorize(authorize)
+        if outcome.status != "authorized":
+            return outcome
+        return await self.capture(authorize, amount)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    async def _load(self, verified: VerifiedUpto) -> AgentPayment | None:
+        return await self.service.writes.load_by_authorization(
+            verified.chain.chain_id, verified.asset, verified.payer, _nonce_bytes(verified.permit.nonce)
+        )
+
+    def _new_claim(self, request: SettleRequest, verified: VerifiedUpto) -> Claimed:
+        asset = verified.chain.network.asset_by_address(request.accepted.asset)
+        now = self.service.clock.now()
+        permit: dict[str, Any] = {"facilitator": verified.permit.facilitator}
+        if verified.permit2612 is not None:
+            value, deadline, r, s, v = verified.permit2612
+            permit["permit2612"] = [str(value), str(deadline), "0x" + r.hex(), "0x" + s.hex(), v]
+        return Claimed(
+            id=new_id(),
+            merchant_id=request.merchant_id,
+            endpoint_id=request.endpoint_id,
+            challenge_id=request.challenge_id,
+            livemode=request.livemode,
+            chain_id=verified.chain.chain_id,
+            asset=request.accepted.asset,
+            currency=asset.symbol if asset else "",
+            payer=verified.payer,
+            nonce="0x" + _nonce_bytes(verified.permit.nonce).hex(),
+            pay_to=verified.permit.to,
+            amount_minor=0,
+            payload_hash=verified.payload_hash,
+            resource=request.resource[:2048],
+            release_policy=request.release_policy,
+            status="authorized",
+            created_at=now,
+            signature="0x" + verified.signature.hex(),
+            valid_after=verified.permit.valid_after,
+            valid_before=verified.permit.deadline,
+            locked_until=now + self.lease,
+            scheme="upto",
+            ceiling_minor=verified.permit.ceiling,
+            permit=permit,
+        )
+
+    async def _join(self, existing: AgentPayment, request: SettleRequest, verified: VerifiedUpto) -> SettleOutcome:
+        """The authorization is claimed already: by this payload and merchant, it answers its outcome."""
+        network = request.accepted.network
+        if existing.payload_hash != verified.payload_hash or existing.merchant_id != request.merchant_id:
+            return failed(network, reasons.PERMIT2_NONCE_USED, "this Permit2 nonce has already been used")
+        if existing.status != "authorized":
+            key = _key(existing)
+            running = await self.service.join_running(key, existing.id, network, request.wait_seconds)
+            if running is not None:
+                return running
+            answered = self.service.releases.answered(existing.id)
+            if answered is not None or existing.status in ("settled", "failed"):
+                return answered or outcome_for(existing)
+            return await self.service.recovery.finish(existing, wait=min(request.wait_seconds, 5.0))
+        # Authorized and not captured: the request holding it is being served, or gave it up.
+        now = self.service.clock.now()
+        async with self.service.engine.begin() as conn:
+            taken = await conn.execute(
+                update(tables.agent_payments)
+                .where(
+                    tables.agent_payments.c.id == existing.id,
+                    tables.agent_payments.c.status == "authorized",
+                    tables.agent_payments.c.locked_until <= now,
+                )
+                .values(locked_until=now + self.lease)
+            )
+        if taken.rowcount == 1:
+            return outcome_for(existing)
+        outcome = outcome_for(existing)
+        response = outcome.response.model_copy(update={"error_reason": reasons.SETTLEMENT_PENDING})
+        return SettleOutcome("pending", response, "another request is being served with this payment", existing.id)
+
+    async def _captured(
+        self, row: AgentPayment, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
+    ) -> SettleOutcome:
+        if amount == 0:  # nothing to move: settled for 0, no transaction
+            return self.service.releases.release(row, None, "", started, started, started, request.challenge)
+        # Not simulated again (it was, for the whole ceiling, when authorized): a payer whose balance
+        # fell below the usage since is refused by the chain (the transfer reverts, and fails).
+        transfer = transfer_of(row)  # with the EIP-2612 permit the claim kept, if any
+        assert transfer is not None  # an upto claim keeps its signature
+        work = self.service.execute(row, request, verified.chain, transfer, started, revert_reason=upto_revert_reason)
+        return await self.service.run_settlement(
+            _key(row), row.id, request.accepted.network, request.wait_seconds, work
+        )
+
+
+def _nonce_bytes(nonce: int) -> bytes:
+    return nonce.to_bytes(32, "big")
+
+
+def _key(row: AgentPayment) -> str:
+    return authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
