@@ -23,7 +23,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.fields import NO_NUL, Email, HttpUrl, http_url
+from x402mw.platform.http.fields import NO_NUL, Email, HttpUrl, amount_schema, http_url
 from x402mw.platform.http.pagination import list_page
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, TEXT, ApiRoute, Operation, query
@@ -31,6 +31,7 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import PaymentIntent, PaymentIntentEnvelope, PaymentIntentList
 from x402mw.platform.services.payment_intents import (
     DECIMALS,
+    ORDER_AMOUNTS,
     cancel_payment_intent,
     find_payment_intent,
     parse_amount,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["PaymentIntentCreate", "require_takeable", "routes", "sent_text"]
 
 Currency = Literal["USDC", "USDT", "EURC"]
+OrderAmount = Annotated[int, WithJsonSchema(amount_schema(ORDER_AMOUNTS))]
+"""An order's amount: a decimal string or a JSON number, parsed (`parse_amount`) before validation."""
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 50, 40, 500
 
 
@@ -188,7 +191,7 @@ class PaymentIntentCreate(BaseModel):
         max_length=200,
         description="the order's id in the merchant's system, 1–200 characters, unique per merchant and mode",
     )
-    amount: int = Field(
+    amount: OrderAmount = Field(
         description="decimal amount, greater than 0, at most 6 decimals and 1,000,000,000; a string such as "
         '`"12.50"` is recommended, JSON numbers are read exactly (never as floats)'
     )

@@ -20,6 +20,7 @@ from x402mw.platform.api.payment_intents import (
     _CREATE_RULES,
     _METADATA_SCHEMA,
     Currency,
+    OrderAmount,
     PaymentMethodsIn,
     _metadata,
     require_takeable,
@@ -80,7 +81,7 @@ class PaymentLinkCreate(BaseModel):
         pattern=r"^[^\x00]*$",
         description="what the link sells, shown to the merchant (1–200 characters)",
     )
-    amount: int = Field(description="decimal amount, as for payment intents; answered as sent")
+    amount: OrderAmount = Field(description="decimal amount, as for payment intents; answered as sent")
     currency: Currency = Field(description="the primary coin")
     acceptedCurrencies: list[Currency] | None = Field(
         default=None,

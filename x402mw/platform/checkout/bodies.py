@@ -1,7 +1,5 @@
-"""The request bodies of the public checkout endpoints (`x402mw.platform.checkout`): defined at the
-API's level, with the fields they share with the merchant API, so that the OpenAPI document
-(`x402mw.platform.openapi.document`) describes them without importing the checkout, which is built on
-the API's plumbing."""
+"""The request bodies of the public checkout endpoints (`x402mw.platform.checkout.api`), each field
+described for the OpenAPI document (`x402mw.platform.openapi.document`) where it is declared."""
 
 from __future__ import annotations
 

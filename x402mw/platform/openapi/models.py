@@ -10,9 +10,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from x402mw.platform.http.fields import MINOR_SCHEMA, NO_NUL, amount_schema, minor_units
+from x402mw.platform.http.fields import MINOR_SCHEMA, NO_NUL, minor_units
 from x402mw.platform.openapi.schemas import REF, TEXT, Schema, ref
-from x402mw.platform.services.payment_intents import ORDER_AMOUNTS
 
 __all__ = ["JSON_VALUE", "model_schemas"]
 
@@ -97,11 +96,8 @@ class _WireJsonSchema(GenerateJsonSchema):
         return answer
 
 
-# SettleBody reads these two as dicts and validates them itself, with the models referenced here;
-# an order's amount is parsed from its decimal string before validation.
+# SettleBody reads these two as dicts and validates them itself, with the models referenced here.
 _PROPERTY_OVERRIDES: dict[str, dict[str, Schema]] = {
-    "PaymentIntentCreate": {"amount": amount_schema(ORDER_AMOUNTS)},
-    "PaymentLinkCreate": {"amount": amount_schema(ORDER_AMOUNTS)},
     "Authorization": {"nonce": {"type": "string", "pattern": "^0[xX][0-9a-fA-F]{64}$"}},
     "SettleBody": {
         "accepted": {"$ref": REF.format(model="PaymentRequirements")},
