@@ -95,9 +95,9 @@ class Answer:
 @dataclass(frozen=True, kw_only=True)
 class Operation:
     """What the OpenAPI document says of one route: its id, tag, summary and description; the
-    response model it answers with ``status`` and the error statuses it documents; the body model it
-    validates and the parameters it reads (query and header parameters, as `query` and `header`
-    make them)."""
+    response model it answers with ``status`` (and that answer's ``headers``), the error statuses it
+    documents and any other ``answers``; the body model it validates and the parameters it reads
+    (query and header parameters, as `query` and `header` make them)."""
 
     id: str
     tag: str

@@ -227,8 +227,8 @@ def _add_links(paths: dict[str, Schema]) -> None:
 
 
 def _with_answers(paths: dict[str, Schema]) -> dict[str, Schema]:
-    """Puts in place of each operation's response model (`operation`'s ``answer``) the schema
-    generated from it; the components those schemas reference, by name."""
+    """Puts in place of each response model (an `Operation`'s ``answer``, an `Answer`'s ``model``) the
+    schema generated from it; the components those schemas reference, by name."""
     contents = [
         response["content"]["application/json"]
         for item in paths.values()

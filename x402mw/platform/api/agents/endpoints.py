@@ -78,13 +78,19 @@ class EndpointCreate(_EndpointFields):
     )
     payoutAddress: NonZeroAddress = Field(description="EVM address receiving the funds; snapshotted in each challenge")
     pricingMode: Literal["fixed", "dynamic", "metered"] = Field(
-        default="fixed", description="`fixed`, or `dynamic` (the middleware's amount callback prices each request)"
+        default="fixed",
+        description="`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
+        "(the handler reports what each request used, up to `maxAmountMinor`)",
     )
     amountMinor: MinorUnits | None = Field(
         default=None,
         description='integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
     )
-    maxAmountMinor: MinorUnits | None = None
+    maxAmountMinor: MinorUnits | None = Field(
+        default=None,
+        description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
+        "sign); required with `metered` pricing, and only then",
+    )
     releasePolicy: Literal["included", "confirmed"] = Field(
         default="included",
         description="`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
@@ -129,13 +135,19 @@ class EndpointUpdate(_EndpointFields, PatchBody):
         default=None, description="EVM address receiving the funds; snapshotted in each challenge"
     )
     pricingMode: Literal["fixed", "dynamic", "metered"] | None = Field(
-        default=None, description="`fixed`, or `dynamic` (the middleware's amount callback prices each request)"
+        default=None,
+        description="`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
+        "(the handler reports what each request used, up to `maxAmountMinor`)",
     )
     amountMinor: MinorUnits | None = Field(
         default=None,
         description='integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
     )
-    maxAmountMinor: MinorUnits | None = None
+    maxAmountMinor: MinorUnits | None = Field(
+        default=None,
+        description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
+        "sign); only for a `metered` endpoint",
+    )
     releasePolicy: Literal["included", "confirmed"] | None = Field(
         default=None,
         description="`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
