@@ -116,7 +116,7 @@ async def advance(request: Request) -> ModelResponse:
     return ModelResponse(TestClockEnvelope(test_clock=clock_of(clock)))
 
 
-TAG = "Test clocks"
+_TAG = "Test clocks"
 routes = [
     ApiRoute(
         "POST",
@@ -124,7 +124,7 @@ routes = [
         create,
         Operation(
             id="createTestClock",
-            tag=TAG,
+            tag=_TAG,
             summary="Create a test clock",
             description="Test keys only (400 `livemode_not_allowed`).",
             answer=TestClockEnvelope,
@@ -137,7 +137,7 @@ routes = [
         "/test-clocks/{test_clock_id}",
         retrieve,
         Operation(
-            id="retrieveTestClock", tag=TAG, summary="Retrieve a test clock", answer=TestClockEnvelope, errors=(404,)
+            id="retrieveTestClock", tag=_TAG, summary="Retrieve a test clock", answer=TestClockEnvelope, errors=(404,)
         ),
     ),
     ApiRoute(
@@ -146,7 +146,7 @@ routes = [
         advance,
         Operation(
             id="advanceTestClock",
-            tag=TAG,
+            tag=_TAG,
             summary="Advance a test clock",
             description="Moves the clock forward and answers once every renewal invoice, reminder, period end, "
             "cancellation and expiry that falls due on its subscriptions up to the new time has run, "

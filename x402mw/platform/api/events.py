@@ -91,7 +91,7 @@ async def redeliver_event(request: Request) -> ModelResponse:
     return ModelResponse(Redelivery(id=row["id"], redelivered=count))
 
 
-TAG = "Events"
+_TAG = "Events"
 routes = [
     ApiRoute(
         "GET",
@@ -99,7 +99,7 @@ routes = [
         list_events,
         Operation(
             id="listEvents",
-            tag=TAG,
+            tag=_TAG,
             summary="List events",
             description="Newest first.",
             answer=EventList,
@@ -113,7 +113,7 @@ routes = [
         retrieve,
         Operation(
             id="retrieveEvent",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve an event and its deliveries",
             answer=EventWithDeliveriesEnvelope,
             errors=(404,),
@@ -125,7 +125,7 @@ routes = [
         redeliver_event,
         Operation(
             id="redeliverEvent",
-            tag=TAG,
+            tag=_TAG,
             summary="Redeliver an event",
             description="Owes the event again, from now and for three more days, to every enabled endpoint whose "
             "filter matches; `redelivered` counts them. Takes no parameters.",

@@ -209,7 +209,7 @@ def _tokens(chain: ChainHandle) -> list[SupportedToken]:
     ]
 
 
-TAG = "Facilitator"
+_TAG = "Facilitator"
 routes = [
     ApiRoute(
         "POST",
@@ -217,7 +217,7 @@ routes = [
         verify,
         Operation(
             id="facilitatorVerify",
-            tag=TAG,
+            tag=_TAG,
             summary="Verify a payment (x402 facilitator)",
             description="Checks the signature, terms and the payer's balance without settling. A payment it refuses "
             "is a 200 with `isValid: false` and the reason in `invalidReason`. Requirements carrying another "
@@ -233,7 +233,7 @@ routes = [
         settle,
         Operation(
             id="facilitatorSettle",
-            tag=TAG,
+            tag=_TAG,
             summary="Settle a payment (x402 facilitator)",
             description="A refused payment is a 200 with `success: false` and the reason in `errorReason`. A "
             "settlement still pending after 30 s answers `success: false`, `errorReason: "
@@ -252,7 +252,7 @@ routes = [
         supported,
         Operation(
             id="facilitatorSupported",
-            tag=TAG,
+            tag=_TAG,
             summary="List supported payment kinds (x402 facilitator)",
             answer=SupportedKinds,
             public=True,

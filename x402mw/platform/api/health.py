@@ -50,14 +50,14 @@ async def ready(request: Request) -> ModelResponse:
     return ModelResponse(body, status_code=200 if ok else 503, headers=None if ok else {"Retry-After": "2"})
 
 
-TAG = "Health"
+_TAG = "Health"
 routes = [
     ApiRoute(
         "GET",
         "/health",
         health,
         Operation(
-            id="getHealth", tag=TAG, summary="Platform health", answer=HealthStatus, public=True, standalone=True
+            id="getHealth", tag=_TAG, summary="Platform health", answer=HealthStatus, public=True, standalone=True
         ),
     )
 ]
@@ -68,7 +68,7 @@ probe_routes = [
         health,
         Operation(
             id="getHealthz",
-            tag=TAG,
+            tag=_TAG,
             summary="Platform health (probe path)",
             answer=HealthStatus,
             public=True,
@@ -81,7 +81,7 @@ probe_routes = [
         ready,
         Operation(
             id="getReadiness",
-            tag=TAG,
+            tag=_TAG,
             summary="Readiness (probe path)",
             description="Whether the platform can take payments now: its database answers and each chain's node can "
             "be reached. 200 when all can, else 503 with the same body naming what cannot (new payments, orders "

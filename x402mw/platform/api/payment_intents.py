@@ -360,7 +360,7 @@ async def list_payment_intents(request: Request) -> ModelResponse:
     return ModelResponse(PaymentIntentList(data=data, has_more=more))
 
 
-TAG = "Payment intents"
+_TAG = "Payment intents"
 routes = [
     ApiRoute(
         "POST",
@@ -368,7 +368,7 @@ routes = [
         create,
         Operation(
             id="createPaymentIntent",
-            tag=TAG,
+            tag=_TAG,
             summary="Create a payment intent",
             description="Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
             "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
@@ -386,7 +386,7 @@ routes = [
         list_payment_intents,
         Operation(
             id="listPaymentIntents",
-            tag=TAG,
+            tag=_TAG,
             summary="List payment intents",
             description="Newest first; with `orderId`, the merchant's order with that id (a list of at most one).",
             answer=PaymentIntentList,
@@ -403,7 +403,7 @@ routes = [
         retrieve,
         Operation(
             id="retrievePaymentIntent",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve a payment intent",
             answer=PaymentIntentEnvelope,
             errors=(404,),
@@ -415,7 +415,7 @@ routes = [
         cancel,
         Operation(
             id="cancelPaymentIntent",
-            tag=TAG,
+            tag=_TAG,
             summary="Cancel a payment intent",
             description="Only from `requires_payment` (otherwise 409 `payment_intent_unexpected_state`); writes "
             "`payment_intent.canceled` and releases a fixed transfer address.",

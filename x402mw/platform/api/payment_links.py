@@ -200,7 +200,7 @@ async def list_links(request: Request) -> ModelResponse:
     return ModelResponse(PaymentLinkList(data=data, has_more=more))
 
 
-TAG = "Payment links"
+_TAG = "Payment links"
 routes = [
     ApiRoute(
         "POST",
@@ -208,7 +208,7 @@ routes = [
         create,
         Operation(
             id="createPaymentLink",
-            tag=TAG,
+            tag=_TAG,
             summary="Create a payment link",
             description="Hand `checkoutUrl` (or `slugUrl`) to buyers. 409 `slug_taken` when another of your links "
             "has the slug; 400 `currency_unavailable` when no chain of the platform carries a coin.",
@@ -224,7 +224,7 @@ routes = [
         list_links,
         Operation(
             id="listPaymentLinks",
-            tag=TAG,
+            tag=_TAG,
             summary="List payment links",
             description="Newest first.",
             answer=PaymentLinkList,
@@ -238,7 +238,7 @@ routes = [
         retrieve,
         Operation(
             id="retrievePaymentLink",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve a payment link",
             answer=PaymentLinkEnvelope,
             errors=(404,),
@@ -250,7 +250,7 @@ routes = [
         update,
         Operation(
             id="updatePaymentLink",
-            tag=TAG,
+            tag=_TAG,
             summary="Update a payment link",
             description="Rename it, or deactivate it (`active: false`): its page then says it is no longer active and "
             "opening it answers 409 `payment_link_inactive`.",

@@ -62,7 +62,7 @@ async def list_refunds(request: Request) -> ModelResponse:
     return ModelResponse(RefundList(data=data, has_more=more))
 
 
-TAG = "Refunds"
+_TAG = "Refunds"
 routes = [
     ApiRoute(
         "POST",
@@ -70,7 +70,7 @@ routes = [
         create,
         Operation(
             id="createRefund",
-            tag=TAG,
+            tag=_TAG,
             summary="Refund a payment intent",
             description="Refunds everything the order received to the wallet that paid it, from the treasury "
             "through the relayer. Reserves the amount from the available balance atomically (422 "
@@ -89,7 +89,7 @@ routes = [
         list_refunds,
         Operation(
             id="listRefunds",
-            tag=TAG,
+            tag=_TAG,
             summary="List refunds",
             description="Newest first; with `paymentId`, the refunds of that payment intent.",
             answer=RefundList,
@@ -101,6 +101,6 @@ routes = [
         "GET",
         "/refunds/{refund_id}",
         retrieve,
-        Operation(id="retrieveRefund", tag=TAG, summary="Retrieve a refund", answer=RefundEnvelope, errors=(404,)),
+        Operation(id="retrieveRefund", tag=_TAG, summary="Retrieve a refund", answer=RefundEnvelope, errors=(404,)),
     ),
 ]

@@ -202,7 +202,7 @@ async def simulate(platform: Platform, caller: Caller, payment_id: str, body: Si
     )
 
 
-TAG = "Sandbox"
+_TAG = "Sandbox"
 routes = [
     ApiRoute(
         "POST",
@@ -210,7 +210,7 @@ routes = [
         faucet,
         Operation(
             id="sandboxFaucet",
-            tag=TAG,
+            tag=_TAG,
             summary="Mint test coins",
             description="Test keys only. Mints test USDC or EURC on the dev chain or on a local node whose token "
             "minter the platform holds.",
@@ -224,7 +224,7 @@ routes = [
         simulate_payment,
         Operation(
             id="sandboxSimulatePayment",
-            tag=TAG,
+            tag=_TAG,
             summary="Simulate a payment",
             description="Test keys only. Sends a real transfer from a fresh wallet to the order's deposit address on "
             "a test chain and answers once the platform has seen it. 409 `payment_intent_unexpected_state` "

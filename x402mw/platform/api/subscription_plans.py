@@ -181,7 +181,7 @@ async def list_plans(request: Request) -> ModelResponse:
     return ModelResponse(SubscriptionPlanList(data=data, has_more=more))
 
 
-TAG = "Subscription plans"
+_TAG = "Subscription plans"
 routes = [
     ApiRoute(
         "POST",
@@ -189,7 +189,7 @@ routes = [
         create,
         Operation(
             id="createSubscriptionPlan",
-            tag=TAG,
+            tag=_TAG,
             summary="Create a plan",
             description="Send customers to its `checkoutUrl` (the hosted subscribe page), or open subscriptions with "
             "`POST /v1/subscriptions`. 409 `slug_taken` when another of your plans has the slug; 400 "
@@ -206,7 +206,7 @@ routes = [
         list_plans,
         Operation(
             id="listSubscriptionPlans",
-            tag=TAG,
+            tag=_TAG,
             summary="List plans",
             description="Newest first.",
             answer=SubscriptionPlanList,
@@ -223,7 +223,7 @@ routes = [
         retrieve,
         Operation(
             id="retrieveSubscriptionPlan",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve a plan",
             answer=SubscriptionPlanEnvelope,
             errors=(404,),
@@ -235,7 +235,7 @@ routes = [
         update,
         Operation(
             id="updateSubscriptionPlan",
-            tag=TAG,
+            tag=_TAG,
             summary="Update a plan",
             description="`name`, `amount`, `active` and `graceDays`. A new amount applies to invoices opened "
             "afterwards; invoices already open keep theirs.",

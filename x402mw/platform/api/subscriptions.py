@@ -177,7 +177,7 @@ async def cancel(request: Request) -> ModelResponse:
     return ModelResponse(SubscriptionEnvelope(subscription=_subscription(platform, row)))
 
 
-TAG = "Subscriptions"
+_TAG = "Subscriptions"
 routes = [
     ApiRoute(
         "POST",
@@ -185,7 +185,7 @@ routes = [
         create,
         Operation(
             id="createSubscription",
-            tag=TAG,
+            tag=_TAG,
             summary="Open a subscription",
             description="201 with a new subscription in `incomplete`, its first invoice and that invoice's payment "
             "order: send the customer to `paymentIntent.checkoutUrl`. When the customer has an open "
@@ -210,7 +210,7 @@ routes = [
         list_subscriptions,
         Operation(
             id="listSubscriptions",
-            tag=TAG,
+            tag=_TAG,
             summary="List subscriptions",
             description="Newest first, optionally of one customer, one plan, or in one status.",
             answer=SubscriptionList,
@@ -233,7 +233,7 @@ routes = [
         retrieve,
         Operation(
             id="retrieveSubscription",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve a subscription",
             answer=SubscriptionEnvelope,
             errors=(404,),
@@ -245,7 +245,7 @@ routes = [
         list_invoices,
         Operation(
             id="listSubscriptionInvoices",
-            tag=TAG,
+            tag=_TAG,
             summary="List a subscription's invoices",
             description="One per billing period, newest first.",
             answer=InvoiceList,
@@ -259,7 +259,7 @@ routes = [
         cancel,
         Operation(
             id="cancelSubscription",
-            tag=TAG,
+            tag=_TAG,
             summary="Cancel a subscription",
             description="Now by default: `canceled`, its open invoice voided and that invoice's payment order "
             "cancelled, `subscription.canceled` sent. With `atPeriodEnd: true`, an active subscription gets "

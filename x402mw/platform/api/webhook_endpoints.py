@@ -277,7 +277,7 @@ async def list_webhook_endpoints(request: Request) -> ModelResponse:
     return ModelResponse(WebhookEndpointList(data=data, has_more=more))
 
 
-TAG = "Webhook endpoints"
+_TAG = "Webhook endpoints"
 routes = [
     ApiRoute(
         "POST",
@@ -285,7 +285,7 @@ routes = [
         create,
         Operation(
             id="createWebhookEndpoint",
-            tag=TAG,
+            tag=_TAG,
             summary="Create a webhook endpoint",
             description="Answers the signing `secret` (`whsec_…`): store it now, reads never show it again.",
             answer=WebhookEndpointEnvelope,
@@ -299,7 +299,7 @@ routes = [
         list_webhook_endpoints,
         Operation(
             id="listWebhookEndpoints",
-            tag=TAG,
+            tag=_TAG,
             summary="List webhook endpoints",
             description="Newest first.",
             answer=WebhookEndpointList,
@@ -313,7 +313,7 @@ routes = [
         retrieve,
         Operation(
             id="retrieveWebhookEndpoint",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve a webhook endpoint",
             answer=WebhookEndpointEnvelope,
             errors=(404,),
@@ -325,7 +325,7 @@ routes = [
         update,
         Operation(
             id="updateWebhookEndpoint",
-            tag=TAG,
+            tag=_TAG,
             summary="Update a webhook endpoint",
             description="An endpoint answering 410 is disabled by the platform; enable it again here.",
             answer=WebhookEndpointEnvelope,
@@ -339,7 +339,7 @@ routes = [
         remove,
         Operation(
             id="deleteWebhookEndpoint",
-            tag=TAG,
+            tag=_TAG,
             summary="Delete a webhook endpoint",
             description="Its pending deliveries are dropped.",
             answer=DeletedWebhookEndpoint,
@@ -352,7 +352,7 @@ routes = [
         rotate_secret,
         Operation(
             id="rotateWebhookSecret",
-            tag=TAG,
+            tag=_TAG,
             summary="Rotate the signing secret",
             description="Answers the new secret. Until `expiresInSeconds` have passed, deliveries carry one "
             "signature per valid secret, so receivers can switch without dropping events.",

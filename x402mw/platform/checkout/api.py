@@ -137,7 +137,7 @@ async def prepare(request: Request) -> ModelResponse:
     return ModelResponse(answer, headers=headers)
 
 
-TAG = "Checkout"
+_TAG = "Checkout"
 routes = [
     ApiRoute(
         "GET",
@@ -145,7 +145,7 @@ routes = [
         retrieve,
         Operation(
             id="retrieveCheckoutPaymentIntent",
-            tag=TAG,
+            tag=_TAG,
             summary="Read a payment intent for checkout",
             answer=CheckoutPaymentIntent,
             public=True,
@@ -160,7 +160,7 @@ routes = [
         attempt,
         Operation(
             id="createCheckoutAttempt",
-            tag=TAG,
+            tag=_TAG,
             summary="Choose how to pay",
             description="Validates the buyer's choice against the order (400 `unsupported_chain`, "
             "`unsupported_currency` or `payment_method_unavailable`, naming `param`) and answers the payment "
@@ -181,7 +181,7 @@ routes = [
         transfer_status,
         Operation(
             id="checkCheckoutTransferStatus",
-            tag=TAG,
+            tag=_TAG,
             summary="Check for a transfer",
             description="Looks for money at the order's deposit address now (the platform's worker also does every "
             "few seconds) and answers the order as it then is. No body, or `{}`.",
@@ -198,7 +198,7 @@ routes = [
         sync,
         Operation(
             id="syncCheckoutTransaction",
-            tag=TAG,
+            tag=_TAG,
             summary="Report a wallet's transaction",
             description="The buyer's wallet sent a transfer to the deposit address: waits up to 10 s for it to be "
             "mined, looks for the money, and answers the order as it then is.",
@@ -216,7 +216,7 @@ routes = [
         authorizations,
         Operation(
             id="createCheckoutAuthorization",
-            tag=TAG,
+            tag=_TAG,
             summary="Pay with a wallet's signed authorization (gasless)",
             description="The wallet signed the EIP-3009 `TransferWithAuthorization` that `attempts` (`method: "
             "wallet`) answered; the platform checks it like an agent payment and relays it, paying the gas, then "
@@ -244,7 +244,7 @@ routes = [
         prepare,
         Operation(
             id="prepareCheckoutPayment",
-            tag=TAG,
+            tag=_TAG,
             summary="Prepare a transfer (legacy, deprecated)",
             description="Kept for old integrations; use `attempts`. Answers what a transfer `attempts` answers, for "
             "`network` and `currency` (each optional), with `Deprecation: true` and `Link: <…>; "

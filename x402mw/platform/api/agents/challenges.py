@@ -163,7 +163,7 @@ class _ChallengeIdConvertor(StringConvertor):
 
 register_url_convertor("challenge_id", _ChallengeIdConvertor())
 
-TAG = "Challenges"
+_TAG = "Challenges"
 routes = [
     ApiRoute(
         "POST",
@@ -171,7 +171,7 @@ routes = [
         register_batch,
         Operation(
             id="recordChallenges",
-            tag=TAG,
+            tag=_TAG,
             summary="Record issued challenges",
             description="The seller middleware issues challenges locally and sends them here in background batches.",
             answer=ChallengeBatchResult,
@@ -185,7 +185,7 @@ routes = [
         retrieve,
         Operation(
             id="retrieveChallenge",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve a challenge and its payment",
             answer=AgentChallengeEnvelope,
             errors=(404,),
@@ -199,7 +199,7 @@ legacy_routes = [
         retrieve,
         Operation(
             id="retrieveChallengeLegacy",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve a challenge (legacy path)",
             description="Legacy alias `{api_host}/merchant/v1/agent/challenges/{challenge_id}` of "
             "`GET /v1/agent/challenges/{challenge_id}`, with the same answer.",

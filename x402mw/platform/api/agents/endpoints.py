@@ -394,7 +394,7 @@ async def list_endpoints(request: Request) -> ModelResponse:
     return ModelResponse(objects.AgentEndpointList(data=data, has_more=more))
 
 
-TAG = "Agent endpoints"
+_TAG = "Agent endpoints"
 routes = [
     ApiRoute(
         "POST",
@@ -402,7 +402,7 @@ routes = [
         create,
         Operation(
             id="createAgentEndpoint",
-            tag=TAG,
+            tag=_TAG,
             summary="Create an agent endpoint",
             description="A test key may only use test networks, a live key only live ones (`400 livemode_mismatch`).",
             answer=objects.AgentEndpointEnvelope,
@@ -416,7 +416,7 @@ routes = [
         list_endpoints,
         Operation(
             id="listAgentEndpoints",
-            tag=TAG,
+            tag=_TAG,
             summary="List agent endpoints",
             description="Newest first. An unknown cursor id is a 404.",
             answer=objects.AgentEndpointList,
@@ -430,7 +430,7 @@ routes = [
         retrieve,
         Operation(
             id="retrieveAgentEndpoint",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve an agent endpoint",
             description="The answer carries an `ETag`; sent back in `If-None-Match`, it is answered `304` without "
             "a body while the endpoint is unchanged (the seller middleware revalidates its terms so).",
@@ -447,7 +447,7 @@ routes = [
         update,
         Operation(
             id="updateAgentEndpoint",
-            tag=TAG,
+            tag=_TAG,
             summary="Update an agent endpoint",
             description="Any field but `chainId` and `currency`. A new `payoutAddress` applies to challenges issued "
             "afterwards; payments of challenges issued before still settle to the old one. 409 "

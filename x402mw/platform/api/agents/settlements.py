@@ -263,7 +263,7 @@ async def usage(request: Request) -> ModelResponse:
     return ModelResponse(objects.AgentUsageEnvelope(usage=answer))
 
 
-TAG = "Agent payments"
+_TAG = "Agent payments"
 routes = [
     ApiRoute(
         "POST",
@@ -271,7 +271,7 @@ routes = [
         settle,
         Operation(
             id="settleAgentPayment",
-            tag=TAG,
+            tag=_TAG,
             summary="Settle a paid request",
             description="Called by the seller middleware once per paid request. Verifies the payment, settles it "
             "on-chain with the relayer paying the gas, and answers a signed receipt. A refused "
@@ -291,7 +291,7 @@ routes = [
         release,
         Operation(
             id="releaseAgentPayment",
-            tag=TAG,
+            tag=_TAG,
             summary="Release a held payment",
             description="Called by the seller's MCP adapter when a paid tool failed: the payment held with "
             "`hold: true` is given up, nothing is taken, and its authorization may be used again. "
@@ -306,7 +306,7 @@ routes = [
         list_payments,
         Operation(
             id="listAgentPayments",
-            tag=TAG,
+            tag=_TAG,
             summary="List agent payments",
             description="Settled and failed agent payments, newest first.",
             answer=objects.AgentPaymentList,
@@ -320,7 +320,7 @@ routes = [
         retrieve_payment,
         Operation(
             id="retrieveAgentPayment",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve an agent payment",
             answer=objects.AgentPaymentEnvelope,
             errors=(404,),
@@ -332,7 +332,7 @@ routes = [
         usage,
         Operation(
             id="retrieveAgentUsage",
-            tag=TAG,
+            tag=_TAG,
             summary="Retrieve monthly usage",
             description="Settlements, volume per coin and the planned fee: the first 1,000 settlements a month are "
             "free, then per settlement the larger of 0.005 and 0.3 % of its amount. Nothing is billed "
