@@ -10,10 +10,9 @@ under the caller, linked to its challenge when it has one.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform import metrics
 from x402mw.platform.api.agents.settlements import conflict_error, unavailable_error
@@ -23,6 +22,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.http.bodies import parse_body, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
 from x402mw.platform.services.chains import ChainHandle
@@ -31,7 +31,13 @@ from x402mw.platform.services.settlement.outcomes import unavailable
 from x402mw.platform.services.settlement.service import IdentifierConflict, PaymentRefusal, SettleRequest
 from x402mw.platform.services.settlement.upto import EIP2612_EXTENSION
 from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements, UptoPaymentPayload, VerifyResponse
+from x402mw.protocol.models import (
+    PaymentPayload,
+    PaymentRequirements,
+    SettlementResponse,
+    UptoPaymentPayload,
+    VerifyResponse,
+)
 from x402mw.protocol.seals import Sealer, sealed_terms
 
 __all__ = ["routes"]
@@ -39,9 +45,9 @@ __all__ = ["routes"]
 
 class FacilitatorBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    x402Version: int = 2
-    paymentPayload: PaymentPayload
-    paymentRequirements: PaymentRequirements
+    x402Version: int = Field(default=2, description="1 or 2")
+    paymentPayload: PaymentPayload = Field(description="the buyer's signed payload")
+    paymentRequirements: PaymentRequirements = Field(description="the terms the payload must satisfy")
 
 
 class UptoFacilitatorBody(BaseModel):
@@ -203,8 +209,54 @@ def _tokens(chain: ChainHandle) -> list[SupportedToken]:
     ]
 
 
+_TAG = "Facilitator"
 routes = [
-    Route("/x402/verify", verify, methods=["POST"]),
-    Route("/x402/settle", settle, methods=["POST"]),
-    Route("/x402/supported", supported, methods=["GET"]),
+    ApiRoute(
+        "POST",
+        "/x402/verify",
+        verify,
+        Operation(
+            id="facilitatorVerify",
+            tag=_TAG,
+            summary="Verify a payment (x402 facilitator)",
+            description="Checks the signature, terms and the payer's balance without settling. A payment it refuses "
+            "is a 200 with `isValid: false` and the reason in `invalidReason`. Requirements carrying another "
+            "merchant's x402mw challenge (`extra.challengeId`) are a 404, and nothing is verified.",
+            answer=VerifyResponse,
+            body=FacilitatorBody,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/x402/settle",
+        settle,
+        Operation(
+            id="facilitatorSettle",
+            tag=_TAG,
+            summary="Settle a payment (x402 facilitator)",
+            description="A refused payment is a 200 with `success: false` and the reason in `errorReason`. A "
+            "settlement still pending after 30 s answers `success: false`, `errorReason: "
+            "settlement_pending` with the transaction; the same request later answers the final result. "
+            "Requirements carrying another merchant's x402mw challenge (`extra.challengeId`) are a 404, and "
+            "nothing is settled. A `payment-identifier` id already used with another payload is a 409 "
+            "`payment_identifier_conflict`; with the same payload it answers the stored settlement.",
+            answer=SettlementResponse,
+            body=FacilitatorBody,
+            errors=(404, 409),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/x402/supported",
+        supported,
+        Operation(
+            id="facilitatorSupported",
+            tag=_TAG,
+            summary="List supported payment kinds (x402 facilitator)",
+            answer=SupportedKinds,
+            public=True,
+            standalone=True,
+        ),
+    ),
 ]

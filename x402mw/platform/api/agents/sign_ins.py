@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.http.bodies import parse_body, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import Uuid
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SignInResult
 from x402mw.platform.services.settlement.outcomes import payment_of
@@ -30,13 +30,23 @@ _LONGEST_KEPT = timedelta(hours=1)
 
 class SignInBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    endpointId: Uuid
-    address: str = Field(pattern=r"^0x[0-9a-fA-F]{40}$")
-    message: str = Field(min_length=1, max_length=8192)
-    signature: str = Field(pattern=r"^0x(?:[0-9a-fA-F]{2}){65,2048}$")
-    nonce: str = Field(pattern=r"^[A-Za-z0-9]{8,128}$")
-    keepUntil: StrictInt
-    windowSeconds: StrictInt | None = Field(default=None, ge=1, le=100 * 365 * 86_400)
+    endpointId: Uuid = Field(description="the agent endpoint being signed into")
+    address: str = Field(pattern=r"^0x[0-9a-fA-F]{40}$", description="the address the message names")
+    message: str = Field(min_length=1, max_length=8192, description="the EIP-4361 message text that was signed")
+    signature: str = Field(
+        pattern=r"^0x(?:[0-9a-fA-F]{2}){65,2048}$",
+        description="EIP-191 signature of the message (or a smart account's EIP-1271/6492 one), 0x hex",
+    )
+    nonce: str = Field(pattern=r"^[A-Za-z0-9]{8,128}$", description="the message's nonce: each is accepted once")
+    keepUntil: StrictInt = Field(
+        description="Unix time (seconds) until which the nonce is kept (at most an hour from now)"
+    )
+    windowSeconds: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=100 * 365 * 86_400,
+        description="how recent a payment lets the address in; null: any settled payment",
+    )
 
 
 async def sign_in(request: Request) -> ModelResponse:
@@ -67,4 +77,22 @@ async def sign_in(request: Request) -> ModelResponse:
     return ModelResponse(SignInResult(signed_in=True, payment=payment_of(outcome.payment)))
 
 
-routes = [Route("/agent/sign-ins", sign_in, methods=["POST"])]
+routes = [
+    ApiRoute(
+        "POST",
+        "/agent/sign-ins",
+        sign_in,
+        Operation(
+            id="createSignIn",
+            tag="Agent payments",
+            summary="Sign a paying wallet back in (sign-in-with-x)",
+            description="The seller middleware's check of a `SIGN-IN-WITH-X` message: the signature (EIP-191, or a "
+            "smart account's EIP-1271 / ERC-6492), the nonce (accepted once, in every process) and a "
+            "settled payment by that address for the endpoint within `windowSeconds`. A refusal is a 200 "
+            "with `signedIn: false` and the reason.",
+            answer=SignInResult,
+            body=SignInBody,
+            errors=(404,),
+        ),
+    )
+]
