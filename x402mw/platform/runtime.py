@@ -38,7 +38,7 @@ from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.idempotency import IdempotencyKeys
 from x402mw.platform.services.merchants import KeyRing
-from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of, follow_orders
+from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.platform.services.settlement.service import SettlementService
@@ -95,7 +95,6 @@ class Platform:
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
         clock = clock or Clock()
-        follow_orders(follow_order)  # an order paying an invoice moves its subscription
         relayer_key = _key(settings.relayer_key, settings.data_dir / "relayer.key")
         receipt_key = _key(settings.receipt_key, settings.data_dir / "receipt.key")
         treasury_key = _key(settings.treasury_key, settings.data_dir / "treasury.key")
@@ -122,7 +121,8 @@ class Platform:
             engine, chains, receipt_key, clock, simulate=settings.simulate, takeover_after=takeover
         )
         base = OrderLinks(settings.checkout_url_base, api_host=api_host_of(settings.base_url))
-        watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base)
+        # an order paying an invoice moves its subscription (told by the watcher, which moves paid orders)
+        watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base, follow_order)
         links, grace = CustomerLinks(page_key, base), settings.subscription_grace_days
         platform = cls(
             settings,
