@@ -50,6 +50,7 @@ from x402mw.platform.services.subscriptions.renewals import RenewalRunner
 from x402mw.platform.services.subscriptions.service import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
 from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
+from x402mw.platform.webhooks.delivery import WebhookSender
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
 
 __all__ = ["Platform", "settle_heap"]
@@ -80,8 +81,7 @@ class Platform:
     catalogue: Catalogue  # the discovery catalogue (Bazaar) of discoverable endpoints' resources
     sign_ins: SignInService  # sign-in-with-x: signatures, spent nonces, earlier payments
     api_requests: ApiRequestLog  # the merchant API's request log (the dashboard's developers pages)
-    # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
-    webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
+    webhooks: WebhookSender  # delivers the events to the merchants' webhook endpoints
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _upto: UptoSettlement | None = None
 
@@ -145,6 +145,7 @@ class Platform:
             Catalogue(engine),
             SignInService(engine, chain_verifier(chains)),
             ApiRequestLog(engine),
+            WebhookSender(engine, clock, secrets, settings.takeover_seconds, settings.private_webhooks_allowed),
         )
         try:
             await watcher.start()
@@ -164,7 +165,7 @@ class Platform:
         await self.settlement.aclose()
         await self.payment_intents.aclose()
         await self.idempotency.aclose()
-        await self.webhook_client.aclose()
+        await self.webhooks.aclose()
         await self.chains.aclose()
         await self.engine.dispose()
 
