@@ -24,7 +24,6 @@ from x402mw.platform.db import tables
 from x402mw.platform.services.deposits import authorization_call, sweep_order
 from x402mw.platform.services.ledger import apply_entry
 from x402mw.platform.services.merchants import create_api_key
-from x402mw.platform.webhooks.delivery import deliver_due
 
 
 def _api(harness: PlatformHarness, key: str) -> httpx.Client:
@@ -107,7 +106,7 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
         deadline = time.monotonic() + 30
         while len(receiver.at("hooks")) < len(wanted):
             assert time.monotonic() < deadline, [r.headers for r in receiver.received]
-            dev_platform.server.call(lambda p: deliver_due(p))
+            dev_platform.server.call(lambda p: p.webhooks.deliver_due())
             time.sleep(0.05)
         events = [construct_event(r.body, r.headers, secret) for r in receiver.at("hooks")]
         for received in receiver.at("hooks"):
