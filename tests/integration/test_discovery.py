@@ -29,8 +29,10 @@ from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport
 from x402mw.adapters.starlette import PaymentMiddleware, paid
 from x402mw.client import X402Auth
+from x402mw.errors import InvalidPaymentError
 from x402mw.protocol.sign_in import SignInMessage, decode_sign_in, encode_sign_in
 from x402mw.seller import Discovery, SignIn
+from x402mw.seller.sign_in import NONCE_KEPT_AT_MOST, nonce_kept_until
 
 pytestmark = pytest.mark.anyio
 ORIGIN = "http://testserver"
@@ -349,3 +351,96 @@ async def test_a_smart_account_that_paid_signs_in_with_eip1271(dev_platform: Pla
         back = await client.get("/weather", auth=later)  # the owner's key signs; the wallet's isValidSignature says yes
         assert back.status_code == 200, back.text
         assert later.signed_in == 1 and later.payments == []
+
+
+def test_a_used_nonce_is_kept_until_its_message_expires(deployment: Deployment) -> None:
+    """Retention follows the message's expiry (``expirationTime``, bounded by ``issuedAt`` + 5
+    minutes); on both sides of each boundary, a replay is refused by the platform (the nonce) or by
+    the middleware (the message's times), never served."""
+    harness = deployment.harness
+    wallet = Account.from_key(deployment.agent_key)
+    sign_in = SignIn(origin=ORIGIN)
+    # two hours back: pruning at these times removes only nonces other tests no longer need
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+
+    def message(expires: datetime | None) -> SignInMessage:
+        unsigned = SignInMessage(
+            domain="testserver",
+            address=wallet.address,
+            uri=f"{ORIGIN}/weather",
+            version="1",
+            chain_id=harness.network,
+            nonce="unused",
+            issued_at=start.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            signature="0x",
+            expiration_time=expires.isoformat().replace("+00:00", "Z") if expires else None,
+        )
+        return good_with(unsigned, wallet)
+
+    def seller_says(signed: SignInMessage, seconds: float) -> str:
+        try:
+            at = (start + timedelta(seconds=seconds)).timestamp()
+            sign_in.check(signed, f"{ORIGIN}/weather", harness.network, at)
+        except InvalidPaymentError as refusal:
+            return str(refusal.reason)
+        return "accepted"
+
+    def platform_says(signed: SignInMessage, keep: datetime, seconds: float) -> str:
+        async def ask(platform: Any) -> Any:
+            return await platform.sign_ins.sign_in(
+                merchant_id=deployment.merchant_id,
+                livemode=False,
+                endpoint_id=deployment.endpoint_id,
+                chain_id=harness.chain.chain_id,
+                address=wallet.address,
+                message=signed.text(),
+                signature=bytes.fromhex(signed.signature.removeprefix("0x")),
+                nonce=signed.nonce,
+                keep_until=keep,
+                window_seconds=None,
+                now=start + timedelta(seconds=seconds),
+            )
+
+        return str(harness.server.call(ask).reason)  # the agent never paid: a fresh nonce is "not found"
+
+    # expiring two minutes after issue: kept until then (and a minute for clocks), not five minutes
+    soon = message(start + timedelta(minutes=2))
+    keep = sign_in.check(soon, f"{ORIGIN}/weather", harness.network, (start + timedelta(seconds=1)).timestamp())
+    assert keep == start + timedelta(minutes=3) == nonce_kept_until(start, start + timedelta(minutes=2))
+    assert platform_says(soon, keep, 1) == "siwx_payment_not_found"
+    assert seller_says(soon, 119) == "accepted" and platform_says(soon, keep, 119) == "invalid_siwx_nonce"
+    assert seller_says(soon, 120) == "invalid_siwx_expired" and platform_says(soon, keep, 179) == "invalid_siwx_nonce"
+    platform_says(message(None), keep, 181)  # any sign-in prunes what is past its keeping time
+    assert platform_says(soon, keep, 182) == "siwx_payment_not_found"  # forgotten: the platform would take it,
+    assert seller_says(soon, 182) == "invalid_siwx_expired"  # but the middleware refuses the message first
+
+    # expiring in a day: accepted only while issuedAt is under five minutes old, kept that long
+    later = message(start + timedelta(days=1))
+    keep = sign_in.check(later, f"{ORIGIN}/weather", harness.network, (start + timedelta(seconds=1)).timestamp())
+    assert keep == start + NONCE_KEPT_AT_MOST == start + timedelta(minutes=6)
+    assert platform_says(later, keep, 1) == "siwx_payment_not_found"
+    assert seller_says(later, 299) == "accepted" and platform_says(later, keep, 299) == "invalid_siwx_nonce"
+    assert seller_says(later, 301) == "invalid_siwx_issued_at_too_old"
+    assert platform_says(later, keep, 359) == "invalid_siwx_nonce"
+
+    # the platform keeps a nonce at most an hour: a message said to be valid longer is refused
+    fresh = good_with(later, wallet)
+    now = datetime.now(UTC)
+    body = {
+        "endpointId": deployment.endpoint_id,
+        "address": wallet.address,
+        "message": fresh.text(),
+        "signature": fresh.signature,
+        "nonce": fresh.nonce,
+        "windowSeconds": None,
+    }
+    with deployment.api() as api:
+        too_long = api.post("/agent/sign-ins", json=body | {"keepUntil": int((now + timedelta(hours=2)).timestamp())})
+        assert too_long.status_code == 200, too_long.text
+        assert too_long.json() == {
+            "signedIn": False,
+            "reason": "invalid_siwx_expired",
+            "message": "the sign-in message stays valid too long: sign one that expires within the hour",
+        }
+        within = api.post("/agent/sign-ins", json=body | {"keepUntil": int((now + timedelta(minutes=5)).timestamp())})
+        assert within.status_code == 200 and within.json()["reason"] == "siwx_payment_not_found", within.text

@@ -667,7 +667,7 @@ class DiscoveryResource(SQLModel, table=True):
 
 class SignInNonce(SQLModel, table=True):
     """A sign-in-with-x nonce that was used: a message signs in once, in every process. Kept until
-    ``expires_at`` (after which the message is refused for its age anyway)."""
+    ``expires_at``, its message's expiry (after which the message is refused anyway)."""
 
     __tablename__ = "sign_in_nonces"
     nonce: str = Field(primary_key=True, max_length=128)

@@ -293,6 +293,7 @@ class SignInResult(ResponseModel):
     signed_in: bool
     payment: AgentPayment | None = omitted_if_none()
     reason: str | None = omitted_if_none(
-        description="`invalid_siwx_signature`, `invalid_siwx_nonce` or `siwx_payment_not_found`"
+        description="`invalid_siwx_signature`, `invalid_siwx_nonce`, `siwx_payment_not_found` or "
+        "`invalid_siwx_expired` (valid for more than an hour from now)"
     )
     message: str | None = omitted_if_none()
