@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import secrets
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,14 +21,27 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
-from x402.extensions.bazaar import ListDiscoveryResourcesParams, SearchDiscoveryResourcesParams, with_bazaar
+from x402 import x402Client, x402ResourceServer
+from x402.extensions.bazaar import (
+    ListDiscoveryResourcesParams,
+    OutputConfig,
+    SearchDiscoveryResourcesParams,
+    bazaar_resource_server_extension,
+    declare_discovery_extension,
+    with_bazaar,
+)
 from x402.extensions.bazaar.facilitator import validate_discovery_extension
 from x402.extensions.bazaar.types import parse_discovery_extension
 from x402.extensions.sign_in_with_x import create_siwx_payload, encode_siwx_header
-from x402.http import FacilitatorConfig, HTTPFacilitatorClientSync
+from x402.http import FacilitatorConfig, HTTPFacilitatorClient, HTTPFacilitatorClientSync
+from x402.http.clients.httpx import x402AsyncTransport
+from x402.http.middleware.fastapi import PaymentMiddlewareASGI
+from x402.http.types import PaymentOption, RouteConfig
+from x402.mechanisms.evm.exact import ExactEvmScheme, ExactEvmServerScheme
+from x402.mechanisms.evm.signers import EthAccountSigner
 
 from tests.harness import Deployment, PlatformHarness
-from tests.sellers import asgi_transport
+from tests.sellers import asgi_transport, lifespan
 from x402mw.adapters.starlette import PaymentMiddleware, paid
 from x402mw.client import X402Auth
 from x402mw.errors import InvalidPaymentError
@@ -444,3 +459,81 @@ def test_a_used_nonce_is_kept_until_its_message_expires(deployment: Deployment) 
         }
         within = api.post("/agent/sign-ins", json=body | {"keepUntil": int((now + timedelta(minutes=5)).timestamp())})
         assert within.status_code == 200 and within.json()["reason"] == "siwx_payment_not_found", within.text
+
+
+def sdk_seller(deployment: Deployment) -> FastAPI:
+    """A seller on the Foundation's SDK settling through our facilitator API: ``GET /weather``
+    declares the bazaar extension, ``GET /plain`` does not; both pay the endpoint's payout address."""
+    harness = deployment.harness
+    headers = {"Authorization": f"Bearer {deployment.api_key}"}
+    facilitator = HTTPFacilitatorClient(
+        {
+            "url": harness.url + "/x402",
+            "create_headers": lambda: {"verify": headers, "settle": headers, "supported": headers},
+        }
+    )
+    server = x402ResourceServer(facilitator)
+    server.register("eip155:*", ExactEvmServerScheme())
+    server.register_extension(bazaar_resource_server_extension)
+    price = {"amount": "10000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
+    offer = PaymentOption(scheme="exact", pay_to=deployment.payout, price=price, network=harness.network)
+    declared = declare_discovery_extension(
+        input={"city": "Oslo"},
+        input_schema={"properties": {"city": {"type": "string"}}},
+        output=OutputConfig(example={"forecast": "sunny"}),
+    )
+    routes = {
+        "GET /weather": RouteConfig(accepts=offer, description="Forecasts by city", extensions=declared),
+        "GET /plain": RouteConfig(accepts=offer, description="Undeclared"),
+    }
+
+    @contextlib.asynccontextmanager
+    async def closing(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await facilitator.aclose()
+
+    app = FastAPI(lifespan=closing)
+    app.add_middleware(PaymentMiddlewareASGI, routes=routes, server=server)
+
+    @app.get("/weather")
+    async def weather(city: str = "Paris") -> dict[str, str]:
+        return {"forecast": "sunny"}
+
+    @app.get("/plain")
+    async def plain() -> dict[str, str]:
+        return {"plain": "yes"}
+
+    return app
+
+
+async def test_settlements_through_the_facilitator_api_are_catalogued(dev_platform: PlatformHarness) -> None:
+    listed, hidden = dev_platform.deploy(), dev_platform.deploy()
+    make_discoverable(listed)
+    for deployment in (listed, hidden):
+        app = sdk_seller(deployment)
+        agent = x402Client()
+        agent.register("eip155:*", ExactEvmScheme(signer=EthAccountSigner(Account.from_key(deployment.agent_key))))
+        usdc = {"network": dev_platform.network, "asset": dev_platform.usdc, "max_amount_per_payment": "50000"}
+        agent.set_spend_controls({"allowed_assets": [usdc]})
+        transport = x402AsyncTransport(agent, asgi_transport(app))
+        async with lifespan(app), httpx.AsyncClient(transport=transport, base_url=ORIGIN, timeout=60) as client:
+            for path in ("/weather?city=Oslo", "/plain"):
+                paid_for = await client.get(path)
+                assert paid_for.status_code == 200, paid_for.text
+                assert "PAYMENT-RESPONSE" in paid_for.headers
+    with bazaar(dev_platform) as client:
+        page = await asyncio.to_thread(
+            client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=listed.payout)
+        )
+        # the declared route only (the extension says so), under the discoverable endpoint
+        assert [item.resource for item in page.items] == [f"{ORIGIN}/weather?city=Oslo"]
+        item = page.items[0]
+        assert item.description == "Forecasts by city" and item.type == "http"
+        assert item.accepts[0]["payTo"] == listed.payout and item.accepts[0]["amount"] == "10000"
+        assert item.extensions is not None
+        declared = parse_discovery_extension(item.extensions["bazaar"])
+        assert validate_discovery_extension(declared).valid and declared.info.input.method == "GET"
+        nothing = await asyncio.to_thread(
+            client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=hidden.payout)
+        )
+        assert nothing.items == []  # the merchant that did not opt in

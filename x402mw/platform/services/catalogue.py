@@ -114,6 +114,43 @@ class Catalogue:
         except Exception:  # the catalogue must never fail a settlement
             logger.warning("could not record %s in the discovery catalogue", url, exc_info=True)
 
+    async def endpoint_for(
+        self, *, merchant_id: str, livemode: bool, challenge_id: str | None, resource: str, pay_to: str, chain_id: int
+    ) -> Any | None:
+        """The discoverable endpoint a settlement through the facilitator API (``POST /x402/settle``)
+        is catalogued under: its challenge's endpoint when it carries an x402mw challenge; otherwise the
+        merchant's endpoint on ``resource``'s origin and chain that pays ``pay_to`` (of several, the one
+        whose URL shares the longest path with ``resource``). None when there is none: an SDK seller's
+        resources are listed only once the merchant has such an endpoint and made it discoverable."""
+        endpoints, challenges = tables.agent_endpoints, tables.agent_challenges
+        owned = [
+            endpoints.c.merchant_id == merchant_id,
+            endpoints.c.livemode == livemode,
+            endpoints.c.discoverable.is_(True),
+        ]
+        async with self.engine.connect() as conn:
+            if challenge_id is not None:
+                statement = (
+                    select(endpoints)
+                    .join(challenges, challenges.c.endpoint_id == endpoints.c.id)
+                    .where(challenges.c.id == challenge_id[:64], *owned)
+                )
+                return (await conn.execute(statement)).first()
+            statement = select(endpoints).where(
+                *owned, endpoints.c.chain_id == chain_id, func.lower(endpoints.c.payout_address) == pay_to.lower()
+            )
+            rows = (await conn.execute(statement.limit(100))).all()
+        given = urlsplit(resource)
+        best, best_length = None, -1
+        for row in rows:
+            own = urlsplit(row.resource_url)
+            if (own.scheme, own.netloc.lower()) != (given.scheme, given.netloc.lower()):
+                continue
+            length = _shared_segments(own.path, given.path)
+            if length > best_length:
+                best, best_length = row, length
+        return best
+
     async def page(self, query: CatalogueQuery) -> tuple[list[dict[str, Any]], int]:
         """One page of listed resources, newest first, and how many match in all."""
         table = tables.discovery_resources
@@ -174,6 +211,16 @@ def catalogue_item(row: Any) -> dict[str, Any]:
     if row.extensions:
         item["extensions"] = row.extensions
     return item
+
+
+def _shared_segments(one: str, other: str) -> int:
+    """How many leading path segments two URL paths have in common."""
+    shared = 0
+    for mine, theirs in zip(one.split("/"), other.split("/"), strict=False):
+        if mine != theirs:
+            break
+        shared += 1
+    return shared
 
 
 def _own_url(resource: str, endpoint_url: str) -> str:
