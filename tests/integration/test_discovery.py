@@ -45,6 +45,7 @@ from tests.sellers import asgi_transport, lifespan
 from x402mw.adapters.starlette import PaymentMiddleware, paid
 from x402mw.client import X402Auth
 from x402mw.errors import InvalidPaymentError
+from x402mw.platform.services.catalogue import Catalogue
 from x402mw.protocol.sign_in import SignInMessage, decode_sign_in, encode_sign_in
 from x402mw.seller import Discovery, SignIn
 from x402mw.seller.sign_in import NONCE_KEPT_AT_MOST, nonce_kept_until
@@ -537,3 +538,51 @@ async def test_settlements_through_the_facilitator_api_are_catalogued(dev_platfo
             client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=hidden.payout)
         )
         assert nothing.items == []  # the merchant that did not opt in
+
+
+def test_a_search_ranks_names_first_then_the_most_settled(deployment: Deployment) -> None:
+    harness = deployment.harness
+    make_discoverable(deployment)
+    word = "zq" + secrets.token_hex(4)  # found in this test's resources only
+    # (query in the URL, description, settlements): recorded by the catalogue the settlements use
+    resources = {
+        "url, settled once": (f"?q={word}", "plain", 1),
+        "description, settled thrice": ("?x=1", f"about {word}", 3),
+        "url, settled thrice": (f"?r={word}", "plain", 3),
+        "description, settled once": ("?y=2", f"{word} too", 1),
+    }
+
+    async def record(platform: Any) -> None:
+        endpoint = await platform.endpoints.get(deployment.merchant_id, False, deployment.endpoint_id, fresh=True)
+        for query, description, times in resources.values():
+            for _ in range(times):  # each as another process would (a catalogue writes a resource once a minute)
+                await Catalogue(platform.engine).record(
+                    endpoint,
+                    resource=f"{ORIGIN}/weather{query}",
+                    accepted={"scheme": "exact", "network": harness.network, "amount": "10000"},
+                    description=description,
+                    mime_type=None,
+                    extensions=None,
+                    settled_at=datetime.now(UTC),
+                )
+
+    harness.server.call(record)
+    ranked = [f"{ORIGIN}/weather{resources[name][0]}" for name in resources]
+    ranked = [ranked[2], ranked[0], ranked[1], ranked[3]]
+    with httpx.Client(base_url=harness.url) as client:
+        found = client.get("/x402/discovery/search", params={"query": word, "limit": 10})
+        assert found.status_code == 200, found.text
+        assert [item["resource"] for item in found.json()["resources"]] == ranked
+        assert found.json()["pagination"]["cursor"] is None
+        # page by page: the same order, each resource once
+        paged, cursor = [], "0"
+        while cursor is not None:
+            params = {"query": f"weather {word}", "limit": 1, "cursor": cursor}
+            page = client.get("/x402/discovery/search", params=params)
+            assert page.status_code == 200, page.text
+            paged += [item["resource"] for item in page.json()["resources"]]
+            cursor = page.json()["pagination"]["cursor"]
+        assert paged == ranked
+        # the listing stays newest first
+        listed = client.get("/x402/discovery/resources", params={"payTo": deployment.payout})
+        assert listed.json()["items"][0]["resource"] == ranked[3]

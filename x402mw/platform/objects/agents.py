@@ -278,7 +278,9 @@ class SearchPagination(ResponseModel):
 
 
 class DiscoverySearch(ResponseModel):
-    """Resources of the discovery catalogue matching every word of a query."""
+    """Resources of the discovery catalogue matching every word of a query, best first: words found
+    in the URL or name before words found only in the description, then the most settled for lately
+    (a count that halves every week), then the newest."""
 
     x402_version: int
     resources: list[DiscoveredResource]
