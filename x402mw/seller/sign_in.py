@@ -20,10 +20,13 @@ from urllib.parse import urlsplit
 from x402mw.errors import ConfigurationError, InvalidPaymentError
 from x402mw.protocol.sign_in import SIGN_IN_WITH_X, SignInMessage, parse_time
 
-__all__ = ["MAX_AGE_SECONDS", "SIGN_IN_WITH_X", "SignIn"]
+__all__ = ["MAX_AGE_SECONDS", "NONCE_KEPT_AT_MOST", "SIGN_IN_WITH_X", "SignIn", "nonce_kept_until"]
 
 MAX_AGE_SECONDS = 300
+"""How old a message's ``issuedAt`` may be (the extension's five minutes)."""
 _SKEW = timedelta(seconds=60)
+NONCE_KEPT_AT_MOST = timedelta(seconds=MAX_AGE_SECONDS) + _SKEW
+"""The longest a used nonce is kept after its message's ``issuedAt`` (see `nonce_kept_until`)."""
 _SCHEMA = json.dumps(
     {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -127,7 +130,8 @@ class SignIn:
 
     def check(self, message: SignInMessage, url: str, network: str, now: float) -> datetime:
         """Check a message's domain, URI, chain and times for a request to ``url``; `InvalidPaymentError`
-        with the extension's reason code when one is wrong. Returns until when its nonce must be kept."""
+        with the extension's reason code when one is wrong. Returns until when its nonce must be kept
+        (`nonce_kept_until`: the message's expiry, bounded by its ``issuedAt`` + `MAX_AGE_SECONDS`)."""
         if message.domain != self._domain:
             raise InvalidPaymentError(
                 f"the sign-in message is for {message.domain!r}, not {self._domain!r}",
@@ -167,5 +171,20 @@ class SignIn:
             raise InvalidPaymentError("the sign-in message has expired", reason="invalid_siwx_expired")
         if not_before is not None and not_before > at:
             raise InvalidPaymentError("the sign-in message is not valid yet", reason="invalid_siwx_not_yet_valid")
-        # Past this the message is refused for its age, so its nonce need not be kept longer.
-        return issued + timedelta(seconds=MAX_AGE_SECONDS) + _SKEW
+        return nonce_kept_until(issued, expires)
+
+
+def nonce_kept_until(issued: datetime, expires: datetime | None) -> datetime:
+    """Until when the nonce of a message issued at ``issued`` and expiring at ``expires`` is kept.
+
+    A message is accepted only while its ``expirationTime`` has not passed *and* its ``issuedAt`` is
+    under `MAX_AGE_SECONDS` old; its expiry is the earlier of the two, and its nonce is kept until
+    then plus a minute for clocks that differ between processes. A message with a far
+    ``expirationTime`` (or none) is not refused for it: it stops being accepted at ``issuedAt`` +
+    `MAX_AGE_SECONDS`, so its nonce is kept to `NONCE_KEPT_AT_MOST` after ``issuedAt`` -- the
+    longest any nonce is kept -- and no message can be replayed once its nonce is purged.
+    """
+    ends = issued + timedelta(seconds=MAX_AGE_SECONDS)
+    if expires is not None and expires < ends:
+        ends = expires
+    return ends + _SKEW

@@ -2,10 +2,11 @@
 
 ``GET /resources`` lists the catalogue (filters ``type``, ``payTo``, ``scheme``, ``network``,
 ``extensions``; ``limit`` 1 to 100, ``offset`` up to 10,000) as ``{x402Version, items,
-pagination: {limit, offset, total}}``. ``GET /search?query=`` matches every word of the query
-against the resources' URLs, descriptions and names, as ``{x402Version, resources, partialResults,
-pagination: {limit, cursor}}`` (the cursor is the next offset, or null). Only endpoints their
-merchants made ``discoverable`` are listed (see `x402mw.platform.services.catalogue`).
+pagination: {limit, offset, total}}``, newest first. ``GET /search?query=`` matches every word of
+the query against the resources' URLs, descriptions and names, ranked (names before descriptions,
+then the most settled for lately: `x402mw.platform.services.catalogue`), as ``{x402Version,
+resources, partialResults, pagination: {limit, cursor}}`` (the cursor is the next offset, or null).
+Only endpoints their merchants made ``discoverable`` are listed.
 """
 
 from __future__ import annotations

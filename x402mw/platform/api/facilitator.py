@@ -6,9 +6,16 @@ Requirements that carry an x402mw challenge (``extra.challengeId`` and its seal,
 seller middleware issues them) belong to the merchant whose middleware issued it: another merchant's
 key gets 404 for them, and nothing is verified or settled. A payment settled here is recorded
 under the caller, linked to its challenge when it has one.
+
+An ``exact`` payment settled here whose payload names its resource (``resource.url``) and carries
+the ``bazaar`` extension (which the seller declared and the payer echoed, as the extension says)
+enters the discovery catalogue, under the caller's discoverable endpoint for it
+(`Catalogue.endpoint_for`), as the seller middleware's settlements do.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
@@ -166,7 +173,38 @@ async def settle(request: Request) -> ModelResponse:
         raise conflict_error(conflict) from None
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
+    if outcome.status == "settled" and isinstance(body, FacilitatorBody):
+        await _catalogue(request, caller, challenge_id, body)
     return ModelResponse(outcome.response)
+
+
+async def _catalogue(request: Request, caller: Caller, challenge_id: str | None, body: FacilitatorBody) -> None:
+    payload, requirements = body.paymentPayload, body.paymentRequirements
+    if payload.resource is None or not isinstance((payload.extensions or {}).get("bazaar"), dict):
+        return
+    chain = requirements.network.removeprefix("eip155:")
+    if not chain.isdigit():
+        return
+    platform = platform_of(request)
+    endpoint = await platform.catalogue.endpoint_for(
+        merchant_id=caller.merchant_id,
+        livemode=caller.livemode,
+        challenge_id=challenge_id,
+        resource=payload.resource.url,
+        pay_to=requirements.pay_to,
+        chain_id=int(chain),
+    )
+    if endpoint is None:
+        return
+    await platform.catalogue.record(
+        endpoint,
+        resource=payload.resource.url,
+        accepted=requirements.to_wire(),
+        description=payload.resource.description,
+        mime_type=payload.resource.mime_type,
+        extensions=payload.extensions,
+        settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
+    )
 
 
 async def supported(request: Request) -> ModelResponse:

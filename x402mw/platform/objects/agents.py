@@ -278,7 +278,9 @@ class SearchPagination(ResponseModel):
 
 
 class DiscoverySearch(ResponseModel):
-    """Resources of the discovery catalogue matching every word of a query."""
+    """Resources of the discovery catalogue matching every word of a query, best first: words found
+    in the URL or name before words found only in the description, then the most settled for lately
+    (a count that halves every week), then the newest."""
 
     x402_version: int
     resources: list[DiscoveredResource]
@@ -293,6 +295,7 @@ class SignInResult(ResponseModel):
     signed_in: bool
     payment: AgentPayment | None = omitted_if_none()
     reason: str | None = omitted_if_none(
-        description="`invalid_siwx_signature`, `invalid_siwx_nonce` or `siwx_payment_not_found`"
+        description="`invalid_siwx_signature`, `invalid_siwx_nonce`, `siwx_payment_not_found` or "
+        "`invalid_siwx_expired` (valid for more than an hour from now)"
     )
     message: str | None = omitted_if_none()

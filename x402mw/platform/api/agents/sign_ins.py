@@ -3,7 +3,13 @@ signer back into an endpoint (a settled payment by that address within the route
 
 Answers 200 ``{signedIn: true, payment}`` with the payment that lets it in, or 200
 ``{signedIn: false, reason, message}`` (``invalid_siwx_signature``, ``invalid_siwx_nonce``,
-``siwx_payment_not_found``); the middleware then answers the 402 with that reason.
+``siwx_payment_not_found``, ``invalid_siwx_expired``); the middleware then answers the 402 with
+that reason.
+
+``keepUntil`` is the message's expiry as the middleware computed it (its ``expirationTime``,
+bounded by ``issuedAt`` + 5 minutes: `x402mw.seller.sign_in.nonce_kept_until`); the nonce is kept
+until then. A message said to stay valid for more than `LONGEST_KEPT` from now is refused rather
+than kept for less: purging its nonce early would let it sign in again.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SignInResult
 from x402mw.platform.services.settlement.outcomes import payment_of
 
-__all__ = ["routes"]
+__all__ = ["LONGEST_KEPT", "routes"]
 
-_LONGEST_KEPT = timedelta(hours=1)
+LONGEST_KEPT = timedelta(hours=1)
+"""The longest a used nonce is kept: the longest a message may stay valid from now."""
 
 
 class SignInBody(BaseModel):
@@ -58,7 +65,15 @@ async def sign_in(request: Request) -> ModelResponse:
         raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
     now = datetime.fromtimestamp(platform.clock.time(), UTC)
     await platform.settlement.recorded()  # this process's settlements written first (they are batched)
-    keep_until = min(max(datetime.fromtimestamp(body.keepUntil, UTC), now), now + _LONGEST_KEPT)
+    keep_until = max(datetime.fromtimestamp(body.keepUntil, UTC), now)
+    if keep_until > now + LONGEST_KEPT:
+        return ModelResponse(
+            SignInResult(
+                signed_in=False,
+                reason="invalid_siwx_expired",
+                message="the sign-in message stays valid too long: sign one that expires within the hour",
+            )
+        )
     outcome = await platform.sign_ins.sign_in(
         merchant_id=caller.merchant_id,
         livemode=caller.livemode,
