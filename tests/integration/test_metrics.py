@@ -80,7 +80,6 @@ async def test_a_scrape_shows_settlements_their_phases_and_the_api_calls(
         assert (await _pay(deployment, auth)).status_code == 200
     broke = X402Auth(Wallet(new_private_key()), max_amount="0.05")  # holds no USDC: refused at simulation
     assert (await _pay(deployment, broke)).status_code == 402
-    await asyncio.to_thread(dev_platform.server.call, lambda platform: platform.settlement.recorded())
 
     after = await _scrape(metrics_url)
     settlements = "x402mw_settlements_total"

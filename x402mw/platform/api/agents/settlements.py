@@ -200,7 +200,6 @@ async def list_payments(request: Request) -> ModelResponse:
     if endpoint is not None:
         filters.append(table.c.endpoint_id == endpoint)
     platform = platform_of(request)
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         data, more = await list_page(
             conn, table, filters, request, lambda r: payment_of(AgentPayment.model_validate(dict(r)))
@@ -213,7 +212,6 @@ async def retrieve_payment(request: Request) -> ModelResponse:
     table = tables.agent_payments
     payment_id = path_uuid(request, "payment_id", "agent payment")
     platform = platform_of(request)
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         found = (
             (
@@ -244,7 +242,6 @@ async def usage(request: Request) -> ModelResponse:
         start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
     else:
         raise HttpError(400, "parameter_invalid", "month must look like 2026-11", param="month")
-    await platform.settlement.recorded()
     answer = await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)
     return ModelResponse(objects.AgentUsageEnvelope(usage=answer))
 

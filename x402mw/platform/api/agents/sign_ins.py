@@ -47,7 +47,6 @@ async def sign_in(request: Request) -> ModelResponse:
     if endpoint is None:
         raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
     now = datetime.fromtimestamp(platform.clock.time(), UTC)
-    await platform.settlement.recorded()  # this process's settlements written first (they are batched)
     keep_until = min(max(datetime.fromtimestamp(body.keepUntil, UTC), now), now + _LONGEST_KEPT)
     outcome = await platform.sign_ins.sign_in(
         merchant_id=caller.merchant_id,

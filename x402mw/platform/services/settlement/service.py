@@ -375,7 +375,7 @@ class SettlementService:
         running = self._inflight.get(key)
         if running is not None:
             return await self._wait(running, existing.id, network, request.wait_seconds)
-        answered = self.releases.answered(existing.id)
+        answered = await self.releases.recorded_outcome(existing.id)
         if answered is not None or existing.status in ("settled", "failed"):
             return answered or outcome_for(existing)
         return await self.recovery.finish(existing, wait=request.wait_seconds)
@@ -428,7 +428,7 @@ class SettlementService:
         return outcome or await self._outcome_of(payment_id, network)
 
     async def _outcome_of(self, payment_id: str, network: str) -> SettleOutcome:
-        answered = self.releases.answered(payment_id)
+        answered = await self.releases.recorded_outcome(payment_id)
         if answered is not None:
             return answered
         row = await self.load(payment_id)
@@ -537,13 +537,11 @@ class SettlementService:
                 payment_id=row.id,
             )
         tx = receipt.transaction_hash  # the version of the transfer that was mined
-        outcome = self.releases.release(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
+        outcome = await self.releases.release(
+            row, receipt.block_number, tx, started, sent_at, included_at, request.challenge
+        )
         metrics.time_settlement(chain.network.caip2, started, sent_at, included_at, time.perf_counter())
         return outcome
-
-    async def recorded(self) -> None:
-        """Wait until the settlements this process has answered so far are recorded (`Releases.recorded`)."""
-        await self.releases.recorded()
 
     async def aclose(self) -> None:
         """Record what was answered and release the writers' connections (before the engine closes)."""

@@ -457,7 +457,7 @@ class UptoSettlement:
             running = await self.service.join_running(key, existing.id, network, request.wait_seconds)
             if running is not None:
                 return running
-            answered = self.service.releases.answered(existing.id)
+            answered = await self.service.releases.recorded_outcome(existing.id)
             if answered is not None or existing.status in ("settled", "failed"):
                 return answered or outcome_for(existing)
             return await self.service.recovery.finish(existing, wait=min(request.wait_seconds, 5.0))
@@ -483,7 +483,7 @@ class UptoSettlement:
         self, row: AgentPayment, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
     ) -> SettleOutcome:
         if amount == 0:  # nothing to move: settled for 0, no transaction
-            return self.service.releases.release(row, None, "", started, started, started, request.challenge)
+            return await self.service.releases.release(row, None, "", started, started, started, request.challenge)
         # Not simulated again (it was, for the whole ceiling, when authorized): a payer whose balance
         # fell below the usage since is refused by the chain (the transfer reverts, and fails).
         transfer = transfer_of(row)  # with the EIP-2612 permit the claim kept, if any
