@@ -17,7 +17,6 @@ from sqlalchemy import select
 from starlette.requests import Request
 from starlette.routing import Route
 
-from x402mw.platform import metrics
 from x402mw.platform.api.agents.challenges import ChallengeIn, challenge_row
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -31,7 +30,7 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
 from x402mw.platform.services.settlement.checks import EndpointPolicy
-from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, failed, payment_of
+from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, payment_of
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
@@ -110,11 +109,8 @@ async def settle(request: Request) -> ModelResponse:
             raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
         terms = EndpointPolicy.of(endpoint)
     if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
-        refused = failed(
+        refused = platform.settlement.refuse(
             accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
-        )
-        metrics.count_settlement(
-            platform.settlement.network_label(accepted.network), "failed", reasons.INVALID_REQUIREMENTS
         )
         return _reply(refused)
     challenge = challenge_row(
@@ -160,10 +156,6 @@ async def settle(request: Request) -> ModelResponse:
             outcome = await platform.settlement.settle(settle)
     except IdentifierConflict as conflict:
         raise conflict_error(conflict) from None
-    if upto:
-        metrics.count_settlement(
-            platform.settlement.network_label(accepted.network), outcome.status, outcome.response.error_reason
-        )
     if outcome.status == "settled" and endpoint.discoverable:
         await platform.catalogue.record(
             endpoint,

@@ -143,6 +143,20 @@ class SettlementService:
             verified = await verify_contract_signer(verified.chain, verified, self.codes)
         return verified
 
+    async def check(self, accepted: PaymentRequirements, payload: PaymentPayload, *, x402_version: int = 2) -> str:
+        """The facilitator's verify: `verify` and `check_on_chain`, counted (metrics); the payer, or
+        `PaymentRefusal` (`ChainUnavailable` when the chain cannot be asked: not counted)."""
+        try:
+            if x402_version not in (1, 2):
+                raise PaymentRefusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
+            verified = await self.verify(accepted, payload)
+            await self.check_on_chain(verified, accepted.asset)
+        except PaymentRefusal as refusal:
+            self.count_verification(accepted.network, refusal.reason)
+            raise
+        self.count_verification(accepted.network, None)
+        return verified.payer
+
     async def check_on_chain(self, verified: Verified, token: str) -> None:
         """Simulate the transfer from the relayer; `PaymentRefusal` with the revert's reason code. (A smart
         account not deployed yet cannot pay before its deployment: its balance is checked instead.)"""
@@ -181,12 +195,24 @@ class SettlementService:
                     lambda: self._settle(request),
                     wait_seconds=request.wait_seconds,
                 )
-        metrics.count_settlement(
-            self.network_label(request.accepted.network), outcome.status, outcome.response.error_reason
-        )
+        return self.counted(request.accepted.network, outcome)
+
+    # -- metrics: settlement's are counted here, and only here -------------------------------------
+
+    def refuse(self, network: str, reason: str, message: str) -> SettleOutcome:
+        """A settle call refused before it reached settlement (its body's bounds): the outcome, counted."""
+        return self.counted(network, failed(network, reason, message))
+
+    def counted(self, network: str, outcome: SettleOutcome) -> SettleOutcome:
+        """``outcome``, counted as one settle call answered (`metrics.count_settlement`)."""
+        metrics.count_settlement(self._network_label(network), outcome.status, outcome.response.error_reason)
         return outcome
 
-    def network_label(self, network: str) -> str:
+    def count_verification(self, network: str, reason: str | None) -> None:
+        """One facilitator verify call answered (valid when ``reason`` is None)."""
+        metrics.count_verification(self._network_label(network), reason)
+
+    def _network_label(self, network: str) -> str:
         """``network`` if the platform serves it, else ``other``: what the metrics may name."""
         chain = self.chains.by_network(network)
         return chain.network.caip2 if chain is not None else metrics.OTHER_NETWORK

@@ -303,8 +303,35 @@ class UptoSettlement:
         held = await balance_of(rpc, token, verified.payer)
         return PaymentRefusal(reasons.PERMIT2_INSUFFICIENT_BALANCE, f"the payer holds {held}, less than the ceiling")
 
+    async def check(self, accepted: PaymentRequirements, payload: UptoPaymentPayload, *, x402_version: int = 2) -> str:
+        """The facilitator's verify: `verify` and `check_on_chain`, counted (metrics); the payer, or
+        `PaymentRefusal` (`ChainUnavailable` when the chain cannot be asked: not counted)."""
+        try:
+            if x402_version not in (1, 2):
+                raise PaymentRefusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
+            verified = self.verify(accepted, payload)
+            await self.check_on_chain(verified)
+        except PaymentRefusal as refusal:
+            self.service.count_verification(accepted.network, refusal.reason)
+            raise
+        self.service.count_verification(accepted.network, None)
+        return verified.payer
+
     async def authorize(self, request: SettleRequest) -> SettleOutcome:
         """Step 1: verify, simulate and claim; ``authorized`` (or the outcome the authorization has)."""
+        return self.service.counted(request.accepted.network, await self._authorize(request))
+
+    async def capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
+        """Step 2: settle ``amount`` (0 … the ceiling) on the authorization ``request`` carries,
+        once; any later call gets the outcome of the first."""
+        return self.service.counted(request.accepted.network, await self._capture(request, amount))
+
+    async def settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
+        """Both steps at once (the facilitator's ``/settle``): ``request.accepted.amount`` is the
+        amount to settle, the payload's ``permitted.amount`` the ceiling."""
+        return self.service.counted(request.accepted.network, await self._settle(request, amount))
+
+    async def _authorize(self, request: SettleRequest) -> SettleOutcome:
         network = request.accepted.network
         payload = request.payload
         if not isinstance(payload, UptoPaymentPayload):
@@ -358,9 +385,7 @@ class UptoSettlement:
         async with self.service.engine.begin() as conn:
             await conn.execute(delete(table).where(table.c.id == payment_id, table.c.status == "authorized"))
 
-    async def capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
-        """Step 2: settle ``amount`` (0 … the ceiling) on the authorization ``request`` carries,
-        once; any later call gets the outcome of the first."""
+    async def _capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
         network = request.accepted.network
         payload = request.payload
         if not isinstance(payload, UptoPaymentPayload):
@@ -390,9 +415,7 @@ class UptoSettlement:
             return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
         return await self._join(existing, request, verified)
 
-    async def settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
-        """Both steps at once (the facilitator's ``/settle``): ``request.accepted.amount`` is the
-        amount to settle, the payload's ``permitted.amount`` the ceiling."""
+    async def _settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
         payload = request.payload
         network = request.accepted.network
         if not isinstance(payload, UptoPaymentPayload):
@@ -401,10 +424,10 @@ class UptoSettlement:
         if amount > ceiling:
             return failed(network, reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT, "the amount exceeds the signed ceiling")
         authorize = dataclasses.replace(request, accepted=request.accepted.model_copy(update={"amount": ceiling}))
-        outcome = await self.authorize(authorize)
+        outcome = await self._authorize(authorize)
         if outcome.status != "authorized":
             return outcome
-        return await self.capture(authorize, amount)
+        return await self._capture(authorize, amount)
 
     # -- internals -------------------------------------------------------------------------------
 
