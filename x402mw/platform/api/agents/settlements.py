@@ -73,7 +73,7 @@ def conflict_error(conflict: IdentifierConflict) -> HttpError:
     return HttpError(409, conflict.reason, f"{conflict}; nothing was taken. Use a new id for a new payment")
 
 
-def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
+def _reply(outcome: SettleOutcome) -> ModelResponse:
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
     result = objects.SettlementResult(
@@ -81,7 +81,6 @@ def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None
         settlement=outcome.response,
         message=outcome.message or None,
         payment_id=outcome.payment_id or None,
-        accepted=accepted,
     )
     return ModelResponse(result)
 
@@ -166,7 +165,7 @@ async def settle(request: Request) -> ModelResponse:
             extensions=body.extensions if body.extensions is not None else payload.extensions,
             settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
         )
-    return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
+    return _reply(outcome)
 
 
 async def release(request: Request) -> ModelResponse:
