@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer, transfer_digest
+from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.relayer import RevertError, simulated
 from x402mw.platform.clock import Clock
 from x402mw.platform.services.chains import ChainHandle, Chains
@@ -30,7 +30,7 @@ __all__ = [
     "WalletDeployment",
     "check_terms",
     "payload_hash",
-    "revert_reason",
+    "revert_refusal",
     "simulation_outcome",
     "verify_payment",
 ]
@@ -174,18 +174,27 @@ def payload_hash(signature: bytes, wire: Authorization, asset: str) -> str:
     ).hexdigest()
 
 
-async def simulation_outcome(simulation: asyncio.Future[Any], reason_of: Callable[[str], str] | None = None) -> None:
-    """Wait for a simulation (`Relayer.simulate_soon`); `PaymentRefusal` with the revert's reason code
-    (``reason_of`` maps the revert's text to it; the token's reasons by default)."""
+async def simulation_outcome(simulation: asyncio.Future[Any], scheme: str = "exact") -> None:
+    """Wait for a simulation (`Relayer.simulate_soon`) of a transfer of ``scheme``; `PaymentRefusal`
+    (`revert_refusal`) if it would revert."""
     try:
         await simulated(simulation)
     except RevertError as exc:
-        raise PaymentRefusal(
-            (reason_of or revert_reason)(exc.reason), f"the transfer would revert: {exc.reason}"
-        ) from None
+        raise revert_refusal(exc, scheme) from None
 
 
-def revert_reason(text: str) -> str:
+def revert_refusal(error: RevertError, scheme: str) -> PaymentRefusal:
+    """The refusal of a payment whose transfer (of ``scheme``: ``exact``, the token's EIP-3009
+    call; ``upto``, the upto proxy through Permit2) the node says would revert. Every path from a
+    node's revert to a reason code goes through here: the node's answer is decoded to
+    ``error.reason`` once (`x402mw.platform.chain.transactions.simulated`), and mapped here once.
+    (A transfer sent is not run by the node first: one that reverts once mined is
+    ``transaction_reverted``, or its authorization was used by another.)"""
+    reason = _upto_reason(error.reason) if scheme == "upto" else _token_reason(error.reason)
+    return PaymentRefusal(reason, f"the transfer would revert: {error.reason}")
+
+
+def _token_reason(text: str) -> str:
     """The x402 reason code for a token's revert message."""
     lowered = text.lower()
     if "balance" in lowered:
@@ -198,4 +207,34 @@ def revert_reason(text: str) -> str:
         return reasons.INVALID_VALID_AFTER
     if "signature" in lowered:
         return reasons.INVALID_SIGNATURE
+    return reasons.TRANSACTION_REVERTED
+
+
+def _selector(signature: str) -> str:
+    return keccak256(signature.encode())[:4].hex()
+
+
+_UPTO_REVERTS = {
+    _selector("SignatureExpired(uint256)"): reasons.PERMIT2_DEADLINE_EXPIRED,
+    _selector("InvalidNonce()"): reasons.PERMIT2_NONCE_USED,
+    _selector("InvalidSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("InvalidSigner()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("InvalidSignatureLength()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("InvalidContractSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("UnauthorizedFacilitator()"): reasons.UPTO_UNAUTHORIZED_FACILITATOR,
+    _selector("AmountExceedsPermitted()"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+    _selector("InvalidAmount(uint256)"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+    _selector("PaymentTooEarly()"): reasons.PERMIT2_NOT_YET_VALID,
+    _selector("Permit2612AmountMismatch()"): reasons.INVALID_EIP2612_PERMIT,
+}
+
+
+def _upto_reason(text: str) -> str:
+    """The x402 reason code of a revert of the upto proxy or Permit2 (custom errors, by selector)."""
+    lowered = text.lower()
+    for selector, reason in _UPTO_REVERTS.items():
+        if selector in lowered:
+            return reason
+    if "transfer_from_failed" in lowered:
+        return reasons.PERMIT2_INSUFFICIENT_BALANCE  # or no allowance: the upto settlement asks why
     return reasons.TRANSACTION_REVERTED

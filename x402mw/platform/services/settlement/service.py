@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
-from x402mw.platform.chain.relayer import ChainUnavailable, RevertError, TransactionDropped
+from x402mw.platform.chain.relayer import ChainUnavailable, TransactionDropped
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
@@ -50,7 +50,6 @@ from x402mw.platform.services.settlement.checks import (
     EndpointPolicy,
     PaymentRefusal,
     Verified,
-    revert_reason,
     simulation_outcome,
     verify_payment,
 )
@@ -489,7 +488,6 @@ class SettlementService:
         simulation: asyncio.Future[Any] | None = None,
         *,
         simulate: bool = False,
-        revert_reason: Callable[[str], str] = revert_reason,
     ) -> SettleOutcome:
         """Send ``transfer`` for the claimed ``row`` (after ``simulation``, or a simulation of its
         own with ``simulate``), wait for it and release the payment; the outcome, recorded."""
@@ -498,20 +496,18 @@ class SettlementService:
             if transfer.deployment is not None and transfer.auth is not None:
                 await prepare_payer(chain, transfer.asset, transfer.auth, transfer.deployment, self.codes)
             if simulation is not None:
-                await simulation_outcome(simulation, revert_reason)
+                await simulation_outcome(simulation, transfer.scheme)
             elif simulate:
-                await simulation_outcome(chain.relayer.simulate_soon(transfer.to, transfer.calldata), revert_reason)
+                await simulation_outcome(chain.relayer.simulate_soon(transfer.to, transfer.calldata), transfer.scheme)
             sent_at = time.perf_counter()
+            # (Sending does not ask the node to run the call: a revert is found by the simulation,
+            # or once mined, below.)
             tx = await chain.relayer.send(
                 transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
             )
         except PaymentRefusal as refusal:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
             return failed(network, refusal.reason, refusal.message, payment_id=row.id)
-        except RevertError as exc:
-            reason = revert_reason(exc.reason)
-            await self.writes.failed(row.id, reason, challenge=request.challenge)
-            return failed(network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id)
         except Exception as exc:
             if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
                 # The usage is known and the resource served: the claim stays, and recovery sends it

@@ -33,7 +33,6 @@ from typing import Any
 from sqlalchemy import delete, update
 
 from x402mw.evm.eip712 import InvalidSignatureError, recover_digest_signer
-from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import to_checksum_address
 from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
 from x402mw.platform.batching import unreachable
@@ -70,7 +69,6 @@ __all__ = [
     "EIP2612_EXTENSION",
     "UptoSettlement",
     "VerifiedUpto",
-    "upto_revert_reason",
     "verify_upto",
 ]
 
@@ -80,36 +78,6 @@ EIP2612_EXTENSION = "eip2612GasSponsoring"
 AUTHORIZE_LEASE = timedelta(seconds=120)
 """How long an authorization is held for the request that claimed it (its handler's time): the
 same signature sent again within it is pending; after it, a new request may serve it."""
-
-
-def _error(signature: str) -> str:
-    return keccak256(signature.encode())[:4].hex()
-
-
-_REVERTS = {
-    _error("SignatureExpired(uint256)"): reasons.PERMIT2_DEADLINE_EXPIRED,
-    _error("InvalidNonce()"): reasons.PERMIT2_NONCE_USED,
-    _error("InvalidSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("InvalidSigner()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("InvalidSignatureLength()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("InvalidContractSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("UnauthorizedFacilitator()"): reasons.UPTO_UNAUTHORIZED_FACILITATOR,
-    _error("AmountExceedsPermitted()"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
-    _error("InvalidAmount(uint256)"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
-    _error("PaymentTooEarly()"): reasons.PERMIT2_NOT_YET_VALID,
-    _error("Permit2612AmountMismatch()"): reasons.INVALID_EIP2612_PERMIT,
-}
-
-
-def upto_revert_reason(text: str) -> str:
-    """The x402 reason code of a revert of the upto proxy or Permit2 (custom errors, by selector)."""
-    lowered = text.lower()
-    for selector, reason in _REVERTS.items():
-        if selector in lowered:
-            return reason
-    if "transfer_from_failed" in lowered:
-        return reasons.PERMIT2_INSUFFICIENT_BALANCE  # or no allowance: `_why_transfer_fails` tells
-    return reasons.TRANSACTION_REVERTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +247,7 @@ class UptoSettlement:
 
     async def _simulated(self, verified: VerifiedUpto, simulation: asyncio.Future[Any]) -> None:
         try:
-            await simulation_outcome(simulation, upto_revert_reason)
+            await simulation_outcome(simulation, "upto")
         except PaymentRefusal as refusal:
             if refusal.reason == reasons.PERMIT2_INSUFFICIENT_BALANCE:
                 raise await self._why_transfer_fails(verified) from None
@@ -511,7 +479,7 @@ class UptoSettlement:
         # fell below the usage since is refused by the chain (the transfer reverts, and fails).
         transfer = transfer_of(row)  # with the EIP-2612 permit the claim kept, if any
         assert transfer is not None  # an upto claim keeps its signature
-        work = self.service.execute(row, request, verified.chain, transfer, started, revert_reason=upto_revert_reason)
+        work = self.service.execute(row, request, verified.chain, transfer, started)
         return await self.service.run_settlement(
             _key(row), row.id, request.accepted.network, request.wait_seconds, work
         )
