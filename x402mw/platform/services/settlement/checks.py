@@ -14,7 +14,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer, transfer_digest
+from x402mw.evm.eip712 import (
+    InvalidSignatureError,
+    TokenDomain,
+    TransferAuthorization,
+    recover_transfer_signer,
+    transfer_digest,
+)
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.relayer import RevertError, simulated
 from x402mw.platform.clock import Clock
@@ -31,6 +37,7 @@ __all__ = [
     "check_terms",
     "payload_hash",
     "revert_refusal",
+    "settled_on",
     "simulation_outcome",
     "verify_payment",
 ]
@@ -112,6 +119,25 @@ def check_terms(chains: Chains, endpoint: EndpointPolicy, accepted: PaymentRequi
         )
 
 
+def settled_on(
+    chains: Chains, scheme: str, accepted: PaymentRequirements, endpoint: EndpointPolicy | None = None
+) -> tuple[ChainHandle, TokenDomain]:
+    """The chain a payment of ``scheme`` on the terms ``accepted`` is settled on, and the token's
+    EIP-712 domain there, once the terms are checked (against ``endpoint``'s when the payment is for
+    one); `PaymentRefusal` otherwise. The first checks of every scheme's verification."""
+    if accepted.scheme != scheme:
+        raise PaymentRefusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not {scheme}")
+    if endpoint is not None:
+        check_terms(chains, endpoint, accepted)
+    chain = chains.by_network(accepted.network)
+    if chain is None:
+        raise PaymentRefusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
+    domain = chain.domain(accepted.asset)
+    if domain is None:
+        raise PaymentRefusal(reasons.INVALID_ASSET, f"asset {accepted.asset} is not settled here")
+    return chain, domain
+
+
 def verify_payment(
     chains: Chains,
     clock: Clock,
@@ -121,16 +147,7 @@ def verify_payment(
 ) -> Verified:
     """Check everything that can be checked off-chain, the terms against ``endpoint``'s when the
     payment is for one; `PaymentRefusal` with a reason code otherwise."""
-    if accepted.scheme != "exact":
-        raise PaymentRefusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not supported")
-    if endpoint is not None:
-        check_terms(chains, endpoint, accepted)
-    chain = chains.by_network(accepted.network)
-    if chain is None:
-        raise PaymentRefusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
-    domain = chain.domain(accepted.asset)
-    if domain is None:
-        raise PaymentRefusal(reasons.INVALID_ASSET, f"asset {accepted.asset} cannot be paid by authorization here")
+    chain, domain = settled_on(chains, "exact", accepted, endpoint)
     wire = payload.payload.authorization
     if wire.to.lower() != accepted.pay_to.lower():
         raise PaymentRefusal(reasons.INVALID_RECIPIENT, "the authorization pays someone other than payTo")

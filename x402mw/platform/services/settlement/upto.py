@@ -32,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import delete, update
 
-from x402mw.evm.eip712 import InvalidSignatureError, recover_digest_signer
+from x402mw.evm.eip712 import InvalidSignatureError, TokenDomain, recover_digest_signer
 from x402mw.evm.keys import to_checksum_address
 from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
 from x402mw.platform.batching import unreachable
@@ -46,7 +46,7 @@ from x402mw.platform.services.settlement.checks import (
     MIN_VALIDITY_SECONDS,
     EndpointPolicy,
     PaymentRefusal,
-    check_terms,
+    settled_on,
     simulation_outcome,
 )
 from x402mw.platform.services.settlement.outcomes import (
@@ -128,16 +128,7 @@ def verify_upto(
     facilitator's settle, where the requirements carry the amount to settle): then the signed
     ceiling is ``permitted.amount``, which ``settle_amount`` may not exceed. ``held``: the payment
     is one held already, found by its payload hash; its signatures are not recovered again."""
-    if accepted.scheme != "upto":
-        raise PaymentRefusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not upto")
-    if endpoint is not None:
-        check_terms(chains, endpoint, accepted)
-    chain = chains.by_network(accepted.network)
-    if chain is None:
-        raise PaymentRefusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
-    domain = chain.domain(accepted.asset)
-    if domain is None:
-        raise PaymentRefusal(reasons.INVALID_ASSET, f"asset {accepted.asset} is not settled here")
+    chain, domain = settled_on(chains, "upto", accepted, endpoint)  # the token's: for its EIP-2612 permit
     wire = payload.payload.permit2_authorization
     if not _same(wire.spender, UPTO_PERMIT2_PROXY_ADDRESS):
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SPENDER, "the permit's spender is not the x402 upto proxy")
@@ -181,27 +172,27 @@ def verify_upto(
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit's signature is malformed") from None
     if not _same(signer, wire.from_address):
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit is not signed by its 'from'")
-    permit2612 = None if held else _permit2612(chain, payload, signer, wire.permitted.token, ceiling)
+    permit2612 = None if held else _permit2612(domain, payload, signer, wire.permitted.token, ceiling)
     digest = hashlib.sha256(signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode())
     return VerifiedUpto(chain, permit, signature, signer, digest.hexdigest(), permit2612, accepted.asset)
 
 
 def _permit2612(
-    chain: ChainHandle, payload: UptoPaymentPayload, payer: str, token: str, ceiling: int
+    domain: TokenDomain, payload: UptoPaymentPayload, payer: str, token: str, ceiling: int
 ) -> EIP2612Permit | None:
-    """The ``eip2612GasSponsoring`` permit, checked: by the payer, for Permit2, for this token."""
+    """The ``eip2612GasSponsoring`` permit, checked: by the payer, for Permit2, for ``token`` (whose
+    EIP-712 domain is ``domain``)."""
     extension = (payload.extensions or {}).get(EIP2612_EXTENSION)
     if not isinstance(extension, dict):
         return None
     info = extension.get("info")
     if not isinstance(info, dict):
         raise PaymentRefusal(reasons.INVALID_EIP2612_PERMIT, f"{EIP2612_EXTENSION} carries no info")
-    domain = chain.domain(token)
     try:
         owner, asset, spender = str(info["from"]), str(info["asset"]), str(info["spender"])
         value, nonce, deadline = (int(str(info[k]), 10) for k in ("amount", "nonce", "deadline"))
         signature = bytes.fromhex(str(info["signature"]).removeprefix("0x"))
-        if domain is None or not (_same(owner, payer) and _same(asset, token) and _same(spender, PERMIT2_ADDRESS)):
+        if not (_same(owner, payer) and _same(asset, token) and _same(spender, PERMIT2_ADDRESS)):
             raise ValueError("the permit is not the payer's, for Permit2, in this token")
         if value != ceiling:
             raise ValueError("the permit's amount is not the ceiling")
