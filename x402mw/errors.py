@@ -6,10 +6,14 @@
      ├── ConfigurationError        a route, price or setting is wrong (raised at start-up, all problems at once)
      ├── PriceError                a price cannot be expressed in the token (too precise, negative, unknown coin)
      ├── PaymentError              a payment cannot be accepted (carries a reason code)
-     │    ├── InvalidPaymentError       the payment header or its authorization is malformed or does not match
-     │    └── SettlementError           the platform refused or failed to settle the payment
+     │    └── InvalidPaymentError       the payment header or its authorization is malformed or does not match
      ├── PlatformError             the platform answered with an error envelope or could not be reached
      └── PaymentRefusedError       the paying client would not pay (over a cap, network not allowed, ...)
+
+A payment the platform refuses or fails to settle raises nothing in a seller's code: the payment
+gate answers the payer itself (402 with the reason code, or the payment pending), a route's handler
+runs only once its payment is settled, a metered request's `MeteredPayment.settlement` stays None,
+and a paid MCP tool's result is withheld. (There was a ``SettlementError`` for it, never raised.)
 
 Every error carries what an operator needs: ``reason`` (an opaque reason code), and where known the
 ``request_id``, ``payer`` and ``transaction``. Secrets never appear in messages.
@@ -125,7 +129,6 @@ __all__ = [
     "PaymentRefusedError",
     "PlatformError",
     "PriceError",
-    "SettlementError",
     "X402Error",
 ]
 
@@ -168,10 +171,6 @@ class PaymentError(X402Error):
 
 class InvalidPaymentError(PaymentError):
     """The payment header or its authorization is malformed or does not match the offer."""
-
-
-class SettlementError(PaymentError):
-    """The platform refused or failed to settle the payment."""
 
 
 class PlatformError(X402Error):

@@ -207,7 +207,12 @@ class PaymentGate:
             return _pending(
                 SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=held.network)
             )
-        return (yield from self._settled(route, terms, request, native, reply))
+        accepted = held.body["accepted"]
+        return (
+            yield from self._settled(
+                route, terms, request, native, reply, str(accepted["payTo"]), str(accepted["asset"])
+            )
+        )
 
     def release(self, held: Held) -> Generator[PlatformCall, Any, bool]:
         """Give up a held payment (its tool failed): nothing is taken, and the agent may use the same
@@ -319,7 +324,7 @@ class PaymentGate:
                 body=body,
                 context=(route, terms, request, native),
             )
-        return (yield from self._settled(route, terms, request, native, reply))
+        return (yield from self._settled(route, terms, request, native, reply, accepted.pay_to, accepted.asset))
 
     def _check_accepted(
         self, payload: AnyPaymentPayload, route: PaidRoute, terms: EndpointTerms
@@ -374,8 +379,17 @@ class PaymentGate:
         return accepted, challenge_id, expires
 
     def _settled(
-        self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any, reply: PlatformReply
+        self,
+        route: PaidRoute,
+        terms: EndpointTerms,
+        request: RequestView,
+        native: Any,
+        reply: PlatformReply,
+        pay_to: str,
+        asset: str,
     ) -> Step:
+        """The platform's answer to a settlement of the terms accepted (``pay_to``, ``asset``: the
+        seller's own, which the platform does not echo)."""
         if reply.status in (401, 403, 404, 503):  # refused by the platform: nothing was taken
             return self._platform_failure(_reply_error(reply), "settlement")
         if reply.status == 409 and _reply_error(reply).code == payment_identifier.CONFLICT:
@@ -393,13 +407,12 @@ class PaymentGate:
         header = (PAYMENT_RESPONSE, encode_header(response))
         if data.get("status") == "settled" and response.success:
             receipt = response.receipt or {}
-            accepted = data.get("accepted") or {}
             settlement = Settlement(
                 transaction=response.transaction,
                 network=response.network,
                 payer=response.payer or "",
-                pay_to=str(receipt.get("payTo", accepted.get("payTo", ""))),
-                asset=str(receipt.get("asset", terms.asset)),
+                pay_to=pay_to,
+                asset=asset,
                 amount=response.amount or 0,
                 challenge_id=str(receipt.get("challengeId", "")),
                 endpoint_id=terms.id,

@@ -62,7 +62,6 @@ async def list_events(request: Request) -> ModelResponse:
             )
         filters.append(table.c.type == kind)
     platform = platform_of(request)
-    await platform.settlement.recorded()  # agent_payment.settled lands just after its receipt
     async with platform.engine.connect() as conn:
         data, more = await list_page(conn, table, filters, request, event_of)
     return ModelResponse(EventList(data=data, has_more=more))

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.requests import Request
 
-from x402mw.platform import metrics
 from x402mw.platform.api.agents.settlements import conflict_error, unavailable_error
 from x402mw.platform.api.auth import authenticate, presented_key
 from x402mw.platform.chain.relayer import ChainUnavailable
@@ -37,7 +36,6 @@ from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement.outcomes import unavailable
 from x402mw.platform.services.settlement.service import IdentifierConflict, PaymentRefusal, SettleRequest
 from x402mw.platform.services.settlement.upto import EIP2612_EXTENSION
-from x402mw.protocol import reasons
 from x402mw.protocol.models import (
     PaymentPayload,
     PaymentRequirements,
@@ -124,29 +122,23 @@ async def verify(request: Request) -> ModelResponse:
     body = await _body(request)
     await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
-    service = platform.settlement
-    network = service.network_label(body.paymentRequirements.network)
     if isinstance(body, UptoFacilitatorBody):
         payer = body.paymentPayload.payload.permit2_authorization.from_address
     else:
         payer = body.paymentPayload.payload.authorization.from_address
     try:
-        if body.x402Version not in (1, 2):
-            raise PaymentRefusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
         if isinstance(body, UptoFacilitatorBody):
-            upto = platform.upto.verify(body.paymentRequirements, body.paymentPayload)
-            await platform.upto.check_on_chain(upto)
-            payer = upto.payer
+            payer = await platform.upto.check(
+                body.paymentRequirements, body.paymentPayload, x402_version=body.x402Version
+            )
         else:
-            verified = await service.verify(body.paymentRequirements, body.paymentPayload)
-            await service.check_on_chain(verified, body.paymentRequirements.asset)
-            payer = verified.payer
+            payer = await platform.settlement.check(
+                body.paymentRequirements, body.paymentPayload, x402_version=body.x402Version
+            )
     except ChainUnavailable:
         raise unavailable_error(unavailable(body.paymentRequirements.network)) from None
     except PaymentRefusal as refusal:
-        metrics.count_verification(network, refusal.reason)
         return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason, payer=payer))
-    metrics.count_verification(network, None)
     return ModelResponse(VerifyResponse(is_valid=True, payer=payer))
 
 

@@ -112,7 +112,6 @@ async def retrieve(request: Request) -> ModelResponse:
     challenge_id = request.path_params["challenge_id"]
     table = tables.agent_challenges
     payments = tables.agent_payments
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         challenge = (
             await conn.execute(

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
 from starlette.requests import Request
 
-from x402mw.platform import metrics
 from x402mw.platform.api.agents.challenges import ChallengeIn, challenge_row
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -31,7 +30,7 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
 from x402mw.platform.services.settlement.checks import EndpointPolicy
-from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, failed, payment_of
+from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, payment_of
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
@@ -88,7 +87,7 @@ def conflict_error(conflict: IdentifierConflict) -> HttpError:
     return HttpError(409, conflict.reason, f"{conflict}; nothing was taken. Use a new id for a new payment")
 
 
-def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
+def _reply(outcome: SettleOutcome) -> ModelResponse:
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
     result = objects.SettlementResult(
@@ -96,7 +95,6 @@ def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None
         settlement=outcome.response,
         message=outcome.message or None,
         payment_id=outcome.payment_id or None,
-        accepted=accepted,
     )
     return ModelResponse(result)
 
@@ -124,11 +122,8 @@ async def settle(request: Request) -> ModelResponse:
             raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
         terms = EndpointPolicy.of(endpoint)
     if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
-        refused = failed(
+        refused = platform.settlement.refuse(
             accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
-        )
-        metrics.count_settlement(
-            platform.settlement.network_label(accepted.network), "failed", reasons.INVALID_REQUIREMENTS
         )
         return _reply(refused)
     challenge = challenge_row(
@@ -174,10 +169,6 @@ async def settle(request: Request) -> ModelResponse:
             outcome = await platform.settlement.settle(settle)
     except IdentifierConflict as conflict:
         raise conflict_error(conflict) from None
-    if upto:
-        metrics.count_settlement(
-            platform.settlement.network_label(accepted.network), outcome.status, outcome.response.error_reason
-        )
     if outcome.status == "settled" and endpoint.discoverable:
         await platform.catalogue.record(
             endpoint,
@@ -188,7 +179,7 @@ async def settle(request: Request) -> ModelResponse:
             extensions=body.extensions if body.extensions is not None else payload.extensions,
             settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
         )
-    return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
+    return _reply(outcome)
 
 
 async def release(request: Request) -> ModelResponse:
@@ -214,7 +205,6 @@ async def list_payments(request: Request) -> ModelResponse:
     if endpoint is not None:
         filters.append(table.c.endpoint_id == endpoint)
     platform = platform_of(request)
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         data, more = await list_page(
             conn, table, filters, request, lambda r: payment_of(AgentPayment.model_validate(dict(r)))
@@ -227,7 +217,6 @@ async def retrieve_payment(request: Request) -> ModelResponse:
     table = tables.agent_payments
     payment_id = path_uuid(request, "payment_id", "agent payment")
     platform = platform_of(request)
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         found = (
             (
@@ -258,7 +247,6 @@ async def usage(request: Request) -> ModelResponse:
         start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
     else:
         raise HttpError(400, "parameter_invalid", "month must look like 2026-11", param="month")
-    await platform.settlement.recorded()
     answer = await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)
     return ModelResponse(objects.AgentUsageEnvelope(usage=answer))
 

@@ -64,7 +64,6 @@ async def sign_in(request: Request) -> ModelResponse:
     if endpoint is None:
         raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
     now = datetime.fromtimestamp(platform.clock.time(), UTC)
-    await platform.settlement.recorded()  # this process's settlements written first (they are batched)
     keep_until = max(datetime.fromtimestamp(body.keepUntil, UTC), now)
     if keep_until > now + LONGEST_KEPT:
         return ModelResponse(
