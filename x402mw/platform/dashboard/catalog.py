@@ -98,12 +98,8 @@ async def _create(
 
 
 async def _plans_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
-    t = tables.subscription_plans
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list((await conn.execute(query.order_by(t.c.created_at.desc()))).mappings())
     base = ctx.platform.settings.checkout_url_base
-    plans = [plan_of(r, base) for r in rows]
+    plans = [plan_of(r._mapping, base) for r in await ctx.newest(tables.subscription_plans)]
     return ctx.page("plans.html", status, plans=plans, error=error)
 
 
@@ -204,12 +200,9 @@ async def subscription_cancel(ctx: Ctx) -> Response:
 
 
 async def _links_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
-    t = tables.payment_links
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list((await conn.execute(query.order_by(t.c.created_at.desc()).limit(200))).mappings())
     base = ctx.platform.payment_intents.checkout_url_base
-    return ctx.page("links.html", status, links=[payment_link_of(r, base) for r in rows], error=error)
+    links = [payment_link_of(r._mapping, base) for r in await ctx.newest(tables.payment_links, 200)]
+    return ctx.page("links.html", status, links=links, error=error)
 
 
 @page()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from pydantic import ValidationError
+from sqlalchemy import Row, Table, select
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -131,6 +132,15 @@ class Ctx:
             "path": self.request.url.path,
             "notice": self.request.query_params.get("notice", "")[:200],
         }
+
+    async def newest(self, table: Table, limit: int | None = None) -> list[Row[Any]]:
+        """The merchant's rows of ``table`` in the session's mode, newest first (at most ``limit``)."""
+        query = select(table).where(table.c.merchant_id == self.merchant_id, table.c.livemode == self.livemode)
+        query = query.order_by(table.c.created_at.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        async with self.platform.engine.connect() as conn:
+            return list(await conn.execute(query))
 
     async def audit(
         self,
