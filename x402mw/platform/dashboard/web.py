@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment
 from pydantic import ValidationError
 from sqlalchemy import Row, Table, select
 from starlette.datastructures import FormData
@@ -26,6 +26,7 @@ from x402mw.platform.dashboard.accounts import Session, User
 from x402mw.platform.dashboard.assets import asset_digest
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.merchants import Caller
+from x402mw.platform.templates import template_environment
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
@@ -67,13 +68,7 @@ class PageError(Exception):
 
 @functools.cache
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("x402mw.platform.dashboard", "templates"),
-        autoescape=select_autoescape(["html"]),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = template_environment("x402mw.platform.dashboard")
     env.globals["asset"] = lambda name: f"/dashboard/static/{name}?v={asset_digest(name)}"
     return env
 
