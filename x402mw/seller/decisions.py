@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from x402mw.protocol.models import SettlementResponse
-from x402mw.seller.config import AmountCallback
+
+if TYPE_CHECKING:  # (config imports sign_in, which answers with these decisions)
+    from x402mw.seller.config import AmountCallback
 
 __all__ = [
     "Answer",
