@@ -23,8 +23,6 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-__all__ = ["KeepAliveTransport"]
-
 _Origin = tuple[bytes, bytes, int]
 _HEAD_LIMIT = 64 * 1024
 _NO_BODY = frozenset({204, 304})

@@ -347,7 +347,8 @@ async def test_an_unreachable_platform_is_a_503(deployment: Deployment) -> None:
 
 
 async def test_a_transfer_the_chain_reverts_is_reported_failed(dev_platform: PlatformHarness) -> None:
-    from x402mw.platform.services.settlement.service import SettlementService, SettleRequest
+    from x402mw.platform.services.settlement.outcomes import SettleRequest
+    from x402mw.platform.services.settlement.service import SettlementService
     from x402mw.protocol import decode_payment_payload
 
     deployment = await asyncio.to_thread(dev_platform.deploy, fund="")

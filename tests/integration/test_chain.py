@@ -23,7 +23,7 @@ from tests.chain_fixtures import (
 )
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess
-from x402mw.platform.chain.relayer import Relayer, RevertError
+from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, RpcError
 from x402mw.platform.chain.token import (
     authorization_state,
@@ -33,7 +33,7 @@ from x402mw.platform.chain.token import (
     load_token_artifact,
     read_domain,
 )
-from x402mw.platform.chain.transactions import Fees, TransactionSigner
+from x402mw.platform.chain.transactions import Fees, RevertError, TransactionSigner
 
 __all__ = ["anvil_node", "anyio_backend", "chain"]
 

@@ -35,8 +35,9 @@ from x402mw.platform.chain.contracts import (
     runtime_code,
     upto_settle_calldata,
 )
-from x402mw.platform.chain.relayer import RevertError, transact
+from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import allowance, balance_of, permit_calldata, permit_nonce
+from x402mw.platform.chain.transactions import RevertError
 from x402mw.protocol.networks import EXACT_PERMIT2_PROXY_ADDRESS, PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS
 
 __all__ = ["anvil_node", "anyio_backend", "chain"]

@@ -44,7 +44,7 @@ from x402mw.platform.chain.contracts import (
     wallet_deploy_calldata,
     wallet_execute_calldata,
 )
-from x402mw.platform.chain.relayer import RevertError, transact
+from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import (
     allowance,
@@ -53,6 +53,7 @@ from x402mw.platform.chain.token import (
     encode_transfer_with_authorization_bytes,
     transfer_calldata,
 )
+from x402mw.platform.chain.transactions import RevertError
 from x402mw.protocol.networks import PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS
 
 __all__ = ["anvil_node", "anyio_backend", "chain"]

@@ -20,7 +20,7 @@ from tests.sellers import asgi_transport, lifespan
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.contracts import upto_settle_calldata
-from x402mw.platform.chain.relayer import RevertError
+from x402mw.platform.chain.transactions import RevertError
 from x402mw.platform.services.settlement.checks import revert_refusal
 from x402mw.protocol import reasons
 from x402mw.protocol.codec import encode_header
@@ -258,7 +258,7 @@ async def test_only_the_facilitator_may_settle_a_permit(
 async def test_a_hold_never_settled_is_closed_once_its_permit_expired(dev_platform: PlatformHarness) -> None:
     """A request whose process stopped between holding the payment and settling it: nothing was
     charged; once the permit's deadline passed, the worker's recovery records it failed."""
-    from x402mw.platform.services.settlement.service import SettleRequest
+    from x402mw.platform.services.settlement.outcomes import SettleRequest
 
     deployment = await asyncio.to_thread(metered_deployment, dev_platform)
     await asyncio.to_thread(approve_permit2, dev_platform, deployment.agent_key)

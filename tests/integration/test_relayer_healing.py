@@ -19,7 +19,8 @@ from eth_account import Account
 
 from tests.chain_fixtures import sign_authorization
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
-from x402mw.platform.chain.relayer import ChainUnavailable, Relayer, TransactionDropped
+from x402mw.platform.chain.healing import TransactionDropped
+from x402mw.platform.chain.relayer import ChainUnavailable, Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.chain.token import authorization_state, balance_of, encode_transfer_with_authorization, mint
 

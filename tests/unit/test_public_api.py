@@ -79,3 +79,47 @@ def test_examples_import(path: Path) -> None:
         [sys.executable, "-c", f"import {path.stem}"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+PUBLIC_MODULES = {
+    # the package's public surfaces (pinned above) and the modules users import by name
+    "x402mw",
+    "x402mw.errors",
+    "x402mw.client",
+    "x402mw.client.merchant",
+    "x402mw.client.mcp",
+    "x402mw.client.webhooks",
+    "x402mw.evm",
+    "x402mw.protocol",
+    "x402mw.seller",
+    "x402mw.adapters.asgi",
+    "x402mw.adapters.django",
+    "x402mw.adapters.flask",
+    "x402mw.adapters.mcp",
+    "x402mw.adapters.starlette",
+    "x402mw.adapters.wsgi",
+    # entry points: the CLI, the demo, the platform's server, app and settings
+    "x402mw.cli",
+    "x402mw.demo",
+    "x402mw.platform.server",
+    "x402mw.platform.app",
+    "x402mw.platform.settings",
+    # package facades inside the platform: what the app mounts from them
+    "x402mw.platform.checkout",
+    "x402mw.platform.dashboard",
+    "x402mw.platform.webhooks",
+}
+
+
+def test_only_public_modules_declare_all() -> None:
+    """Internal modules declare no ``__all__`` (as Starlette's): what a module exports is what the
+    package's public surfaces above list, and a name is imported from the module that defines it."""
+    root = Path(x402mw.__file__).parent
+    declaring = set()
+    for path in root.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        if any(line.startswith("__all__") for line in path.read_text().splitlines()):
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            declaring.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    assert declaring == PUBLIC_MODULES

@@ -27,10 +27,11 @@ import httpx
 
 from x402mw.protocol.codec import PAYMENT_SIGNATURE, V1_PAYMENT
 from x402mw.protocol.sign_in import SIGN_IN_HEADER
+from x402mw.seller.answers import internal_error_answer
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import AsyncSeller
-from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
 from x402mw.seller.setup import build_gate, is_well_known, origin_of

@@ -40,11 +40,12 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
 from x402mw.errors import ConfigurationError
-from x402mw.seller.config import AmountCallback, PaidRoute
-from x402mw.seller.decisions import Answer, Decision
+from x402mw.seller.answers import internal_error_answer
+from x402mw.seller.config import PaidRoute
+from x402mw.seller.decisions import AmountCallback, Answer, Decision
 from x402mw.seller.discovery import Discovery
 from x402mw.seller.drivers import AsyncSeller, SyncSeller
-from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.setup import build_gate, is_well_known, origin_of
 from x402mw.seller.sign_in import SignIn

@@ -40,11 +40,12 @@ from flask import Flask, Response, after_this_request, current_app, g, request
 from x402mw.adapters.wsgi import request_url, well_known_answer
 from x402mw.adapters.wsgi import request_view as wsgi_request_view
 from x402mw.errors import ConfigurationError
-from x402mw.seller.config import AmountCallback, PaidRoute
-from x402mw.seller.decisions import Answer
+from x402mw.seller.answers import internal_error_answer
+from x402mw.seller.config import PaidRoute
+from x402mw.seller.decisions import AmountCallback, Answer
 from x402mw.seller.discovery import Discovery
 from x402mw.seller.drivers import SyncSeller
-from x402mw.seller.gate import DEFAULT_PLATFORM_URL, PaymentGate, internal_error_answer
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, PaymentGate
 from x402mw.seller.metering import ServeMetered
 from x402mw.seller.paywall import Paywall
 from x402mw.seller.routes import RouteTable

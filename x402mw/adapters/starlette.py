@@ -29,7 +29,8 @@ from starlette.routing import BaseRoute, Match, Mount, Route
 
 from x402mw.adapters.asgi import PaymentMiddleware as ASGIPaymentMiddleware
 from x402mw.adapters.asgi import Receive, Scope
-from x402mw.seller.config import AmountCallback, PaidRoute
+from x402mw.seller.config import PaidRoute
+from x402mw.seller.decisions import AmountCallback
 from x402mw.seller.discovery import Discovery, discovery_from_openapi
 from x402mw.seller.sign_in import SignIn
 

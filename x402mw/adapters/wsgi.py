@@ -22,10 +22,11 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import httpx
 
+from x402mw.seller.answers import internal_error_answer
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import SyncSeller
-from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
+from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
 from x402mw.seller.setup import build_gate, is_well_known, origin_of

@@ -44,8 +44,6 @@ from x402mw.protocol.networks import get_network, parse_caip2
 from x402mw.protocol.prices import format_amount, parse_decimal
 from x402mw.protocol.sign_in import SIGN_IN_HEADER, SIGN_IN_WITH_X, SignInMessage, encode_sign_in
 
-__all__ = ["PaymentRecord", "X402Auth"]
-
 OVER_CAP = "over_cap"
 NO_ACCEPTABLE_OPTION = "no_acceptable_option"
 INVALID_RECEIPT = "invalid_receipt"

@@ -20,8 +20,6 @@ from x402mw.client.wallet import DEFAULT_KEY_VARIABLE, Wallet
 from x402mw.errors import X402Error
 from x402mw.protocol.prices import format_amount
 
-__all__ = ["pay_command"]
-
 BODY_LIMIT = 2000
 
 

@@ -34,8 +34,6 @@ from x402mw.protocol.models import (
 )
 from x402mw.protocol.networks import get_network, parse_caip2
 
-__all__ = ["CLOCK_SKEW_SECONDS", "DEFAULT_KEY_VARIABLE", "MAX_VALIDITY_SECONDS", "Wallet"]
-
 DEFAULT_KEY_VARIABLE = "X402MW_PRIVATE_KEY"
 CLOCK_SKEW_SECONDS = 600
 """``validAfter`` lies this far in the past, so that a facilitator whose clock is behind accepts it."""

@@ -30,23 +30,6 @@ except ImportError:  # pragma: no cover - a coincurve build without the private 
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import _checksum_hex, _private_key
 
-__all__ = [
-    "DOMAIN_TYPEHASH",
-    "TRANSFER_WITH_AUTHORIZATION_TYPEHASH",
-    "TYPED_DATA_TYPES",
-    "InvalidSignatureError",
-    "TokenDomain",
-    "TransferAuthorization",
-    "address_word",
-    "random_nonce",
-    "recover_digest_signer",
-    "recover_transfer_signer",
-    "sign_digest",
-    "sign_transfer",
-    "transfer_digest",
-    "uint256_word",
-]
-
 TYPED_DATA_TYPES: dict[str, list[dict[str, str]]] = {
     "EIP712Domain": [
         {"name": "name", "type": "string"},

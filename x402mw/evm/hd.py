@@ -15,8 +15,6 @@ import hmac
 
 from coincurve import PrivateKey
 
-__all__ = ["DEPOSIT_ACCOUNT_PATH", "HARDENED", "derive_private_key", "parse_path"]
-
 HARDENED = 0x8000_0000
 DEPOSIT_ACCOUNT_PATH = "m/44'/60'/0'/0"
 _N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141

@@ -7,8 +7,6 @@ without safe-pysha3 still works.
 
 from __future__ import annotations
 
-__all__ = ["keccak256"]
-
 try:
     from sha3 import keccak_256 as _keccak_256
 except ImportError:  # pragma: no cover - depends on the environment

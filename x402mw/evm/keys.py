@@ -13,8 +13,6 @@ from coincurve import PrivateKey
 
 from x402mw.evm.keccak import keccak256
 
-__all__ = ["address_of", "is_address", "new_private_key", "to_checksum_address"]
-
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 

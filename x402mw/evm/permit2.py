@@ -15,15 +15,6 @@ from dataclasses import dataclass
 from x402mw.evm.eip712 import TokenDomain, address_word, uint256_word
 from x402mw.evm.keccak import keccak256
 
-__all__ = [
-    "PERMIT2_ADDRESS",
-    "UPTO_PERMIT2_PROXY_ADDRESS",
-    "UPTO_WITNESS_TYPE",
-    "UptoPermit",
-    "permit2612_digest",
-    "upto_permit_digest",
-]
-
 PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
 """The canonical Permit2 (the verifying contract of every permit signed here)."""
 UPTO_PERMIT2_PROXY_ADDRESS = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002"

@@ -21,15 +21,6 @@ from x402mw.evm.eip712 import recover_digest_signer, sign_digest
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of
 
-__all__ = [
-    "RECEIPT_FIELDS",
-    "personal_message_digest",
-    "receipt_message",
-    "recover_receipt_signer",
-    "sign_receipt",
-    "verify_receipt",
-]
-
 RECEIPT_FIELDS = (  # ``scheme`` and ``maxAmount`` (the signed ceiling) only on ``upto`` receipts
     "challengeId",
     "endpointId",

@@ -20,8 +20,6 @@ from x402mw.platform.services.idempotency import purge_idempotency_keys
 from x402mw.platform.services.payment_intents import expire_due_payment_intents
 from x402mw.platform.settings import PlatformSettings
 
-__all__ = ["INTERVAL_SECONDS", "duties", "run_worker", "start_platform"]
-
 logger = logging.getLogger("x402mw.platform")
 
 INTERVAL_SECONDS = 2.0

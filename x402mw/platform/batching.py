@@ -28,8 +28,6 @@ from typing import Generic, TypeVar
 import httpx
 from sqlalchemy import exc as sa_exc
 
-__all__ = ["Coalescer", "unreachable"]
-
 T = TypeVar("T")
 R = TypeVar("R")
 

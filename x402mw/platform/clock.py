@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
-
 
 class Clock:
     """Wall-clock time in UTC. Subclass to move time in tests."""

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from x402mw.evm.keys import new_private_key
 
-__all__ = ["load_or_create_key", "parse_private_key"]
-
 
 def parse_private_key(text: str) -> bytes:
     body = text.strip().removeprefix("0x")

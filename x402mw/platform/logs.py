@@ -20,8 +20,6 @@ from typing import Any
 
 from x402mw.platform.request_ids import current_request_id
 
-__all__ = ["LOG_FORMATS", "JsonFormatter", "log_config"]
-
 LOG_FORMATS = ("text", "json")
 
 _LEVELS = {"critical", "error", "warning", "info", "debug", "trace"}

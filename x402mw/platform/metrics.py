@@ -51,12 +51,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.routing import BaseRoute, Mount, Route, compile_path
 
-__all__ = [
-    "MetricsMiddleware",
-    "MultiprocessMetrics",
-    "serve_metrics",
-]
-
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 

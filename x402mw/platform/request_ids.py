@@ -7,8 +7,6 @@ from __future__ import annotations
 import contextvars
 import secrets
 
-__all__ = ["current_request_id", "new_request_id", "request_id_var"]
-
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("x402mw_request_id", default="")
 
 

@@ -53,8 +53,6 @@ from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
 from x402mw.platform.webhooks.delivery import WebhookSender
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
 
-__all__ = ["Platform", "settle_heap"]
-
 logger = logging.getLogger("x402mw.platform")
 LOCAL_CHAIN_IDS = frozenset({31337, 1337})
 

@@ -11,8 +11,6 @@ import base64
 
 from cryptography.fernet import Fernet, InvalidToken
 
-__all__ = ["SecretBox"]
-
 _PREFIX = "sealed:v1:"
 
 

@@ -31,8 +31,6 @@ from typing import Any
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
-__all__ = ["serve_workers"]
-
 logger = logging.getLogger("x402mw.platform")
 
 _MIN_LIFETIME = 10.0  # seconds

@@ -8,8 +8,6 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-__all__ = ["template_environment"]
-
 
 def template_environment(package: str, **options: Any) -> Environment:
     """The environment of ``package``'s templates; ``options`` are Jinja's own (``keep_trailing_newline``)."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import overload
 
-__all__ = ["iso"]
-
 
 @overload
 def iso(value: datetime) -> str: ...

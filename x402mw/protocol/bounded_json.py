@@ -24,8 +24,6 @@ import re
 from collections.abc import Callable
 from typing import Any, Literal
 
-__all__ = ["MAX_DEPTH", "JsonLimitError", "loads", "nesting_depth"]
-
 MAX_DEPTH = 64
 """Arrays and objects nested deeper than this are refused: no message of x402 or of the platform's
 API comes near it (the deepest nest about five levels), and every parser and validator copes with it."""

@@ -28,21 +28,6 @@ from x402mw.protocol.models import (
 )
 from x402mw.protocol.networks import get_network
 
-__all__ = [
-    "MAX_HEADER_BYTES",
-    "PAYMENT_REQUIRED",
-    "PAYMENT_RESPONSE",
-    "PAYMENT_SIGNATURE",
-    "V1_PAYMENT",
-    "V1_PAYMENT_RESPONSE",
-    "decode_any_payment_payload",
-    "decode_json_header",
-    "decode_payment_payload",
-    "decode_payment_required",
-    "decode_settlement_response",
-    "encode_header",
-]
-
 PAYMENT_REQUIRED = "PAYMENT-REQUIRED"
 PAYMENT_SIGNATURE = "PAYMENT-SIGNATURE"
 PAYMENT_RESPONSE = "PAYMENT-RESPONSE"

@@ -14,8 +14,6 @@ import base64
 import hashlib
 import hmac
 
-__all__ = ["customer_signature", "signing_key"]
-
 
 def signing_key(api_key: str) -> str:
     """The key a merchant's API key signs customer links with: its SHA-256, in hex."""

@@ -10,19 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = [
-    "EXACT_PERMIT2_PROXY_ADDRESS",
-    "PERMIT2_ADDRESS",
-    "UPTO_PERMIT2_PROXY_ADDRESS",
-    "Asset",
-    "Network",
-    "get_network",
-    "known_networks",
-    "network_for_v1_name",
-    "parse_caip2",
-    "register_network",
-]
-
 EIP3009_COINS = frozenset({"USDC", "EURC"})
 
 # The same address on every EVM chain (CREATE2 deployments), and the one clients hard-code in what

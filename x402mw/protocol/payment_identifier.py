@@ -14,16 +14,6 @@ from typing import Any
 
 from x402mw.protocol.models import PaymentPayload, PaymentRequired
 
-__all__ = [
-    "CONFLICT",
-    "DECLARATION",
-    "PAYMENT_IDENTIFIER",
-    "declared",
-    "identifier_of",
-    "new_identifier",
-    "payload_extensions",
-]
-
 PAYMENT_IDENTIFIER = "payment-identifier"
 """The extension's key in ``PaymentRequired.extensions`` and ``PaymentPayload.extensions``."""
 

@@ -20,17 +20,6 @@ from decimal import Context, Decimal, InvalidOperation
 
 from x402mw.errors import PriceError
 
-__all__ = [
-    "AmountFormat",
-    "JsonNumber",
-    "Price",
-    "decimal_pattern",
-    "format_amount",
-    "json_number",
-    "parse_decimal",
-    "to_atomic",
-]
-
 Price = str | int | Decimal
 _EXACT = Context(prec=200)  # wide enough that scaling never rounds
 MAX_TEXT = 80  # longer decimal text is refused before it is read

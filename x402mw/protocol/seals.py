@@ -8,8 +8,6 @@ import base64
 import hashlib
 import hmac
 
-__all__ = ["Sealer", "fixed_terms", "sealed_terms"]
-
 
 class Sealer:
     def __init__(self, api_key: str) -> None:

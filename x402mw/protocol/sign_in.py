@@ -18,16 +18,6 @@ from typing import Any
 
 from x402mw.errors import InvalidPaymentError
 
-__all__ = [
-    "SIGN_IN_HEADER",
-    "SIGN_IN_WITH_X",
-    "SignInMessage",
-    "decode_sign_in",
-    "encode_sign_in",
-    "parse_time",
-    "siwe_text",
-]
-
 SIGN_IN_WITH_X = "sign-in-with-x"
 SIGN_IN_HEADER = "SIGN-IN-WITH-X"
 MAX_HEADER = 8192

@@ -12,8 +12,6 @@ import binascii
 import hashlib
 import hmac
 
-__all__ = ["SECRET_PREFIX", "digest", "secret_key", "sign_payload"]
-
 SECRET_PREFIX = "whsec_"
 
 

@@ -15,16 +15,6 @@ from x402mw.protocol.codec import PAYMENT_RESPONSE, encode_header
 from x402mw.protocol.models import SettlementResponse
 from x402mw.seller.decisions import Answer
 
-__all__ = [
-    "ANSWER_HEADERS",
-    "EXPOSE_HEADERS",
-    "conflict_answer",
-    "error_answer",
-    "internal_error_answer",
-    "json_answer",
-    "pending_answer",
-]
-
 EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 ANSWER_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS)
 

@@ -24,15 +24,6 @@ from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.paywall import Paywall, wants_html
 
-__all__ = [
-    "EIP2612_EXTENSION",
-    "ChallengeTemplate",
-    "build_template",
-    "offer_scheme",
-    "render_challenge",
-    "sealed_offer",
-]
-
 # Declared in every 402 of an exact route: a client may name each logical request with a payment
 # identifier, so that its retry gets the first answer (the platform keeps them) and an id reused for
 # another payment is a 409.

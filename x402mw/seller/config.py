@@ -10,8 +10,6 @@ from x402mw.seller.decisions import AmountCallback
 from x402mw.seller.discovery import Discovery
 from x402mw.seller.sign_in import SignIn
 
-__all__ = ["AmountCallback", "EndpointTerms", "PaidRoute"]
-
 ReleasePolicy = Literal["included", "confirmed"]
 
 

@@ -9,18 +9,6 @@ from typing import Any
 from x402mw.protocol.models import SettlementResponse
 from x402mw.protocol.prices import Price
 
-__all__ = [
-    "AmountCallback",
-    "Answer",
-    "ComputeAmount",
-    "Decision",
-    "Held",
-    "PlatformCall",
-    "PlatformReply",
-    "Serve",
-    "Settlement",
-]
-
 AmountCallback = Callable[[Any], "Price | Awaitable[Price]"]
 """A route's price computed per request, from the framework's request (`PaidRoute.amount`)."""
 

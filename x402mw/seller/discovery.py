@@ -20,8 +20,6 @@ from typing import Any, Literal
 
 from x402mw.errors import ConfigurationError
 
-__all__ = ["BAZAAR", "Discovery", "discovery_from_openapi", "well_known_manifest"]
-
 BAZAAR = "bazaar"
 _SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _QUERY_METHODS = ("GET", "HEAD", "DELETE")

@@ -51,8 +51,6 @@ from x402mw.seller.decisions import ComputeAmount, PlatformCall, PlatformReply
 from x402mw.seller.gate import PaymentGate
 from x402mw.transport import KeepAliveTransport
 
-__all__ = ["AsyncSeller", "SyncSeller", "run_async", "run_sync"]
-
 logger = logging.getLogger("x402mw.seller")
 T = TypeVar("T")
 BACKGROUND_INTERVAL = 0.25

@@ -46,7 +46,6 @@ from x402mw.seller.answers import (
     EXPOSE_HEADERS,
     conflict_answer,
     error_answer,
-    internal_error_answer,
     json_answer,
     pending_answer,
 )
@@ -74,15 +73,6 @@ from x402mw.seller.manifest import manifest_item
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
 from x402mw.seller.sign_in import admit
-
-__all__ = [
-    "DEFAULT_PLATFORM_URL",
-    "EXPOSE_HEADERS",
-    "TERMS_REFRESH_SECONDS",
-    "PaymentGate",
-    "RequestView",
-    "internal_error_answer",
-]
 
 logger = logging.getLogger("x402mw.seller")
 _ISSUED_KEPT = 100_000  # challenges kept for registration while the platform cannot be reached

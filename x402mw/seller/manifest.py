@@ -8,8 +8,6 @@ from typing import Any
 
 from x402mw.seller.config import EndpointTerms, PaidRoute
 
-__all__ = ["manifest_item"]
-
 
 def manifest_item(
     method: str, path: str, route: PaidRoute, terms: EndpointTerms, priced_per_request: bool

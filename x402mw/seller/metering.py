@@ -27,8 +27,6 @@ from x402mw.errors import PriceError, X402Error
 from x402mw.protocol.prices import to_atomic
 from x402mw.seller.decisions import Settlement
 
-__all__ = ["MeteredPayment", "ServeMetered", "UsageError"]
-
 logger = logging.getLogger("x402mw.seller")
 
 

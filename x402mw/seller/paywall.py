@@ -21,8 +21,6 @@ from typing import Any
 
 from x402mw.errors import ConfigurationError
 
-__all__ = ["Paywall", "wants_html"]
-
 _PACKAGE = Path(__file__).resolve().parent.parent
 _CHECKOUT_STATIC = _PACKAGE / "platform" / "checkout" / "static"
 _OWN_STATIC = Path(__file__).resolve().parent / "paywall_static"

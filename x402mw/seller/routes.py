@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from x402mw.errors import ConfigurationError
 from x402mw.seller.config import PaidRoute
 
-__all__ = ["RouteTable", "as_route"]
-
 _PARAM = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*(?::path)?\}")
 
 

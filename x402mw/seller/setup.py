@@ -10,8 +10,6 @@ from x402mw.seller.config import PaidRoute
 from x402mw.seller.gate import PaymentGate
 from x402mw.seller.routes import RouteTable
 
-__all__ = ["ASYNC_AMOUNT_PROBLEM", "WELL_KNOWN_PATHS", "build_gate", "is_async_callable", "is_well_known", "origin_of"]
-
 WELL_KNOWN_PATHS = frozenset({"/.well-known/x402", "/.well-known/x402.json"})
 """Where a seller lists its paid routes (the x402 well-known discovery draft names the second)."""
 

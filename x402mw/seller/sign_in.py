@@ -23,11 +23,9 @@ from urllib.parse import urlsplit
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError
 from x402mw.protocol.models import SettlementResponse
-from x402mw.protocol.sign_in import SIGN_IN_WITH_X, SignInMessage, decode_sign_in, parse_time
+from x402mw.protocol.sign_in import SignInMessage, decode_sign_in, parse_time
 from x402mw.seller.answers import EXPOSE_HEADERS
 from x402mw.seller.decisions import PlatformCall, PlatformReply, Serve, Settlement
-
-__all__ = ["MAX_AGE_SECONDS", "NONCE_KEPT_AT_MOST", "SIGN_IN_WITH_X", "SignIn", "admit", "nonce_kept_until"]
 
 logger = logging.getLogger("x402mw.seller")
 

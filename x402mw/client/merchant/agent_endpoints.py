@@ -20,8 +20,6 @@ from x402mw.client.merchant.resource import (
     present,
 )
 
-__all__ = ["AgentEndpoint", "AgentEndpoints"]
-
 PricingMode = Literal["fixed", "dynamic"]
 ReleasePolicy = Literal["included", "confirmed"]
 

@@ -7,8 +7,6 @@ from decimal import Decimal
 from x402mw.client.merchant.calls import Call, Listing
 from x402mw.client.merchant.resource import APIObject, Mode, Resource, listing_of, paginated
 
-__all__ = ["Balance", "Balances"]
-
 
 class Balance(APIObject):
     """``available`` can be refunded or paid out; ``reserved`` is held by refunds in progress."""

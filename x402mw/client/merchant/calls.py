@@ -35,20 +35,6 @@ from x402mw.client.merchant.errors import APIConnectionError, APIError, error_fr
 from x402mw.errors import ConfigurationError
 from x402mw.protocol import bounded_json
 
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_TIMEOUT",
-    "Call",
-    "ClientConfig",
-    "Flow",
-    "Listing",
-    "Send",
-    "Sleep",
-    "call_flow",
-    "next_page_call",
-    "path",
-]
-
 R = TypeVar("R")
 T = TypeVar("T")
 

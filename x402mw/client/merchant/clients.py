@@ -19,8 +19,6 @@ from x402mw.client.merchant.sandbox import Sandbox
 from x402mw.client.merchant.subscriptions import SubscriptionPlans, Subscriptions, TestClocks
 from x402mw.client.merchant.webhook_endpoints import WebhookEndpoints
 
-__all__ = ["AsyncMerchantClient", "MerchantClient"]
-
 
 def _masked(api_key: str) -> str:
     """The key's mode prefix only (``sk_test_…``): a key never appears in a repr."""

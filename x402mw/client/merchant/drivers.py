@@ -12,8 +12,6 @@ import httpx
 from x402mw.client.merchant.calls import Call, ClientConfig, Listing, Reply, Send, call_flow
 from x402mw.client.merchant.pages import AsyncPager, Page
 
-__all__ = ["AsyncRunner", "SyncRunner"]
-
 R = TypeVar("R")
 T = TypeVar("T")
 

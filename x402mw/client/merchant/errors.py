@@ -28,20 +28,6 @@ import httpx
 from x402mw.errors import PlatformError
 from x402mw.protocol import bounded_json
 
-__all__ = [
-    "APIConnectionError",
-    "APIError",
-    "AuthenticationError",
-    "ConflictError",
-    "IdempotencyError",
-    "InvalidRequestError",
-    "NotFoundError",
-    "RateLimitError",
-    "ServerError",
-    "UnprocessableEntityError",
-    "error_from_response",
-]
-
 
 class APIError(PlatformError):
     """The merchant API answered with an error, or gave no usable answer.

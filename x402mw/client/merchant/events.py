@@ -9,8 +9,6 @@ from typing import Any
 from x402mw.client.merchant.calls import Call, Listing, path
 from x402mw.client.merchant.resource import APIObject, Mode, Resource, list_params, listing_of, operation, paginated
 
-__all__ = ["Event", "EventDelivery", "EventRedelivery", "Events"]
-
 
 class EventDelivery(APIObject):
     """The delivery of an event to one webhook endpoint. ``status`` is ``pending``, ``delivered`` or

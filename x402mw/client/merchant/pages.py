@@ -16,8 +16,6 @@ from typing import Any, Generic, TypeVar
 
 from x402mw.client.merchant.calls import Call, Listing, next_page_call
 
-__all__ = ["AsyncPage", "AsyncPager", "Page"]
-
 T = TypeVar("T")
 
 

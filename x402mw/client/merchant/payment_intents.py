@@ -20,8 +20,6 @@ from x402mw.client.merchant.resource import (
     present,
 )
 
-__all__ = ["Customer", "PaymentIntent", "PaymentIntents", "PaymentMethods"]
-
 
 class Customer(APIObject):
     email: str | None = None

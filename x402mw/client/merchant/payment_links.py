@@ -21,8 +21,6 @@ from x402mw.client.merchant.resource import (
     present,
 )
 
-__all__ = ["PaymentLink", "PaymentLinks"]
-
 
 class PaymentLink(APIObject):
     """A payment link. Hand ``checkout_url`` (or ``slug_url``) to buyers; the orders they open carry

@@ -10,8 +10,6 @@ from typing import Any
 from x402mw.client.merchant.calls import Call, Listing, path
 from x402mw.client.merchant.resource import APIObject, Mode, Resource, list_params, listing_of, operation, paginated
 
-__all__ = ["Refund", "Refunds"]
-
 
 class Refund(APIObject):
     """A refund of a whole order to ``destination`` (its payer). ``status`` is ``processing``,

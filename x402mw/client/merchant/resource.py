@@ -21,22 +21,6 @@ from x402mw.client.merchant.calls import Call, Listing
 from x402mw.client.merchant.drivers import AsyncRunner, SyncRunner
 from x402mw.client.merchant.pages import AsyncPager, Page
 
-__all__ = [
-    "NOT_GIVEN",
-    "APIObject",
-    "Async",
-    "Mode",
-    "NotGiven",
-    "Resource",
-    "Sync",
-    "list_params",
-    "listing_of",
-    "money",
-    "operation",
-    "paginated",
-    "present",
-]
-
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")

@@ -9,8 +9,6 @@ from x402mw.client.merchant.calls import Call, path
 from x402mw.client.merchant.payment_intents import PaymentIntent
 from x402mw.client.merchant.resource import APIObject, Mode, Resource, money, operation, present
 
-__all__ = ["FaucetTransfer", "Sandbox", "SandboxPayment"]
-
 Scenario = Literal["exact", "underpaid", "overpaid", "late", "wrong_asset"]
 
 

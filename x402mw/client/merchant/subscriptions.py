@@ -40,18 +40,6 @@ from x402mw.client.merchant.resource import (
 )
 from x402mw.protocol.customer_signatures import customer_signature, signing_key
 
-__all__ = [
-    "Invoice",
-    "OpenedSubscription",
-    "Subscription",
-    "SubscriptionPlan",
-    "SubscriptionPlans",
-    "Subscriptions",
-    "TestClock",
-    "TestClocks",
-    "signed_subscribe_url",
-]
-
 Interval = Literal["weekly", "monthly", "quarterly", "yearly"]
 
 

@@ -22,8 +22,6 @@ from x402mw.client.merchant.resource import (
     present,
 )
 
-__all__ = ["DeletedWebhookEndpoint", "WebhookEndpoint", "WebhookEndpoints"]
-
 
 class WebhookEndpoint(APIObject):
     """``enabled_events`` lists event types, or ``["*"]`` for all; ``status`` is ``enabled`` or

@@ -9,8 +9,6 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.merchants import Caller, KeyRing
 
-__all__ = ["authenticate", "caller_for", "presented_key"]
-
 
 async def authenticate(request: Request) -> Caller:
     """The calling merchant; 401 ``authentication_error`` when the key is missing, invalid or revoked."""

@@ -11,8 +11,6 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import BalanceList
 from x402mw.platform.services.ledger import list_balances
 
-__all__ = ["routes"]
-
 
 async def balances(request: Request) -> ModelResponse:
     caller = await authenticate(request)

@@ -27,8 +27,6 @@ from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock
 from x402mw.platform.services.subscriptions.objects import clock_of
 
-__all__ = ["FROZEN_TIME_PATTERN", "ClockAdvance", "ClockCreate", "routes"]
-
 FROZEN_TIME_PATTERN = (
     r"^2[01][0-9]{2}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
     r"(?:\.[0-9]{1,6})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"

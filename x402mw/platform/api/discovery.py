@@ -22,8 +22,6 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.catalogue import CatalogueQuery
 
-__all__ = ["ADDRESS", "EXTENSION", "MAX_LIMIT", "MAX_OFFSET", "NETWORK", "SCHEME", "TYPE", "routes"]
-
 MAX_LIMIT = 100
 MAX_OFFSET = 10_000
 _DEFAULT_LIMIT = 20

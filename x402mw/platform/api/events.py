@@ -27,8 +27,6 @@ from x402mw.platform.services.merchants import Caller
 from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import event_of, redeliver
 
-__all__ = ["routes"]
-
 
 def _delivery_of(row: Any) -> WebhookDelivery:
     return WebhookDelivery(

@@ -33,8 +33,9 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.merchants import Caller
-from x402mw.platform.services.settlement.outcomes import unavailable
-from x402mw.platform.services.settlement.service import IdentifierConflict, PaymentRefusal, SettleRequest
+from x402mw.platform.services.settlement.checks import PaymentRefusal
+from x402mw.platform.services.settlement.outcomes import SettleRequest, unavailable
+from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.platform.services.settlement.upto import EIP2612_EXTENSION
 from x402mw.protocol.models import (
     PaymentPayload,
@@ -44,8 +45,6 @@ from x402mw.protocol.models import (
     VerifyResponse,
 )
 from x402mw.protocol.seals import Sealer, sealed_terms
-
-__all__ = ["routes"]
 
 
 class FacilitatorBody(BaseModel):

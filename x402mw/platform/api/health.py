@@ -14,8 +14,6 @@ from x402mw.platform.http.routing import Answer, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.service import HealthStatus, Reachable, Readiness
 
-__all__ = ["READINESS_TIMEOUT", "probe_routes", "routes"]
-
 READINESS_TIMEOUT = 3.0
 
 

@@ -42,8 +42,6 @@ from x402mw.platform.http.state import scope_platform
 from x402mw.platform.services.idempotency import DONE, IdempotencyKeys, KeySlot, KeyTaken
 from x402mw.platform.services.merchants import Caller
 
-__all__ = ["IdempotencyMiddleware", "key_slot"]
-
 logger = logging.getLogger("x402mw.platform")
 
 REPLAYED = (b"idempotent-replayed", b"true")

@@ -42,8 +42,6 @@ from x402mw.protocol.prices import JsonNumber
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["PaymentIntentCreate", "require_takeable", "routes", "sent_text"]
-
 Currency = Literal["USDC", "USDT", "EURC"]
 OrderAmount = Annotated[int, WithJsonSchema(amount_schema(ORDER_AMOUNTS))]
 """An order's amount: a decimal string or a JSON number, parsed (`parse_amount`) before validation."""

@@ -40,8 +40,6 @@ from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import FIXED_TRANSFER_KEY, parse_amount
 from x402mw.platform.services.payment_links import create_payment_link, payment_link_of
 
-__all__ = ["SLUG_PATTERN", "PaymentLinkCreate", "PaymentLinkUpdate", "routes"]
-
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
 """A slug: 1-64 lower-case letters, digits and inner hyphens, and not a UUID (``/paylink/<uuid>``
 names payment intents)."""

@@ -17,8 +17,6 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import RefundEnvelope, RefundList
 from x402mw.platform.services.refunds import refund_of
 
-__all__ = ["RefundCreate", "routes"]
-
 
 class RefundCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")

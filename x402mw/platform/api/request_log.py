@@ -14,8 +14,6 @@ from x402mw.platform.http.state import scope_platform
 from x402mw.platform.request_ids import current_request_id
 from x402mw.platform.services.merchants import Caller
 
-__all__ = ["CALLER_KEY", "RequestLogMiddleware"]
-
 logger = logging.getLogger("x402mw.platform")
 CALLER_KEY = "x402mw.caller"  # where `authenticate` leaves the caller in the request's scope
 

@@ -38,8 +38,6 @@ from x402mw.protocol.prices import AmountFormat, JsonNumber
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["FaucetBody", "SimulatePaymentBody", "fund", "routes", "simulate"]
-
 FAUCET_AMOUNTS = AmountFormat(decimals=6, max_exponent=6)
 """What the faucet's ``amount`` may be: at most 1,000,000 coins, 6 decimals (the OpenAPI document
 publishes its pattern)."""

@@ -24,8 +24,6 @@ from x402mw.platform.services.payment_intents import ORDER_AMOUNTS, parse_amount
 from x402mw.platform.services.subscriptions.objects import plan_of
 from x402mw.platform.services.subscriptions.plans import SLUG_PATTERN, create_plan, find_plan, update_plan
 
-__all__ = ["PlanCreate", "PlanUpdate", "routes"]
-
 MAX_GRACE_DAYS = 365
 Amount = Annotated[Any, WithJsonSchema(amount_schema(ORDER_AMOUNTS))]
 GraceDays = Annotated[StrictInt, Field(ge=0, le=MAX_GRACE_DAYS)]

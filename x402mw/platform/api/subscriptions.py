@@ -39,8 +39,6 @@ from x402mw.platform.services.subscriptions.objects import find_owned, invoice_o
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["MAX_CUSTOMER_ID", "SubscriptionCancel", "SubscriptionCreate", "routes"]
-
 MAX_CUSTOMER_ID = 500
 STATUSES = ("incomplete", "active", "past_due", "canceled", "expired")
 

@@ -40,17 +40,6 @@ from x402mw.platform.webhooks.destinations import blocked_reason
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = [
-    "SecretRotation",
-    "WebhookEndpointCreate",
-    "WebhookEndpointUpdate",
-    "create_endpoint",
-    "rotate_endpoint_secret",
-    "routes",
-    "update_endpoint",
-    "webhook_endpoint_of",
-]
-
 _MAX_PREVIOUS_SECRETS = 5
 
 

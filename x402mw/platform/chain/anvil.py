@@ -25,8 +25,6 @@ from x402mw.platform.chain.contracts import place_canonical_contracts
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.platform.chain.token import deploy_token
 
-__all__ = ["ANVIL_DEV_KEYS", "AnvilProcess", "deploy_test_tokens", "find_anvil"]
-
 # The first accounts of anvil's default mnemonic ("test test ... junk"), each funded with 10,000 ETH.
 ANVIL_DEV_KEYS: tuple[bytes, ...] = tuple(
     bytes.fromhex(key)

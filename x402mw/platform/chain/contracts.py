@@ -25,36 +25,10 @@ from eth_abi.abi import encode as abi_encode
 
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import to_checksum_address
-from x402mw.platform.chain.relayer import RevertError, transact
+from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import JsonRpc
+from x402mw.platform.chain.transactions import RevertError
 from x402mw.protocol.networks import EXACT_PERMIT2_PROXY_ADDRESS, PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS
-
-__all__ = [
-    "CANONICAL_CONTRACTS",
-    "ERC1271_MAGIC",
-    "ERC6492_CHECK_GAS",
-    "ERC6492_SUFFIX",
-    "EXACT_WITNESS_TYPE_STRING",
-    "PERMIT2_WITNESS_STUB",
-    "UPTO_WITNESS_TYPE_STRING",
-    "EIP2612Permit",
-    "canonical_genesis_accounts",
-    "creation_code",
-    "deploy_contract",
-    "erc6492_is_valid",
-    "erc6492_validation_call",
-    "erc6492_wrap",
-    "exact_settle_calldata",
-    "invalidate_nonces_calldata",
-    "load_artifact",
-    "permit2_nonce_used",
-    "place_canonical_contracts",
-    "runtime_code",
-    "smart_wallet_address",
-    "upto_settle_calldata",
-    "wallet_deploy_calldata",
-    "wallet_execute_calldata",
-]
 
 ARTIFACTS = frozenset(
     {

@@ -47,8 +47,6 @@ from x402mw.protocol.networks import PERMIT2_ADDRESS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEV_CHAIN_ID", "DevChain", "DevChainRpc", "start_dev_chain"]
-
 DEV_CHAIN_ID = 131277322940537  # eth-tester's chain id, the same for every dev chain
 
 _RECEIPT_CACHE_SIZE = 100_000

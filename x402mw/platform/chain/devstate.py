@@ -46,8 +46,6 @@ from rlp.exceptions import RLPException
 from x402mw.errors import ConfigurationError
 from x402mw.platform.chain.contracts import canonical_genesis_accounts
 
-__all__ = ["FORMAT", "ChainIdentity", "ChainStore", "DevChainBackend", "DevChainState"]
-
 FORMAT = 1  # the layout of the file; a change that old files cannot be read with bumps it
 ENGINE = f"py-evm {version('py-evm')}, eth-tester {version('eth-tester')}"
 _MAGIC = b"x402mw dev chain"

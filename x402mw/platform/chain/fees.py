@@ -8,8 +8,6 @@ import time
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
 from x402mw.platform.chain.transactions import Fees
 
-__all__ = ["FEE_TTL", "FeeOracle"]
-
 FEE_TTL = 15.0
 """Seconds a reading of the fees is used before the node is asked again."""
 

@@ -39,8 +39,6 @@ from x402mw.platform.chain.receipts import ReceiptPoller
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
 from x402mw.platform.chain.transactions import SignedTransaction, TransactionSigner
 
-__all__ = ["GAP_GRACE", "NONCE_ERRORS", "Healer", "Sending", "Submission", "TransactionDropped"]
-
 logger = logging.getLogger("x402mw.platform.chain.relayer")  # the relayer's log: healing is its work
 
 VALIDITY_MARGIN = 3

@@ -14,8 +14,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Container
 
-__all__ = ["NonceBook"]
-
 
 class NonceBook:
     def __init__(self, pending: Container[int]) -> None:

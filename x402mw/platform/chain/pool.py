@@ -25,10 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from x402mw.platform.chain.relayer import Relayer, RelayerBusy, TxReceipt
+from x402mw.platform.chain.relayer import Relayer, RelayerBusy
 from x402mw.platform.chain.rpc import JsonRpc
-
-__all__ = ["IN_FLIGHT_CAP", "RelayerPool"]
+from x402mw.platform.chain.transactions import TxReceipt
 
 IN_FLIGHT_CAP = 16
 """Transactions one account may have in flight by default: geth's executable slots per sender."""

@@ -34,8 +34,6 @@ from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.rpc import HttpJsonRpc, RpcError
 from x402mw.platform.metrics import RPC_PROVIDER_UP
 
-__all__ = ["CHECK_INTERVAL", "HEDGE_AFTER", "MAX_LAG", "FailoverJsonRpc"]
-
 logger = logging.getLogger(__name__)
 
 HEDGE_AFTER = 0.5

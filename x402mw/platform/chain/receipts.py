@@ -19,8 +19,6 @@ from typing import Any
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.platform.chain.transactions import TxReceipt
 
-__all__ = ["ReceiptPoller"]
-
 logger = logging.getLogger(__name__)
 
 _POLL_MIN = 0.01

@@ -42,7 +42,6 @@ from x402mw.platform.chain.healing import (
     Healer,
     Sending,
     Submission,
-    TransactionDropped,
 )
 from x402mw.platform.chain.nonces import NonceBook
 from x402mw.platform.chain.receipts import ReceiptPoller
@@ -52,23 +51,9 @@ from x402mw.platform.chain.transactions import (
     SignedTransaction,
     TransactionSigner,
     TxReceipt,
-    revert_reason,
     simulated,
 )
 from x402mw.platform.metrics import RELAYER_NONCE_RESYNCS, RELAYER_TRANSACTIONS
-
-__all__ = [
-    "RECONCILE_INTERVAL",
-    "ChainUnavailable",
-    "Relayer",
-    "RelayerBusy",
-    "RevertError",
-    "TransactionDropped",
-    "TxReceipt",
-    "revert_reason",
-    "simulated",
-    "transact",
-]
 
 logger = logging.getLogger(__name__)
 

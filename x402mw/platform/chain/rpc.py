@@ -18,8 +18,6 @@ import httpx
 
 from x402mw.transport import KeepAliveTransport
 
-__all__ = ["HttpJsonRpc", "JsonRpc", "RpcError"]
-
 
 class RpcError(Exception):
     """A JSON-RPC error object returned by the node (``code``, ``message``, optional ``data``)."""

@@ -18,28 +18,9 @@ from eth_abi.abi import encode as abi_encode
 from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import to_checksum_address
-from x402mw.platform.chain.relayer import RevertError, transact
+from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import JsonRpc
-
-__all__ = [
-    "AUTHORIZATION_USED",
-    "allowance",
-    "authorization_state",
-    "balance_of",
-    "deploy_token",
-    "encode_receive_with_authorization",
-    "encode_transfer_with_authorization",
-    "encode_transfer_with_authorization_bytes",
-    "find_authorization_use",
-    "load_token_artifact",
-    "mint",
-    "mint_calldata",
-    "permit_calldata",
-    "permit_nonce",
-    "read_domain",
-    "transfer_calldata",
-    "transfer_calldata_bytes",
-]
+from x402mw.platform.chain.transactions import RevertError
 
 
 def _selector(signature: str) -> bytes:

@@ -21,8 +21,6 @@ from eth_abi.exceptions import DecodingError
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.rpc import RpcError
 
-__all__ = ["Fees", "RevertError", "SignedTransaction", "TransactionSigner", "TxReceipt", "revert_reason", "simulated"]
-
 logger = logging.getLogger(__name__)
 
 _ERROR_SELECTOR = "08c379a0"  # Error(string)

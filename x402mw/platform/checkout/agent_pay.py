@@ -65,8 +65,6 @@ from x402mw.protocol.models import PaymentPayload, PaymentRequirements, Settleme
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["routes"]
-
 _EXPOSE = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 
 

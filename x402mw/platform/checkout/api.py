@@ -38,8 +38,6 @@ from x402mw.platform.services.payment_intents import PaymentIntentError
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["TransferStatusBody", "routes"]
-
 logger = logging.getLogger("x402mw.platform.checkout")
 SYNC_WAIT_SECONDS = 10.0  # how long sync waits for the buyer's transaction to be mined
 

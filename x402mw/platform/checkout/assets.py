@@ -13,8 +13,6 @@ from pathlib import Path
 
 from x402mw.platform.http.static import StaticAssets, file_digest
 
-__all__ = ["STATIC_DIR", "CheckoutAssets", "asset_digest"]
-
 STATIC_DIR = Path(__file__).parent / "static"
 REVALIDATE = "public, max-age=300"
 

@@ -42,8 +42,6 @@ from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.deposits import DepositKeys, assign_deposit_address
 from x402mw.platform.services.payment_intents import DECIMALS, PaymentIntentError
 
-__all__ = ["AUTHORIZATION_LIFETIME", "choose_option", "payment_uri", "prepare_attempt"]
-
 AUTHORIZATION_LIFETIME = 3600  # seconds a wallet's signed authorization stays valid (at most until expiresAt)
 _TRANSFER_SELECTOR = "a9059cbb"  # transfer(address,uint256)
 

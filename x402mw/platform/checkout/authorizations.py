@@ -40,8 +40,6 @@ from x402mw.protocol.models import PaymentPayload
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["authorizations", "relayed_answer"]
-
 
 def relayed_answer(platform: Platform, relayed: Relayed) -> ModelResponse:
     """The order's public form once its authorization went out; the refusal or outage otherwise."""

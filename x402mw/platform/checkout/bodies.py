@@ -9,8 +9,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from x402mw.platform.http.fields import Address
 
-__all__ = ["UINT_PATTERN", "AttemptBody", "AuthorizationBody", "PrepareBody", "SyncBody", "WalletAuthorization"]
-
 
 class AttemptBody(BaseModel):
     model_config = ConfigDict(extra="forbid")

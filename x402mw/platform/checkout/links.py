@@ -43,8 +43,6 @@ from x402mw.platform.services.payment_links import (
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["COOKIE_PREFIX", "buyers_order", "find_link", "parse_link_id", "remember_order", "routes"]
-
 COOKIE_PREFIX = "x402mw_pl_"
 
 

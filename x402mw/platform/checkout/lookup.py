@@ -13,8 +13,6 @@ from x402mw.platform.services.chains import ChainHandle
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["load_order", "look_for_payment", "order_chains"]
-
 logger = logging.getLogger("x402mw.platform.checkout")
 
 

@@ -34,20 +34,6 @@ from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.payment_intents import DECIMALS, amount_text
 from x402mw.protocol.networks import Asset
 
-__all__ = [
-    "METHODS",
-    "PaymentOption",
-    "amount_due",
-    "awaiting_payment",
-    "enabled_methods",
-    "expires_at",
-    "find_order",
-    "parse_payment_id",
-    "payment_options",
-    "public_order_of",
-    "subscription_of",
-]
-
 METHODS = ("transfer", "wallet")
 
 

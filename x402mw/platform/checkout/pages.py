@@ -58,8 +58,6 @@ from x402mw.platform.timestamps import iso
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["routes"]
-
 POLL_SECONDS = 3
 EMBED_MODES = ("popup", "panel")
 # An origin as browsers serialise it (``location.origin``): scheme, host, optional port; nothing that

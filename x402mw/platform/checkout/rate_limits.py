@@ -44,8 +44,6 @@ from x402mw.platform.checkout.orders import parse_payment_id
 from x402mw.platform.http.errors import HttpError, error_response
 from x402mw.platform.http.state import scope_platform
 
-__all__ = ["CheckoutRateLimits", "RateLimitMiddleware"]
-
 logger = logging.getLogger("x402mw.platform.checkout")
 
 Scope = MutableMapping[str, Any]

@@ -38,16 +38,6 @@ from x402mw.protocol.models import PaymentPayload, PaymentRequirements
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = [
-    "MAX_TIMEOUT_SECONDS",
-    "RelayRefused",
-    "Relayed",
-    "order_requirements",
-    "relay_authorization",
-    "relay_busy",
-    "relay_digest",
-]
-
 MAX_TIMEOUT_SECONDS = 300
 """How long an agent may take to sign after a 402 (``maxTimeoutSeconds``)."""
 WAIT_SECONDS = 20.0  # how long a request waits for its transfer to be included

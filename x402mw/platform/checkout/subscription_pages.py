@@ -51,8 +51,6 @@ from x402mw.protocol.prices import format_amount
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["routes"]
-
 MAX_FORM_BYTES = 16 * 1024
 MAX_CUSTOMER_ID = 500
 _EMAIL = re.compile(EMAIL_PATTERN)

@@ -27,27 +27,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id, utcnow
 
-__all__ = [
-    "ABSOLUTE",
-    "IDLE",
-    "ROLES",
-    "AccountError",
-    "Role",
-    "Session",
-    "User",
-    "accept_invitation",
-    "audit",
-    "create_user",
-    "hash_password",
-    "invite",
-    "open_session",
-    "read_session",
-    "revoke_session",
-    "totp_code",
-    "verify_password",
-    "verify_totp",
-]
-
 Role = Literal["owner", "developer", "support", "viewer"]
 ROLES: tuple[Role, ...] = ("owner", "developer", "support", "viewer")
 IDLE = timedelta(minutes=30)

@@ -24,8 +24,6 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import is_uuid
 from x402mw.protocol.prices import format_amount
 
-__all__ = ["routes"]
-
 
 def _month_start(ctx: Ctx) -> Any:
     return ctx.platform.clock.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from x402mw.platform.http.static import StaticAssets, file_digest
 
-__all__ = ["DashboardAssets", "asset_digest"]
-
 STATIC_DIR = Path(__file__).parent / "static"
 
 

@@ -27,8 +27,6 @@ from x402mw.platform.services.payment_links import create_payment_link, payment_
 from x402mw.platform.services.subscriptions.objects import plan_of
 from x402mw.platform.services.subscriptions.plans import create_plan, update_plan
 
-__all__ = ["routes"]
-
 SUB_STATUSES = ("incomplete", "active", "past_due", "canceled", "expired")
 
 

@@ -26,8 +26,6 @@ from x402mw.platform.services.merchants import create_api_key, revoke_api_key
 from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import redeliver
 
-__all__ = ["routes"]
-
 
 def _uuid_param(ctx: Ctx, name: str, kind: str) -> str:
     value = ctx.request.path_params[name]

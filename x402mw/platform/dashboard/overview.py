@@ -17,8 +17,6 @@ from x402mw.platform.db import tables
 from x402mw.platform.services.metering import monthly_usage
 from x402mw.protocol.prices import format_amount
 
-__all__ = ["chart_svg", "routes"]
-
 DAYS = 14
 
 

@@ -18,8 +18,6 @@ from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
 from x402mw.protocol.prices import format_amount
 
-__all__ = ["PAGE_SIZE", "payments_query", "routes"]
-
 PAGE_SIZE = 25
 STATUSES = ("requires_payment", "processing", "succeeded", "refunded", "canceled", "expired")
 _STAGES = {

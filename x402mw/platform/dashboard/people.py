@@ -32,8 +32,6 @@ from x402mw.platform.dashboard.web import (
 from x402mw.platform.db import tables
 from x402mw.platform.http.state import platform_of
 
-__all__ = ["SignInLimits", "routes"]
-
 
 class SignInLimits:
     """Sign-in attempts, counted per account and per client address with the ``limits`` library's

@@ -21,8 +21,6 @@ from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock
 
-__all__ = ["routes"]
-
 SCENARIOS = ("exact", "underpaid", "overpaid", "late", "wrong_asset")
 
 

@@ -31,8 +31,6 @@ from x402mw.platform.templates import template_environment
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["COOKIE", "PERMISSIONS", "Ctx", "PageError", "page", "problem", "render"]
-
 COOKIE = "x402mw_dashboard"
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "

@@ -27,8 +27,6 @@ from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
-__all__ = ["HeldConnection", "SQLiteWriter", "async_url", "create_engine_for", "migrate", "sync_url"]
-
 T = TypeVar("T")
 
 logger = logging.getLogger("x402mw.platform.db")

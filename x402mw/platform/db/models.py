@@ -28,42 +28,6 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
-__all__ = [
-    "AgentChallenge",
-    "AgentEndpoint",
-    "AgentPayment",
-    "ApiKey",
-    "ApiRequest",
-    "Balance",
-    "ChainCursor",
-    "DashboardAudit",
-    "DashboardInvitation",
-    "DashboardSession",
-    "DashboardUser",
-    "DepositAddress",
-    "DiscoveryResource",
-    "EmbeddedChain",
-    "Event",
-    "IdempotencyKey",
-    "IncomingTransfer",
-    "LedgerEntry",
-    "Merchant",
-    "PaymentIdentifier",
-    "PaymentIntent",
-    "PaymentLink",
-    "Refund",
-    "SignInNonce",
-    "Subscription",
-    "SubscriptionEmail",
-    "SubscriptionInvoice",
-    "SubscriptionPlan",
-    "TestClock",
-    "WebhookDelivery",
-    "WebhookEndpoint",
-    "new_id",
-    "utcnow",
-]
-
 
 def new_id() -> str:
     return str(uuid4())

@@ -6,44 +6,6 @@ from sqlmodel import SQLModel
 
 import x402mw.platform.db.models  # noqa: F401  (defines the tables)
 
-__all__ = [
-    "agent_challenges",
-    "agent_endpoints",
-    "agent_payments",
-    "api_keys",
-    "api_requests",
-    "balances",
-    "chain_cursors",
-    "dashboard_audit",
-    "dashboard_invitations",
-    "dashboard_sessions",
-    "dashboard_users",
-    "deposit_addresses",
-    "discovery_resources",
-    "embedded_chains",
-    "events",
-    "form_token_uses",
-    "idempotency_keys",
-    "incoming_transfers",
-    "ledger_entries",
-    "merchants",
-    "payment_identifiers",
-    "payment_intents",
-    "payment_links",
-    "refunds",
-    "relayer_accounts",
-    "relayer_holders",
-    "relayer_pools",
-    "sign_in_nonces",
-    "subscription_emails",
-    "subscription_invoices",
-    "subscription_plans",
-    "subscriptions",
-    "test_clocks",
-    "webhook_deliveries",
-    "webhook_endpoints",
-]
-
 _tables = SQLModel.metadata.tables
 merchants = _tables["merchants"]
 api_keys = _tables["api_keys"]

@@ -14,8 +14,6 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["ADDR_SPEC_PATTERN", "MAX_ADDRESS", "header_text", "is_addr_spec"]
-
 _ATEXT = r"A-Za-z0-9!#$%&'*+/=?^_`{|}~-"
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 ADDR_SPEC_PATTERN = rf"^[{_ATEXT}]+(?:\.[{_ATEXT}]+)*@{_LABEL}(?:\.{_LABEL})+$"

@@ -13,8 +13,6 @@ from typing import Protocol
 from x402mw.errors import ConfigurationError
 from x402mw.platform.settings import PlatformSettings
 
-__all__ = ["SECURITY", "EmailTransport", "FileTransport", "SmtpTransport", "transport_for"]
-
 logger = logging.getLogger("x402mw.platform.emails")
 
 SECURITY = ("starttls", "tls", "none")

@@ -29,8 +29,6 @@ from jinja2 import Environment
 from x402mw.platform.emails.addresses import header_text, is_addr_spec
 from x402mw.platform.templates import template_environment
 
-__all__ = ["KINDS", "LINK_KINDS", "Notice", "UnbuildableEmail", "compose"]
-
 KINDS = ("subscribed", "access", "invoice_opened", "reminder", "past_due")
 LINK_KINDS = ("subscribed", "access")  # sent for the subscription page link, with or without an invoice due
 

@@ -34,8 +34,6 @@ from x402mw.platform.services.subscriptions.customer_links import CustomerLinks
 from x402mw.platform.services.subscriptions.periods import grace_end
 from x402mw.platform.services.subscriptions.steps import aware
 
-__all__ = ["GIVE_UP_AFTER", "LEASE", "EmailOutbox"]
-
 logger = logging.getLogger("x402mw.platform.emails")
 
 LEASE = timedelta(minutes=2)

@@ -16,8 +16,6 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.protocol import bounded_json
 from x402mw.protocol.prices import json_number
 
-__all__ = ["MAX_BODY_BYTES", "PAYMENT_PREFIX", "PatchBody", "parse_body", "path_uuid", "read_json"]
-
 PAYMENT_PREFIX = "pi_"
 """The prefix a payment intent's id may carry wherever the API takes it (its ``checkoutUrl`` shows it so)."""
 

@@ -26,17 +26,6 @@ from x402mw.platform.objects.service import Error, ErrorEnvelope, ErrorType
 from x402mw.platform.request_ids import current_request_id, new_request_id, request_id_var
 from x402mw.platform.services.errors import ServiceError
 
-__all__ = [
-    "RETRY_AFTER_SECONDS",
-    "HttpError",
-    "RequestIdMiddleware",
-    "allowed_methods",
-    "current_request_id",
-    "error_response",
-    "exception_handlers",
-    "outage_error",
-]
-
 RETRY_AFTER_SECONDS = 2
 """What a 503 asks the client to wait before trying again."""
 

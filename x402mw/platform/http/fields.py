@@ -25,32 +25,6 @@ from x402mw.evm.keys import is_address, to_checksum_address
 from x402mw.platform.emails.addresses import ADDR_SPEC_PATTERN, MAX_ADDRESS, is_addr_spec
 from x402mw.protocol.prices import AmountFormat
 
-__all__ = [
-    "ADDRESS_PATTERN",
-    "CHALLENGE_ID_PATTERN",
-    "EMAIL_PATTERN",
-    "MAX_MINOR",
-    "MCP_TOOL_PATTERN",
-    "MINOR_PATTERN",
-    "MINOR_SCHEMA",
-    "NO_NUL",
-    "URL_PATTERN",
-    "UUID_PATTERN",
-    "Address",
-    "ChallengeId",
-    "Email",
-    "HttpUrl",
-    "NonZeroAddress",
-    "ResourceUrl",
-    "Uuid",
-    "amount_schema",
-    "checksum_address",
-    "http_url",
-    "is_uuid",
-    "minor_units",
-    "resource_url",
-]
-
 NO_NUL = r"^[^\x00]*$"
 """The pattern of free text: anything but NUL."""
 

@@ -16,8 +16,6 @@ from starlette.requests import Request
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import is_uuid
 
-__all__ = ["list_page", "page_params", "query_id"]
-
 T = TypeVar("T")
 
 

@@ -16,8 +16,6 @@ from starlette.responses import Response
 
 from x402mw.protocol.models import WireModel
 
-__all__ = ["ModelResponse", "answer_body"]
-
 
 def answer_body(model: BaseModel) -> bytes:
     """``model`` as the JSON an answer carries (UTF-8, compact). A response model answers its

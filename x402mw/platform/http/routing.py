@@ -32,24 +32,6 @@ from starlette.routing import Route
 
 from x402mw.platform.http.fields import NO_NUL, UUID_PATTERN
 
-__all__ = [
-    "ETAG",
-    "IF_NONE_MATCH",
-    "LIST_PARAMS",
-    "NOT_MODIFIED",
-    "STRING",
-    "TEXT",
-    "UUID",
-    "Answer",
-    "ApiRoute",
-    "Operation",
-    "Schema",
-    "enum",
-    "header",
-    "path",
-    "query",
-]
-
 Schema = dict[str, Any]
 
 STRING: Schema = {"type": "string"}

@@ -15,8 +15,6 @@ from starlette.types import Scope
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = ["platform_of", "scope_platform"]
-
 
 def platform_of(request: Request) -> Platform:
     """The platform serving ``request``."""

@@ -15,8 +15,6 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-__all__ = ["IMMUTABLE", "StaticAssets", "file_digest"]
-
 IMMUTABLE = "public, max-age=31536000, immutable"
 
 

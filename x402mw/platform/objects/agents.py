@@ -19,27 +19,6 @@ from x402mw.platform.objects.base import (
 )
 from x402mw.protocol.models import SettlementResponse
 
-__all__ = [
-    "AgentChallenge",
-    "AgentChallengeEnvelope",
-    "AgentEndpoint",
-    "AgentEndpointEnvelope",
-    "AgentEndpointList",
-    "AgentPayment",
-    "AgentPaymentEnvelope",
-    "AgentPaymentList",
-    "AgentUsage",
-    "AgentUsageEnvelope",
-    "ChallengeBatchResult",
-    "Receipt",
-    "SettlementRelease",
-    "SettlementResult",
-    "SupportedKind",
-    "SupportedKindExtra",
-    "SupportedKinds",
-    "SupportedToken",
-]
-
 
 class AgentEndpoint(ResponseModel):
     """A resource the merchant sells to agents per request."""

@@ -27,21 +27,6 @@ from pydantic.alias_generators import to_camel
 from x402mw.platform.timestamps import iso
 from x402mw.protocol.prices import format_amount
 
-__all__ = [
-    "Currency",
-    "Envelope",
-    "EvmAddress",
-    "ListPage",
-    "Minor",
-    "Money",
-    "ResponseModel",
-    "Timestamp",
-    "Url",
-    "Uuid",
-    "money",
-    "omitted_if_none",
-]
-
 
 class ResponseModel(BaseModel):
     """The base of every answer: camelCase members (``tx_hash`` answers ``txHash``), built with

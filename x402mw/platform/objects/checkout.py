@@ -21,26 +21,6 @@ from x402mw.platform.objects.base import (
 from x402mw.platform.objects.payments import PaymentException, PaymentIntentStatus, PaymentMethods
 from x402mw.platform.objects.subscriptions import Interval
 
-__all__ = [
-    "AuthorizationDomain",
-    "AuthorizationMessage",
-    "AuthorizationTypedData",
-    "CheckoutAttempt",
-    "CheckoutCurrency",
-    "CheckoutNetwork",
-    "CheckoutPaymentIntent",
-    "CheckoutSubscription",
-    "Merchant",
-    "PaymentMethod",
-    "WalletTransaction",
-    "X402Offer",
-    "X402PaymentPending",
-    "X402PaymentRequired",
-    "X402PaymentRequiredOrPending",
-    "X402PendingError",
-    "X402Resource",
-]
-
 PaymentMethod = Literal["transfer", "wallet"]
 
 

@@ -18,26 +18,6 @@ from x402mw.platform.objects.base import (
     Uuid,
 )
 
-__all__ = [
-    "Balance",
-    "BalanceList",
-    "Customer",
-    "FaucetTransfer",
-    "PaymentException",
-    "PaymentIntent",
-    "PaymentIntentEnvelope",
-    "PaymentIntentList",
-    "PaymentIntentStatus",
-    "PaymentLink",
-    "PaymentLinkEnvelope",
-    "PaymentLinkList",
-    "PaymentMethods",
-    "Refund",
-    "RefundEnvelope",
-    "RefundList",
-    "SandboxPayment",
-]
-
 PaymentIntentStatus = Literal["requires_payment", "processing", "succeeded", "canceled", "expired", "refunded"]
 PaymentException = Literal["underpaid", "overpaid", "paid_late", "wrong_asset"]
 

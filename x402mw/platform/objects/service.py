@@ -8,8 +8,6 @@ from pydantic import Field
 
 from x402mw.platform.objects.base import EvmAddress, ResponseModel, omitted_if_none
 
-__all__ = ["Error", "ErrorEnvelope", "ErrorType", "HealthStatus", "OpenApiDocument", "Reachable", "Readiness"]
-
 ErrorType = Literal[
     "invalid_request_error",
     "authentication_error",

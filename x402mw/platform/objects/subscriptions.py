@@ -9,23 +9,6 @@ from pydantic import Field
 from x402mw.platform.objects.base import Currency, Envelope, ListPage, Money, ResponseModel, Timestamp, Url
 from x402mw.platform.objects.payments import PaymentIntent
 
-__all__ = [
-    "Interval",
-    "Invoice",
-    "InvoiceList",
-    "SubscriberEmail",
-    "SubscriberEmailEnvelope",
-    "Subscription",
-    "SubscriptionEnvelope",
-    "SubscriptionList",
-    "SubscriptionOpened",
-    "SubscriptionPlan",
-    "SubscriptionPlanEnvelope",
-    "SubscriptionPlanList",
-    "TestClock",
-    "TestClockEnvelope",
-]
-
 Interval = Literal["weekly", "monthly", "quarterly", "yearly"]
 
 

@@ -8,20 +8,6 @@ from pydantic import Field
 
 from x402mw.platform.objects.base import Envelope, ListPage, ResponseModel, Timestamp, Url, Uuid, omitted_if_none
 
-__all__ = [
-    "DeletedWebhookEndpoint",
-    "DeliveryAttempt",
-    "Event",
-    "EventList",
-    "EventWithDeliveries",
-    "EventWithDeliveriesEnvelope",
-    "Redelivery",
-    "WebhookDelivery",
-    "WebhookEndpoint",
-    "WebhookEndpointEnvelope",
-    "WebhookEndpointList",
-]
-
 
 class WebhookEndpoint(ResponseModel):
     """A URL receiving the merchant's events, signed with Standard Webhooks."""

@@ -18,10 +18,9 @@ from pydantic import BaseModel, RootModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
+from x402mw.platform.http.routing import Schema
 from x402mw.platform.objects.base import Envelope
-from x402mw.platform.openapi.schemas import REF, Schema, ref
-
-__all__ = ["answer_schemas"]
+from x402mw.platform.openapi.schemas import REF, ref
 
 
 class _AnswerJsonSchema(GenerateJsonSchema):

@@ -55,16 +55,14 @@ from x402mw.platform.api.agents import sign_ins as agent_sign_ins
 from x402mw.platform.api.idempotency import IdempotencyMiddleware
 from x402mw.platform.api.request_log import RequestLogMiddleware
 from x402mw.platform.http.responses import answer_body
-from x402mw.platform.http.routing import UUID, ApiRoute, Operation
+from x402mw.platform.http.routing import STRING, UUID, ApiRoute, Operation, Schema
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.service import ErrorEnvelope, OpenApiDocument
 from x402mw.platform.openapi.answers import answer_schemas
 from x402mw.platform.openapi.models import model_schemas
 from x402mw.platform.openapi.operations import ERRORS, describe
-from x402mw.platform.openapi.schemas import STRING, Schema, ref
+from x402mw.platform.openapi.schemas import ref
 from x402mw.platform.services.chains import ChainHandle
-
-__all__ = ["ServedChain", "build_document", "platform_routes"]
 
 IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
 

@@ -11,9 +11,8 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from x402mw.platform.http.fields import MINOR_SCHEMA, NO_NUL, minor_units
-from x402mw.platform.openapi.schemas import REF, TEXT, Schema, ref
-
-__all__ = ["JSON_VALUE", "model_schemas"]
+from x402mw.platform.http.routing import TEXT, Schema
+from x402mw.platform.openapi.schemas import REF, ref
 
 JSON_VALUE = "JsonValue"
 """The schema of any JSON a request may carry where a model takes anything: no NUL in its strings

@@ -6,10 +6,8 @@ generated schemas in place (see `x402mw.platform.openapi.document`)."""
 from __future__ import annotations
 
 from x402mw.platform.http.fields import CHALLENGE_ID_SCHEMA, UUID_PATTERN
-from x402mw.platform.http.routing import UUID, Operation, Schema
-from x402mw.platform.openapi.schemas import STRING, ref
-
-__all__ = ["ERRORS", "describe"]
+from x402mw.platform.http.routing import STRING, UUID, Operation, Schema
+from x402mw.platform.openapi.schemas import ref
 
 ERRORS = {
     400: (

@@ -14,8 +14,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["render_markdown"]
-
 Schema = dict[str, Any]
 _SCHEMAS = "#/components/schemas/"
 _SHORT_PATTERN = 80

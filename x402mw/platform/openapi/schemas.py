@@ -5,9 +5,7 @@ themselves are generated: request bodies from the handlers' pydantic models,
 
 from __future__ import annotations
 
-from x402mw.platform.http.routing import STRING, TEXT, Schema
-
-__all__ = ["REF", "STRING", "TEXT", "Schema", "ref"]
+from x402mw.platform.http.routing import Schema
 
 REF = "#/components/schemas/{model}"
 

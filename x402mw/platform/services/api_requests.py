@@ -14,14 +14,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
 
-__all__ = [
-    "RETENTION_DAYS",
-    "ROWS_PER_MERCHANT",
-    "ApiRequestLog",
-    "purge_api_requests",
-    "purge_dashboard_sessions",
-]
-
 RETENTION_DAYS = 30
 ROWS_PER_MERCHANT = 10_000
 

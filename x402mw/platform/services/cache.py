@@ -10,8 +10,6 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["TTLCache"]
-
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 

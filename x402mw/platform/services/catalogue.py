@@ -32,8 +32,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 
-__all__ = ["Catalogue", "CatalogueQuery", "catalogue_item", "popularity"]
-
 logger = logging.getLogger("x402mw.platform.catalogue")
 _REFRESH_SECONDS = 60.0  # a resource settled again within this is not written again
 _EXTRA_KEPT = ("name", "version")

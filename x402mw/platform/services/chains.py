@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from x402mw.evm.eip712 import TokenDomain
 from x402mw.platform.chain.devchain import DevChain
 from x402mw.platform.chain.pool import RelayerPool
-from x402mw.platform.chain.relayer import Relayer, TxReceipt
+from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import JsonRpc
+from x402mw.platform.chain.transactions import TxReceipt
 from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.protocol.networks import Asset, Network, parse_caip2
-
-__all__ = ["ChainHandle", "Chains"]
 
 
 @dataclass

@@ -9,8 +9,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
 
-__all__ = ["record_challenges"]
-
 
 async def record_challenges(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
     """Insert ``agent_challenges`` rows, skipping ids already recorded."""

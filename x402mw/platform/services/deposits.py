@@ -28,13 +28,11 @@ from x402mw.evm.eip712 import TransferAuthorization, sign_transfer
 from x402mw.evm.hd import DEPOSIT_ACCOUNT_PATH, derive_private_key
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of
-from x402mw.platform.chain.relayer import RevertError
 from x402mw.platform.chain.token import balance_of, transfer_calldata
+from x402mw.platform.chain.transactions import RevertError
 from x402mw.platform.db import tables
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.payment_intents import FIXED_TRANSFER_KEY
-
-__all__ = ["DepositKeys", "assign_deposit_address", "authorization_call", "sweep_order"]
 
 AUTHORIZATION_LIFETIME = 3600
 

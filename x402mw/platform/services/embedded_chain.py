@@ -24,8 +24,6 @@ from x402mw.platform.chain.devstate import ChainIdentity, DevChainState
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import utcnow
 
-__all__ = ["STATE_DIR", "start_embedded_chain"]
-
 STATE_DIR = "devchain"  # under the data dir
 # Records that state facts about a chain (money moved, blocks read): a database holding some on the
 # dev chain but no embedded_chains row was written before the dev chain was kept.

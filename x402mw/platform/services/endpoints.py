@@ -10,8 +10,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from x402mw.platform.db import tables
 from x402mw.platform.services.cache import TTLCache
 
-__all__ = ["EndpointDirectory", "find_endpoint"]
-
 
 async def find_endpoint(conn: AsyncConnection, merchant_id: str, livemode: bool, endpoint_id: str) -> Row[Any] | None:
     """The merchant's endpoint row, or None (another merchant's endpoint is indistinguishable from none)."""

@@ -3,8 +3,6 @@ with its ``status``, ``code`` and ``param`` (see `x402mw.platform.http.errors`).
 
 from __future__ import annotations
 
-__all__ = ["ServiceError"]
-
 
 class ServiceError(Exception):
     """A request the service's rules refuse, e.g. 409 ``order_id_conflict`` or 422 ``insufficient_balance``."""

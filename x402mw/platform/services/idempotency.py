@@ -35,21 +35,6 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection
 
-__all__ = [
-    "DONE",
-    "IN_FLIGHT",
-    "KEEP_FOR",
-    "LEASE",
-    "RENEW_EVERY",
-    "STORE",
-    "IdempotencyKeys",
-    "KeySlot",
-    "KeyTaken",
-    "insert_keys",
-    "key_rows",
-    "purge_idempotency_keys",
-]
-
 KEEP_FOR = timedelta(hours=24)
 """How long a key is kept after its first use (`purge_idempotency_keys` deletes older ones)."""
 

@@ -35,8 +35,6 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.base import money
 from x402mw.platform.objects.payments import Balance
 
-__all__ = ["DECIMALS", "InsufficientBalance", "apply_entry", "balance_of", "list_balances"]
-
 DECIMALS = 6
 
 

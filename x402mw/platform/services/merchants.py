@@ -18,21 +18,6 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import ApiKey, Merchant, utcnow
 
-__all__ = [
-    "KEY_USE_PRECISION",
-    "Caller",
-    "KeyRing",
-    "create_api_key",
-    "create_merchant",
-    "find_merchant",
-    "hash_key",
-    "list_api_keys",
-    "list_merchants",
-    "lookup_key",
-    "rename_merchant",
-    "revoke_api_key",
-]
-
 KEY_USE_PRECISION = timedelta(minutes=1)
 """How precisely a key's ``last_used_at`` is kept: it is written when a lookup finds it older than
 this, so a busy key costs one write a minute, not one a request."""

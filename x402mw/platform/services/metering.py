@@ -14,8 +14,6 @@ from x402mw.platform.db import tables
 from x402mw.platform.objects.agents import AgentUsage
 from x402mw.platform.objects.base import money
 
-__all__ = ["FREE_SETTLEMENTS", "monthly_usage", "settlement_fee"]
-
 FREE_SETTLEMENTS = 1000
 MIN_FEE_MINOR = 5_000  # 0.005 with 6 decimals
 FEE_PER_MILLE = 3  # 0.3 %

@@ -19,8 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 
-__all__ = ["EVENT_TYPES", "event_row", "insert_events", "record_event"]
-
 EVENT_TYPES: tuple[str, ...] = (
     "agent_payment.settled",
     "payment_intent.created",

@@ -45,29 +45,6 @@ from x402mw.platform.services.idempotency import KeySlot, KeyTaken, insert_keys,
 from x402mw.platform.services.outbox import event_row, insert_events, record_event
 from x402mw.protocol.prices import AmountFormat, format_amount
 
-__all__ = [
-    "CURRENCIES",
-    "OPEN_STATUSES",
-    "ORDER_AMOUNTS",
-    "STATUSES",
-    "TRANSITIONS",
-    "OrderFollower",
-    "OrderLinks",
-    "PaymentIntentError",
-    "PaymentIntentWriter",
-    "amount_text",
-    "api_host_of",
-    "at_scale_of",
-    "cancel_payment_intent",
-    "expire_due_payment_intents",
-    "find_payment_intent",
-    "parse_amount",
-    "payment_intent_event_data",
-    "payment_intent_of",
-    "record_intent_event",
-    "transition",
-]
-
 CURRENCIES = ("USDC", "USDT", "EURC")
 DECIMALS = 6
 ORDER_AMOUNTS = AmountFormat(decimals=DECIMALS, max_exponent=9)

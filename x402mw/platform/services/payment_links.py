@@ -27,15 +27,6 @@ from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import PaymentIntentError, PaymentIntentWriter, amount_text
 from x402mw.platform.services.slugs import find_by_slug, slug_ref
 
-__all__ = [
-    "LINK_ORDER_LIFETIME",
-    "create_payment_link",
-    "find_payment_link",
-    "find_payment_link_by_slug",
-    "open_payment_link",
-    "payment_link_of",
-]
-
 LINK_ORDER_LIFETIME = timedelta(hours=24)
 """How long the order a buyer gets from a link can be paid (the page's cookie keeps it that long)."""
 

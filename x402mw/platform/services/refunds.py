@@ -32,8 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of
-from x402mw.platform.chain.relayer import RevertError
 from x402mw.platform.chain.token import authorization_state
+from x402mw.platform.chain.transactions import RevertError
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
@@ -46,8 +46,6 @@ from x402mw.platform.services.outbox import record_event
 from x402mw.platform.services.payment_intents import amount_text, at_scale_of, transition
 from x402mw.platform.services.watcher import address_topic
 from x402mw.protocol.prices import format_amount
-
-__all__ = ["RefundError", "RefundService", "refund_of", "reserve_refund"]
 
 logger = logging.getLogger("x402mw.platform.refunds")
 

@@ -42,8 +42,6 @@ from x402mw.platform.chain.pool import RelayerPool
 from x402mw.platform.db import tables
 from x402mw.platform.metrics import RELAYER_BALANCE, RELAYER_IN_FLIGHT, RELAYER_LEASE
 
-__all__ = ["RelayerLeases", "pool_key", "set_pool_size"]
-
 logger = logging.getLogger("x402mw.platform.relayer")
 
 _ACCOUNTS, _HOLDERS, _POOLS = tables.relayer_accounts, tables.relayer_holders, tables.relayer_pools

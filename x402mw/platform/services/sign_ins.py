@@ -32,8 +32,6 @@ from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 
-__all__ = ["SignInOutcome", "SignInService", "SmartAccountVerifier", "chain_verifier"]
-
 SmartAccountVerifier = Callable[[int, str, bytes, bytes], Awaitable[bool]]
 """``(chain id, address, EIP-191 digest, signature) -> valid``: EIP-1271 / ERC-6492 verification."""
 

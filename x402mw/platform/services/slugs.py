@@ -20,8 +20,6 @@ from typing import Any
 from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-__all__ = ["find_by_slug", "parse_slug_ref", "slug_ref"]
-
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 
 

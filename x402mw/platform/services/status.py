@@ -28,8 +28,6 @@ from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.settings import ChainSettings, PlatformSettings
 from x402mw.protocol.networks import get_network
 
-__all__ = ["OVERDUE", "chain_status", "queue_status"]
-
 OVERDUE = timedelta(seconds=60)
 """How long an item may be due before the worker counts as behind (it passes every two seconds)."""
 

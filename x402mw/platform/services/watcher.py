@@ -41,8 +41,6 @@ from x402mw.platform.services.deposits import DepositKeys, sweep_order
 from x402mw.platform.services.ledger import InsufficientBalance, apply_entry
 from x402mw.platform.services.payment_intents import OPEN_STATUSES, OrderFollower, transition
 
-__all__ = ["TRANSFER_TOPIC", "DepositWatcher", "address_topic", "order_exceptions"]
-
 logger = logging.getLogger("x402mw.platform.watcher")
 
 TRANSFER_TOPIC = "0x" + keccak256(b"Transfer(address,address,uint256)").hex()

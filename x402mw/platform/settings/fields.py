@@ -11,27 +11,6 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic.fields import FieldInfo
 
-__all__ = [
-    "ENV_PREFIX",
-    "Address",
-    "CommaSeparated",
-    "Confirmations",
-    "DatabaseUrl",
-    "HttpUrl",
-    "LogFormat",
-    "LogLevel",
-    "Option",
-    "Port",
-    "PrivateKey",
-    "RpcUrl",
-    "Tokens",
-    "UrlBase",
-    "default_checkout_url_base",
-    "env_variable",
-    "option_of",
-    "shown_url",
-]
-
 ENV_PREFIX = "X402MW_"
 
 

@@ -35,20 +35,6 @@ from x402mw.platform.settings.fields import (
 )
 from x402mw.platform.settings.problems import relation
 
-__all__ = [
-    "MIN_POOL_SIZE",
-    "ChainAccessSettings",
-    "ChainSettings",
-    "KeySettings",
-    "LogSettings",
-    "MetricsSettings",
-    "ServerSettings",
-    "SettingsGroup",
-    "StorageSettings",
-    "SubscriptionSettings",
-    "WorkSettings",
-]
-
 MIN_POOL_SIZE = 4  # twice as many connections: six held by the batched writers, the rest for requests
 _DATA_DIR = Path(".x402mw")
 

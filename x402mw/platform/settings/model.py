@@ -23,8 +23,6 @@ from x402mw.platform.settings.groups import (
 )
 from x402mw.platform.settings.problems import SettingsError, describe, relation
 
-__all__ = ["PlatformSettings"]
-
 _CHAIN_FIELDS = ("rpc_url", "tokens", "confirmations", "minter_key")
 
 

@@ -18,8 +18,6 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from x402mw.errors import ConfigurationError
 
-__all__ = ["SettingsError", "describe", "holds_secret", "relation"]
-
 _SHOWN_LENGTH = 80
 
 

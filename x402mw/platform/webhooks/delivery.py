@@ -42,18 +42,6 @@ from x402mw.platform.timestamps import iso
 from x402mw.platform.webhooks.destinations import resolved_blocked_reason
 from x402mw.protocol.webhook_signatures import sign_payload
 
-__all__ = [
-    "RETRY_WINDOW",
-    "WebhookSender",
-    "backoff_seconds",
-    "envelope",
-    "event_of",
-    "matches",
-    "new_secret",
-    "redeliver",
-    "signing_secrets",
-]
-
 RETRY_WINDOW = timedelta(days=3)
 TIMEOUT_SECONDS = 10.0
 _BASE_SECONDS = 5.0

@@ -24,8 +24,6 @@ import re
 import socket
 from urllib.parse import urlsplit
 
-__all__ = ["blocked_reason", "resolved_blocked_reason"]
-
 _PRIVATE_SUFFIXES = (".localhost", ".local", ".internal", ".lan", ".home.arpa")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")

@@ -24,9 +24,7 @@ from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import AgentChallenge, AgentChallengeEnvelope, ChallengeBatchResult
 from x402mw.platform.services.challenges import record_challenges
-from x402mw.platform.services.settlement.service import payment_of
-
-__all__ = ["ChallengeIn", "challenge_row", "insert_challenges", "routes"]
+from x402mw.platform.services.settlement.outcomes import payment_of
 
 MAX_BATCH = 500
 

@@ -29,16 +29,6 @@ from x402mw.platform.services.merchants import Caller
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
 
-__all__ = [
-    "EndpointCreate",
-    "EndpointUpdate",
-    "create_agent_endpoint",
-    "endpoint_of",
-    "load_endpoint",
-    "routes",
-    "update_agent_endpoint",
-]
-
 MinorUnits = Annotated[int, WithJsonSchema(MINOR_SCHEMA)]
 CURRENCY_PATTERN = "^(?:[Uu][Ss][Dd][Cc]|[Ee][Uu][Rr][Cc])$"
 """``USDC`` or ``EURC``, in any case (``USDT`` has no EIP-3009 and is refused with its own code)."""

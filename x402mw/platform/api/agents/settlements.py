@@ -35,8 +35,6 @@ from x402mw.platform.services.settlement.payment_identifiers import IdentifierCo
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
 
-__all__ = ["MONTH", "conflict_error", "routes", "unavailable_error"]
-
 MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])")
 """A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
 

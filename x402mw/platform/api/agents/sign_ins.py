@@ -29,8 +29,6 @@ from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SignInResult
 from x402mw.platform.services.settlement.outcomes import payment_of
 
-__all__ = ["LONGEST_KEPT", "routes"]
-
 LONGEST_KEPT = timedelta(hours=1)
 """The longest a used nonce is kept: the longest a message may stay valid from now."""
 

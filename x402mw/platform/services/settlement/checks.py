@@ -22,25 +22,11 @@ from x402mw.evm.eip712 import (
     transfer_digest,
 )
 from x402mw.evm.keccak import keccak256
-from x402mw.platform.chain.relayer import RevertError, simulated
+from x402mw.platform.chain.transactions import RevertError, simulated
 from x402mw.platform.clock import Clock
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.protocol import reasons
 from x402mw.protocol.models import Authorization, PaymentPayload, PaymentRequirements
-
-__all__ = [
-    "MIN_VALIDITY_SECONDS",
-    "EndpointPolicy",
-    "PaymentRefusal",
-    "Verified",
-    "WalletDeployment",
-    "check_terms",
-    "payload_hash",
-    "revert_refusal",
-    "settled_on",
-    "simulation_outcome",
-    "verify_payment",
-]
 
 MAX_SIGNATURE_BYTES = 4096
 """The longest signature checked (a smart account's, with an ERC-6492 factory call, fits many times)."""

@@ -14,19 +14,6 @@ from x402mw.platform.services.settlement.checks import EndpointPolicy
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentRequirements, SettlementResponse
 
-__all__ = [
-    "Claimed",
-    "Payment",
-    "SettleOutcome",
-    "SettleRequest",
-    "authorization_key",
-    "failed",
-    "held",
-    "outcome_for",
-    "payment_of",
-    "unavailable",
-]
-
 
 @dataclass(slots=True)
 class Claimed:

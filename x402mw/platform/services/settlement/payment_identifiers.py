@@ -43,13 +43,6 @@ from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentPayload, PaymentRequirements, SettlementResponse
 from x402mw.protocol.payment_identifier import CONFLICT, identifier_of
 
-__all__ = [
-    "IdentifierConflict",
-    "PaymentIdentifiers",
-    "payment_fingerprint",
-    "payment_identifier",
-]
-
 LEASE = timedelta(seconds=30)
 """How long a first request is believed to be settling its id; after that a retry settles it again."""
 _POLL_SECONDS = 0.05

@@ -38,8 +38,6 @@ from x402mw.platform.services.settlement.transfers import transfer_of
 from x402mw.platform.services.settlement.writes import SettlementWrites
 from x402mw.protocol import reasons
 
-__all__ = ["TAKEOVER_AFTER", "SettlementRecovery"]
-
 logger = logging.getLogger("x402mw.platform.settlement")
 
 TAKEOVER_AFTER = timedelta(seconds=20)

@@ -29,8 +29,6 @@ from x402mw.platform.services.settlement.outcomes import Payment, SettleOutcome,
 from x402mw.platform.services.settlement.writes import SettlementWrites
 from x402mw.platform.timestamps import iso
 
-__all__ = ["Releases"]
-
 logger = logging.getLogger("x402mw.platform.settlement")
 
 

@@ -41,7 +41,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
-from x402mw.platform.chain.relayer import ChainUnavailable, TransactionDropped
+from x402mw.platform.chain.healing import TransactionDropped
+from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
@@ -62,11 +63,9 @@ from x402mw.platform.services.settlement.outcomes import (
     failed,
     held,
     outcome_for,
-    payment_of,
     unavailable,
 )
 from x402mw.platform.services.settlement.payment_identifiers import (
-    IdentifierConflict,
     PaymentIdentifiers,
     payment_fingerprint,
     payment_identifier,
@@ -84,8 +83,6 @@ from x402mw.platform.services.settlement.transfers import Transfer, exact_transf
 from x402mw.platform.services.settlement.writes import SettlementWrites
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements
-
-__all__ = ["IdentifierConflict", "PaymentRefusal", "SettleOutcome", "SettleRequest", "SettlementService", "payment_of"]
 
 logger = logging.getLogger("x402mw.platform.settlement")
 

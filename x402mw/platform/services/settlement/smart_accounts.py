@@ -38,19 +38,6 @@ from x402mw.protocol import reasons
 if TYPE_CHECKING:
     from x402mw.platform.services.chains import ChainHandle
 
-__all__ = [
-    "DEPLOY_GAS",
-    "KEY_TRANSFER_GAS",
-    "SMART_TRANSFER_GAS",
-    "CodeCache",
-    "WalletDeployment",
-    "check_balance",
-    "prepare_payer",
-    "token_calldata",
-    "unwrap_erc6492",
-    "verify_contract_signer",
-]
-
 logger = logging.getLogger("x402mw.platform.settlement")
 
 KEY_TRANSFER_GAS = 120_000

@@ -25,8 +25,6 @@ from x402mw.platform.services.settlement.smart_accounts import (
 )
 from x402mw.protocol.networks import UPTO_PERMIT2_PROXY_ADDRESS
 
-__all__ = ["Transfer", "exact_transfer", "permit2612_of", "recorded_exact_transfer", "transfer_of", "upto_transfer"]
-
 _UPTO_GAS = 160_000  # measured ~100k
 _UPTO_WITH_PERMIT_GAS = 240_000  # the EIP-2612 permit first (~50k more)
 

@@ -64,14 +64,6 @@ from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentRequirements, UptoPaymentPayload
 from x402mw.protocol.networks import PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS
 
-__all__ = [
-    "AUTHORIZE_LEASE",
-    "EIP2612_EXTENSION",
-    "UptoSettlement",
-    "VerifiedUpto",
-    "verify_upto",
-]
-
 logger = logging.getLogger("x402mw.platform.settlement")
 
 EIP2612_EXTENSION = "eip2612GasSponsoring"

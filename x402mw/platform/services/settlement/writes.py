@@ -34,8 +34,6 @@ from x402mw.platform.db.engine import HeldConnection
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.outbox import insert_events
 
-__all__ = ["SettlementWrites"]
-
 _payments, _challenges = tables.agent_payments, tables.agent_challenges
 CLAIM_FLUSHES = 2  # claim batches written at once
 

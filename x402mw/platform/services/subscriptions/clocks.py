@@ -20,8 +20,6 @@ from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.subscriptions.renewals import RenewalRunner
 from x402mw.platform.services.subscriptions.steps import aware
 
-__all__ = ["TestClockError", "advance_clock", "create_clock"]
-
 
 class TestClockError(ServiceError):
     """A test clock request the rules refuse."""

@@ -28,8 +28,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from x402mw.platform.db import tables
 from x402mw.protocol.customer_signatures import customer_signature
 
-__all__ = ["FORM_LIFETIME", "CustomerLinks", "merchant_signed", "spend_form_token"]
-
 FORM_LIFETIME = timedelta(hours=2)
 _MAC_BYTES = 16
 

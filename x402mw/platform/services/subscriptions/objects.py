@@ -18,16 +18,6 @@ from x402mw.platform.services.outbox import event_row
 from x402mw.platform.services.payment_intents import amount_text, payment_intent_of
 from x402mw.platform.services.slugs import slug_ref
 
-__all__ = [
-    "clock_of",
-    "find_owned",
-    "invoice_of",
-    "opened_of",
-    "plan_of",
-    "subscription_event",
-    "subscription_of",
-]
-
 
 def plan_of(row: Mapping[Any, Any], checkout_url_base: str) -> SubscriptionPlan:
     """A plan; its ``checkoutUrl`` is ``{checkout_url_base}/su_<slug>.<merchant id>`` with a slug,

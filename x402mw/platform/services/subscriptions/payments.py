@@ -40,8 +40,6 @@ from x402mw.platform.services.subscriptions.periods import boundary
 from x402mw.platform.services.subscriptions.service import clock_time, void_open_invoice
 from x402mw.platform.services.subscriptions.steps import ENDED, MUTABLE, aware, email_row, schedule
 
-__all__ = ["follow_order"]
-
 logger = logging.getLogger("x402mw.platform.subscriptions")
 
 

@@ -17,15 +17,6 @@ from __future__ import annotations
 import calendar
 from datetime import datetime, timedelta
 
-__all__ = [
-    "INTERVALS",
-    "REMINDER_LEAD",
-    "add_months",
-    "boundary",
-    "grace_end",
-    "renewal_lead",
-]
-
 INTERVALS = ("weekly", "monthly", "quarterly", "yearly")
 _MONTHS = {"monthly": 1, "quarterly": 3, "yearly": 12}
 REMINDER_LEAD = timedelta(days=1)

@@ -21,8 +21,6 @@ from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.slugs import find_by_slug
 from x402mw.platform.services.subscriptions.steps import aware
 
-__all__ = ["SLUG_PATTERN", "PlanError", "create_plan", "find_plan", "find_plan_by_ref", "update_plan"]
-
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$"
 """A plan's slug: 1-32 lower-case letters, digits and inner hyphens (never a UUID's 36 characters)."""
 _SLUG = re.compile(SLUG_PATTERN)

@@ -40,8 +40,6 @@ from x402mw.platform.services.subscriptions.steps import (
     schedule,
 )
 
-__all__ = ["BATCH", "RenewalRunner"]
-
 logger = logging.getLogger("x402mw.platform.renewals")
 
 BATCH = 500

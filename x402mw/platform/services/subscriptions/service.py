@@ -48,15 +48,6 @@ from x402mw.platform.services.subscriptions.steps import (
     invoice_row,
 )
 
-__all__ = [
-    "ACCESS_EMAIL_EVERY",
-    "Opened",
-    "SubscriptionError",
-    "SubscriptionService",
-    "clock_time",
-    "void_open_invoice",
-]
-
 ACCESS_EMAIL_EVERY = timedelta(minutes=10)  # at most one link email a subscription, asked for on the page
 
 

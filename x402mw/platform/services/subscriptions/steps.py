@@ -22,17 +22,6 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.services.payment_intents import UNPAID
 from x402mw.platform.services.subscriptions.periods import REMINDER_LEAD, grace_end, renewal_lead
 
-__all__ = [
-    "ENDED",
-    "MUTABLE",
-    "OPEN",
-    "aware",
-    "email_row",
-    "invoice_order_row",
-    "invoice_row",
-    "schedule",
-]
-
 OPEN = frozenset({"incomplete", "active", "past_due"})
 ENDED = frozenset({"canceled", "expired"})
 MUTABLE = (
