@@ -319,7 +319,12 @@ class UptoSettlement:
                 return failed(network, reasons.CHALLENGE_EXPIRED, "the challenge has expired; pay the new one")
             return await self._join(existing, request, verified)
         if not verified.chain.relayer.available:
-            return unavailable(network)
+            # Not "nothing taken" for an authorization made already (its usage captured, say): its
+            # outcome stands, pending while the chain cannot be reached.
+            existing = await self._load(verified)
+            if existing is None:
+                return unavailable(network)
+            return await self._join(existing, request, verified)
         # The simulation (no side effects) and the claim go out at once, as for exact payments; a
         # claim whose simulation fails is withdrawn.
         transfer = verified.transfer(verified.permit.ceiling)
