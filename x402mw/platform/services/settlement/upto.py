@@ -52,6 +52,7 @@ from x402mw.platform.services.settlement.checks import (
 )
 from x402mw.platform.services.settlement.outcomes import (
     Claimed,
+    Payment,
     SettleOutcome,
     SettleRequest,
     authorization_key,
@@ -389,7 +390,8 @@ class UptoSettlement:
             amount,
         )
         if taken is not None:
-            return await self._captured(AgentPayment.model_validate(taken), request, verified, amount, started)
+            # a plain record, not a table model (whose instrumented attributes cost more to build)
+            return await self._captured(Claimed(**taken), request, verified, amount, started)
         existing = await self._load(verified)
         if existing is None:
             return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
@@ -485,7 +487,7 @@ class UptoSettlement:
         return SettleOutcome("pending", response, "another request is being served with this payment", existing.id)
 
     async def _captured(
-        self, row: AgentPayment, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
+        self, row: Claimed, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
     ) -> SettleOutcome:
         if amount == 0:  # nothing to move: settled for 0, no transaction
             return self.service.releases.release(row, None, "", started, started, started, request.challenge)
@@ -503,5 +505,5 @@ def _nonce_bytes(nonce: int) -> bytes:
     return nonce.to_bytes(32, "big")
 
 
-def _key(row: AgentPayment) -> str:
+def _key(row: Payment) -> str:
     return authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
