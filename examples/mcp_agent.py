@@ -54,7 +54,10 @@ async def call(server: str | StdioServerParameters, tool: str, arguments: dict[s
         return 0
     payment = auth.payments[-1]
     amount = format_amount(payment.amount, payment.decimals)
-    print(f"paid {amount} {payment.symbol or payment.asset} on {payment.network}, transaction {payment.transaction}")
+    charged = f"{amount} {payment.symbol or payment.asset}"
+    if payment.ceiling is not None:  # a tool charged by use: what it charged, of the ceiling signed
+        charged += f" (of at most {format_amount(payment.ceiling, payment.decimals)})"
+    print(f"paid {charged} on {payment.network}, transaction {payment.transaction}")
     print("receipt:", json.dumps(dict(payment.receipt or {}), indent=2))
     print("receipt verified:", payment.verified if auth.receipt_signer else "not checked (set X402MW_RECEIPT_SIGNER)")
     return 0

@@ -9,6 +9,11 @@ price), then serve it over streamable HTTP at ``http://127.0.0.1:8000/mcp``:
 or over stdio (``--stdio``), for a client that starts it as a subprocess. ``--api-key`` and
 ``--platform-url`` default to ``X402MW_API_KEY`` and ``X402MW_PLATFORM_URL``. The tool is settled
 only once it succeeded: asking it for the forecast of ``nowhere`` raises, and is not charged.
+
+With ``--metered-endpoint <id>`` (an agent endpoint with ``pricingMode: "metered"``, a ceiling
+``maxAmountMinor``, and ``resourceUrl`` ``mcp://tool/summarize``), a second tool, ``summarize``, is
+charged by use: 0.0001 USDC per word of the summary it returns, reported with
+``current_payment().charge``, and settled after it ran (at most the ceiling the agent signed).
 Needs ``pip install "x402mw[mcp]"`` (the ``mcp`` SDK, version 2).
 """
 
@@ -24,8 +29,12 @@ from mcp.server.mcpserver import MCPServer
 
 from x402mw.adapters.mcp import PaidTools, current_payment
 
+PER_WORD = "$0.0001"  # what summarize charges for each word it returns
 
-def build(api_key: str, endpoint: str, platform_url: str) -> tuple[MCPServer, PaidTools]:
+
+def build(
+    api_key: str, endpoint: str, platform_url: str, metered_endpoint: str | None = None
+) -> tuple[MCPServer, PaidTools]:
     server = MCPServer("weather")
 
     @server.tool(description="Tomorrow's weather in a city (paid per call).")
@@ -36,7 +45,20 @@ def build(api_key: str, endpoint: str, platform_url: str) -> tuple[MCPServer, Pa
         payer = payment.payer if payment else "nobody"
         return f"Sunny in {city} tomorrow (paid by {payer})"
 
-    paid = PaidTools(api_key=api_key, platform_url=platform_url, tools={"forecast": endpoint})
+    tools = {"forecast": endpoint}
+    if metered_endpoint:
+
+        @server.tool(description="The first words of a text (paid per word returned).")
+        def summarize(text: str, words: int = 10) -> str:
+            summary = text.split()[: max(words, 0)]
+            payment = current_payment()
+            if payment is not None:
+                for _ in summary:
+                    payment.charge(PER_WORD)  # settled once the tool returned: 0 words, no transaction
+            return " ".join(summary)
+
+        tools["summarize"] = metered_endpoint
+    paid = PaidTools(api_key=api_key, platform_url=platform_url, tools=tools)
     paid.install(server)
     return server, paid
 
@@ -45,12 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--api-key", default=os.environ.get("X402MW_API_KEY", ""))
     parser.add_argument("--endpoint", required=True, help="the agent endpoint that sells the forecast tool")
+    parser.add_argument("--metered-endpoint", help="a metered agent endpoint to sell summarize by use")
     parser.add_argument("--platform-url", default=os.environ.get("X402MW_PLATFORM_URL", "http://127.0.0.1:4402/v1"))
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead of HTTP")
     args = parser.parse_args(argv)
-    server, paid = build(args.api_key, args.endpoint, args.platform_url)
+    server, paid = build(args.api_key, args.endpoint, args.platform_url, args.metered_endpoint)
     if args.stdio:
 
         async def serve_stdio() -> None:

@@ -24,7 +24,13 @@ from x402mw.platform.chain.token import allowance, permit_nonce
 from x402mw.protocol.networks import PERMIT2_ADDRESS
 
 
-def metered_deployment(harness: PlatformHarness, *, ceiling: int = 50_000, fund: str = "100") -> Deployment:
+def metered_deployment(
+    harness: PlatformHarness,
+    *,
+    ceiling: int = 50_000,
+    fund: str = "100",
+    resource_url: str = "http://testserver/generate",
+) -> Deployment:
     """A merchant with a metered endpoint (``ceiling`` atomic units a request at most) and an
     agent holding ``fund`` USDC and no gas."""
     deployment = harness.deploy(fund=fund)
@@ -33,7 +39,7 @@ def metered_deployment(harness: PlatformHarness, *, ceiling: int = 50_000, fund:
             "/agent/endpoints",
             json={
                 "name": "Generate",
-                "resourceUrl": "http://testserver/generate",
+                "resourceUrl": resource_url,
                 "chainId": harness.chain.chain_id,
                 "currency": "USDC",
                 "payoutAddress": deployment.payout,

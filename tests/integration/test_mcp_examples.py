@@ -4,6 +4,7 @@ over streamable HTTP and over stdio, a paid call settles and a failing one is no
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from tests.harness import PlatformHarness, sqlite_only
@@ -52,3 +53,29 @@ def test_the_examples_pay_a_tool_over_http_and_stdio(dev_platform: PlatformHarne
     with deployment.api() as api:
         statuses = [p["status"] for p in api.get("/agent/payments").json()["data"]]
     assert statuses == ["settled", "settled"]
+
+
+def test_the_examples_pay_a_metered_tool_for_what_it_used(dev_platform: PlatformHarness, tmp_path: Path) -> None:
+    deployment = dev_platform.deploy(resource_url="mcp://tool/forecast")
+    body = {key: deployment.endpoint[key] for key in ("chainId", "currency", "payoutAddress")}
+    body |= {"name": "summarize", "resourceUrl": "mcp://tool/summarize", "pricingMode": "metered"}
+    with deployment.api() as api:
+        reply = api.post("/agent/endpoints", json=body | {"maxAmountMinor": "5000"})
+        assert reply.status_code == 201, reply.text
+        metered = reply.json()["endpoint"]["id"]
+    env = environment(
+        X402MW_PRIVATE_KEY="0x" + deployment.agent_key.hex(),
+        X402MW_RECEIPT_SIGNER=dev_platform.platform.receipt_address,
+    )
+    port = free_port()
+    text = "one two three four five six seven eight nine ten eleven twelve"
+    seller = seller_command(deployment, "--port", str(port), "--metered-endpoint", metered)
+    with running(seller, port, tmp_path) as url:
+        # no Permit2 allowance and no gas: the agent signs an EIP-2612 permit with its payment
+        arguments = json.dumps({"text": text, "words": 3})
+        paid = run([sys.executable, str(EXAMPLES / "mcp_agent.py"), url, "summarize", arguments], tmp_path, env)
+    assert paid.returncode == 0, paid.stdout + paid.stderr
+    assert "one two three" in paid.stdout
+    assert "paid 0.0003 USDC" in paid.stdout and "(of at most 0.005)" in paid.stdout, paid.stdout
+    assert "receipt verified: True" in paid.stdout
+    assert dev_platform.balance(deployment.payout) == 300

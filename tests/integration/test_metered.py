@@ -22,9 +22,11 @@ from x402mw.client import X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
 from x402mw.platform.chain.token import allowance
-from x402mw.protocol import decode_settlement_response
+from x402mw.protocol import decode_payment_required, decode_settlement_response
+from x402mw.protocol.codec import encode_header
 from x402mw.protocol.models import PaymentRequirements
 from x402mw.protocol.networks import PERMIT2_ADDRESS
+from x402mw.seller import PaidRoute, PaymentGate, RequestView, ServeMetered, run_async
 
 pytestmark = pytest.mark.anyio
 
@@ -159,3 +161,46 @@ def test_the_facilitator_verifies_and_settles_upto(dev_platform: PlatformHarness
         assert settled["success"] is True and settled["amount"] == "777" and settled["transaction"]
         assert call("/x402/settle", payload, amount=999) == settled  # one authorization, one outcome
     assert harness.balance(pay_to) == 777
+
+
+async def test_a_hold_its_seller_never_settles_lapses_into_an_unpaid_challenge(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=30_000)
+    await asyncio.to_thread(approve_permit2, harness, deployment.agent_key)
+    gate = PaymentGate(api_key=deployment.api_key, platform_url=harness.url)
+    route, url = PaidRoute(deployment.endpoint_id), "http://testserver/generate"
+    recovery = harness.platform.settlement.recovery
+    headers = {"Authorization": f"Bearer {deployment.api_key}"}
+    async with httpx.AsyncClient(base_url=harness.url, headers=headers, timeout=60) as http:
+
+        async def challenge(payment: str | None = None) -> Any:
+            return await run_async(gate.process(route, RequestView("GET", url, payment)), http)
+
+        async def recorded(challenge_id: str) -> dict[str, Any] | None:
+            reply = await http.get(f"/agent/challenges/{challenge_id}")
+            assert reply.status_code in (200, 404), reply.text
+            return reply.json()["challenge"] if reply.status_code == 200 else None
+
+        unpaid, paid = await challenge(), await challenge()
+        offer = decode_payment_required(dict(paid.headers)["PAYMENT-REQUIRED"])
+        payload = deployment.agent.sign_upto(offer.accepts[0], resource=offer.resource)
+        held = await challenge(encode_header(payload))
+        assert isinstance(held, ServeMetered)  # verified and held; the seller then stops, never settling it
+        await run_async(gate.background(), http)  # registers the challenges issued and not paid
+        unpaid_id = decode_payment_required(dict(unpaid.headers)["PAYMENT-REQUIRED"]).accepts[0].extra["challengeId"]
+        held_id = held.payment.challenge_id
+        assert await recorded(held_id) is None  # a held payment's challenge is registered at its settlement
+        statuses = [p["status"] for p in (await http.get("/agent/payments")).json()["data"]]
+        assert statuses == ["authorized"]
+
+        deadline = payload.payload.permit2_authorization.deadline
+        assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline - 1)) == 0
+        assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline)) == 1
+        assert (await http.get("/agent/payments")).json()["data"] == []  # nothing was, nor can be, charged
+        lapsed, other = await recorded(held_id), await recorded(unpaid_id)
+        assert lapsed is not None and other is not None
+        fields = ("status", "endpointId", "network", "asset", "payTo", "amountMinor", "resource", "livemode")
+        assert {k: lapsed[k] for k in fields} == {k: other[k] for k in fields}, (lapsed, other)
+        assert lapsed["payment"] is None and lapsed["amountMinor"] == "30000"
+        # done once: a second round finds nothing to close
+        assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline)) == 0

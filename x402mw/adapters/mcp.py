@@ -8,9 +8,9 @@ version 1's ``FastMCP``.
 ... def forecast(city: str) -> str: ...
 >>> PaidTools(api_key="sk_test_...", tools={"forecast": "<agent endpoint id>"}).install(server)
 
-Each tool named in ``tools`` is sold per call by an agent endpoint (fixed or dynamic price; its
-``resourceUrl`` may be ``mcp://tool/<name>``), following the x402 MCP transport's tool-result
-binding (``specs/transports-v2/mcp.md``):
+Each tool named in ``tools`` is sold per call by an agent endpoint (fixed, dynamic or metered
+price; its ``resourceUrl`` may be ``mcp://tool/<name>``), following the x402 MCP transport's
+tool-result binding (``specs/transports-v2/mcp.md``):
 
 - a call without ``_meta["x402/payment"]`` is answered with a tool error result whose
   ``structuredContent`` (and ``content[0].text``, as JSON) is the ``PaymentRequired`` object;
@@ -20,6 +20,11 @@ binding (``specs/transports-v2/mcp.md``):
   returns an error result) is never charged: the held payment is released, and the agent may use the
   same authorization again. A settlement that fails answers the payment error only, never the
   tool's result;
+- a tool on a metered endpoint (``pricingMode: "metered"``, paid with the ``upto`` scheme) reports
+  what the call used with ``current_payment().charge(amount)``, as a metered route's handler does;
+  once it succeeded, that amount (at most the ceiling signed; 0 sends no transaction) is settled and
+  the result carries the settlement, whose receipt names amount and ceiling. A metered tool that
+  fails is charged nothing, and its authorization is closed;
 - a payment that is garbage, made for another tool, or already used is refused in the same shape
   (``PaymentRequired`` with its reason in ``error``).
 
@@ -38,6 +43,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import anyio
@@ -51,10 +57,12 @@ from x402mw.seller import (
     Answer,
     AsyncSeller,
     Held,
+    MeteredPayment,
     PaidRoute,
     RequestView,
     Serve,
     ServeMetered,
+    UsageError,
     build_gate,
     internal_error_answer,
 )
@@ -79,13 +87,32 @@ class ToolCall:
 @dataclass(frozen=True, slots=True)
 class ToolPayment:
     """The payment held for the tool call that is running: verified and claimed, settled once the
-    tool returns successfully. ``amount`` is in atomic units of the endpoint's token."""
+    tool returns successfully. ``amount`` is in atomic units of the endpoint's token: the price, or
+    for a tool on a metered endpoint the ceiling the agent signed. Such a tool reports what the call
+    used with `charge`, as a metered route's handler does (see `MeteredPayment`)::
+
+        current_payment().charge(tokens * PRICE_PER_TOKEN)
+    """
 
     payment_id: str
     payer: str
     amount: int
     network: str
     tool: str
+    metered: MeteredPayment | None = None
+
+    def charge(self, amount: int | str | Decimal) -> int:
+        """Add ``amount`` (atomic units, or a price such as ``"$0.0001"``) to this call's usage and
+        return the total so far; what is settled once the tool returned is that total, at most the
+        ceiling. `UsageError` for a tool sold at a fixed price, or an amount that cannot be charged."""
+        if self.metered is None:
+            raise UsageError(f"tool {self.tool} is sold at a fixed price: it has no usage to report")
+        return self.metered.charge(amount)
+
+    @property
+    def charged(self) -> int:
+        """The usage reported so far (0 for a tool sold at a fixed price)."""
+        return 0 if self.metered is None else self.metered.charged
 
 
 _current: contextvars.ContextVar[ToolPayment | None] = contextvars.ContextVar("x402mw_tool_payment", default=None)
@@ -230,10 +257,7 @@ class PaidTools:
         if isinstance(decision, Answer):
             return _refusal(decision)
         if isinstance(decision, ServeMetered):
-            # Metered (upto) tools are not served over MCP yet: the authorization is closed unused.
-            finished = await self._seller.run(self._gate.finish(decision.payment, served=False))
-            logger.error("tool %s is on a metered endpoint, which paid MCP tools do not support yet", name)
-            return _refusal(finished if isinstance(finished, Answer) else internal_error_answer())
+            return await self._metered_call(ctx, call_next, name, decision.payment)
         held: Held = decision
         token = _current.set(ToolPayment(held.payment_id, held.payer, held.amount, held.network, name))
         try:
@@ -251,6 +275,40 @@ class PaidTools:
             return _refusal(settled)  # the payment error only: the tool's result is not given away
         assert isinstance(settled, Serve)  # a capture settles an exact payment
         return _with_meta(result, {PAYMENT_RESPONSE_META: settled.settlement.response.to_wire()})
+
+    async def _metered_call(self, ctx: Any, call_next: Any, name: str, metered: MeteredPayment) -> Any:
+        """Run a tool of a metered endpoint with ``metered`` to report usage to, then settle what it
+        reported (at most the ceiling; 0 sends nothing). A tool that fails is charged nothing."""
+        payment = ToolPayment(metered.payment_id, metered.payer, metered.ceiling, metered.network, name, metered)
+        token = _current.set(payment)
+        try:
+            result = await call_next(ctx)
+        except BaseException:
+            await self._finish(metered, served=False)
+            raise
+        finally:
+            _current.reset(token)
+        if not _succeeded(result):
+            await self._finish(metered, served=False)
+            return result
+        finished = await self._finish(metered, served=True)
+        if isinstance(finished, Answer):
+            return _refusal(finished)  # the settlement was refused: the payment error only
+        response = dict(finished).get(PAYMENT_RESPONSE)
+        if response is None:
+            return result
+        # settled, or pending (its outcome is not known yet), as a metered HTTP response is served
+        return _with_meta(result, {PAYMENT_RESPONSE_META: decode_json_header(response)})
+
+    async def _finish(self, metered: MeteredPayment, *, served: bool) -> list[tuple[str, str]] | Answer:
+        # Shielded: a call cancelled while its tool ran still closes its authorization.
+        finished: list[tuple[str, str]] | Answer = []
+        with anyio.CancelScope(shield=True):
+            try:
+                finished = await self._seller.run(self._gate.finish(metered, served=served))
+            except Exception:
+                logger.exception("settling metered tool call failed unexpectedly (challenge %s)", metered.challenge_id)
+        return finished
 
     async def _release(self, held: Held) -> None:
         # Shielded: a call cancelled while its tool ran (the client went away) still gives its hold up.

@@ -316,7 +316,7 @@ class X402Auth(httpx.Auth):
             for attempt in range(2):
                 choice = self._choose(required, url)
                 if permit_nonce is None and choice.requirements.scheme == "upto":
-                    permit_nonce = self._permit_nonces.get(_token_key(choice.requirements))
+                    permit_nonce = self._permit_nonce(choice.requirements)
                 header, valid_before = self._sign(choice, required, permit_nonce, identifier)
                 request.headers[header[0]] = header[1]
                 if response.cookies:
@@ -331,7 +331,7 @@ class X402Auth(httpx.Auth):
                     permit_nonce, renewed = _permit_wanted(response)
                 if renewed is None:
                     if permit_nonce is not None:
-                        self._permit_used(choice.requirements, permit_nonce, response)
+                        self._permit_used(choice.requirements, permit_nonce, _settlement(response))
                     break
                 self._forget(key, held)
                 required = renewed  # the terms paid are stale: pay the new challenge, once
@@ -341,11 +341,16 @@ class X402Auth(httpx.Auth):
             if held is not None:
                 held.busy = False
 
-    def _permit_used(self, accepted: PaymentRequirements, nonce: int, response: httpx.Response) -> None:
+    def _permit_nonce(self, accepted: PaymentRequirements) -> int | None:
+        """The wallet's next EIP-2612 nonce in this token, if a permit was sent in it already."""
+        with self._lock:
+            return self._permit_nonces.get(_token_key(accepted))
+
+    def _permit_used(self, accepted: PaymentRequirements, nonce: int, settlement: SettlementResponse | None) -> None:
         """Remember the wallet's next EIP-2612 nonce in this token: a permit for Permit2 spends
         down to nothing (it is for one ceiling), so the next upto payment sends one at once rather
-        than after a 412. A settlement with a transaction used the permit; one of 0 did not."""
-        settlement = _settlement(response)
+        than after a 412. A settlement with a transaction used the permit; one of 0 did not. Shared
+        with `x402mw.client.mcp`."""
         if settlement is None or not settlement.success:
             return
         with self._lock:
@@ -680,13 +685,20 @@ def _permit_wanted(response: httpx.Response) -> tuple[int | None, PaymentRequire
         offer = decode_payment_required(header)
     except InvalidPaymentError:
         return None, None
+    nonce = permit_nonce_wanted(offer)
+    return (None, None) if nonce is None else (nonce, offer)
+
+
+def permit_nonce_wanted(offer: PaymentRequired) -> int | None:
+    """The payer's EIP-2612 nonce a ``permit2_allowance_required`` refusal carries, for an upto
+    payment to be signed again with a permit for Permit2; None for any other offer."""
     if offer.error is None or reasons.normalize_reason(offer.error) != reasons.PERMIT2_ALLOWANCE_REQUIRED:
-        return None, None
+        return None
     info = ((offer.extensions or {}).get(EIP2612_EXTENSION) or {}).get("info")
     nonce = info.get("nonce") if isinstance(info, dict) else None
     if not isinstance(nonce, str) or not nonce.isdigit():
-        return None, None
-    return int(nonce), offer
+        return None
+    return int(nonce)
 
 
 def _v1_payload(payload: PaymentPayload, accepted: PaymentRequirements) -> dict[str, Any]:

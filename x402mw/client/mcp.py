@@ -15,6 +15,11 @@ caps of the `X402Auth` given (``max_amount``, ``max_total``, ``networks``, ``ass
 ``receipt_signer`` check), by calling the tool again with the signed payload in
 ``_meta["x402/payment"]``; the settlement in the result's ``_meta["x402/payment-response"]`` is
 recorded in ``auth.payments``. The same auth can pay HTTP routes too: its caps count both.
+
+A tool on a metered endpoint offers ``upto``: the ceiling is signed (through Permit2, and counted
+against the caps), the settlement says what the tool charged, and ``auth.payments`` records that
+amount with the ceiling. A wallet without a Permit2 allowance is refused with
+``permit2_allowance_required`` once, and pays again with an EIP-2612 permit for Permit2 (no gas).
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ from typing import Any
 from mcp import Client, ClientSession
 from mcp.types import CallToolResult
 
-from x402mw.client.auth import X402Auth
+from x402mw.client.auth import X402Auth, permit_nonce_wanted
 from x402mw.errors import InvalidPaymentError, PaymentRefusedError
 from x402mw.protocol import payment_identifier, reasons
 from x402mw.protocol.codec import decode_payment_required
-from x402mw.protocol.models import PaymentRequired, SettlementResponse
+from x402mw.protocol.models import PaymentRequired, PaymentRequirements, SettlementResponse
 
 __all__ = ["PAYMENT_META", "PAYMENT_RESPONSE_META", "PayingSession", "payment_required", "settlement_of"]
 
@@ -64,31 +69,50 @@ class PayingSession:
         # One payment identifier per logical call, for tools that declare the extension, kept across
         # the retry below (as `X402Auth` does for a request).
         identifier = payment_identifier.new_identifier()
+        permit_nonce: int | None = None
         for attempt in range(2):
             if required is None:
                 return result
             url = required.resource.url if required.resource and required.resource.url else f"mcp://tool/{name}"
             choice = self.auth._choose(required, url)
-            payload = self.auth.wallet.sign_payment(choice.requirements, resource=required.resource)
-            if payment_identifier.declared(required):
-                extensions = payment_identifier.payload_extensions(required.extensions, identifier)
-                payload = payload.model_copy(update={"extensions": extensions})
-            paid_meta = {**(meta or {}), PAYMENT_META: payload.to_wire()}
+            upto = choice.requirements.scheme == "upto"
+            if upto and permit_nonce is None:
+                permit_nonce = self.auth._permit_nonce(choice.requirements)
+            paid_meta = {
+                **(meta or {}),
+                PAYMENT_META: self._sign(choice.requirements, required, identifier, permit_nonce),
+            }
             result = await self._call(name, arguments, meta=paid_meta, **kwargs)
             settlement = settlement_of(result)
             if not result.is_error:
+                if upto and permit_nonce is not None:
+                    self.auth._permit_used(choice.requirements, permit_nonce, settlement)
                 self.auth._record(url, settlement, choice)
                 return result
             renewed = payment_required(result)
-            if (
-                attempt == 1
-                or renewed is None
-                or renewed.error is None
-                or reasons.normalize_reason(renewed.error) not in _RENEWED
-            ):
+            if attempt == 1 or renewed is None or renewed.error is None:
+                return result
+            wanted = permit_nonce_wanted(renewed) if upto else None
+            if wanted is not None:
+                permit_nonce = wanted  # no Permit2 allowance: sign again with an EIP-2612 permit for it
+            elif reasons.normalize_reason(renewed.error) not in _RENEWED:
                 return result
             required = renewed  # the terms paid are stale: pay the new ones, once
         return result
+
+    def _sign(
+        self, accepted: PaymentRequirements, required: PaymentRequired, identifier: str, permit_nonce: int | None
+    ) -> dict[str, Any]:
+        """The wire payload paying ``accepted``: an EIP-3009 authorization (``exact``), or a Permit2
+        signature for the ceiling (``upto``, with an EIP-2612 permit for Permit2 given its nonce)."""
+        if accepted.scheme == "upto":
+            upto = self.auth.wallet.sign_upto(accepted, resource=required.resource, permit_nonce=permit_nonce)
+            return upto.to_wire()
+        payload = self.auth.wallet.sign_payment(accepted, resource=required.resource)
+        if payment_identifier.declared(required):
+            extensions = payment_identifier.payload_extensions(required.extensions, identifier)
+            payload = payload.model_copy(update={"extensions": extensions})
+        return payload.to_wire()
 
 
 def payment_required(result: CallToolResult) -> PaymentRequired | None:

@@ -441,6 +441,7 @@ class PaymentGate:
                 currency=terms.currency,
                 challenge_id=challenge_id,
                 endpoint_id=terms.id,
+                payment_id=str(data.get("paymentId") or ""),
                 _body=body,
             )
             return ServeMetered(payment)

@@ -54,6 +54,7 @@ class MeteredPayment:
     currency: str
     challenge_id: str
     endpoint_id: str
+    payment_id: str = ""  # the platform's agent payment holding the authorization
     settlement: Settlement | None = None
     _charged: int = 0
     _closed: bool = False

@@ -10,7 +10,8 @@ would have sent it (`TAKEOVER_AFTER`, and under a lease so that one process at a
 transfer sent twice moves the money once: the token accepts an authorization once.
 
 The worker runs `SettlementRecovery.finish_left` for payments older than that, and drops held
-payments (paid MCP tools) whose authorization expired without being settled or released.
+payments (paid MCP tools) whose authorization expired without being settled or released, and upto
+holds whose permit expired unsettled (their challenges recorded unpaid).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from sqlalchemy import select, update
+from sqlalchemy import delete, select
 
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.chain.token import authorization_state, find_authorization_use
@@ -30,6 +31,7 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.challenges import record_challenges
 from x402mw.platform.services.settlement.checks import PaymentRefusal
 from x402mw.platform.services.settlement.outcomes import Payment, SettleOutcome, outcome_for
 from x402mw.platform.services.settlement.release import Releases
@@ -100,7 +102,7 @@ class SettlementRecovery:
         dropped = await self.writes.drop_expired_holds(int(self.clock.time()))
         if dropped:
             logger.warning("dropped %d held payments whose authorization expired unsettled", dropped)
-        finished = await self._close_lapsed_holds()
+        finished = await self.close_lapsed_holds(int(self.clock.time()))
         for row in await self._left():
             try:
                 outcome = await self.finish(row, wait=0)
@@ -112,19 +114,43 @@ class SettlementRecovery:
         await self.releases.drain()
         return finished
 
-    async def _close_lapsed_holds(self) -> int:
-        """upto payments held for a request that never settled them (its process stopped) and whose
-        permit has expired: nothing was or can be charged; recorded failed, so that they leave the
-        ``authorized`` state."""
+    async def close_lapsed_holds(self, now: int) -> int:
+        """Drop the upto payments held for a request that never settled them (its seller stopped)
+        whose permit expired before ``now`` (Unix seconds): nothing was or can be charged. Each
+        leaves what any challenge that was not paid leaves, its challenge recorded without a payment
+        (a held payment's challenge is registered at its settlement, which never came). How many."""
         table = tables.agent_payments
-        now = int(self.clock.time())
+        lapsed = delete(table).where(table.c.status == "authorized", table.c.valid_before <= now)
+        columns = [
+            table.c[name]
+            for name in ("challenge_id", "merchant_id", "endpoint_id", "livemode", "chain_id", "asset", "pay_to")
+        ]
+        columns += [table.c.ceiling_minor, table.c.resource, table.c.valid_before]
         async with self.writes.engine.begin() as conn:
-            closed = await conn.execute(
-                update(table)
-                .where(table.c.status == "authorized", table.c.valid_before <= now)
-                .values(status="failed", error_reason=reasons.PERMIT2_DEADLINE_EXPIRED, locked_until=None)
-            )
-        return int(closed.rowcount or 0)
+            rows = (await conn.execute(lapsed.returning(*columns))).all()
+            challenges = [
+                {
+                    "id": row.challenge_id,
+                    "merchant_id": row.merchant_id,
+                    "endpoint_id": row.endpoint_id,
+                    "livemode": row.livemode,
+                    "network": f"eip155:{row.chain_id}",
+                    "asset": row.asset,
+                    "pay_to": row.pay_to,
+                    "amount_minor": row.ceiling_minor,
+                    "resource": row.resource,
+                    # The challenge's own expiry is not kept with the hold: it could be paid by this
+                    # authorization until the permit's deadline.
+                    "expires_at": datetime.fromtimestamp(row.valid_before, UTC),
+                    "created_at": self.clock.now(),
+                    "payment_id": None,
+                }
+                for row in rows
+                if row.challenge_id
+            ]
+            if challenges:
+                await record_challenges(conn, challenges)
+        return len(rows)
 
     async def _step(self, row: Payment, owner: bool) -> SettleOutcome | None:
         """One look at the chain, and what it calls for; the outcome once final, else None."""

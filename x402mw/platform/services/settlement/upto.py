@@ -51,6 +51,7 @@ from x402mw.platform.services.settlement.checks import (
 )
 from x402mw.platform.services.settlement.outcomes import (
     Claimed,
+    Payment,
     SettleOutcome,
     SettleRequest,
     authorization_key,
@@ -297,7 +298,12 @@ class UptoSettlement:
                 return failed(network, reasons.CHALLENGE_EXPIRED, "the challenge has expired; pay the new one")
             return await self._join(existing, request, verified)
         if not verified.chain.relayer.available:
-            return unavailable(network)
+            # Not "nothing taken" for an authorization made already (its usage captured, say): its
+            # outcome stands, pending while the chain cannot be reached.
+            existing = await self._load(verified)
+            if existing is None:
+                return unavailable(network)
+            return await self._join(existing, request, verified)
         # The simulation (no side effects) and the claim go out at once, as for exact payments; a
         # claim whose simulation fails is withdrawn.
         transfer = verified.transfer(verified.permit.ceiling)
@@ -360,7 +366,8 @@ class UptoSettlement:
             amount,
         )
         if taken is not None:
-            return await self._captured(AgentPayment.model_validate(taken), request, verified, amount, started)
+            # a plain record, not a table model (whose instrumented attributes cost more to build)
+            return await self._captured(Claimed(**taken), request, verified, amount, started)
         existing = await self._load(verified)
         if existing is None:
             return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
@@ -454,7 +461,7 @@ class UptoSettlement:
         return SettleOutcome("pending", response, "another request is being served with this payment", existing.id)
 
     async def _captured(
-        self, row: AgentPayment, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
+        self, row: Claimed, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
     ) -> SettleOutcome:
         if amount == 0:  # nothing to move: settled for 0, no transaction
             return await self.service.releases.release(row, None, "", started, started, started, request.challenge)
@@ -472,5 +479,5 @@ def _nonce_bytes(nonce: int) -> bytes:
     return nonce.to_bytes(32, "big")
 
 
-def _key(row: AgentPayment) -> str:
+def _key(row: Payment) -> str:
     return authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))

@@ -51,6 +51,25 @@ def _param(name: str, column: str) -> Any:
     return bindparam(f"b_{name}", type_=_payments.c[column].type)
 
 
+CAPTURE_KEY = ("chain_id", "asset", "payer", "nonce", "payload_hash")
+"""The columns an upto capture finds its claim by (with ``merchant_id``)."""
+
+
+def _capture_statement(*, merchant: bool) -> Any:
+    where = [_payments.c[name] == bindparam(f"c_{name}", type_=_payments.c[name].type) for name in CAPTURE_KEY]
+    if merchant:
+        where.append(_payments.c.merchant_id == bindparam("c_merchant_id", type_=_payments.c.merchant_id.type))
+    else:
+        where.append(_payments.c.merchant_id.is_(None))
+    return (
+        update(_payments)
+        .where(*where, _payments.c.status == "authorized")
+        .values(status="claimed", amount_minor=bindparam("c_amount", type_=_payments.c.amount_minor.type))
+        .values(locked_until=None)
+        .returning(*_payments.c)
+    )
+
+
 class SettlementWrites:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -99,7 +118,10 @@ class SettlementWrites:
         self._record_conn = HeldConnection(engine)
         self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=flushes)
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
-        # upto: authorized claims taken for their usage, a batch in one transaction.
+        # upto: authorized claims taken for their usage, a batch in one transaction; the statement
+        # built once (with a merchant, and without: the facilitator's own), as it is on each
+        # metered request's path.
+        self._capture_by = {merchant: _capture_statement(merchant=merchant) for merchant in (True, False)}
         self._capture_conn = HeldConnection(engine, inline=True)
         self._captures: Coalescer[tuple[dict[str, Any], int], dict[str, Any] | None] = Coalescer(self._write_captures)
 
@@ -109,26 +131,21 @@ class SettlementWrites:
         return self._claims.enqueue(payment)
 
     def capture(self, authorization: dict[str, Any], amount: int) -> asyncio.Future[dict[str, Any] | None]:
-        """Queue the capture of an upto claim: the row matching ``authorization`` (column values),
-        if still ``authorized``, becomes ``claimed`` with ``amount``; the future answers its row, or
-        None when no such claim is authorized (taken already, or never made)."""
+        """Queue the capture of an upto claim: the row matching ``authorization`` (its values of
+        `CAPTURE_KEY` and ``merchant_id``), if still ``authorized``, becomes ``claimed`` with
+        ``amount``; the future answers its row, or None when no such claim is authorized (taken
+        already, or never made)."""
         return self._captures.enqueue((authorization, amount))
 
     async def _write_captures(self, items: list[tuple[dict[str, Any], int]]) -> list[dict[str, Any] | None]:
         def write(conn: Connection) -> list[dict[str, Any] | None]:
             found: list[dict[str, Any] | None] = []
             for authorization, amount in items:
-                where = [
-                    _payments.c[name].is_(None) if value is None else _payments.c[name] == value
-                    for name, value in authorization.items()
-                ]
-                statement = (
-                    update(_payments)
-                    .where(*where, _payments.c.status == "authorized")
-                    .values(status="claimed", amount_minor=amount, locked_until=None)
-                    .returning(*_payments.c)
-                )
-                row = conn.execute(statement).mappings().first()
+                merchant = authorization["merchant_id"] is not None
+                values = {f"c_{name}": authorization[name] for name in CAPTURE_KEY} | {"c_amount": amount}
+                if merchant:
+                    values["c_merchant_id"] = authorization["merchant_id"]
+                row = conn.execute(self._capture_by[merchant], values).mappings().first()
                 found.append(dict(row) if row is not None else None)
             return found
 

@@ -1,0 +1,132 @@
+"""A metered (``upto``) settlement while the chain goes away: the platform on anvil behind a proxy
+(`tests.rpc_proxy`) that is killed while the handler runs. The settlement is pending, never failed;
+the same authorization sent again gets that pending outcome; once the chain is back it completes,
+and the payer is charged exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.requests import Request
+
+from tests.harness import PlatformHarness, platform_server
+from tests.metered_fixtures import approve_permit2, metered_app, metered_deployment
+from tests.rpc_proxy import RpcProxy
+from tests.sellers import asgi_transport, lifespan
+from x402mw.client import X402Auth
+from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
+from x402mw.platform.chain.rpc import HttpJsonRpc
+from x402mw.platform.settings import ChainSettings, PlatformSettings
+
+pytestmark = [pytest.mark.anyio, pytest.mark.anvil]
+
+USE = 12_345
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def proxy() -> Iterator[RpcProxy]:
+    with AnvilProcess() as anvil, RpcProxy(anvil.url, max_pending=64) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def platform(proxy: RpcProxy, tmp_path: Path) -> Iterator[PlatformHarness]:
+    async def deploy() -> dict[str, str]:
+        rpc = HttpJsonRpc(proxy.url)
+        try:
+            return await deploy_test_tokens(rpc, ANVIL_DEV_KEYS[0])
+        finally:
+            await rpc.aclose()
+
+    settings = PlatformSettings(
+        database_url=f"sqlite:///{tmp_path / 'platform.sqlite3'}",
+        data_dir=tmp_path,
+        chains=[ChainSettings(rpc_url=proxy.url, tokens=asyncio.run(deploy()), minter_key=ANVIL_DEV_KEYS[0].hex())],
+        relayer_key=ANVIL_DEV_KEYS[1].hex(),
+    )
+    with platform_server(settings) as server:
+        yield PlatformHarness(server)
+
+
+def _payment_response(response: httpx.Response) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(base64.b64decode(response.headers["PAYMENT-RESPONSE"]))
+    return decoded
+
+
+async def test_an_upto_settlement_the_chain_cannot_take_is_pending_then_completes_once(
+    platform: PlatformHarness, proxy: RpcProxy
+) -> None:
+    harness = platform
+    deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=50_000)
+    await asyncio.to_thread(approve_permit2, harness, deployment.agent_key)
+    payer = deployment.agent.address
+    funded = await asyncio.to_thread(harness.balance, payer)
+    cut = {"done": False}
+
+    async def chain_goes_away(request: Request) -> None:
+        # authorized (verified, simulated, held) while the chain answered; settled after it left
+        if not cut["done"]:
+            cut["done"] = True
+            await asyncio.to_thread(proxy.kill)
+
+    app = metered_app(deployment.api_key, harness.url, deployment.endpoint_id, before=chain_goes_away)
+    auth = X402Auth(deployment.agent, max_amount="0.05")
+    signatures: list[str] = []
+
+    async def keep_signature(request: httpx.Request) -> None:
+        if "PAYMENT-SIGNATURE" in request.headers:
+            signatures.append(request.headers["PAYMENT-SIGNATURE"])
+
+    async with (
+        lifespan(app),
+        httpx.AsyncClient(
+            transport=asgi_transport(app),
+            base_url="http://testserver",
+            auth=auth,
+            timeout=120,
+            event_hooks={"request": [keep_signature]},
+        ) as agent,
+        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=120) as raw,
+    ):
+        served = await agent.get("/generate", params={"use": str(USE)})
+        assert cut["done"]
+        # The handler's response is served; its settlement is pending, not failed.
+        assert served.status_code == 200, served.text
+        pending = _payment_response(served)
+        assert pending["success"] is False and pending["errorReason"] == "settlement_pending", pending
+        [signature] = signatures
+        again = await raw.get("/generate", params={"use": "1"}, headers={"PAYMENT-SIGNATURE": signature})
+        assert again.status_code == 402 and again.json()["error"]["code"] == "settlement_pending", again.text
+        assert _payment_response(again)["errorReason"] == "settlement_pending"
+        assert _statuses(deployment) in (["claimed"], ["sent"], ["pending"]), _statuses(deployment)
+
+        await asyncio.to_thread(proxy.start)  # the chain is back: recovery finishes the settlement
+        deadline = time.monotonic() + 90
+        while _statuses(deployment) != ["settled"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        assert _statuses(deployment) == ["settled"]
+        after = await raw.get("/generate", params={"use": "1"}, headers={"PAYMENT-SIGNATURE": signature})
+    # the same authorization now answers its outcome (settled for the first usage): never a second charge
+    assert after.status_code == 402, after.text
+    settled = _payment_response(after)
+    assert settled["success"] is True and settled["amount"] == str(USE) and settled["transaction"]
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == USE
+    assert await asyncio.to_thread(harness.balance, payer) == funded - USE
+
+
+def _statuses(deployment: Any) -> list[str]:
+    with deployment.api() as api:
+        return [payment["status"] for payment in api.get("/agent/payments").json()["data"]]
