@@ -244,7 +244,15 @@ class SettlementService:
                 return failed(network, reasons.CHALLENGE_EXPIRED, "the challenge has expired; pay the new one")
             return await self._join_existing(key, request, verified, existing)
         if not verified.chain.relayer.available:
-            return unavailable(network)
+            # No new transfer can go out; but a retry of a payment already claimed gets its outcome
+            # (pending while its transfer waits for the chain, or settled), never a 503 that would
+            # tell the payer nothing was taken.
+            existing = await self.writes.load_by_authorization(
+                verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce
+            )
+            if existing is None or (existing.status == "failed" and existing.transaction is None):
+                return unavailable(network)
+            return await self._join_existing(key, request, verified, existing)
         loop = asyncio.get_running_loop()
         # The simulation (it has no side effects) and the claim are queued at once, without waiting
         # for a turn of the event loop, each to go out in the next batch of its kind.

@@ -1,7 +1,8 @@
-"""A metered (``upto``) settlement while the chain goes away: the platform on anvil behind a proxy
-(`tests.rpc_proxy`) that is killed while the handler runs. The settlement is pending, never failed;
-the same authorization sent again gets that pending outcome; once the chain is back it completes,
-and the payer is charged exactly once."""
+"""Settlements while the chain goes away: the platform on anvil behind a proxy (`tests.rpc_proxy`)
+that is killed mid-payment. The settlement is pending, never failed; the same authorization sent
+again gets that pending outcome (not a 503 saying nothing was taken); once the chain is back it
+completes, and the payer is charged exactly once. For ``upto`` (the proxy killed while the handler
+runs) and for ``exact`` (killed while the transfer waits in the node's pool)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from tests.harness import PlatformHarness, platform_server
 from tests.metered_fixtures import approve_permit2, metered_app, metered_deployment
 from tests.rpc_proxy import RpcProxy
-from tests.sellers import asgi_transport, lifespan
+from tests.sellers import asgi_transport, lifespan, starlette_app
 from x402mw.client import X402Auth
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
@@ -130,3 +131,55 @@ async def test_an_upto_settlement_the_chain_cannot_take_is_pending_then_complete
 def _statuses(deployment: Any) -> list[str]:
     with deployment.api() as api:
         return [payment["status"] for payment in api.get("/agent/payments").json()["data"]]
+
+
+async def test_an_exact_settlement_whose_chain_went_away_answers_its_retries_pending_then_completes_once(
+    platform: PlatformHarness, proxy: RpcProxy
+) -> None:
+    deployment = await asyncio.to_thread(platform.deploy)
+    payer = deployment.agent.address
+    funded = await asyncio.to_thread(platform.balance, payer)
+    rpc = HttpJsonRpc(proxy.url)
+    await rpc.request("evm_setAutomine", [False])  # the transfer waits in the node's pool
+    app = starlette_app(deployment.api_key, platform.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent, max_amount="0.05", pending_retries=0)
+    signatures: list[str] = []
+
+    async def keep_signature(request: httpx.Request) -> None:
+        if "PAYMENT-SIGNATURE" in request.headers:
+            signatures.append(request.headers["PAYMENT-SIGNATURE"])
+
+    async with (
+        lifespan(app),
+        httpx.AsyncClient(
+            transport=asgi_transport(app),
+            base_url="http://testserver",
+            auth=auth,
+            timeout=120,
+            event_hooks={"request": [keep_signature]},
+        ) as agent,
+        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=120) as raw,
+    ):
+        first = await agent.get("/weather")
+        assert first.status_code == 402 and first.json()["error"]["code"] == "settlement_pending", first.text
+        [signature] = signatures
+        await asyncio.to_thread(proxy.kill)
+        deadline = time.monotonic() + 60  # until the platform sees the node gone
+        while httpx.get(platform.url.removesuffix("/v1") + "/readyz", timeout=10).status_code != 503:
+            assert time.monotonic() < deadline, "the platform never saw its node go away"
+            await asyncio.sleep(0.2)
+        again = await raw.get("/weather", headers={"PAYMENT-SIGNATURE": signature})
+        assert again.status_code == 402 and again.json()["error"]["code"] == "settlement_pending", again.text
+
+        await asyncio.to_thread(proxy.start)
+        await rpc.request("evm_setAutomine", [True])  # the chain is back and mines the waiting transfer
+        deadline = time.monotonic() + 90
+        while _statuses(deployment) != ["settled"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        assert _statuses(deployment) == ["settled"]
+        served = await raw.get("/weather", headers={"PAYMENT-SIGNATURE": signature})
+    await rpc.aclose()
+    assert served.status_code == 200, served.text
+    assert _payment_response(served)["success"] is True
+    assert await asyncio.to_thread(platform.balance, deployment.payout) == 10_000
+    assert await asyncio.to_thread(platform.balance, payer) == funded - 10_000
