@@ -9,6 +9,13 @@ answer and the last exception the check raised, so that the failure says where t
 timeouts are bounds, never measurements: generous, since the machines that run the suite are slow
 and loaded, while the small interval keeps a passing test quick.
 
+An exception the check raises counts as "not yet" (a server still refusing connections). Where
+waiting on is hopeless, as for a process that exited, the check answers true for that too and the
+test asserts after the wait:
+
+    eventually(lambda: process.poll() is not None or httpx.get(url).status_code == 200, what=...)
+    assert process.poll() is None, log.read_text()
+
 A sleep that lets time pass on purpose (a lease to run out, a clock to move on) is no wait for a
 condition, and stays a sleep.
 """
