@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from eth_account import Account
@@ -19,7 +20,7 @@ from x402mw.platform.chain.token import mint
 
 TRANSFER = "TransferWithAuthorization"
 RECEIVE = "ReceiveWithAuthorization"
-_AUTH_FIELDS = [
+AUTH_FIELDS = [
     {"name": "from", "type": "address"},
     {"name": "to", "type": "address"},
     {"name": "value", "type": "uint256"},
@@ -27,7 +28,7 @@ _AUTH_FIELDS = [
     {"name": "validBefore", "type": "uint256"},
     {"name": "nonce", "type": "bytes32"},
 ]
-_DOMAIN_FIELDS = [
+DOMAIN_FIELDS = [
     {"name": "name", "type": "string"},
     {"name": "version", "type": "string"},
     {"name": "chainId", "type": "uint256"},
@@ -58,6 +59,33 @@ class ChainUnderTest:
         return {"name": name, "version": "2", "chainId": self.chain_id, "verifyingContract": token}
 
 
+def authorization_message(
+    payer: str,
+    domain: dict[str, object],
+    *,
+    to: str,
+    value: int,
+    valid_after: int,
+    valid_before: int,
+    nonce: bytes,
+    primary_type: str = TRANSFER,
+) -> dict[str, Any]:
+    """The full EIP-712 message of an EIP-3009 authorization from ``payer`` (the canonical types)."""
+    return {
+        "types": {"EIP712Domain": DOMAIN_FIELDS, primary_type: AUTH_FIELDS},
+        "primaryType": primary_type,
+        "domain": domain,
+        "message": {
+            "from": payer,
+            "to": to,
+            "value": value,
+            "validAfter": valid_after,
+            "validBefore": valid_before,
+            "nonce": nonce,
+        },
+    }
+
+
 def sign_authorization(
     key: bytes,
     domain: dict[str, object],
@@ -70,32 +98,34 @@ def sign_authorization(
     primary_type: str = TRANSFER,
 ) -> bytes:
     """A 65-byte ``r || s || v`` EIP-3009 signature made by eth-account's EIP-712 signing."""
-    message = {
-        "types": {"EIP712Domain": _DOMAIN_FIELDS, primary_type: _AUTH_FIELDS},
-        "primaryType": primary_type,
-        "domain": domain,
-        "message": {
-            "from": Account.from_key(key).address,
-            "to": to,
-            "value": value,
-            "validAfter": valid_after,
-            "validBefore": valid_before,
-            "nonce": nonce,
-        },
-    }
+    message = authorization_message(
+        Account.from_key(key).address,
+        domain,
+        to=to,
+        value=value,
+        valid_after=valid_after,
+        valid_before=valid_before,
+        nonce=nonce,
+        primary_type=primary_type,
+    )
     return bytes(Account.sign_typed_data(key, full_message=message).signature)
 
 
-def sign_cancel(key: bytes, domain: dict[str, object], nonce: bytes) -> bytes:
-    message = {
+def cancel_message(authorizer: str, domain: dict[str, object], nonce: bytes) -> dict[str, Any]:
+    """The full EIP-712 message of an EIP-3009 ``CancelAuthorization``."""
+    return {
         "types": {
-            "EIP712Domain": _DOMAIN_FIELDS,
+            "EIP712Domain": DOMAIN_FIELDS,
             "CancelAuthorization": [{"name": "authorizer", "type": "address"}, {"name": "nonce", "type": "bytes32"}],
         },
         "primaryType": "CancelAuthorization",
         "domain": domain,
-        "message": {"authorizer": Account.from_key(key).address, "nonce": nonce},
+        "message": {"authorizer": authorizer, "nonce": nonce},
     }
+
+
+def sign_cancel(key: bytes, domain: dict[str, object], nonce: bytes) -> bytes:
+    message = cancel_message(Account.from_key(key).address, domain, nonce)
     return bytes(Account.sign_typed_data(key, full_message=message).signature)
 
 

@@ -8,20 +8,20 @@ from typing import Any
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 
-from tests.chain_fixtures import ChainUnderTest, new_key
+from tests.chain_fixtures import DOMAIN_FIELDS, ChainUnderTest, new_key
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.protocol.networks import PERMIT2_ADDRESS
 
 _TOKEN_PERMISSIONS = [{"name": "token", "type": "address"}, {"name": "amount", "type": "uint256"}]
-_WITNESS_PERMIT = [
+_PERMIT_TRANSFER = [
     {"name": "permitted", "type": "TokenPermissions"},
     {"name": "spender", "type": "address"},
     {"name": "nonce", "type": "uint256"},
     {"name": "deadline", "type": "uint256"},
-    {"name": "witness", "type": "Witness"},
 ]
+_WITNESS_PERMIT = [*_PERMIT_TRANSFER, {"name": "witness", "type": "Witness"}]
 UPTO_WITNESS_FIELDS = [
     {"name": "to", "type": "address"},
     {"name": "facilitator", "type": "address"},
@@ -30,12 +30,6 @@ UPTO_WITNESS_FIELDS = [
 EXACT_WITNESS_FIELDS = [{"name": "to", "type": "address"}, {"name": "validAfter", "type": "uint256"}]
 _PERMIT2_DOMAIN = [
     {"name": "name", "type": "string"},
-    {"name": "chainId", "type": "uint256"},
-    {"name": "verifyingContract", "type": "address"},
-]
-_TOKEN_DOMAIN = [
-    {"name": "name", "type": "string"},
-    {"name": "version", "type": "string"},
     {"name": "chainId", "type": "uint256"},
     {"name": "verifyingContract", "type": "address"},
 ]
@@ -88,6 +82,28 @@ def witness_permit_message(
     }
 
 
+def permit_transfer_message(
+    chain_id: int, *, token: str, amount: int, spender: str, nonce: int, deadline: int
+) -> dict[str, Any]:
+    """The full EIP-712 message of a Permit2 ``PermitTransferFrom`` (no witness: the signed spender
+    is whoever calls Permit2)."""
+    return {
+        "types": {
+            "EIP712Domain": _PERMIT2_DOMAIN,
+            "PermitTransferFrom": _PERMIT_TRANSFER,
+            "TokenPermissions": _TOKEN_PERMISSIONS,
+        },
+        "primaryType": "PermitTransferFrom",
+        "domain": permit2_domain(chain_id),
+        "message": {
+            "permitted": {"token": token, "amount": amount},
+            "spender": spender,
+            "nonce": nonce,
+            "deadline": deadline,
+        },
+    }
+
+
 def sign_message(key: bytes, message: dict[str, Any]) -> bytes:
     return bytes(Account.sign_typed_data(key, full_message=message).signature)
 
@@ -103,7 +119,7 @@ def permit_message(
 ) -> dict[str, Any]:
     """The EIP-2612 ``Permit`` of the chain's USDC."""
     return {
-        "types": {"EIP712Domain": _TOKEN_DOMAIN, "Permit": _PERMIT},
+        "types": {"EIP712Domain": DOMAIN_FIELDS, "Permit": _PERMIT},
         "primaryType": "Permit",
         "domain": chain.domain(),
         "message": {"owner": owner, "spender": spender, "value": value, "nonce": nonce, "deadline": deadline},

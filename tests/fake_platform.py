@@ -138,7 +138,6 @@ class FakePlatform:
         }
         answer = {
             "status": "settled",
-            "accepted": accepted,
             "settlement": {
                 "success": True,
                 "payer": authorization["from"],

@@ -57,21 +57,40 @@ def starlette_app(api_key: str, platform_url: str, endpoint_id: str, **options: 
     )
 
 
-def fastapi_app(api_key: str, platform_url: str, endpoint_id: str, **options: Any) -> Any:
+def fastapi_app(
+    api_key: str,
+    platform_url: str,
+    endpoint_id: str,
+    *,
+    path: str = "/weather",
+    respond: Callable[[Any], dict[str, Any]] = _body,
+    **options: Any,
+) -> Any:
+    """FastAPI selling ``path``, answering the JSON ``respond`` makes of the payment."""
     from fastapi import FastAPI
 
     app = FastAPI()
     app.add_middleware(PaymentMiddleware, api_key=api_key, platform_url=platform_url, **options)
 
-    @app.get("/weather")
+    @app.get(path)
     @paid(endpoint_id)
     async def weather(request: Request) -> dict[str, Any]:
-        return _body(request.state.x402)
+        return respond(request.state.x402)
 
     return app
 
 
-def plain_asgi_app(api_key: str, platform_url: str, endpoint_id: str, **options: Any) -> Any:
+def plain_asgi_app(
+    api_key: str,
+    platform_url: str,
+    endpoint_id: str,
+    *,
+    path: str = "/weather",
+    respond: Callable[[Any], dict[str, Any]] = _body,
+    **options: Any,
+) -> Any:
+    """A bare ASGI app behind the ASGI middleware, selling ``path`` as `fastapi_app` does."""
+
     async def app(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         import json
 
@@ -80,7 +99,7 @@ def plain_asgi_app(api_key: str, platform_url: str, endpoint_id: str, **options:
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        settlement = scope["state"]["x402"]
+        body = json.dumps(respond(scope["state"]["x402"])).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -88,10 +107,10 @@ def plain_asgi_app(api_key: str, platform_url: str, endpoint_id: str, **options:
                 "headers": [(b"content-type", b"application/json")],
             }
         )
-        await send({"type": "http.response.body", "body": json.dumps(_body(settlement)).encode()})
+        await send({"type": "http.response.body", "body": body})
 
     return asgi_adapter.PaymentMiddleware(
-        app, api_key=api_key, platform_url=platform_url, routes={"GET /weather": endpoint_id}, **options
+        app, api_key=api_key, platform_url=platform_url, routes={f"GET {path}": endpoint_id}, **options
     )
 
 

@@ -12,7 +12,6 @@ from x402mw.errors import (
     PaymentRefusedError,
     PlatformError,
     PriceError,
-    SettlementError,
     X402Error,
 )
 from x402mw.seller import MeteredPayment, PaidRoute, PaymentGate, Settlement, UsageError
@@ -28,7 +27,6 @@ __all__ = [
     "PlatformError",
     "PriceError",
     "Settlement",
-    "SettlementError",
     "UsageError",
     "X402Error",
     "__version__",

@@ -97,8 +97,8 @@ async def test_challenges_are_registered_and_report_their_payment(deployment: De
 async def test_reads_after_a_receipt_find_the_payment_settled(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The settlement is recorded just after its receipt is answered; a read of the agent API made
-    # in between waits for that record instead of answering 404 or "processing".
+    # The settlement's record commits before its receipt is answered, however slow the write: a
+    # read of the agent API right after the receipt finds it (no reader waits for anything).
     writes = deployment.harness.platform.settlement.writes
     record = writes.settled
 

@@ -22,6 +22,7 @@ from tests.contract_helpers import (
     funded_key,
     permit2_domain,
     permit_message,
+    permit_transfer_message,
     sign_message,
     witness_permit_message,
 )
@@ -367,30 +368,9 @@ async def test_a_spender_pulls_with_a_plain_permit_transfer(chain: ChainUnderTes
     spender_key = await funded_key(chain)
     payee = _address(new_key())
     nonce, deadline = _nonce(), await chain_now(chain) + 600
-    message = {
-        "types": {
-            "EIP712Domain": [
-                {"name": "name", "type": "string"},
-                {"name": "chainId", "type": "uint256"},
-                {"name": "verifyingContract", "type": "address"},
-            ],
-            "PermitTransferFrom": [
-                {"name": "permitted", "type": "TokenPermissions"},
-                {"name": "spender", "type": "address"},
-                {"name": "nonce", "type": "uint256"},
-                {"name": "deadline", "type": "uint256"},
-            ],
-            "TokenPermissions": [{"name": "token", "type": "address"}, {"name": "amount", "type": "uint256"}],
-        },
-        "primaryType": "PermitTransferFrom",
-        "domain": permit2_domain(chain.chain_id),
-        "message": {
-            "permitted": {"token": chain.usdc, "amount": 90_000},
-            "spender": _address(spender_key),
-            "nonce": nonce,
-            "deadline": deadline,
-        },
-    }
+    message = permit_transfer_message(
+        chain.chain_id, token=chain.usdc, amount=90_000, spender=_address(spender_key), nonce=nonce, deadline=deadline
+    )
     selector = keccak256(b"permitTransferFrom(((address,uint256),uint256,uint256),(address,uint256),address,bytes)")[:4]
     data = selector + abi_encode(
         ["((address,uint256),uint256,uint256)", "(address,uint256)", "address", "bytes"],

@@ -13,7 +13,17 @@ from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode as abi_encode
 from eth_account import Account
 
-from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chain, new_key
+from tests.chain_fixtures import (
+    RECEIVE,
+    TRANSFER,
+    ChainUnderTest,
+    anvil_node,
+    anyio_backend,
+    authorization_message,
+    cancel_message,
+    chain,
+    new_key,
+)
 from tests.contract_helpers import (
     UPTO_WITNESS_FIELDS,
     call_error,
@@ -51,20 +61,6 @@ pytestmark = pytest.mark.anyio
 
 _ERROR = "0x08c379a0"
 _DEPLOY_GAS = 500_000
-_AUTH_FIELDS = [
-    {"name": "from", "type": "address"},
-    {"name": "to", "type": "address"},
-    {"name": "value", "type": "uint256"},
-    {"name": "validAfter", "type": "uint256"},
-    {"name": "validBefore", "type": "uint256"},
-    {"name": "nonce", "type": "bytes32"},
-]
-_DOMAIN_FIELDS = [
-    {"name": "name", "type": "string"},
-    {"name": "version", "type": "string"},
-    {"name": "chainId", "type": "uint256"},
-    {"name": "verifyingContract", "type": "address"},
-]
 
 
 def _address(key: bytes) -> str:
@@ -112,20 +108,17 @@ class Authorization:
     valid_before: int
     nonce: bytes
 
-    def message(self) -> dict[str, Any]:
-        return {
-            "types": {"EIP712Domain": _DOMAIN_FIELDS, "TransferWithAuthorization": _AUTH_FIELDS},
-            "primaryType": "TransferWithAuthorization",
-            "domain": self.chain.domain(),
-            "message": {
-                "from": self.payer,
-                "to": self.to,
-                "value": self.value,
-                "validAfter": self.valid_after,
-                "validBefore": self.valid_before,
-                "nonce": self.nonce,
-            },
-        }
+    def message(self, primary_type: str = TRANSFER) -> dict[str, Any]:
+        return authorization_message(
+            self.payer,
+            self.chain.domain(),
+            to=self.to,
+            value=self.value,
+            valid_after=self.valid_after,
+            valid_before=self.valid_before,
+            nonce=self.nonce,
+            primary_type=primary_type,
+        )
 
     def digest(self) -> bytes:
         return typed_digest(self.message())
@@ -375,19 +368,11 @@ async def test_a_wallet_cancels_and_its_payee_receives_through_eip1271(
     """The other bytes-signature overloads: cancelAuthorization and receiveWithAuthorization."""
     owner_key, wallet = await _wallet(chain, contracts, usdc=600_000)
     cancelled = await _authorization(chain, wallet)
-    cancel_message = {
-        "types": {
-            "EIP712Domain": _DOMAIN_FIELDS,
-            "CancelAuthorization": [{"name": "authorizer", "type": "address"}, {"name": "nonce", "type": "bytes32"}],
-        },
-        "primaryType": "CancelAuthorization",
-        "domain": chain.domain(),
-        "message": {"authorizer": wallet, "nonce": cancelled.nonce},
-    }
+    cancellation = cancel_message(wallet, chain.domain(), cancelled.nonce)
     cancel = keccak256(b"cancelAuthorization(address,bytes32,bytes)")[:4]
     for signer, reason in ((new_key(), "invalid signature"), (owner_key, None)):
         data = cancel + abi_encode(
-            ["address", "bytes32", "bytes"], [wallet, cancelled.nonce, sign_message(signer, cancel_message)]
+            ["address", "bytes32", "bytes"], [wallet, cancelled.nonce, sign_message(signer, cancellation)]
         )
         if reason is not None:
             assert await call_error(chain.rpc, contracts.facilitator, chain.usdc, data) == _reason(reason)
@@ -402,9 +387,7 @@ async def test_a_wallet_cancels_and_its_payee_receives_through_eip1271(
     payee_key = await funded_key(chain)
     now = await chain_now(chain)
     received = Authorization(chain, wallet, _address(payee_key), 150_000, 0, now + 600, os.urandom(32))
-    message = received.message()
-    message["primaryType"] = "ReceiveWithAuthorization"
-    message["types"] = {"EIP712Domain": _DOMAIN_FIELDS, "ReceiveWithAuthorization": _AUTH_FIELDS}
+    message = received.message(RECEIVE)
     types = ["address", "address", "uint256", "uint256", "uint256", "bytes32", "bytes"]
     receive = keccak256(f"receiveWithAuthorization({','.join(types)})".encode())[:4] + abi_encode(
         types,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import secrets
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,18 +21,34 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
-from x402.extensions.bazaar import ListDiscoveryResourcesParams, SearchDiscoveryResourcesParams, with_bazaar
+from x402 import x402Client, x402ResourceServer
+from x402.extensions.bazaar import (
+    ListDiscoveryResourcesParams,
+    OutputConfig,
+    SearchDiscoveryResourcesParams,
+    bazaar_resource_server_extension,
+    declare_discovery_extension,
+    with_bazaar,
+)
 from x402.extensions.bazaar.facilitator import validate_discovery_extension
 from x402.extensions.bazaar.types import parse_discovery_extension
 from x402.extensions.sign_in_with_x import create_siwx_payload, encode_siwx_header
-from x402.http import FacilitatorConfig, HTTPFacilitatorClientSync
+from x402.http import FacilitatorConfig, HTTPFacilitatorClient, HTTPFacilitatorClientSync
+from x402.http.clients.httpx import x402AsyncTransport
+from x402.http.middleware.fastapi import PaymentMiddlewareASGI
+from x402.http.types import PaymentOption, RouteConfig
+from x402.mechanisms.evm.exact import ExactEvmScheme, ExactEvmServerScheme
+from x402.mechanisms.evm.signers import EthAccountSigner
 
 from tests.harness import Deployment, PlatformHarness
-from tests.sellers import asgi_transport
+from tests.sellers import asgi_transport, lifespan
 from x402mw.adapters.starlette import PaymentMiddleware, paid
 from x402mw.client import X402Auth
+from x402mw.errors import InvalidPaymentError
+from x402mw.platform.services.catalogue import Catalogue
 from x402mw.protocol.sign_in import SignInMessage, decode_sign_in, encode_sign_in
 from x402mw.seller import Discovery, SignIn
+from x402mw.seller.sign_in import NONCE_KEPT_AT_MOST, nonce_kept_until
 
 pytestmark = pytest.mark.anyio
 ORIGIN = "http://testserver"
@@ -349,3 +367,222 @@ async def test_a_smart_account_that_paid_signs_in_with_eip1271(dev_platform: Pla
         back = await client.get("/weather", auth=later)  # the owner's key signs; the wallet's isValidSignature says yes
         assert back.status_code == 200, back.text
         assert later.signed_in == 1 and later.payments == []
+
+
+def test_a_used_nonce_is_kept_until_its_message_expires(deployment: Deployment) -> None:
+    """Retention follows the message's expiry (``expirationTime``, bounded by ``issuedAt`` + 5
+    minutes); on both sides of each boundary, a replay is refused by the platform (the nonce) or by
+    the middleware (the message's times), never served."""
+    harness = deployment.harness
+    wallet = Account.from_key(deployment.agent_key)
+    sign_in = SignIn(origin=ORIGIN)
+    # two hours back: pruning at these times removes only nonces other tests no longer need
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+
+    def message(expires: datetime | None) -> SignInMessage:
+        unsigned = SignInMessage(
+            domain="testserver",
+            address=wallet.address,
+            uri=f"{ORIGIN}/weather",
+            version="1",
+            chain_id=harness.network,
+            nonce="unused",
+            issued_at=start.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            signature="0x",
+            expiration_time=expires.isoformat().replace("+00:00", "Z") if expires else None,
+        )
+        return good_with(unsigned, wallet)
+
+    def seller_says(signed: SignInMessage, seconds: float) -> str:
+        try:
+            at = (start + timedelta(seconds=seconds)).timestamp()
+            sign_in.check(signed, f"{ORIGIN}/weather", harness.network, at)
+        except InvalidPaymentError as refusal:
+            return str(refusal.reason)
+        return "accepted"
+
+    def platform_says(signed: SignInMessage, keep: datetime, seconds: float) -> str:
+        async def ask(platform: Any) -> Any:
+            return await platform.sign_ins.sign_in(
+                merchant_id=deployment.merchant_id,
+                livemode=False,
+                endpoint_id=deployment.endpoint_id,
+                chain_id=harness.chain.chain_id,
+                address=wallet.address,
+                message=signed.text(),
+                signature=bytes.fromhex(signed.signature.removeprefix("0x")),
+                nonce=signed.nonce,
+                keep_until=keep,
+                window_seconds=None,
+                now=start + timedelta(seconds=seconds),
+            )
+
+        return str(harness.server.call(ask).reason)  # the agent never paid: a fresh nonce is "not found"
+
+    # expiring two minutes after issue: kept until then (and a minute for clocks), not five minutes
+    soon = message(start + timedelta(minutes=2))
+    keep = sign_in.check(soon, f"{ORIGIN}/weather", harness.network, (start + timedelta(seconds=1)).timestamp())
+    assert keep == start + timedelta(minutes=3) == nonce_kept_until(start, start + timedelta(minutes=2))
+    assert platform_says(soon, keep, 1) == "siwx_payment_not_found"
+    assert seller_says(soon, 119) == "accepted" and platform_says(soon, keep, 119) == "invalid_siwx_nonce"
+    assert seller_says(soon, 120) == "invalid_siwx_expired" and platform_says(soon, keep, 179) == "invalid_siwx_nonce"
+    platform_says(message(None), keep, 181)  # any sign-in prunes what is past its keeping time
+    assert platform_says(soon, keep, 182) == "siwx_payment_not_found"  # forgotten: the platform would take it,
+    assert seller_says(soon, 182) == "invalid_siwx_expired"  # but the middleware refuses the message first
+
+    # expiring in a day: accepted only while issuedAt is under five minutes old, kept that long
+    later = message(start + timedelta(days=1))
+    keep = sign_in.check(later, f"{ORIGIN}/weather", harness.network, (start + timedelta(seconds=1)).timestamp())
+    assert keep == start + NONCE_KEPT_AT_MOST == start + timedelta(minutes=6)
+    assert platform_says(later, keep, 1) == "siwx_payment_not_found"
+    assert seller_says(later, 299) == "accepted" and platform_says(later, keep, 299) == "invalid_siwx_nonce"
+    assert seller_says(later, 301) == "invalid_siwx_issued_at_too_old"
+    assert platform_says(later, keep, 359) == "invalid_siwx_nonce"
+
+    # the platform keeps a nonce at most an hour: a message said to be valid longer is refused
+    fresh = good_with(later, wallet)
+    now = datetime.now(UTC)
+    body = {
+        "endpointId": deployment.endpoint_id,
+        "address": wallet.address,
+        "message": fresh.text(),
+        "signature": fresh.signature,
+        "nonce": fresh.nonce,
+        "windowSeconds": None,
+    }
+    with deployment.api() as api:
+        too_long = api.post("/agent/sign-ins", json=body | {"keepUntil": int((now + timedelta(hours=2)).timestamp())})
+        assert too_long.status_code == 200, too_long.text
+        assert too_long.json() == {
+            "signedIn": False,
+            "reason": "invalid_siwx_expired",
+            "message": "the sign-in message stays valid too long: sign one that expires within the hour",
+        }
+        within = api.post("/agent/sign-ins", json=body | {"keepUntil": int((now + timedelta(minutes=5)).timestamp())})
+        assert within.status_code == 200 and within.json()["reason"] == "siwx_payment_not_found", within.text
+
+
+def sdk_seller(deployment: Deployment) -> FastAPI:
+    """A seller on the Foundation's SDK settling through our facilitator API: ``GET /weather``
+    declares the bazaar extension, ``GET /plain`` does not; both pay the endpoint's payout address."""
+    harness = deployment.harness
+    headers = {"Authorization": f"Bearer {deployment.api_key}"}
+    facilitator = HTTPFacilitatorClient(
+        {
+            "url": harness.url + "/x402",
+            "create_headers": lambda: {"verify": headers, "settle": headers, "supported": headers},
+        }
+    )
+    server = x402ResourceServer(facilitator)
+    server.register("eip155:*", ExactEvmServerScheme())
+    server.register_extension(bazaar_resource_server_extension)
+    price = {"amount": "10000", "asset": harness.usdc, "extra": {"name": "USD Coin", "version": "2"}}
+    offer = PaymentOption(scheme="exact", pay_to=deployment.payout, price=price, network=harness.network)
+    declared = declare_discovery_extension(
+        input={"city": "Oslo"},
+        input_schema={"properties": {"city": {"type": "string"}}},
+        output=OutputConfig(example={"forecast": "sunny"}),
+    )
+    routes = {
+        "GET /weather": RouteConfig(accepts=offer, description="Forecasts by city", extensions=declared),
+        "GET /plain": RouteConfig(accepts=offer, description="Undeclared"),
+    }
+
+    @contextlib.asynccontextmanager
+    async def closing(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await facilitator.aclose()
+
+    app = FastAPI(lifespan=closing)
+    app.add_middleware(PaymentMiddlewareASGI, routes=routes, server=server)
+
+    @app.get("/weather")
+    async def weather(city: str = "Paris") -> dict[str, str]:
+        return {"forecast": "sunny"}
+
+    @app.get("/plain")
+    async def plain() -> dict[str, str]:
+        return {"plain": "yes"}
+
+    return app
+
+
+async def test_settlements_through_the_facilitator_api_are_catalogued(dev_platform: PlatformHarness) -> None:
+    listed, hidden = dev_platform.deploy(), dev_platform.deploy()
+    make_discoverable(listed)
+    for deployment in (listed, hidden):
+        app = sdk_seller(deployment)
+        agent = x402Client()
+        agent.register("eip155:*", ExactEvmScheme(signer=EthAccountSigner(Account.from_key(deployment.agent_key))))
+        usdc = {"network": dev_platform.network, "asset": dev_platform.usdc, "max_amount_per_payment": "50000"}
+        agent.set_spend_controls({"allowed_assets": [usdc]})
+        transport = x402AsyncTransport(agent, asgi_transport(app))
+        async with lifespan(app), httpx.AsyncClient(transport=transport, base_url=ORIGIN, timeout=60) as client:
+            for path in ("/weather?city=Oslo", "/plain"):
+                paid_for = await client.get(path)
+                assert paid_for.status_code == 200, paid_for.text
+                assert "PAYMENT-RESPONSE" in paid_for.headers
+    with bazaar(dev_platform) as client:
+        page = await asyncio.to_thread(
+            client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=listed.payout)
+        )
+        # the declared route only (the extension says so), under the discoverable endpoint
+        assert [item.resource for item in page.items] == [f"{ORIGIN}/weather?city=Oslo"]
+        item = page.items[0]
+        assert item.description == "Forecasts by city" and item.type == "http"
+        assert item.accepts[0]["payTo"] == listed.payout and item.accepts[0]["amount"] == "10000"
+        assert item.extensions is not None
+        declared = parse_discovery_extension(item.extensions["bazaar"])
+        assert validate_discovery_extension(declared).valid and declared.info.input.method == "GET"
+        nothing = await asyncio.to_thread(
+            client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=hidden.payout)
+        )
+        assert nothing.items == []  # the merchant that did not opt in
+
+
+def test_a_search_ranks_names_first_then_the_most_settled(deployment: Deployment) -> None:
+    harness = deployment.harness
+    make_discoverable(deployment)
+    word = "zq" + secrets.token_hex(4)  # found in this test's resources only
+    # (query in the URL, description, settlements): recorded by the catalogue the settlements use
+    resources = {
+        "url, settled once": (f"?q={word}", "plain", 1),
+        "description, settled thrice": ("?x=1", f"about {word}", 3),
+        "url, settled thrice": (f"?r={word}", "plain", 3),
+        "description, settled once": ("?y=2", f"{word} too", 1),
+    }
+
+    async def record(platform: Any) -> None:
+        endpoint = await platform.endpoints.get(deployment.merchant_id, False, deployment.endpoint_id, fresh=True)
+        for query, description, times in resources.values():
+            for _ in range(times):  # each as another process would (a catalogue writes a resource once a minute)
+                await Catalogue(platform.engine).record(
+                    endpoint,
+                    resource=f"{ORIGIN}/weather{query}",
+                    accepted={"scheme": "exact", "network": harness.network, "amount": "10000"},
+                    description=description,
+                    mime_type=None,
+                    extensions=None,
+                    settled_at=datetime.now(UTC),
+                )
+
+    harness.server.call(record)
+    ranked = [f"{ORIGIN}/weather{resources[name][0]}" for name in resources]
+    ranked = [ranked[2], ranked[0], ranked[1], ranked[3]]
+    with httpx.Client(base_url=harness.url) as client:
+        found = client.get("/x402/discovery/search", params={"query": word, "limit": 10})
+        assert found.status_code == 200, found.text
+        assert [item["resource"] for item in found.json()["resources"]] == ranked
+        assert found.json()["pagination"]["cursor"] is None
+        # page by page: the same order, each resource once
+        paged, cursor = [], "0"
+        while cursor is not None:
+            params = {"query": f"weather {word}", "limit": 1, "cursor": cursor}
+            page = client.get("/x402/discovery/search", params=params)
+            assert page.status_code == 200, page.text
+            paged += [item["resource"] for item in page.json()["resources"]]
+            cursor = page.json()["pagination"]["cursor"]
+        assert paged == ranked
+        # the listing stays newest first
+        listed = client.get("/x402/discovery/resources", params={"payTo": deployment.payout})
+        assert listed.json()["items"][0]["resource"] == ranked[3]

@@ -20,7 +20,8 @@ from tests.sellers import asgi_transport, lifespan
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.contracts import upto_settle_calldata
-from x402mw.platform.services.settlement.upto import upto_revert_reason
+from x402mw.platform.chain.relayer import RevertError
+from x402mw.platform.services.settlement.checks import revert_refusal
 from x402mw.protocol import reasons
 from x402mw.protocol.codec import encode_header
 from x402mw.protocol.models import PaymentRequirements, UptoPaymentPayload
@@ -247,9 +248,8 @@ async def test_only_the_facilitator_may_settle_a_permit(
     call = {"from": intruder, "to": UPTO_PERMIT2_PROXY_ADDRESS, "data": "0x" + calldata.hex()}
     with pytest.raises(Exception) as refused:
         dev_platform.server.call(lambda _p: dev_platform.chain.rpc.request("eth_call", [call, "latest"]))
-    assert upto_revert_reason(f"{refused.value} {getattr(refused.value, 'data', '')}") == (
-        reasons.UPTO_UNAUTHORIZED_FACILITATOR
-    ), refused.value
+    revert = RevertError(f"{refused.value} {getattr(refused.value, 'data', '')}")
+    assert revert_refusal(revert, "upto").reason == reasons.UPTO_UNAUTHORIZED_FACILITATOR, refused.value
     # the payment itself still goes through, once, for what the handler reports
     paid = await _pay(client, payload, use=1_234)
     assert paid.status_code == 200 and _settled(paid)["amount"] == "1234"

@@ -79,7 +79,6 @@ async def test_a_scrape_shows_settlements_their_phases_and_the_api_calls(
         assert (await _pay(deployment, auth)).status_code == 200
     broke = X402Auth(Wallet(new_private_key()), max_amount="0.05")  # holds no USDC: refused at simulation
     assert (await _pay(deployment, broke)).status_code == 402
-    await asyncio.to_thread(dev_platform.server.call, lambda platform: platform.settlement.recorded())
 
     after = await _scrape(metrics_url)
     settlements = "x402mw_settlements_total"
@@ -144,6 +143,7 @@ async def test_a_refusal_before_any_settlement_work_is_counted_with_its_reason(
     after = await _scrape(metrics_url)
     assert reply.status_code == 200, reply.text
     assert reply.json()["settlement"]["errorReason"] == reasons.INVALID_NETWORK
+    assert "accepted" not in reply.json()  # the seller's terms are not echoed back to it
     labels = {"network": "other", "outcome": "failed", "reason": reasons.INVALID_NETWORK}
     assert _delta(before, after, "x402mw_settlements_total", **labels) == 1  # not a label per network sent
 

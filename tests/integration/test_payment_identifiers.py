@@ -133,6 +133,44 @@ async def test_a_retry_after_a_dropped_answer_gets_the_stored_answer_and_one_cha
     assert await asyncio.to_thread(harness.balance, deployment.payout) == 10_000
 
 
+async def test_a_retry_and_reads_right_after_the_answer_find_its_record(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The record (the payment settled, its event, the id's answer) is committed before the answer
+    # goes out, even when its write is slow: the same payment sent again right after the answer
+    # gets the same outcome, and the agent API and the events list show it, without waiting.
+    harness = deployment.harness
+    writes = harness.platform.settlement.writes
+    record = writes.settled
+
+    async def slow_record(*args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0.3)
+        await record(*args, **kwargs)
+
+    monkeypatch.setattr(writes, "settled", slow_record)
+    app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    required = await _offer(app)
+    identifier = new_identifier()
+    payload = _signed(deployment, required, identifier)
+    first = await _send(app, payload)
+    assert first.status_code == 200, first.text
+    row = identifier_row(harness, identifier)
+    assert row is not None and row["status"] == "answered"
+    again = await _send(app, payload)
+    assert again.status_code == 200, again.text
+    assert again.headers["PAYMENT-RESPONSE"] == first.headers["PAYMENT-RESPONSE"]
+    settlement = decode_settlement_response(first.headers["PAYMENT-RESPONSE"])
+    payment_id = row["answer"]["paymentId"]
+    with deployment.api() as api:
+        payment = api.get(f"/agent/payments/{payment_id}")
+        events = api.get("/events", params={"type": "agent_payment.settled"}).json()["data"]
+    assert payment.status_code == 200, payment.text
+    found = payment.json()["agentPayment"]
+    assert (found["status"], found["transaction"]) == ("settled", settlement.transaction)
+    assert [e["data"]["agentPayment"]["id"] for e in events].count(payment_id) == 1
+    assert await asyncio.to_thread(transfers_to, harness, deployment.payout) == 1
+
+
 class HourLater(Clock):
     """The platform's clock an hour on: every authorization signed now has expired by it."""
 

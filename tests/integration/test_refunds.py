@@ -25,7 +25,6 @@ from x402mw.platform.db import tables
 from x402mw.platform.services.deposits import authorization_call, sweep_order
 from x402mw.platform.services.ledger import apply_entry
 from x402mw.platform.services.merchants import create_api_key
-from x402mw.platform.webhooks.delivery import deliver_due
 
 
 def _api(harness: PlatformHarness, key: str) -> httpx.Client:
@@ -108,7 +107,7 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
 
         def delivered() -> list[Received]:
             if len(hooks := receiver.at("hooks")) < len(wanted):
-                dev_platform.server.call(lambda p: deliver_due(p))
+                dev_platform.server.call(lambda p: p.webhooks.deliver_due())
             return hooks
 
         eventually(delivered, until=lambda hooks: len(hooks) >= len(wanted), what=f"the {len(wanted)} events delivered")

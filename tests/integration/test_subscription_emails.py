@@ -20,7 +20,6 @@ from sqlalchemy import select, update
 from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform
 from x402mw.platform.clock import ManualClock
 from x402mw.platform.db import tables
-from x402mw.platform.webhooks.delivery import deliver_due
 
 START = "2026-01-31T10:00:00Z"
 RENEWAL_OPENS = "2026-02-21T10:00:00Z"
@@ -164,7 +163,7 @@ def test_an_email_that_cannot_be_built_fails_at_once_and_the_merchant_is_told(
     assert _send(shop) == 0 and _emails(shop, sub_id)[0]["status"] == "failed"
     assert len(mailbox.messages) == received
 
-    shop.harness.server.call(deliver_due)
+    shop.harness.server.call(lambda p: p.webhooks.deliver_due())
     [event] = [e for e in shop.events() if e.type == "email.failed"]
     assert event.data["email"] == {
         "id": email["id"],

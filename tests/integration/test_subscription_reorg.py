@@ -18,7 +18,6 @@ from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS
 from x402mw.platform.chain.relayer import transact
-from x402mw.platform.webhooks.delivery import deliver_due
 
 START = "2026-01-31T10:00:00Z"
 CUSTOMER = "cus_reorg_✓"
@@ -39,7 +38,7 @@ def _watch(shop: Shop) -> None:
     async def round_(platform: Any) -> None:
         await platform.watcher.scan(chain)
         await platform.watcher.confirm()
-        await deliver_due(platform)
+        await platform.webhooks.deliver_due()
         await platform.emails.send_due()
 
     shop.harness.server.call(round_)
@@ -64,7 +63,7 @@ def _rpc(shop: Shop, method: str, params: list[Any]) -> Any:
 
 def _event(shop: Shop, kind: str, sub_id: str) -> Any:
     def delivered() -> Any:
-        shop.harness.server.call(deliver_due)
+        shop.harness.server.call(lambda p: p.webhooks.deliver_due())
         return _taken(shop, kind, sub_id)
 
     return eventually(delivered, what=f"subscription.{kind} of {sub_id}")

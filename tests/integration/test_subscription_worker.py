@@ -21,7 +21,6 @@ from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.clock import ManualClock
 from x402mw.platform.db import tables
 from x402mw.platform.emails.outbox import LEASE
-from x402mw.platform.webhooks.delivery import deliver_due
 
 START = "2026-01-31T10:00:00Z"
 
@@ -43,7 +42,7 @@ def _duty(shop: Shop, name: str) -> Any:
     duties = {
         "subscriptions": lambda p: p.renewals.run_due(),
         "emails": lambda p: p.emails.send_due(),
-        "webhooks": deliver_due,
+        "webhooks": lambda p: p.webhooks.deliver_due(),
     }
     return shop.harness.server.call(duties[name])
 

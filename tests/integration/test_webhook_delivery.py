@@ -33,7 +33,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.server import free_port
 from x402mw.platform.services.outbox import event_row
 from x402mw.platform.settings import PlatformSettings
-from x402mw.platform.webhooks.delivery import _fan_out, deliver_due
+from x402mw.platform.webhooks.delivery import _fan_out
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _api(harness: PlatformHarness, key: str) -> httpx.Client:
 
 
 def _round(harness: PlatformHarness, at: datetime | None = None) -> int:
-    return harness.server.call(lambda p: deliver_due(p, now=at))
+    return harness.server.call(lambda p: p.webhooks.deliver_due(now=at))
 
 
 def _endpoint(api: httpx.Client, url: str, events: list[str] | None = None, **extra: Any) -> dict[str, Any]:

@@ -28,7 +28,6 @@ from x402mw.platform.server import free_port
 from x402mw.platform.services.merchants import create_api_key
 from x402mw.platform.services.outbox import record_event
 from x402mw.platform.settings import ChainSettings, PlatformSettings
-from x402mw.platform.webhooks.delivery import deliver_due
 from x402mw.platform.webhooks.destinations import blocked_reason, resolved_blocked_reason
 
 # Where no webhook may go in any mode: cloud metadata (link-local) however it is written, and the
@@ -238,7 +237,7 @@ def _deliver_once_to(harness: PlatformHarness, url: str, livemode: bool) -> dict
     with _client(harness, key) as api:
 
         def deliveries() -> list[dict[str, Any]]:
-            harness.server.call(lambda p: deliver_due(p, now=later))
+            harness.server.call(lambda p: p.webhooks.deliver_due(now=later))
             found: list[dict[str, Any]] = api.get(f"/events/{event_id}").json()["event"]["deliveries"]
             return found
 

@@ -82,7 +82,10 @@ def _agents(cluster: Cluster, count: int) -> dict[str, tuple[Wallet, X402Auth]]:
     agents = {}
     for index in range(count):
         wallet = cluster.agent()
-        agents[f"a{index}"] = (wallet, X402Auth(wallet, receipt_signer=_receipt_signer(cluster), retry_seconds=90))
+        # patient agents: a retry finds the seller answering pending at once while the platform restarts,
+        # which takes longer than the default ten retries a second apart on a loaded machine
+        auth = X402Auth(wallet, receipt_signer=_receipt_signer(cluster), retry_seconds=90, pending_retries=80)
+        agents[f"a{index}"] = (wallet, auth)
     return agents
 
 

@@ -43,7 +43,7 @@ from x402mw.adapters.wsgi import SETTLEMENT_KEY
 from x402mw.adapters.wsgi import PaymentMiddleware as WSGIPaymentMiddleware
 from x402mw.errors import ConfigurationError
 from x402mw.protocol import decode_payment_required, decode_settlement_response, encode_header
-from x402mw.seller import PaidRoute, Settlement
+from x402mw.seller import Discovery, PaidRoute, Settlement, SignIn
 
 MIDDLEWARE = "x402mw.adapters.django.PaymentMiddleware"
 
@@ -139,6 +139,11 @@ def flask_app(platform: FakePlatform, **options: Any) -> flask.Flask:
     def missing() -> str:
         return "never"
 
+    @app.get("/items/<int:item>")
+    @x402.require_payment(FIXED, discovery=Discovery(output={"item": 1}), sign_in=SignIn(origin="https://shop.example"))
+    def item(item: int) -> dict[str, Any]:
+        return _result(flask.g.x402)
+
     return app
 
 
@@ -199,6 +204,13 @@ def django_missing(request: HttpRequest) -> HttpResponse:
     return HttpResponse("never")
 
 
+@django_adapter.require_payment(
+    FIXED, discovery=Discovery(output={"item": 1}), sign_in=SignIn(origin="https://shop.example")
+)
+def django_item(request: HttpRequest, item: int) -> HttpResponse:
+    return JsonResponse(_result(request.x402))
+
+
 @django_adapter.require_payment(FIXED)
 async def django_async_weather(request: HttpRequest) -> HttpResponse:
     return _django_weather(request)
@@ -225,6 +237,7 @@ urlpatterns = [
     path("async/weather", django_async_weather),
     path("async/priced", django_async_priced),
     path("async/stream", django_async_stream),
+    path("items/<int:item>", django_item),
 ]
 
 
@@ -260,7 +273,8 @@ def wsgi_inner(environ: dict[str, Any], start_response: Callable[..., Any]) -> I
     if route == "/stream":
         start_response("200 OK", [("Content-Type", "text/plain")])
         return ChunkBody()
-    body = {"free": True} if route == "/free" else _result(environ[SETTLEMENT_KEY])
+    free = route == "/free" or route.startswith("/.well-known/")
+    body = {"free": True} if free else _result(environ[SETTLEMENT_KEY])
     start_response("200 OK", [("Content-Type", "application/json"), ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2")])
     return [json.dumps(body).encode()]
 
@@ -270,12 +284,13 @@ def wsgi_price(environ: dict[str, Any]) -> str:
     return "$0.05" if "size=big" in environ.get("QUERY_STRING", "") else "$0.01"
 
 
-def wsgi_app(platform: FakePlatform) -> WSGIPaymentMiddleware:
+def wsgi_app(platform: FakePlatform, **options: Any) -> WSGIPaymentMiddleware:
     return WSGIPaymentMiddleware(
         wsgi_inner,
         api_key=API_KEY,
         platform_url=PLATFORM_URL,
         transport=platform.transport,
+        **options,
         routes={
             "GET /weather": FIXED,
             "GET /table": FIXED,
@@ -283,6 +298,9 @@ def wsgi_app(platform: FakePlatform) -> WSGIPaymentMiddleware:
             "GET /priced": PaidRoute(DYNAMIC, amount=wsgi_price),
             "GET /boom": PaidRoute(DYNAMIC, amount=_explode),
             "GET /missing": "ep_unknown",
+            "GET /items/{item}": PaidRoute(
+                FIXED, discovery=Discovery(output={"item": 1}), sign_in=SignIn(origin="https://shop.example")
+            ),
         },
     )
 
@@ -476,6 +494,43 @@ def test_streaming_response_streams(seller: Seller) -> None:
     if hasattr(reply.chunks, "close"):
         reply.chunks.close()
     assert RECORD.closed
+
+
+def test_the_well_known_manifest_lists_the_paid_routes(seller: Seller, platform: FakePlatform) -> None:
+    for where in ("/.well-known/x402", "/.well-known/x402.json"):
+        reply = seller.get(where)
+        assert reply.status == 200, reply.body
+        assert reply.headers["Content-Type"] == "application/json"
+        assert reply.headers["Cache-Control"] == "public, max-age=60"
+        manifest = reply.json()
+        assert manifest["x402Version"] == 2 and isinstance(manifest["lastUpdated"], int)
+        items = {item["resource"]["url"]: item for item in manifest["items"]}
+        origin = f"http://{seller.host}"
+        # every paid route (table and marked views), the unknown endpoint left out, no free route
+        assert {f"{origin}/weather", f"{origin}/priced", f"{origin}/table", f"{origin}/items/:item"} <= set(items)
+        assert f"{origin}/missing" not in items and f"{origin}/free" not in items
+        weather, item = items[f"{origin}/weather"], items[f"{origin}/items/:item"]
+        assert weather["accepts"][0]["amount"] == "10000" and weather["accepts"][0]["payTo"] == PAY_TO
+        assert "amount" not in items[f"{origin}/priced"]["accepts"][0]  # priced per request
+        assert item["input"] == {"method": "GET", "routeTemplate": "/items/:item"}
+        assert item["output"] == {"type": "json", "example": {"item": 1}}
+        assert item["requires"] == ["sign-in-with-x"]
+    assert all(path.startswith("/v1/agent/endpoints/") for _, path in platform.requests)
+
+
+def test_the_well_known_manifest_can_be_turned_off(platform: FakePlatform) -> None:
+    flask_off = flask_app(platform, well_known=False)
+    assert WerkzeugClient(flask_off).get("/.well-known/x402").status_code == 404
+    flask_config_off = flask.Flask(__name__)
+    flask_config_off.config.update(X402_API_KEY=API_KEY, X402_WELL_KNOWN=False)
+    flask_adapter.X402(flask_config_off, transport=platform.transport)
+    assert WerkzeugClient(flask_config_off).get("/.well-known/x402").status_code == 404
+    wsgi_off = wsgi_app(platform, well_known=False)
+    own = WerkzeugClient(wsgi_off).get("/.well-known/x402")
+    assert own.status_code == 200 and own.get_json() == {"free": True}  # the app's own answer
+    with django_settings(platform, WELL_KNOWN=False):
+        assert DjangoClient().get("/.well-known/x402").status_code == 404
+    assert platform.requests == []
 
 
 def test_table_route_is_paid(seller: Seller) -> None:
@@ -681,6 +736,10 @@ async def test_django_async_unpaid_then_paid(platform: FakePlatform) -> None:
         )
         garbage = await client.get("/async/weather", headers={"Payment-Signature": "%%%"})
         assert_challenge(Reply(garbage.status_code, garbage.headers, [], [garbage.content]), error="invalid_payload")
+        manifest = await client.get("/.well-known/x402")  # served in async mode too
+        assert manifest.status_code == 200 and manifest.headers["Cache-Control"] == "public, max-age=60"
+        listed = {item["resource"]["url"] for item in manifest.json()["items"]}
+        assert {"http://testserver/async/weather", "http://testserver/items/:item"} <= listed
     assert len(platform.settlements) == 1
 
 

@@ -111,9 +111,9 @@ def test_paid_retry_settles_once_and_serves() -> None:
             "transaction": "0x" + "ee" * 32,
             "network": "eip155:31337",
             "amount": "10000",
-            "extensions": {"receipt": {"challengeId": accepted["extra"]["challengeId"], "payTo": accepted["payTo"]}},
+            "extensions": {"receipt": {"challengeId": accepted["extra"]["challengeId"]}},
         },
-    }
+    }  # no payTo echoed: the seller's Settlement names the terms it sent
     decision, commands = _finish(
         gate.process(ROUTE, RequestView("GET", URL, _payment(accepted))), [PlatformReply(200, settled)]
     )
@@ -121,7 +121,7 @@ def test_paid_retry_settles_once_and_serves() -> None:
     assert commands[0].json["challengeId"] == accepted["extra"]["challengeId"]
     assert isinstance(decision, Serve)
     assert decision.settlement.amount == 10_000 and decision.settlement.transaction == "0x" + "ee" * 32
-    assert decision.settlement.pay_to == accepted["payTo"]
+    assert (decision.settlement.pay_to, decision.settlement.asset) == (accepted["payTo"], accepted["asset"])
     assert dict(decision.headers)["PAYMENT-RESPONSE"]
 
 

@@ -10,6 +10,7 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 
+from tests.contract_helpers import UPTO_WITNESS_FIELDS, witness_permit_message
 from x402mw.client import Wallet
 from x402mw.evm.eip712 import recover_digest_signer
 from x402mw.evm.permit2 import UPTO_PERMIT2_PROXY_ADDRESS, UptoPermit, upto_permit_digest
@@ -77,41 +78,17 @@ def test_the_upto_digest_is_eip712_of_the_canonical_permit2_types() -> None:
     key = bytes(range(1, 33))
     payload = Wallet(key).sign_upto(_offer(), permit_nonce=3)
     auth = payload.payload.permit2_authorization
-    message = {
-        "types": {
-            "EIP712Domain": [
-                {"name": "name", "type": "string"},
-                {"name": "chainId", "type": "uint256"},
-                {"name": "verifyingContract", "type": "address"},
-            ],
-            "PermitWitnessTransferFrom": [
-                {"name": "permitted", "type": "TokenPermissions"},
-                {"name": "spender", "type": "address"},
-                {"name": "nonce", "type": "uint256"},
-                {"name": "deadline", "type": "uint256"},
-                {"name": "witness", "type": "Witness"},
-            ],
-            "TokenPermissions": [{"name": "token", "type": "address"}, {"name": "amount", "type": "uint256"}],
-            "Witness": [
-                {"name": "to", "type": "address"},
-                {"name": "facilitator", "type": "address"},
-                {"name": "validAfter", "type": "uint256"},
-            ],
-        },
-        "primaryType": "PermitWitnessTransferFrom",
-        "domain": {
-            "name": "Permit2",
-            "chainId": 84532,
-            "verifyingContract": "0x000000000022D473030F116dDEE9F6B43aC78BA3",
-        },
-        "message": {
-            "permitted": {"token": USDC, "amount": 5_000_000},
-            "spender": UPTO_PERMIT2_PROXY_ADDRESS,
-            "nonce": auth.nonce,
-            "deadline": auth.deadline,
-            "witness": {"to": PAY_TO, "facilitator": FACILITATOR, "validAfter": auth.witness.valid_after},
-        },
-    }
+    message = witness_permit_message(
+        84532,
+        token=USDC,
+        amount=5_000_000,
+        spender=UPTO_PERMIT2_PROXY_ADDRESS,
+        nonce=auth.nonce,
+        deadline=auth.deadline,
+        witness={"to": PAY_TO, "facilitator": FACILITATOR, "validAfter": auth.witness.valid_after},
+        witness_fields=UPTO_WITNESS_FIELDS,
+    )
+    assert message["domain"]["verifyingContract"] == "0x000000000022D473030F116dDEE9F6B43aC78BA3"  # canonical
     theirs = Account.sign_message(encode_typed_data(full_message=message), key)
     assert "0x" + bytes(theirs.signature).hex() == payload.payload.signature
     permit = UptoPermit(

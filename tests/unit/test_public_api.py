@@ -27,7 +27,6 @@ PINNED = {
         "PlatformError",
         "PriceError",
         "Settlement",
-        "SettlementError",
         "UsageError",
         "X402Error",
         "__version__",

@@ -65,28 +65,34 @@ def test_a_recorded_payment_is_sent_again_in_the_form_its_signer_needs() -> None
     from x402mw.evm.keys import address_of, new_private_key
     from x402mw.platform.chain.contracts import erc6492_wrap, wallet_deploy_calldata
     from x402mw.platform.chain.token import transfer_calldata, transfer_calldata_bytes
-    from x402mw.platform.services.settlement.smart_accounts import (
-        SMART_TRANSFER_GAS,
-        RecordedTransfer,
-        recorded_calldata,
-        unwrap_erc6492,
-    )
+    from x402mw.platform.services.settlement.smart_accounts import SMART_TRANSFER_GAS, unwrap_erc6492
+    from x402mw.platform.services.settlement.transfers import recorded_exact_transfer
 
     domain = TokenDomain("USD Coin", "2", 8453, "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913")
     key = new_private_key()
     by_key = TransferAuthorization(address_of(key), "0x" + "22" * 20, 10_000, 0, 2**40, random_nonce())
     signature = sign_transfer(key, domain, by_key)
-    assert recorded_calldata(domain, by_key, signature) == RecordedTransfer(
-        transfer_calldata(by_key, signature), 120_000
+    usdc = domain.verifying_contract
+    sent = recorded_exact_transfer(usdc, domain, by_key, signature)
+    assert (sent.scheme, sent.to, sent.calldata, sent.gas, sent.deployment) == (
+        "exact",
+        usdc,
+        transfer_calldata(by_key, signature),
+        120_000,
+        None,
     )
     wallet = "0x" + "33" * 20  # the owner key signs for the wallet: the signature recovers to the owner
     by_wallet = TransferAuthorization(wallet, "0x" + "22" * 20, 10_000, 0, 2**40, random_nonce())
     inner = sign_transfer(key, domain, by_wallet)
-    smart = recorded_calldata(domain, by_wallet, inner)
-    assert smart == RecordedTransfer(transfer_calldata_bytes(by_wallet, inner), SMART_TRANSFER_GAS)
+    smart = recorded_exact_transfer(usdc, domain, by_wallet, inner)
+    assert (smart.calldata, smart.gas, smart.deployment) == (
+        transfer_calldata_bytes(by_wallet, inner),
+        SMART_TRANSFER_GAS,
+        None,
+    )
     factory = "0x" + "44" * 20
     deploy = wallet_deploy_calldata(address_of(key), b"\x01" * 32)
-    wrapped = recorded_calldata(domain, by_wallet, erc6492_wrap(factory, deploy, inner))
+    wrapped = recorded_exact_transfer(usdc, domain, by_wallet, erc6492_wrap(factory, deploy, inner))
     deployment = wrapped.deployment
     assert wrapped.calldata == transfer_calldata_bytes(by_wallet, inner)
     assert deployment is not None and (deployment.factory.lower(), deployment.calldata) == (factory, deploy)

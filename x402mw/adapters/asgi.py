@@ -33,7 +33,7 @@ from x402mw.seller.drivers import AsyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
-from x402mw.seller.setup import WELL_KNOWN_PATHS, build_gate
+from x402mw.seller.setup import build_gate, is_well_known, origin_of
 
 __all__ = ["PaymentMiddleware", "encode_headers", "request_view", "send_answer"]
 
@@ -170,7 +170,7 @@ class PaymentMiddleware:
             return
         route = self.resolve(scope)
         if route is None:
-            if self.well_known and scope["path"] in WELL_KNOWN_PATHS and scope["method"] in ("GET", "HEAD"):
+            if self.well_known and is_well_known(scope["method"], scope["path"]):
                 await self._send_well_known(scope, send)
                 return
             await self.app(scope, receive, send)
@@ -237,8 +237,7 @@ class PaymentMiddleware:
             return []
 
     async def _send_well_known(self, scope: Scope, send: Send) -> None:
-        url = request_view(scope).url
-        origin = url[: url.index("/", url.index("//") + 2)] if url.count("/") >= 3 else url
+        origin = origin_of(request_view(scope).url)
         try:
             answer = await self.seller.run(self.gate.well_known(self.paid_routes(scope), origin))
         except Exception:

@@ -16,7 +16,9 @@
 Paid routes are the views marked with `require_payment` and the paths listed in
 ``X402["ROUTES"]``; the middleware's ``process_view`` checks the payment for both. It answers 402
 with ``PAYMENT-REQUIRED``, or settles the payment, sets ``request.x402`` to the `Settlement` and
-adds ``PAYMENT-RESPONSE`` to the view's response (streaming responses are not read).
+adds ``PAYMENT-RESPONSE`` to the view's response (streaming responses are not read). The middleware
+also answers ``/.well-known/x402`` with both kinds of paid route, for agents (``X402["WELL_KNOWN"]
+= False`` stops that).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar, cast
 
 import httpx
@@ -33,23 +36,28 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls.resolvers import RoutePattern
 
 from x402mw.errors import ConfigurationError
 from x402mw.seller.config import AmountCallback, PaidRoute
 from x402mw.seller.decisions import Answer, Decision
+from x402mw.seller.discovery import Discovery
 from x402mw.seller.drivers import AsyncSeller, SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
 from x402mw.seller.metering import MeteredPayment, ServeMetered
-from x402mw.seller.setup import build_gate
+from x402mw.seller.setup import build_gate, is_well_known, origin_of
+from x402mw.seller.sign_in import SignIn
 
 __all__ = ["PaymentMiddleware", "require_payment"]
 
 logger = logging.getLogger("x402mw.seller")
 F = TypeVar("F", bound=Callable[..., Any])
-SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT", "PAYWALL")
+SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT", "PAYWALL", "WELL_KNOWN")
 _MARK = "x402_route"
 _HEADERS = "_x402mw_headers"
 _METERED = "_x402mw_metered"  # the MeteredPayment of a request to a metered route
+_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 def require_payment(
@@ -58,6 +66,8 @@ def require_payment(
     amount: AmountCallback | None = None,
     description: str | None = None,
     mime_type: str | None = None,
+    discovery: Discovery | None = None,
+    sign_in: SignIn | None = None,
 ) -> Callable[[F], F]:
     """Sell a view (sync or async) per request through agent endpoint ``endpoint``.
 
@@ -66,10 +76,18 @@ def require_payment(
     when Django serves the request asynchronously. The view runs only once the payment is settled,
     with the settlement in ``request.x402``; without `PaymentMiddleware` in ``MIDDLEWARE`` it
     raises `ImproperlyConfigured` rather than serve for free. Decorate the function given to
-    ``path()`` (for a class-based view, ``require_payment(...)(View.as_view())``).
+    ``path()`` (for a class-based view, ``require_payment(...)(View.as_view())``). ``discovery`` and
+    ``sign_in`` are `PaidRoute`'s.
     """
     try:
-        route = PaidRoute(endpoint=endpoint, amount=amount, description=description, mime_type=mime_type)
+        route = PaidRoute(
+            endpoint=endpoint,
+            amount=amount,
+            description=description,
+            mime_type=mime_type,
+            discovery=discovery,
+            sign_in=sign_in,
+        )
     except ConfigurationError as exc:
         raise ImproperlyConfigured(f"require_payment({endpoint!r}): {exc}") from None
 
@@ -132,8 +150,9 @@ class PaymentMiddleware:
     """Checks payments for paid views; configured from ``settings.X402``.
 
     Keys: ``API_KEY`` (required), ``PLATFORM_URL``, ``ROUTES`` (``{"GET /path": "<endpoint id>"}``
-    matched against ``request.path_info``), ``SETTLE_TIMEOUT`` (seconds) and ``TRANSPORT`` (an
-    ``httpx`` transport, for tests). A bad configuration raises `ImproperlyConfigured` listing every
+    matched against ``request.path_info``), ``SETTLE_TIMEOUT`` (seconds), ``PAYWALL`` (a `Paywall`),
+    ``WELL_KNOWN`` (False: no ``/.well-known/x402``) and ``TRANSPORT`` (an ``httpx`` transport, for
+    tests). A bad configuration raises `ImproperlyConfigured` listing every
     problem when Django loads the middleware. Serves both WSGI (sync) and ASGI (async) stacks.
     """
 
@@ -164,6 +183,7 @@ class PaymentMiddleware:
             problems.extend(exc.problems)
         if problems:
             raise ImproperlyConfigured(_problem_list(problems))
+        self.well_known = bool(config.get("WELL_KNOWN", True))
         self._transport: Any = config.get("TRANSPORT")
         self._sync_seller: SyncSeller | None = None
         self._async_seller: AsyncSeller | None = None
@@ -178,6 +198,13 @@ class PaymentMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
+        if self.well_known and is_well_known(request.method or "GET", request.path_info):
+            try:
+                answer = self._sync().run(self._manifest(request))
+            except Exception:
+                logger.exception("the well-known manifest failed unexpectedly")
+                answer = internal_error_answer()
+            return _answer(answer)
         response = self.get_response(request)
         payment = getattr(request, _METERED, None)
         if payment is not None:
@@ -188,6 +215,13 @@ class PaymentMiddleware:
         return _add_headers(request, response)
 
     async def __acall__(self, request: HttpRequest) -> Any:
+        if self.well_known and is_well_known(request.method or "GET", request.path_info):
+            try:
+                answer = await self._async().run(self._manifest(request))
+            except Exception:
+                logger.exception("the well-known manifest failed unexpectedly")
+                answer = internal_error_answer()
+            return _answer(answer)
         response = await self.get_response(request)
         payment = getattr(request, _METERED, None)
         if payment is not None:
@@ -198,6 +232,11 @@ class PaymentMiddleware:
                 finished = []
             return _settled_response(request, response, finished)
         return _add_headers(request, response)
+
+    def _manifest(self, request: HttpRequest) -> Generator[Any, Any, Answer]:
+        """The ``/.well-known/x402`` answer: ``ROUTES``, then the marked views of the URLconf."""
+        routes = self.routes.entries() + _marked(get_resolver(getattr(request, "urlconf", None)).url_patterns, "/")
+        return self.gate.well_known(routes, origin_of(request_view(request).url))
 
     def _route(self, request: HttpRequest, view: Callable[..., Any]) -> PaidRoute | None:
         found = self.routes.match(request.method or "GET", request.path_info)
@@ -254,6 +293,24 @@ class PaymentMiddleware:
                 _background(self._async_seller), name="x402mw-seller"
             )
         return self._async_seller
+
+
+def _marked(patterns: list[Any], prefix: str) -> list[tuple[str, str, PaidRoute]]:
+    """The URLconf's views marked with `require_payment`, as ``("*", path template, route)``:
+    ``path()`` routes (``<int:id>`` becomes ``{id}``) and ``include()`` of them; ``re_path()``
+    routes are left out (list them in ``ROUTES``)."""
+    found: list[tuple[str, str, PaidRoute]] = []
+    for pattern in patterns:
+        if not isinstance(pattern.pattern, RoutePattern):
+            continue
+        path = prefix + _CONVERTER.sub(r"{\1}", str(pattern.pattern))
+        if isinstance(pattern, URLResolver):
+            found.extend(_marked(list(pattern.url_patterns), path))
+        elif isinstance(pattern, URLPattern):
+            mark = getattr(pattern.callback, _MARK, None)
+            if isinstance(mark, PaidRoute):
+                found.append(("*", path, mark))
+    return found
 
 
 async def _background(seller: AsyncSeller) -> None:

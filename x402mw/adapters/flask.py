@@ -19,7 +19,9 @@ A ``before_request`` hook registered by `X402.init_app` checks the payment: it a
 ``PAYMENT-REQUIRED``, or settles the payment, puts the `Settlement` in ``flask.g.x402`` and adds
 ``PAYMENT-RESPONSE`` to the view's response (streamed responses stream; headers are appended).
 On a metered route ``flask.g.x402`` is the `MeteredPayment` the view reports usage to
-(``g.x402.charge(amount)``); what it reported is settled as its response is finalized.
+(``g.x402.charge(amount)``); what it reported is settled as its response is finalized. The same
+hook answers ``/.well-known/x402`` with both kinds of paid route, for agents (``X402_WELL_KNOWN =
+False`` stops that).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -34,6 +37,7 @@ from typing import Any, TypeVar, cast
 import httpx
 from flask import Flask, Response, after_this_request, current_app, g, request
 
+from x402mw.adapters.wsgi import request_url, well_known_answer
 from x402mw.adapters.wsgi import request_view as wsgi_request_view
 from x402mw.errors import ConfigurationError
 from x402mw.seller.config import AmountCallback, PaidRoute
@@ -44,7 +48,7 @@ from x402mw.seller.gate import DEFAULT_PLATFORM_URL, PaymentGate, internal_error
 from x402mw.seller.metering import ServeMetered
 from x402mw.seller.paywall import Paywall
 from x402mw.seller.routes import RouteTable
-from x402mw.seller.setup import ASYNC_AMOUNT_PROBLEM, build_gate, is_async_callable
+from x402mw.seller.setup import ASYNC_AMOUNT_PROBLEM, build_gate, is_async_callable, is_well_known, origin_of
 from x402mw.seller.sign_in import SignIn
 
 __all__ = ["X402", "X402State", "require_payment"]
@@ -53,6 +57,7 @@ logger = logging.getLogger("x402mw.seller")
 F = TypeVar("F", bound=Callable[..., Any])
 EXTENSION = "x402mw"
 _MARK = "__x402_route__"
+_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,7 @@ class X402State:
     gate: PaymentGate
     routes: RouteTable
     seller: SyncSeller
+    well_known: bool = True
 
     def close(self) -> None:
         """Register the last issued challenges and close the connection to the platform."""
@@ -71,8 +77,9 @@ class X402State:
 class X402:
     """The Flask extension. Arguments given here win over the app's ``X402_*`` config keys:
     ``X402_API_KEY``, ``X402_PLATFORM_URL``, ``X402_ROUTES`` (``{"GET /path": "<endpoint id>"}``),
-    ``X402_SETTLE_TIMEOUT`` and ``X402_PAYWALL`` (a `Paywall`). `init_app` checks the configuration and raises
-    `ConfigurationError` listing every problem."""
+    ``X402_SETTLE_TIMEOUT``, ``X402_PAYWALL`` (a `Paywall`) and ``X402_WELL_KNOWN`` (False: no
+    ``/.well-known/x402``). `init_app` checks the configuration and raises `ConfigurationError`
+    listing every problem."""
 
     def __init__(
         self,
@@ -84,6 +91,7 @@ class X402:
         settle_timeout: float | None = None,
         transport: httpx.BaseTransport | None = None,
         paywall: Paywall | None = None,
+        well_known: bool | None = None,
     ) -> None:
         self._options: dict[str, Any] = {
             "api_key": api_key,
@@ -92,6 +100,7 @@ class X402:
             "settle_timeout": settle_timeout,
             "paywall": paywall,
         }
+        self._well_known = well_known
         self._transport = transport
         if app is not None:
             self.init_app(app)
@@ -106,9 +115,11 @@ class X402:
             for name, value in self._options.items()
         }
         gate, routes = build_gate(**config, refuse_async=True)
+        well_known = self._well_known if self._well_known is not None else app.config.get("X402_WELL_KNOWN", True)
         if EXTENSION not in app.extensions:
             app.before_request(_check_payment)
-        app.extensions[EXTENSION] = X402State(gate, routes, SyncSeller(gate, transport=self._transport))
+        seller = SyncSeller(gate, transport=self._transport)
+        app.extensions[EXTENSION] = X402State(gate, routes, seller, bool(well_known))
 
     def require_payment(
         self,
@@ -202,6 +213,19 @@ def _route_for_request(state: X402State) -> PaidRoute | None:
     return mark if isinstance(mark, PaidRoute) else None
 
 
+def _paid_routes(state: X402State) -> list[tuple[str, str, PaidRoute]]:
+    """Every paid route of the app, for ``/.well-known/x402``: ``X402_ROUTES``, then the marked
+    views' rules (``<int:id>`` becomes ``{id}``)."""
+    found = state.routes.entries()
+    for rule in current_app.url_map.iter_rules():
+        mark = getattr(current_app.view_functions.get(rule.endpoint), _MARK, None)
+        if isinstance(mark, PaidRoute):
+            path = _CONVERTER.sub(r"{\1}", rule.rule)
+            methods = sorted((rule.methods or {"GET"}) - {"HEAD", "OPTIONS"}) or ["GET"]
+            found.extend((method, path, mark) for method in methods)
+    return found
+
+
 def _response(answer: Answer) -> Response:
     return current_app.response_class(answer.body, status=answer.status, headers=answer.headers)
 
@@ -212,6 +236,9 @@ def _check_payment() -> Response | None:
         return None
     route = _route_for_request(state)
     if route is None:
+        if state.well_known and is_well_known(request.method, request.path):
+            manifest = state.gate.well_known(_paid_routes(state), origin_of(request_url(request.environ)))
+            return _response(well_known_answer(state.seller, manifest))
         return None
     view = wsgi_request_view(request.environ)
     try:

@@ -7,15 +7,17 @@
 On a paid route the middleware answers 402 with ``PAYMENT-REQUIRED``, or settles the payment and
 runs the app with the `Settlement` in ``environ["x402mw.settlement"]``, appending
 ``PAYMENT-RESPONSE`` to the headers the app passes to ``start_response``. The app's body iterable
-is returned as it is, so it streams and its ``close()`` is called by the server.
+is returned as it is, so it streams and its ``close()`` is called by the server. It also answers
+``/.well-known/x402``, the list of its paid routes for agents (``well_known=False`` stops that).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from types import TracebackType
+from typing import Any
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import httpx
@@ -26,9 +28,9 @@ from x402mw.seller.drivers import SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView, internal_error_answer
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
-from x402mw.seller.setup import build_gate
+from x402mw.seller.setup import build_gate, is_well_known, origin_of
 
-__all__ = ["SETTLEMENT_KEY", "PaymentMiddleware", "request_view"]
+__all__ = ["SETTLEMENT_KEY", "PaymentMiddleware", "request_view", "well_known_answer"]
 
 logger = logging.getLogger("x402mw.seller")
 
@@ -78,11 +80,22 @@ def status_line(status: int) -> str:
         return f"{status} Unknown"
 
 
+def well_known_answer(seller: SyncSeller, manifest: Generator[Any, Any, Answer]) -> Answer:
+    """The ``/.well-known/x402`` answer ``manifest`` (the gate's `PaymentGate.well_known`) gives,
+    or a logged 500."""
+    try:
+        return seller.run(manifest)
+    except Exception:
+        logger.exception("the well-known manifest failed unexpectedly")
+        return internal_error_answer()
+
+
 class PaymentMiddleware:
     """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms).
 
-    Amount callbacks receive the WSGI ``environ`` and must be plain functions. Configuration is
-    checked here: `ConfigurationError` lists every problem.
+    Amount callbacks receive the WSGI ``environ`` and must be plain functions. ``paywall`` sets what
+    browsers see on the 402 page (`Paywall`); ``well_known=False`` stops serving
+    ``/.well-known/x402``. Configuration is checked here: `ConfigurationError` lists every problem.
     """
 
     def __init__(
@@ -95,6 +108,7 @@ class PaymentMiddleware:
         settle_timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         paywall: Paywall | None = None,
+        well_known: bool = True,
     ) -> None:
         self.app = app
         self.gate, self.routes = build_gate(
@@ -105,6 +119,7 @@ class PaymentMiddleware:
             refuse_async=True,
             paywall=paywall,
         )
+        self.well_known = bool(well_known)
         self.seller = SyncSeller(self.gate, transport=transport)
 
     def __repr__(self) -> str:
@@ -115,8 +130,14 @@ class PaymentMiddleware:
         self.seller.close()
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        route = self.routes.match(environ.get("REQUEST_METHOD", "GET"), request_path(environ))
+        method, path = environ.get("REQUEST_METHOD", "GET"), request_path(environ)
+        route = self.routes.match(method, path)
         if route is None:
+            if self.well_known and is_well_known(method, path):
+                manifest = self.gate.well_known(self.routes.entries(), origin_of(request_url(environ)))
+                answer = well_known_answer(self.seller, manifest)
+                start_response(status_line(answer.status), list(answer.headers))
+                return [answer.body]
             return self.app(environ, start_response)
         view = request_view(environ)
         try:

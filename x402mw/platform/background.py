@@ -19,7 +19,6 @@ from x402mw.platform.services.api_requests import purge_api_requests, purge_dash
 from x402mw.platform.services.idempotency import purge_idempotency_keys
 from x402mw.platform.services.payment_intents import expire_due_payment_intents
 from x402mw.platform.settings import PlatformSettings
-from x402mw.platform.webhooks.delivery import deliver_due
 
 __all__ = ["INTERVAL_SECONDS", "duties", "run_worker", "start_platform"]
 
@@ -54,7 +53,7 @@ def duties(platform: Platform) -> list[Duty]:
         ("sending refunds", platform.refunds.resume_due),
         ("running subscriptions", platform.renewals.run_due),
         ("sending emails", platform.emails.send_due),
-        ("delivering webhooks", lambda: deliver_due(platform)),
+        ("delivering webhooks", platform.webhooks.deliver_due),
     ]
 
 

@@ -19,6 +19,7 @@ What is measured:
   and the facilitator API), ``outcome`` ``settled``, ``pending`` or ``failed`` with its reason code;
   ``network`` is ``other`` for a network the platform does not serve.
 - ``x402mw_verifications_total{network, valid, reason}``: every facilitator verify call answered.
+  (Both are counted by the settlement service, `SettlementService.counted`, never by the API.)
 - ``x402mw_settlement_before_send_seconds``, ``x402mw_settlement_chain_seconds`` and
   ``x402mw_settlement_platform_seconds`` (each ``{network}``): for each transfer this process sent,
   the time from the settle call to the transfer's sending (verification, the replay claim and the

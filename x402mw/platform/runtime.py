@@ -38,7 +38,7 @@ from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.idempotency import IdempotencyKeys
 from x402mw.platform.services.merchants import KeyRing
-from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of, follow_orders
+from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.platform.services.settlement.service import SettlementService
@@ -50,6 +50,7 @@ from x402mw.platform.services.subscriptions.renewals import RenewalRunner
 from x402mw.platform.services.subscriptions.service import SubscriptionService
 from x402mw.platform.services.watcher import DepositWatcher
 from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
+from x402mw.platform.webhooks.delivery import WebhookSender
 from x402mw.protocol.networks import Asset, Network, get_network, register_network
 
 __all__ = ["Platform", "settle_heap"]
@@ -80,8 +81,7 @@ class Platform:
     catalogue: Catalogue  # the discovery catalogue (Bazaar) of discoverable endpoints' resources
     sign_ins: SignInService  # sign-in-with-x: signatures, spent nonces, earlier payments
     api_requests: ApiRequestLog  # the merchant API's request log (the dashboard's developers pages)
-    # sends webhook deliveries; redirects are not followed (a 3xx is a failed attempt)
-    webhook_client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(follow_redirects=False))
+    webhooks: WebhookSender  # delivers the events to the merchants' webhook endpoints
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _upto: UptoSettlement | None = None
 
@@ -95,7 +95,6 @@ class Platform:
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
         clock = clock or Clock()
-        follow_orders(follow_order)  # an order paying an invoice moves its subscription
         relayer_key = _key(settings.relayer_key, settings.data_dir / "relayer.key")
         receipt_key = _key(settings.receipt_key, settings.data_dir / "receipt.key")
         treasury_key = _key(settings.treasury_key, settings.data_dir / "treasury.key")
@@ -122,7 +121,8 @@ class Platform:
             engine, chains, receipt_key, clock, simulate=settings.simulate, takeover_after=takeover
         )
         base = OrderLinks(settings.checkout_url_base, api_host=api_host_of(settings.base_url))
-        watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base)
+        # an order paying an invoice moves its subscription (told by the watcher, which moves paid orders)
+        watcher = DepositWatcher(engine, chains, clock, deposit_keys, address_of(treasury_key), base, follow_order)
         links, grace = CustomerLinks(page_key, base), settings.subscription_grace_days
         platform = cls(
             settings,
@@ -145,6 +145,7 @@ class Platform:
             Catalogue(engine),
             SignInService(engine, chain_verifier(chains)),
             ApiRequestLog(engine),
+            WebhookSender(engine, clock, secrets, settings.takeover_seconds, settings.private_webhooks_allowed),
         )
         try:
             await watcher.start()
@@ -164,7 +165,7 @@ class Platform:
         await self.settlement.aclose()
         await self.payment_intents.aclose()
         await self.idempotency.aclose()
-        await self.webhook_client.aclose()
+        await self.webhooks.aclose()
         await self.chains.aclose()
         await self.engine.dispose()
 

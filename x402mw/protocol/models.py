@@ -46,13 +46,13 @@ class ResourceInfo(WireModel):
 class PaymentRequirements(WireModel):
     """One way to pay, as offered in ``PaymentRequired.accepts`` and echoed in ``accepted``."""
 
-    scheme: str
-    network: str
-    amount: int
-    asset: str
-    pay_to: str = Field(alias="payTo")
-    max_timeout_seconds: int = Field(alias="maxTimeoutSeconds")
-    extra: dict[str, Any] = Field(default_factory=dict)
+    scheme: str = Field(description="`exact`")
+    network: str = Field(description="CAIP-2 network, e.g. `eip155:8453`")
+    amount: int = Field(description="integer string of the token's atomic units")
+    asset: str = Field(description="token address")
+    pay_to: str = Field(alias="payTo", description="recipient address")
+    max_timeout_seconds: int = Field(alias="maxTimeoutSeconds", description="how long the payment may take")
+    extra: dict[str, Any] = Field(default_factory=dict, description="the token's EIP-712 domain `name` and `version`")
 
     _check_amount = field_validator("amount", mode="before")(lambda v: _atomic(v))
 
@@ -74,12 +74,12 @@ class PaymentRequired(WireModel):
 class Authorization(WireModel):
     """An EIP-3009 ``TransferWithAuthorization`` message (``nonce`` is 0x-prefixed 32-byte hex)."""
 
-    from_address: str = Field(alias="from")
-    to: str
-    value: int
-    valid_after: int = Field(alias="validAfter")
-    valid_before: int = Field(alias="validBefore")
-    nonce: str
+    from_address: str = Field(alias="from", description="payer address")
+    to: str = Field(description="recipient address")
+    value: int = Field(description="integer string of atomic units")
+    valid_after: int = Field(alias="validAfter", description="Unix time (seconds) as a string")
+    valid_before: int = Field(alias="validBefore", description="Unix time (seconds) as a string")
+    nonce: str = Field(description="0x followed by 64 hex digits")
 
     _check_value = field_validator("value", "valid_after", "valid_before", mode="before")(lambda v: _atomic(v))
 
@@ -97,7 +97,7 @@ class Authorization(WireModel):
 
 
 class ExactEvmPayload(WireModel):
-    signature: str
+    signature: str = Field(description="EIP-712 signature of the authorization, 0x hex")
     authorization: Authorization
 
 
@@ -108,10 +108,14 @@ class PaymentPayload(WireModel):
     and network travel as top-level members instead.
     """
 
-    x402_version: int = Field(default=X402_VERSION, alias="x402Version")
+    x402_version: int = Field(
+        default=X402_VERSION, alias="x402Version", description="2 (1 for payloads read from `X-PAYMENT`)"
+    )
     resource: ResourceInfo | None = None
-    accepted: PaymentRequirements | None = None
-    payload: ExactEvmPayload
+    accepted: PaymentRequirements | None = Field(
+        default=None, description="the requirements the payer accepted, as offered"
+    )
+    payload: ExactEvmPayload = Field(description="the signed authorization")
     extensions: dict[str, Any] | None = None
     scheme: str | None = None
     network: str | None = None
@@ -194,12 +198,14 @@ class SettlementResponse(WireModel):
     """The body of the ``PAYMENT-RESPONSE`` header. ``extensions.receipt`` carries our signed receipt."""
 
     success: bool
-    error_reason: str | None = Field(default=None, alias="errorReason")
-    payer: str | None = None
-    transaction: str = ""
+    error_reason: str | None = Field(
+        default=None, alias="errorReason", description="x402 reason code when `success` is false"
+    )
+    payer: str | None = Field(default=None, description="payer address")
+    transaction: str = Field(default="", description="transaction hash")
     network: str
-    amount: int | None = None
-    extensions: dict[str, Any] | None = None
+    amount: int | None = Field(default=None, description="settled amount in atomic units")
+    extensions: dict[str, Any] | None = Field(default=None, description="`receipt`: the platform's signed receipt")
 
     _check_amount = field_validator("amount", mode="before")(lambda v: None if v is None else _atomic(v))
 
@@ -218,5 +224,7 @@ class VerifyResponse(WireModel):
     """Answer of a facilitator's ``/verify``."""
 
     is_valid: bool = Field(alias="isValid")
-    invalid_reason: str | None = Field(default=None, alias="invalidReason")
-    payer: str | None = None
+    invalid_reason: str | None = Field(
+        default=None, alias="invalidReason", description="x402 reason code when `isValid` is false"
+    )
+    payer: str | None = Field(default=None, description="payer address")

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from x402mw.errors import ConfigurationError, PriceError
-from x402mw.protocol.prices import Price
+from x402mw.seller.decisions import AmountCallback
 from x402mw.seller.discovery import Discovery
 from x402mw.seller.sign_in import SignIn
 
 __all__ = ["AmountCallback", "EndpointTerms", "PaidRoute"]
 
-AmountCallback = Callable[[Any], "Price | Awaitable[Price]"]
 ReleasePolicy = Literal["included", "confirmed"]
 
 

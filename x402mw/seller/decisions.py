@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from x402mw.protocol.models import SettlementResponse
-from x402mw.seller.config import AmountCallback
+from x402mw.protocol.prices import Price
 
 __all__ = [
+    "AmountCallback",
     "Answer",
     "ComputeAmount",
     "Decision",
@@ -19,6 +20,9 @@ __all__ = [
     "Serve",
     "Settlement",
 ]
+
+AmountCallback = Callable[[Any], "Price | Awaitable[Price]"]
+"""A route's price computed per request, from the framework's request (`PaidRoute.amount`)."""
 
 Headers = list[tuple[str, str]]
 

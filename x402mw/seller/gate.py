@@ -12,11 +12,14 @@ succeeded or given up (`PaymentGate.release`) when it failed.
 The unpaid path makes no network call once an endpoint's terms are known: the challenge is issued
 locally and sealed with an HMAC keyed from the API key, so that any worker process can check the
 retried request's ``accepted`` terms; issued challenges reach the platform in background batches.
+
+The gate decides; what it answers is written elsewhere: the 402 (its JSON template, the paywall
+page) in `x402mw.seller.challenges`, the other JSON answers in `x402mw.seller.answers`, and the
+sign-in-with-x exchange with the platform in `x402mw.seller.sign_in`.
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import logging
@@ -25,12 +28,11 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
 from x402mw.protocol import payment_identifier, reasons
-from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_any_payment_payload, encode_header
+from x402mw.protocol.codec import PAYMENT_RESPONSE, decode_any_payment_payload, encode_header
 from x402mw.protocol.models import (
     AnyPaymentPayload,
     PaymentPayload,
@@ -38,10 +40,24 @@ from x402mw.protocol.models import (
     SettlementResponse,
     UptoPaymentPayload,
 )
-from x402mw.protocol.networks import get_network
 from x402mw.protocol.prices import to_atomic
-from x402mw.protocol.seals import Sealer, fixed_terms, sealed_terms
-from x402mw.protocol.sign_in import decode_sign_in
+from x402mw.protocol.seals import Sealer, sealed_terms
+from x402mw.seller.answers import (
+    EXPOSE_HEADERS,
+    conflict_answer,
+    error_answer,
+    internal_error_answer,
+    json_answer,
+    pending_answer,
+)
+from x402mw.seller.challenges import (
+    EIP2612_EXTENSION,
+    ChallengeTemplate,
+    build_template,
+    offer_scheme,
+    render_challenge,
+    sealed_offer,
+)
 from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import (
     Answer,
@@ -57,6 +73,7 @@ from x402mw.seller.discovery import well_known_manifest
 from x402mw.seller.manifest import manifest_item
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
+from x402mw.seller.sign_in import admit
 
 __all__ = [
     "DEFAULT_PLATFORM_URL",
@@ -75,21 +92,9 @@ TERMS_REFRESH_SECONDS = 1.0
 request, ``304`` while unchanged): with the work's 0.25 s rounds, a change made on the platform is
 in the challenges issued from about 1.25 s later, within the 2 s the documentation states."""
 
-EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 DEFAULT_PLATFORM_URL = "http://127.0.0.1:4402/v1"
-# Declared in every 402 of an exact route: a client may name each logical request with a payment
-# identifier, so that its retry gets the first answer (the platform keeps them) and an id reused for
-# another payment is a 409.
-_EXTENSIONS = {payment_identifier.PAYMENT_IDENTIFIER: payment_identifier.DECLARATION}
 Step = Generator[PlatformCall | ComputeAmount, Any, Decision | ServeMetered]
 FinishStep = Generator[PlatformCall, Any, "list[tuple[str, str]] | Answer"]
-EIP2612_EXTENSION = "eip2612GasSponsoring"
-_EIP2612_OFFER = {
-    "info": {
-        "description": "the facilitator accepts an EIP-2612 permit for Permit2 (gasless first use)",
-        "version": "1",
-    }
-}
 AnswerStep = Generator[PlatformCall | ComputeAmount, Any, Answer]
 
 
@@ -105,27 +110,6 @@ class RequestView:
     payment: str | dict[str, Any] | None
     accept: str | None = None
     sign_in: str | None = None
-
-
-_ANSWER_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS)
-
-
-def _json_answer(
-    status: int, body: dict[str, Any], headers: list[tuple[str, str]] | None = None, reason: str | None = None
-) -> Answer:
-    raw = json.dumps(body, separators=(",", ":")).encode()
-    base = [("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS]
-    return Answer(status, base + (headers or []), raw, reason)
-
-
-def internal_error_answer() -> Answer:
-    """The answer to a request whose payment check failed unexpectedly (log the error first)."""
-    return _error_answer(500, "internal_error", "the payment check failed unexpectedly")
-
-
-def _error_answer(status: int, code: str, message: str, retry_after: int | None = None) -> Answer:
-    extra = [("Retry-After", str(retry_after))] if retry_after is not None else []
-    return _json_answer(status, {"error": {"type": "api_error", "code": code, "message": message}}, extra, code)
 
 
 class PaymentGate:
@@ -165,7 +149,7 @@ class PaymentGate:
         # Challenge ids: unique per process by a counter, across processes by a random prefix.
         self._id_prefix = secrets.token_hex(8)
         self._id_counter = itertools.count(secrets.randbits(32))
-        self._templates: dict[tuple[Any, ...], tuple[PaidRoute, EndpointTerms, _Template]] = {}
+        self._templates: dict[tuple[Any, ...], tuple[PaidRoute, EndpointTerms, ChallengeTemplate]] = {}
         # Each endpoint's terms, when they were last known current, and their ETag.
         self._terms: dict[str, tuple[EndpointTerms, float, str | None]] = {}
         self._stale: set[str] = set()  # endpoints whose last revalidation failed (warned once)
@@ -204,10 +188,15 @@ class PaymentGate:
             reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
         except PlatformError as exc:
             logger.error("settlement call failed: %s; answering pending", exc.message)
-            return _pending(
+            return pending_answer(
                 SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=held.network)
             )
-        return (yield from self._settled(route, terms, request, native, reply))
+        accepted = held.body["accepted"]
+        return (
+            yield from self._settled(
+                route, terms, request, native, reply, str(accepted["payTo"]), str(accepted["asset"])
+            )
+        )
 
     def release(self, held: Held) -> Generator[PlatformCall, Any, bool]:
         """Give up a held payment (its tool failed): nothing is taken, and the agent may use the same
@@ -303,7 +292,7 @@ class PaymentGate:
             self._requeue(queued)
             # The platform may have received the payment before the connection failed.
             logger.error("settlement call failed: %s; answering pending", exc.message)
-            return _pending(
+            return pending_answer(
                 SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=accepted.network)
             )
         if reply.status != 200:
@@ -319,7 +308,7 @@ class PaymentGate:
                 body=body,
                 context=(route, terms, request, native),
             )
-        return (yield from self._settled(route, terms, request, native, reply))
+        return (yield from self._settled(route, terms, request, native, reply, accepted.pay_to, accepted.asset))
 
     def _check_accepted(
         self, payload: AnyPaymentPayload, route: PaidRoute, terms: EndpointTerms
@@ -334,11 +323,11 @@ class PaymentGate:
                 raise InvalidPaymentError("v1 payment is for another scheme or network", reason=reasons.INVALID_NETWORK)
             deadline = int(self._clock()) + terms.max_timeout_seconds
             fresh_id = secrets.token_hex(16)
-            offer = self._offer(terms, terms.amount, fresh_id, deadline, terms.pay_to)
+            offer = sealed_offer(self._sealer, terms, terms.amount, fresh_id, deadline, terms.pay_to)
             self._issue((fresh_id, terms.id, terms.network, terms.asset, terms.pay_to, terms.amount, "", deadline))
             return PaymentRequirements.model_validate(offer), fresh_id, deadline
         assert accepted is not None
-        if accepted.scheme != _scheme(terms):
+        if accepted.scheme != offer_scheme(terms):
             raise InvalidPaymentError(f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME)
         if isinstance(payload, UptoPaymentPayload) != (accepted.scheme == "upto"):
             raise InvalidPaymentError(
@@ -374,32 +363,40 @@ class PaymentGate:
         return accepted, challenge_id, expires
 
     def _settled(
-        self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any, reply: PlatformReply
+        self,
+        route: PaidRoute,
+        terms: EndpointTerms,
+        request: RequestView,
+        native: Any,
+        reply: PlatformReply,
+        pay_to: str,
+        asset: str,
     ) -> Step:
+        """The platform's answer to a settlement of the terms accepted (``pay_to``, ``asset``: the
+        seller's own, which the platform does not echo)."""
         if reply.status in (401, 403, 404, 503):  # refused by the platform: nothing was taken
             return self._platform_failure(_reply_error(reply), "settlement")
         if reply.status == 409 and _reply_error(reply).code == payment_identifier.CONFLICT:
-            return _conflict(terms.network, _reply_error(reply).message)
+            return conflict_answer(terms.network, _reply_error(reply).message)
         unknown = SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=terms.network)
         if reply.status != 200 or not isinstance(reply.data, dict):
             logger.error("settlement answered %d; answering pending", reply.status)
-            return _pending(unknown)
+            return pending_answer(unknown)
         data = reply.data
         try:
             response = SettlementResponse.model_validate(data.get("settlement"))
         except ValueError:
             logger.error("malformed settlement reply; answering pending")
-            return _pending(unknown)
+            return pending_answer(unknown)
         header = (PAYMENT_RESPONSE, encode_header(response))
         if data.get("status") == "settled" and response.success:
             receipt = response.receipt or {}
-            accepted = data.get("accepted") or {}
             settlement = Settlement(
                 transaction=response.transaction,
                 network=response.network,
                 payer=response.payer or "",
-                pay_to=str(receipt.get("payTo", accepted.get("payTo", ""))),
-                asset=str(receipt.get("asset", terms.asset)),
+                pay_to=pay_to,
+                asset=asset,
                 amount=response.amount or 0,
                 challenge_id=str(receipt.get("challengeId", "")),
                 endpoint_id=terms.id,
@@ -408,7 +405,7 @@ class PaymentGate:
             )
             return Serve(settlement, [header, EXPOSE_HEADERS])
         if data.get("status") == "pending":
-            return _pending(response)
+            return pending_answer(response)
         reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR
         message = str(data.get("message") or f"the payment could not be settled: {reason}")
         answer = yield from self._challenge(route, terms, request, native, reason, message)
@@ -459,7 +456,7 @@ class PaymentGate:
             return ServeMetered(payment)
         header = (PAYMENT_RESPONSE, encode_header(response))
         if status == "pending":
-            return _pending(response)
+            return pending_answer(response)
         if status == "settled":  # this authorization was used by an earlier request: its outcome stands
             message = (
                 f"this payment was settled already ({response.amount} atomic units, transaction "
@@ -528,33 +525,10 @@ class PaymentGate:
                     "message": str(data.get("message") or "the payment could not be settled"),
                 }
             }
-            return _json_answer(402, body_out, [header], reason)
+            return json_answer(402, body_out, [header], reason)
         return [header, EXPOSE_HEADERS]  # pending: the response is served, the receipt follows
 
     # -- challenges -------------------------------------------------------------------------
-
-    def _offer(self, terms: EndpointTerms, amount: int, challenge_id: str, expires: int, pay_to: str) -> dict[str, Any]:
-        """The wire form of one sealed ``accepts`` entry (built directly: this is the hot path)."""
-        seal = self._sealer.seal(
-            *sealed_terms(
-                challenge_id, terms.id, terms.network, terms.asset, pay_to, amount, terms.max_timeout_seconds, expires
-            )
-        )
-        # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
-        extra: dict[str, Any] = {"name": terms.eip712_name, "version": terms.eip712_version, "currency": terms.currency}
-        if terms.pricing_mode == "metered":  # upto: the ceiling, settled through Permit2 by the facilitator
-            extra["assetTransferMethod"] = "permit2"
-            extra["facilitatorAddress"] = terms.facilitator_address
-        extra |= {"challengeId": challenge_id, "expiresAt": expires, "seal": seal}
-        return {
-            "scheme": _scheme(terms),
-            "network": terms.network,
-            "amount": str(amount),
-            "asset": terms.asset,
-            "payTo": pay_to,
-            "maxTimeoutSeconds": terms.max_timeout_seconds,
-            "extra": extra,
-        }
 
     def _price(
         self, route: PaidRoute, terms: EndpointTerms, native: Any
@@ -597,145 +571,46 @@ class PaymentGate:
         expires = int(now) + terms.max_timeout_seconds
         self._issue((challenge_id, terms.id, terms.network, terms.asset, terms.pay_to, amount, request.url, expires))
         template = self._template(route, terms, amount, request.method)
-        error = f'"error":{_json_text(reason)},' if reason else ""
-        seal = self._sealer.seal_challenge(challenge_id, template.fixed, expires)
-        text = (
-            f'{{"x402Version":2,{error}"resource":{{"url":{_json_text(request.url)}{template.head}'
-            f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'
+        return render_challenge(
+            template,
+            route,
+            terms,
+            url=request.url,
+            accept=request.accept,
+            paywall=self.paywall,
+            challenge_id=challenge_id,
+            expires=expires,
+            seal=self._sealer.seal_challenge(challenge_id, template.fixed, expires),
+            now=now,
+            reason=reason,
+            message=message,
+            eip2612=eip2612,
         )
-        if template.tail_b64 is None:  # no extensions: a short tail
-            text += "}"
-            raw = text.encode()
-            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
-        else:
-            # The declarations' JSON is the same in every 402: it ends the text, and the part before
-            # it is padded with JSON whitespace to whole base64 groups, so that its base64 is cached.
-            text += template.opening
-            if route.sign_in is not None:  # fresh for each 402; the challenge id is its nonce
-                text += route.sign_in.info_json(request.url, now, challenge_id)
-            raw = text.encode()
-            raw += b" " * (-len(raw) % 3)
-            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii") + template.tail_b64)
-            raw += template.tail
-            text = raw.decode()
-        if eip2612 is not None and isinstance(eip2612.get("info"), dict):
-            # (the rare 412 of a metered route: the EIP-2612 declaration with the payer's permit nonce)
-            required = json.loads(text)
-            offered = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
-            required.setdefault("extensions", {})[EIP2612_EXTENSION] = offered
-            raw = json.dumps(required, separators=(",", ":"), ensure_ascii=False).encode()
-            header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
-            text = raw.decode()
-        accept = request.accept
-        if accept is not None and "text/html" in accept and self.paywall.enabled:
-            return self._paywall_page(json.loads(text), terms, header, reason)
-        if message:
-            raw = (text[:-1] + ',"message":' + json.dumps(message, ensure_ascii=False) + "}").encode()
-        return Answer(402, [*_ANSWER_HEADERS, header], raw, reason)
 
-    def _template(self, route: PaidRoute, terms: EndpointTerms, amount: int, method: str) -> _Template:
-        """What every 402 of this route, terms and amount shares, built once (see `_Template`)."""
+    def _template(self, route: PaidRoute, terms: EndpointTerms, amount: int, method: str) -> ChallengeTemplate:
+        """What every 402 of this route, terms and amount shares, built once (see `ChallengeTemplate`)."""
         key = (id(route), id(terms), amount, method if route.discovery is not None else "")
         found = self._templates.get(key)
         if found is not None and found[0] is route and found[1] is terms:
             return found[2]
-        resource = ""
-        if route.description or terms.name:
-            resource += f',"description":{_json_text(route.description or terms.name)}'
-        if route.mime_type:
-            resource += f',"mimeType":{_json_text(route.mime_type)}'
-        # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
-        extra: dict[str, Any] = {"name": terms.eip712_name, "version": terms.eip712_version, "currency": terms.currency}
-        if terms.pricing_mode == "metered":  # upto: the ceiling, settled through Permit2 by the facilitator
-            extra["assetTransferMethod"] = "permit2"
-            extra["facilitatorAddress"] = terms.facilitator_address
-        offer = json.dumps(
-            {
-                "scheme": _scheme(terms),
-                "network": terms.network,
-                "amount": str(amount),
-                "asset": terms.asset,
-                "payTo": terms.pay_to,
-                "maxTimeoutSeconds": terms.max_timeout_seconds,
-                "extra": extra | {"challengeId": ""},
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
-        head = resource + '},"accepts":[' + offer.removesuffix('""}}') + '"'
-        fixed = fixed_terms(terms.id, terms.network, terms.asset, terms.pay_to, amount, terms.max_timeout_seconds)
-        # An exact route's 402 declares the payment-identifier extension, a metered one's the EIP-2612
-        # gas sponsoring of its first use; a route's own declarations follow.
-        extensions = {EIP2612_EXTENSION: _EIP2612_OFFER} if terms.pricing_mode == "metered" else _EXTENSIONS
-        declared = ",".join(f"{encode_basestring(k)}:{_compact(v)}" for k, v in extensions.items())
-        bazaar = "" if route.discovery is None else ',"bazaar":' + route.discovery.extension_json(method)
-        if route.sign_in is not None:
-            opening = ',"extensions":{"sign-in-with-x":{"info":'
-            tail = "," + route.sign_in.static_json(terms.network) + "}," + declared + bazaar + "}}"
-        else:
-            opening, tail = ',"extensions":{', declared + bazaar + "}}"
-        if tail:
-            encoded = tail.encode()
-            built = _Template(head, fixed, opening, encoded, base64.b64encode(encoded).decode("ascii"))
-        else:
-            built = _Template(head, fixed)
+        built = build_template(route, terms, amount, method)
         if len(self._templates) >= 1024:  # terms refreshed, dynamic prices: start again
             self._templates.clear()
         self._templates[key] = (route, terms, built)
         return built
-
-    def _paywall_page(
-        self, required: dict[str, Any], terms: EndpointTerms, header: tuple[str, str], reason: str | None
-    ) -> Answer:
-        """The 402 as the paywall page, for a browser: the same status and ``PAYMENT-REQUIRED``."""
-        body = self.paywall.render(
-            required, decimals=terms.decimals, currency=terms.currency, livemode=not _is_test_network(terms.network)
-        )
-        headers = [*self.paywall.headers(), ("Cache-Control", "no-store"), ("Vary", "Accept"), EXPOSE_HEADERS, header]
-        return Answer(402, headers, body, reason)
 
     # -- sign-in-with-x -----------------------------------------------------------------------
 
     def _sign_in(self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any) -> Step:
         """Serve a request signed in by a wallet that paid for this route (its earlier settlement),
         or answer the 402 with the reason the sign-in was refused; never serve for free."""
-        sign_in = route.sign_in
-        assert sign_in is not None and request.sign_in is not None
-        try:
-            message = decode_sign_in(request.sign_in)
-            keep_until = sign_in.check(message, request.url, terms.network, self._clock())
-        except InvalidPaymentError as exc:
-            return (yield from self._challenge(route, terms, request, native, exc.reason, exc.message))
-        body = {
-            "endpointId": terms.id,
-            "address": message.address,
-            "message": message.text(),
-            "signature": message.signature,
-            "nonce": message.nonce,
-            "keepUntil": int(keep_until.timestamp()),
-            "windowSeconds": sign_in.duration,
-        }
-        try:
-            reply = yield PlatformCall("POST", "/agent/sign-ins", body)
-        except PlatformError as exc:
-            logger.error("sign-in check failed: %s; answering the challenge", exc.message)
-            reply = PlatformReply(503, None)
-        data = reply.data if isinstance(reply.data, dict) else {}
-        payment = data.get("payment")
-        if reply.status == 200 and data.get("signedIn") is True and isinstance(payment, dict):
-            try:
-                settlement = _signed_in_settlement(payment, terms)
-            except (KeyError, TypeError, ValueError):
-                logger.error("malformed sign-in reply; answering the challenge")
-            else:
-                return Serve(settlement, [EXPOSE_HEADERS])
-        if reply.status == 200 and data.get("signedIn") is False:
-            reason = str(data.get("reason") or "invalid_siwx_signature")
-            text = str(data.get("message") or "the sign-in was refused")
-        else:
-            if reply.status != 200:
-                logger.error("sign-in check answered %d; answering the challenge", reply.status)
-            reason, text = "siwx_unavailable", "signing in cannot be checked right now: pay, or retry shortly"
+        assert route.sign_in is not None and request.sign_in is not None
+        outcome = yield from admit(
+            route.sign_in, request.sign_in, request.url, endpoint_id=terms.id, network=terms.network, now=self._clock()
+        )
+        if isinstance(outcome, Serve):
+            return outcome
+        reason, text = outcome
         return (yield from self._challenge(route, terms, request, native, reason, text))
 
     # -- the well-known manifest -------------------------------------------------------------------
@@ -845,7 +720,7 @@ class PaymentGate:
         if status in (401, 403, 404):
             return self._misconfigured(f"the platform refused the {what} request ({status}): {exc.message}")
         logger.error("payment platform unavailable during %s: %s (request id %s)", what, exc.message, exc.request_id)
-        return _error_answer(
+        return error_answer(
             503,
             "payment_platform_unavailable",
             "payments cannot be taken right now; nothing was charged: retry shortly, with the same payment",
@@ -854,86 +729,7 @@ class PaymentGate:
 
     def _misconfigured(self, message: str) -> Answer:
         logger.error("x402 payment configuration error: %s", message)
-        return _error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
-
-
-@dataclass(frozen=True, slots=True)
-class _Template:
-    """The parts of a 402 its route, terms and amount fix: ``head``, the JSON from after the resource
-    URL up to the challenge id; ``fixed``, the seal's fixed terms; with extensions, the ``opening``
-    of the extensions object (up to sign-in-with-x's ``info``, which each 402 fills in) and the
-    ``tail`` that closes the text, with its base64."""
-
-    head: str
-    fixed: str
-    opening: str = ""
-    tail: bytes = b""
-    tail_b64: str | None = None
-
-
-def _signed_in_settlement(payment: dict[str, Any], terms: EndpointTerms) -> Settlement:
-    """The platform's record of the payment a signed-in wallet made, as the handler sees it."""
-    response = SettlementResponse(
-        success=True,
-        payer=str(payment["payer"]),
-        transaction=str(payment["transaction"]),
-        network=str(payment["network"]),
-        amount=int(payment["amountMinor"]),
-    )
-    receipt = payment.get("receipt") or {}
-    return Settlement(
-        transaction=response.transaction,
-        network=response.network,
-        payer=str(payment["payer"]),
-        pay_to=str(payment["payTo"]),
-        asset=str(payment["asset"]),
-        amount=int(payment["amountMinor"]),
-        challenge_id=str(payment.get("challengeId") or ""),
-        endpoint_id=terms.id,
-        receipt={str(k): str(v) for k, v in receipt.items()},
-        response=response,
-        signed_in=True,
-    )
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _json_text(value: str) -> str:
-    """A JSON string literal (UTF-8 kept, as ``json.dumps(..., ensure_ascii=False)`` writes it)."""
-    return encode_basestring(value)
-
-
-def _is_test_network(network: str) -> bool:
-    known = get_network(network)
-    return known is None or known.testnet
-
-
-def _pending(response: SettlementResponse) -> Answer:
-    """402 ``settlement_pending``: the payment went to the platform and its outcome is not known
-    yet (sent on-chain and not final, or the platform's answer was lost); the same signature,
-    sent again, gets it. Never an answer that invites a second signature."""
-    body = {
-        "error": {
-            "type": "payment_error",
-            "code": reasons.SETTLEMENT_PENDING,
-            "message": "the payment is not final yet; retry the same PAYMENT-SIGNATURE to receive the resource",
-            "transaction": response.transaction,
-        }
-    }
-    headers = [(PAYMENT_RESPONSE, encode_header(response)), ("Retry-After", "1")]
-    return _json_answer(402, body, headers, reasons.SETTLEMENT_PENDING)
-
-
-def _conflict(network: str, message: str) -> Answer:
-    """409 ``payment_identifier_conflict``: the payment's id came with another payment before.
-    Nothing was taken; the answer says so in ``PAYMENT-RESPONSE`` too."""
-    response = SettlementResponse(
-        success=False, error_reason=payment_identifier.CONFLICT, transaction="", network=network
-    )
-    body = {"error": {"type": "payment_error", "code": payment_identifier.CONFLICT, "message": message}}
-    return _json_answer(409, body, [(PAYMENT_RESPONSE, encode_header(response))], payment_identifier.CONFLICT)
+        return error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
 
 
 def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:
@@ -942,11 +738,6 @@ def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:
     if terms.pricing_mode == "metered":
         return False
     return terms.pricing_mode == "dynamic" or route.amount is not None
-
-
-def _scheme(terms: EndpointTerms) -> str:
-    """The scheme an endpoint's challenges offer: ``upto`` (a ceiling) for metered ones."""
-    return "upto" if terms.pricing_mode == "metered" else "exact"
 
 
 def _reply_error(reply: PlatformReply) -> PlatformError:

@@ -10,10 +10,25 @@ from x402mw.seller.config import PaidRoute
 from x402mw.seller.gate import PaymentGate
 from x402mw.seller.routes import RouteTable
 
-__all__ = ["ASYNC_AMOUNT_PROBLEM", "WELL_KNOWN_PATHS", "build_gate", "is_async_callable"]
+__all__ = ["ASYNC_AMOUNT_PROBLEM", "WELL_KNOWN_PATHS", "build_gate", "is_async_callable", "is_well_known", "origin_of"]
 
 WELL_KNOWN_PATHS = frozenset({"/.well-known/x402", "/.well-known/x402.json"})
 """Where a seller lists its paid routes (the x402 well-known discovery draft names the second)."""
+
+
+def is_well_known(method: str, path: str) -> bool:
+    """Whether a request is for the seller's ``/.well-known/x402`` manifest (``GET`` or ``HEAD``)."""
+    return path in WELL_KNOWN_PATHS and method in ("GET", "HEAD")
+
+
+def origin_of(url: str) -> str:
+    """The scheme and host of an absolute URL (the manifest's items are under the request's origin)."""
+    start = url.find("//")
+    if start < 0:
+        return url
+    end = url.find("/", start + 2)
+    return url if end < 0 else url[:end]
+
 
 ASYNC_AMOUNT_PROBLEM = (
     "the amount callback is an async function; this framework runs synchronously, give a plain function"

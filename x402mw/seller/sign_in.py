@@ -5,25 +5,37 @@ A route with ``sign_in=SignIn(origin="https://api.example.com", duration=86_400)
 request carrying a ``SIGN-IN-WITH-X`` header is checked here against the configured origin (never
 the request's ``Host``), the message's times and the chain; the platform then checks the signature,
 spends the nonce (once, across processes) and looks for a settled payment by that address for the
-route's endpoint within ``duration`` seconds (None: any time).
+route's endpoint within ``duration`` seconds (None: any time). `admit` is the gate's side of that
+exchange.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import Any
 from urllib.parse import urlsplit
 
-from x402mw.errors import ConfigurationError, InvalidPaymentError
-from x402mw.protocol.sign_in import SIGN_IN_WITH_X, SignInMessage, parse_time
+from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError
+from x402mw.protocol.models import SettlementResponse
+from x402mw.protocol.sign_in import SIGN_IN_WITH_X, SignInMessage, decode_sign_in, parse_time
+from x402mw.seller.answers import EXPOSE_HEADERS
+from x402mw.seller.decisions import PlatformCall, PlatformReply, Serve, Settlement
 
-__all__ = ["MAX_AGE_SECONDS", "SIGN_IN_WITH_X", "SignIn"]
+__all__ = ["MAX_AGE_SECONDS", "NONCE_KEPT_AT_MOST", "SIGN_IN_WITH_X", "SignIn", "admit", "nonce_kept_until"]
+
+logger = logging.getLogger("x402mw.seller")
 
 MAX_AGE_SECONDS = 300
+"""How old a message's ``issuedAt`` may be (the extension's five minutes)."""
 _SKEW = timedelta(seconds=60)
+NONCE_KEPT_AT_MOST = timedelta(seconds=MAX_AGE_SECONDS) + _SKEW
+"""The longest a used nonce is kept after its message's ``issuedAt`` (see `nonce_kept_until`)."""
 _SCHEMA = json.dumps(
     {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -127,7 +139,8 @@ class SignIn:
 
     def check(self, message: SignInMessage, url: str, network: str, now: float) -> datetime:
         """Check a message's domain, URI, chain and times for a request to ``url``; `InvalidPaymentError`
-        with the extension's reason code when one is wrong. Returns until when its nonce must be kept."""
+        with the extension's reason code when one is wrong. Returns until when its nonce must be kept
+        (`nonce_kept_until`: the message's expiry, bounded by its ``issuedAt`` + `MAX_AGE_SECONDS`)."""
         if message.domain != self._domain:
             raise InvalidPaymentError(
                 f"the sign-in message is for {message.domain!r}, not {self._domain!r}",
@@ -167,5 +180,88 @@ class SignIn:
             raise InvalidPaymentError("the sign-in message has expired", reason="invalid_siwx_expired")
         if not_before is not None and not_before > at:
             raise InvalidPaymentError("the sign-in message is not valid yet", reason="invalid_siwx_not_yet_valid")
-        # Past this the message is refused for its age, so its nonce need not be kept longer.
-        return issued + timedelta(seconds=MAX_AGE_SECONDS) + _SKEW
+        return nonce_kept_until(issued, expires)
+
+
+def nonce_kept_until(issued: datetime, expires: datetime | None) -> datetime:
+    """Until when the nonce of a message issued at ``issued`` and expiring at ``expires`` is kept.
+
+    A message is accepted only while its ``expirationTime`` has not passed *and* its ``issuedAt`` is
+    under `MAX_AGE_SECONDS` old; its expiry is the earlier of the two, and its nonce is kept until
+    then plus a minute for clocks that differ between processes. A message with a far
+    ``expirationTime`` (or none) is not refused for it: it stops being accepted at ``issuedAt`` +
+    `MAX_AGE_SECONDS`, so its nonce is kept to `NONCE_KEPT_AT_MOST` after ``issuedAt`` -- the
+    longest any nonce is kept -- and no message can be replayed once its nonce is purged.
+    """
+    ends = issued + timedelta(seconds=MAX_AGE_SECONDS)
+    if expires is not None and expires < ends:
+        ends = expires
+    return ends + _SKEW
+
+
+def admit(
+    sign_in: SignIn, header: str, url: str, *, endpoint_id: str, network: str, now: float
+) -> Generator[PlatformCall, Any, Serve | tuple[str | None, str]]:
+    """The gate's side of a ``SIGN-IN-WITH-X`` request to ``url``: `Serve` it when the platform
+    finds the signing wallet's earlier settlement for endpoint ``endpoint_id``, else the reason code
+    and message the 402 gives for refusing the sign-in; never serve for free."""
+    try:
+        message = decode_sign_in(header)
+        keep_until = sign_in.check(message, url, network, now)
+    except InvalidPaymentError as exc:
+        return exc.reason, exc.message
+    body = {
+        "endpointId": endpoint_id,
+        "address": message.address,
+        "message": message.text(),
+        "signature": message.signature,
+        "nonce": message.nonce,
+        "keepUntil": int(keep_until.timestamp()),
+        "windowSeconds": sign_in.duration,
+    }
+    try:
+        reply = yield PlatformCall("POST", "/agent/sign-ins", body)
+    except PlatformError as exc:
+        logger.error("sign-in check failed: %s; answering the challenge", exc.message)
+        reply = PlatformReply(503, None)
+    data = reply.data if isinstance(reply.data, dict) else {}
+    payment = data.get("payment")
+    if reply.status == 200 and data.get("signedIn") is True and isinstance(payment, dict):
+        try:
+            settlement = _signed_in_settlement(payment, endpoint_id)
+        except (KeyError, TypeError, ValueError):
+            logger.error("malformed sign-in reply; answering the challenge")
+        else:
+            return Serve(settlement, [EXPOSE_HEADERS])
+    if reply.status == 200 and data.get("signedIn") is False:
+        return str(data.get("reason") or "invalid_siwx_signature"), str(
+            data.get("message") or "the sign-in was refused"
+        )
+    if reply.status != 200:
+        logger.error("sign-in check answered %d; answering the challenge", reply.status)
+    return "siwx_unavailable", "signing in cannot be checked right now: pay, or retry shortly"
+
+
+def _signed_in_settlement(payment: dict[str, Any], endpoint_id: str) -> Settlement:
+    """The platform's record of the payment a signed-in wallet made, as the handler sees it."""
+    response = SettlementResponse(
+        success=True,
+        payer=str(payment["payer"]),
+        transaction=str(payment["transaction"]),
+        network=str(payment["network"]),
+        amount=int(payment["amountMinor"]),
+    )
+    receipt = payment.get("receipt") or {}
+    return Settlement(
+        transaction=response.transaction,
+        network=response.network,
+        payer=str(payment["payer"]),
+        pay_to=str(payment["payTo"]),
+        asset=str(payment["asset"]),
+        amount=int(payment["amountMinor"]),
+        challenge_id=str(payment.get("challengeId") or ""),
+        endpoint_id=endpoint_id,
+        receipt={str(k): str(v) for k, v in receipt.items()},
+        response=response,
+        signed_in=True,
+    )

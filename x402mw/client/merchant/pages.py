@@ -21,7 +21,25 @@ __all__ = ["AsyncPage", "AsyncPager", "Page"]
 T = TypeVar("T")
 
 
-class Page(Generic[T]):
+class _Listed(Generic[T]):
+    """What a page holds, sync or async: the listing and the call that fetched it."""
+
+    object = "list"
+
+    def __init__(self, listing: Listing[T], call: Call[Listing[T]]) -> None:
+        self.data = listing.data
+        self.has_more = listing.has_more
+        self._listing = listing
+        self._call = call
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(data=<{len(self.data)} items>, has_more={self.has_more})"
+
+    def _in_order(self) -> list[T]:
+        return self.data[::-1] if "ending_before" in self._call.params else self.data
+
+
+class Page(_Listed[T]):
     """One page of a list: ``data`` (newest first) and ``has_more``.
 
     `auto_paging_iter` yields every item of this page and of the pages after it, fetching each page
@@ -29,19 +47,11 @@ class Page(Generic[T]):
     are yielded oldest first.
     """
 
-    object = "list"
-
     def __init__(
         self, listing: Listing[T], call: Call[Listing[T]], fetch: Callable[[Call[Listing[T]]], Listing[T]]
     ) -> None:
-        self.data = listing.data
-        self.has_more = listing.has_more
-        self._listing = listing
-        self._call = call
+        super().__init__(listing, call)
         self._fetch = fetch
-
-    def __repr__(self) -> str:
-        return f"Page(data=<{len(self.data)} items>, has_more={self.has_more})"
 
     def next_page(self) -> Page[T] | None:
         """The next page, or None after the last one."""
@@ -51,19 +61,13 @@ class Page(Generic[T]):
     def auto_paging_iter(self) -> Iterator[T]:
         page: Page[T] | None = self
         while page is not None:
-            yield from _in_order(page._call, page.data)
+            yield from page._in_order()
             page = page.next_page()
 
 
-def _in_order(call: Call[Listing[T]], data: list[T]) -> list[T]:
-    return data[::-1] if "ending_before" in call.params else data
-
-
-class AsyncPage(Generic[T]):
+class AsyncPage(_Listed[T]):
     """One page of a list, from `AsyncMerchantClient`: as `Page`, with awaitable `next_page` and an
     async `auto_paging_iter`."""
-
-    object = "list"
 
     def __init__(
         self,
@@ -71,14 +75,8 @@ class AsyncPage(Generic[T]):
         call: Call[Listing[T]],
         fetch: Callable[[Call[Listing[T]]], Awaitable[Listing[T]]],
     ) -> None:
-        self.data = listing.data
-        self.has_more = listing.has_more
-        self._listing = listing
-        self._call = call
+        super().__init__(listing, call)
         self._fetch = fetch
-
-    def __repr__(self) -> str:
-        return f"AsyncPage(data=<{len(self.data)} items>, has_more={self.has_more})"
 
     async def next_page(self) -> AsyncPage[T] | None:
         """The next page, or None after the last one."""
@@ -88,7 +86,7 @@ class AsyncPage(Generic[T]):
     async def auto_paging_iter(self) -> AsyncIterator[T]:
         page: AsyncPage[T] | None = self
         while page is not None:
-            for item in _in_order(page._call, page.data):
+            for item in page._in_order():
                 yield item
             page = await page.next_page()
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import BalanceList
 from x402mw.platform.services.ledger import list_balances
@@ -21,4 +21,17 @@ async def balances(request: Request) -> ModelResponse:
     return ModelResponse(BalanceList(data=data, has_more=False))
 
 
-routes = [Route("/balances", balances, methods=["GET"])]
+routes = [
+    ApiRoute(
+        "GET",
+        "/balances",
+        balances,
+        Operation(
+            id="listBalances",
+            tag="Balances",
+            summary="List balances",
+            description="One per chain and coin the merchant has been paid in.",
+            answer=BalanceList,
+        ),
+    )
+]

@@ -12,14 +12,14 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.subscriptions import TestClockEnvelope
 from x402mw.platform.services.errors import ServiceError
@@ -58,13 +58,18 @@ FrozenTime = Annotated[
 class ClockCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    frozenTime: FrozenTime
+    frozenTime: FrozenTime = Field(
+        description="the clock's time: RFC 3339 timestamp with a timezone, in the years 2000–2199"
+    )
 
 
 class ClockAdvance(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    frozenTime: FrozenTime
+    frozenTime: FrozenTime = Field(
+        description="the clock's new time, not before its current one: RFC 3339 timestamp with a timezone, in "
+        "the years 2000–2199"
+    )
 
 
 async def _test_caller(request: Request) -> Caller:
@@ -111,8 +116,44 @@ async def advance(request: Request) -> ModelResponse:
     return ModelResponse(TestClockEnvelope(test_clock=clock_of(clock)))
 
 
+_TAG = "Test clocks"
 routes = [
-    Route("/test-clocks", create, methods=["POST"]),
-    Route("/test-clocks/{test_clock_id}", retrieve, methods=["GET"]),
-    Route("/test-clocks/{test_clock_id}/advance", advance, methods=["POST"]),
+    ApiRoute(
+        "POST",
+        "/test-clocks",
+        create,
+        Operation(
+            id="createTestClock",
+            tag=_TAG,
+            summary="Create a test clock",
+            description="Test keys only (400 `livemode_not_allowed`).",
+            answer=TestClockEnvelope,
+            status=201,
+            body=ClockCreate,
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/test-clocks/{test_clock_id}",
+        retrieve,
+        Operation(
+            id="retrieveTestClock", tag=_TAG, summary="Retrieve a test clock", answer=TestClockEnvelope, errors=(404,)
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/test-clocks/{test_clock_id}/advance",
+        advance,
+        Operation(
+            id="advanceTestClock",
+            tag=_TAG,
+            summary="Advance a test clock",
+            description="Moves the clock forward and answers once every renewal invoice, reminder, period end, "
+            "cancellation and expiry that falls due on its subscriptions up to the new time has run, "
+            "in order. 409 `test_clock_backwards` for a time before the clock's; test keys only.",
+            answer=TestClockEnvelope,
+            body=ClockAdvance,
+            errors=(404, 409),
+        ),
+    ),
 ]

@@ -2,10 +2,11 @@
 
 ``GET /resources`` lists the catalogue (filters ``type``, ``payTo``, ``scheme``, ``network``,
 ``extensions``; ``limit`` 1 to 100, ``offset`` up to 10,000) as ``{x402Version, items,
-pagination: {limit, offset, total}}``. ``GET /search?query=`` matches every word of the query
-against the resources' URLs, descriptions and names, as ``{x402Version, resources, partialResults,
-pagination: {limit, cursor}}`` (the cursor is the next offset, or null). Only endpoints their
-merchants made ``discoverable`` are listed (see `x402mw.platform.services.catalogue`).
+pagination: {limit, offset, total}}``, newest first. ``GET /search?query=`` matches every word of
+the query against the resources' URLs, descriptions and names, ranked (names before descriptions,
+then the most settled for lately: `x402mw.platform.services.catalogue`), as ``{x402Version,
+resources, partialResults, pagination: {limit, cursor}}`` (the cursor is the next offset, or null).
+Only endpoints their merchants made ``discoverable`` are listed.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 import re
 
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation, Schema, query
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.catalogue import CatalogueQuery
@@ -107,7 +108,55 @@ def _public(response: ModelResponse) -> ModelResponse:
     return response
 
 
+def _pattern(regex: re.Pattern[str]) -> Schema:
+    return {"type": "string", "pattern": regex.pattern}
+
+
+# The filters, with the patterns they are checked by.
+_OFFSET: Schema = {"type": "string", "pattern": "^(?:0|[1-9][0-9]{0,3}|10000)$"}
+_WORDS: Schema = {"type": "string", "maxLength": 200, "pattern": "^[ -~]*[!-~][ -~]*$"}
+_FILTERS = [
+    query("type", "`http` or `mcp`", {"type": "string", "enum": ["http", "mcp"]}),
+    query("payTo", "recipient address", _pattern(ADDRESS)),
+    query("scheme", "payment scheme, e.g. `exact`", _pattern(SCHEME)),
+    query("network", "CAIP-2 network, e.g. `eip155:8453`", _pattern(NETWORK)),
+    query("extensions", "an extension the resource declares, e.g. `bazaar`", _pattern(EXTENSION)),
+    query("limit", "1–100; default 20", {"type": "string", "pattern": "^(?:[1-9][0-9]?|100)$"}),
+]
 routes = [
-    Route("/x402/discovery/resources", list_resources, methods=["GET"]),
-    Route("/x402/discovery/search", search_resources, methods=["GET"]),
+    ApiRoute(
+        "GET",
+        "/x402/discovery/resources",
+        list_resources,
+        Operation(
+            id="discoveryListResources",
+            tag="Facilitator",
+            summary="List discoverable resources (x402 Bazaar)",
+            description="The resources this platform settled for whose endpoints are `discoverable`, newest first. "
+            "Public; rate limited per client address (429 with `Retry-After`).",
+            answer=objects.DiscoveryList,
+            public=True,
+            parameters=[*_FILTERS, query("offset", "0–10000; default 0", _OFFSET)],
+            errors=(429,),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/x402/discovery/search",
+        search_resources,
+        Operation(
+            id="discoverySearch",
+            tag="Facilitator",
+            summary="Search discoverable resources (x402 Bazaar)",
+            description="Resources whose URL, description or name contain every word of `query`. Public; rate limited.",
+            answer=objects.DiscoverySearch,
+            public=True,
+            parameters=[
+                query("query", "1–200 printable characters: the words to find", _WORDS) | {"required": True},
+                *_FILTERS,
+                query("cursor", "the `pagination.cursor` of the previous page", _OFFSET),
+            ],
+            errors=(429,),
+        ),
+    ),
 ]

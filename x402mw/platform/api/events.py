@@ -7,7 +7,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -15,6 +14,7 @@ from x402mw.platform.http.bodies import path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.pagination import list_page
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation, enum, query
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.webhooks import (
     EventList,
@@ -62,7 +62,6 @@ async def list_events(request: Request) -> ModelResponse:
             )
         filters.append(table.c.type == kind)
     platform = platform_of(request)
-    await platform.settlement.recorded()  # agent_payment.settled lands just after its receipt
     async with platform.engine.connect() as conn:
         data, more = await list_page(conn, table, filters, request, event_of)
     return ModelResponse(EventList(data=data, has_more=more))
@@ -91,8 +90,46 @@ async def redeliver_event(request: Request) -> ModelResponse:
     return ModelResponse(Redelivery(id=row["id"], redelivered=count))
 
 
+_TAG = "Events"
 routes = [
-    Route("/events", list_events, methods=["GET"]),
-    Route("/events/{event_id}", retrieve, methods=["GET"]),
-    Route("/events/{event_id}/redeliver", redeliver_event, methods=["POST"]),
+    ApiRoute(
+        "GET",
+        "/events",
+        list_events,
+        Operation(
+            id="listEvents",
+            tag=_TAG,
+            summary="List events",
+            description="Newest first.",
+            answer=EventList,
+            parameters=[*LIST_PARAMS, query("type", "only events of this type", enum(*EVENT_TYPES))],
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/events/{event_id}",
+        retrieve,
+        Operation(
+            id="retrieveEvent",
+            tag=_TAG,
+            summary="Retrieve an event and its deliveries",
+            answer=EventWithDeliveriesEnvelope,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/events/{event_id}/redeliver",
+        redeliver_event,
+        Operation(
+            id="redeliverEvent",
+            tag=_TAG,
+            summary="Redeliver an event",
+            description="Owes the event again, from now and for three more days, to every enabled endpoint whose "
+            "filter matches; `redelivered` counts them. Takes no parameters.",
+            answer=Redelivery,
+            errors=(404,),
+        ),
+    ),
 ]

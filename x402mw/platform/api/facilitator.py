@@ -6,16 +6,21 @@ Requirements that carry an x402mw challenge (``extra.challengeId`` and its seal,
 seller middleware issues them) belong to the merchant whose middleware issued it: another merchant's
 key gets 404 for them, and nothing is verified or settled. A payment settled here is recorded
 under the caller, linked to its challenge when it has one.
+
+An ``exact`` payment settled here whose payload names its resource (``resource.url``) and carries
+the ``bazaar`` extension (which the seller declared and the payer echoed, as the extension says)
+enters the discovery catalogue, under the caller's discoverable endpoint for it
+(`Catalogue.endpoint_for`), as the seller middleware's settlements do.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.requests import Request
-from starlette.routing import Route
 
-from x402mw.platform import metrics
 from x402mw.platform.api.agents.settlements import conflict_error, unavailable_error
 from x402mw.platform.api.auth import authenticate, presented_key
 from x402mw.platform.chain.relayer import ChainUnavailable
@@ -23,6 +28,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.http.bodies import parse_body, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
 from x402mw.platform.services.chains import ChainHandle
@@ -30,8 +36,13 @@ from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement.outcomes import unavailable
 from x402mw.platform.services.settlement.service import IdentifierConflict, PaymentRefusal, SettleRequest
 from x402mw.platform.services.settlement.upto import EIP2612_EXTENSION
-from x402mw.protocol import reasons
-from x402mw.protocol.models import PaymentPayload, PaymentRequirements, UptoPaymentPayload, VerifyResponse
+from x402mw.protocol.models import (
+    PaymentPayload,
+    PaymentRequirements,
+    SettlementResponse,
+    UptoPaymentPayload,
+    VerifyResponse,
+)
 from x402mw.protocol.seals import Sealer, sealed_terms
 
 __all__ = ["routes"]
@@ -39,9 +50,9 @@ __all__ = ["routes"]
 
 class FacilitatorBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    x402Version: int = 2
-    paymentPayload: PaymentPayload
-    paymentRequirements: PaymentRequirements
+    x402Version: int = Field(default=2, description="1 or 2")
+    paymentPayload: PaymentPayload = Field(description="the buyer's signed payload")
+    paymentRequirements: PaymentRequirements = Field(description="the terms the payload must satisfy")
 
 
 class UptoFacilitatorBody(BaseModel):
@@ -111,29 +122,23 @@ async def verify(request: Request) -> ModelResponse:
     body = await _body(request)
     await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
-    service = platform.settlement
-    network = service.network_label(body.paymentRequirements.network)
     if isinstance(body, UptoFacilitatorBody):
         payer = body.paymentPayload.payload.permit2_authorization.from_address
     else:
         payer = body.paymentPayload.payload.authorization.from_address
     try:
-        if body.x402Version not in (1, 2):
-            raise PaymentRefusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
         if isinstance(body, UptoFacilitatorBody):
-            upto = platform.upto.verify(body.paymentRequirements, body.paymentPayload)
-            await platform.upto.check_on_chain(upto)
-            payer = upto.payer
+            payer = await platform.upto.check(
+                body.paymentRequirements, body.paymentPayload, x402_version=body.x402Version
+            )
         else:
-            verified = await service.verify(body.paymentRequirements, body.paymentPayload)
-            await service.check_on_chain(verified, body.paymentRequirements.asset)
-            payer = verified.payer
+            payer = await platform.settlement.check(
+                body.paymentRequirements, body.paymentPayload, x402_version=body.x402Version
+            )
     except ChainUnavailable:
         raise unavailable_error(unavailable(body.paymentRequirements.network)) from None
     except PaymentRefusal as refusal:
-        metrics.count_verification(network, refusal.reason)
         return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason, payer=payer))
-    metrics.count_verification(network, None)
     return ModelResponse(VerifyResponse(is_valid=True, payer=payer))
 
 
@@ -160,7 +165,38 @@ async def settle(request: Request) -> ModelResponse:
         raise conflict_error(conflict) from None
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
+    if outcome.status == "settled" and isinstance(body, FacilitatorBody):
+        await _catalogue(request, caller, challenge_id, body)
     return ModelResponse(outcome.response)
+
+
+async def _catalogue(request: Request, caller: Caller, challenge_id: str | None, body: FacilitatorBody) -> None:
+    payload, requirements = body.paymentPayload, body.paymentRequirements
+    if payload.resource is None or not isinstance((payload.extensions or {}).get("bazaar"), dict):
+        return
+    chain = requirements.network.removeprefix("eip155:")
+    if not chain.isdigit():
+        return
+    platform = platform_of(request)
+    endpoint = await platform.catalogue.endpoint_for(
+        merchant_id=caller.merchant_id,
+        livemode=caller.livemode,
+        challenge_id=challenge_id,
+        resource=payload.resource.url,
+        pay_to=requirements.pay_to,
+        chain_id=int(chain),
+    )
+    if endpoint is None:
+        return
+    await platform.catalogue.record(
+        endpoint,
+        resource=payload.resource.url,
+        accepted=requirements.to_wire(),
+        description=payload.resource.description,
+        mime_type=payload.resource.mime_type,
+        extensions=payload.extensions,
+        settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
+    )
 
 
 async def supported(request: Request) -> ModelResponse:
@@ -203,8 +239,54 @@ def _tokens(chain: ChainHandle) -> list[SupportedToken]:
     ]
 
 
+_TAG = "Facilitator"
 routes = [
-    Route("/x402/verify", verify, methods=["POST"]),
-    Route("/x402/settle", settle, methods=["POST"]),
-    Route("/x402/supported", supported, methods=["GET"]),
+    ApiRoute(
+        "POST",
+        "/x402/verify",
+        verify,
+        Operation(
+            id="facilitatorVerify",
+            tag=_TAG,
+            summary="Verify a payment (x402 facilitator)",
+            description="Checks the signature, terms and the payer's balance without settling. A payment it refuses "
+            "is a 200 with `isValid: false` and the reason in `invalidReason`. Requirements carrying another "
+            "merchant's x402mw challenge (`extra.challengeId`) are a 404, and nothing is verified.",
+            answer=VerifyResponse,
+            body=FacilitatorBody,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/x402/settle",
+        settle,
+        Operation(
+            id="facilitatorSettle",
+            tag=_TAG,
+            summary="Settle a payment (x402 facilitator)",
+            description="A refused payment is a 200 with `success: false` and the reason in `errorReason`. A "
+            "settlement still pending after 30 s answers `success: false`, `errorReason: "
+            "settlement_pending` with the transaction; the same request later answers the final result. "
+            "Requirements carrying another merchant's x402mw challenge (`extra.challengeId`) are a 404, and "
+            "nothing is settled. A `payment-identifier` id already used with another payload is a 409 "
+            "`payment_identifier_conflict`; with the same payload it answers the stored settlement.",
+            answer=SettlementResponse,
+            body=FacilitatorBody,
+            errors=(404, 409),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/x402/supported",
+        supported,
+        Operation(
+            id="facilitatorSupported",
+            tag=_TAG,
+            summary="List supported payment kinds (x402 facilitator)",
+            answer=SupportedKinds,
+            public=True,
+            standalone=True,
+        ),
+    ),
 ]

@@ -16,7 +16,6 @@ from pydantic import (
     model_validator,
 )
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.idempotency import key_slot
@@ -24,13 +23,15 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.fields import NO_NUL, Email, HttpUrl, http_url
+from x402mw.platform.http.fields import NO_NUL, Email, HttpUrl, amount_schema, http_url
 from x402mw.platform.http.pagination import list_page
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, TEXT, ApiRoute, Operation, query
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import PaymentIntent, PaymentIntentEnvelope, PaymentIntentList
 from x402mw.platform.services.payment_intents import (
     DECIMALS,
+    ORDER_AMOUNTS,
     cancel_payment_intent,
     find_payment_intent,
     parse_amount,
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["PaymentIntentCreate", "require_takeable", "routes", "sent_text"]
 
 Currency = Literal["USDC", "USDT", "EURC"]
+OrderAmount = Annotated[int, WithJsonSchema(amount_schema(ORDER_AMOUNTS))]
+"""An order's amount: a decimal string or a JSON number, parsed (`parse_amount`) before validation."""
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 50, 40, 500
 
 
@@ -136,8 +139,12 @@ _CREATE_RULES: list[Any] = [
 class CustomerIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    email: Email | None = None
-    name: str | None = Field(default=None, max_length=200)
+    email: Email | None = Field(
+        default=None,
+        description="exactly one email address (`local@domain.example`; no list, group or display name), at "
+        "most 320 characters",
+    )
+    name: str | None = Field(default=None, max_length=200, description="at most 200 characters")
 
 
 class PaymentMethodsIn(BaseModel):
@@ -159,9 +166,13 @@ class PaymentMethodsIn(BaseModel):
         },
     )
 
-    wallet: StrictBool = True
-    transfer: StrictBool = True
-    transferDefaultOpen: StrictBool = False
+    wallet: StrictBool = Field(default=True, description="offer payment from a browser wallet (default true)")
+    transfer: StrictBool = Field(
+        default=True, description="offer a transfer to a dedicated deposit address (default true)"
+    )
+    transferDefaultOpen: StrictBool = Field(
+        default=False, description="open the transfer panel first (default false; needs `transfer`)"
+    )
 
     @model_validator(mode="after")
     def _one_method(self) -> PaymentMethodsIn:
@@ -175,19 +186,50 @@ class PaymentMethodsIn(BaseModel):
 class PaymentIntentCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": _CREATE_RULES})
 
-    orderId: str = Field(min_length=1, max_length=200)
-    amount: int
-    currency: Currency
-    acceptedCurrencies: list[Currency] | None = Field(default=None, min_length=1, max_length=3)
-    customer: CustomerIn | None = None
-    customerEmail: Email | None = None
-    customerName: str | None = Field(default=None, max_length=200)
+    orderId: str = Field(
+        min_length=1,
+        max_length=200,
+        description="the order's id in the merchant's system, 1–200 characters, unique per merchant and mode",
+    )
+    amount: OrderAmount = Field(
+        description="decimal amount, greater than 0, at most 6 decimals and 1,000,000,000; a string such as "
+        '`"12.50"` is recommended, JSON numbers are read exactly (never as floats)'
+    )
+    currency: Currency = Field(description="the primary coin")
+    acceptedCurrencies: list[Currency] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description="coins offered at checkout; must include `currency`; default `[currency]`",
+    )
+    customer: CustomerIn | None = Field(default=None, description="the buyer")
+    customerEmail: Email | None = Field(
+        default=None, description="legacy form of `customer.email`; must agree with it when both are sent"
+    )
+    customerName: str | None = Field(
+        default=None,
+        max_length=200,
+        description="legacy form of `customer.name`; must agree with it when both are sent",
+    )
     description: str | None = Field(default=None, min_length=1, max_length=1000)
-    successUrl: HttpUrl | None = None
-    cancelUrl: HttpUrl | None = None
-    metadata: Annotated[dict[str, str], WithJsonSchema(_METADATA_SCHEMA)] | None = None
-    paymentMethods: PaymentMethodsIn | None = None
-    expiresAt: datetime | None = None
+    successUrl: HttpUrl | None = Field(
+        default=None, description="absolute http(s) URL the buyer returns to after paying, at most 2048 characters"
+    )
+    cancelUrl: HttpUrl | None = Field(
+        default=None, description="absolute http(s) URL the buyer returns to after cancelling, at most 2048 characters"
+    )
+    metadata: Annotated[dict[str, str], WithJsonSchema(_METADATA_SCHEMA)] | None = Field(
+        default=None,
+        description="at most 50 string values, keys at most 40 and values at most 500 characters. "
+        "`fixed_transfer_customer_id` reuses one deposit address for that customer's orders (`409 "
+        "fixed_transfer_active_payment` while another open order holds it)",
+    )
+    paymentMethods: PaymentMethodsIn | None = Field(
+        default=None, description="what checkout offers; default wallet and transfer, transfer panel closed"
+    )
+    expiresAt: datetime | None = Field(
+        default=None, description="ISO 8601 timestamp with a timezone, in the future; the order expires then"
+    )
 
     _v_amount = field_validator("amount", mode="before")(parse_amount)
     _v_urls = field_validator("successUrl", "cancelUrl")(http_url)
@@ -318,9 +360,67 @@ async def list_payment_intents(request: Request) -> ModelResponse:
     return ModelResponse(PaymentIntentList(data=data, has_more=more))
 
 
+_TAG = "Payment intents"
 routes = [
-    Route("/payment-intents", create, methods=["POST"]),
-    Route("/payment-intents", list_payment_intents, methods=["GET"]),
-    Route("/payment-intents/{payment_id}", retrieve, methods=["GET"]),
-    Route("/payment-intents/{payment_id}/cancel", cancel, methods=["POST"]),
+    ApiRoute(
+        "POST",
+        "/payment-intents",
+        create,
+        Operation(
+            id="createPaymentIntent",
+            tag=_TAG,
+            summary="Create a payment intent",
+            description="Starts in `requires_payment`; send the buyer to `checkoutUrl`. 409 `order_id_conflict` when "
+            "the merchant already has `orderId` in this mode; 409 `fixed_transfer_active_payment` when "
+            "another open order holds `metadata.fixed_transfer_customer_id`. 400 `currency_unavailable` "
+            "(`param` `currency` or `acceptedCurrencies`) when no chain of the platform carries a coin for "
+            "the key's mode: the message names the coins that can be taken.",
+            answer=PaymentIntentEnvelope,
+            status=201,
+            body=PaymentIntentCreate,
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/payment-intents",
+        list_payment_intents,
+        Operation(
+            id="listPaymentIntents",
+            tag=_TAG,
+            summary="List payment intents",
+            description="Newest first; with `orderId`, the merchant's order with that id (a list of at most one).",
+            answer=PaymentIntentList,
+            parameters=[
+                *LIST_PARAMS,
+                query("orderId", "only the order with this id", TEXT | {"minLength": 1, "maxLength": 200}),
+            ],
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/payment-intents/{payment_id}",
+        retrieve,
+        Operation(
+            id="retrievePaymentIntent",
+            tag=_TAG,
+            summary="Retrieve a payment intent",
+            answer=PaymentIntentEnvelope,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/payment-intents/{payment_id}/cancel",
+        cancel,
+        Operation(
+            id="cancelPaymentIntent",
+            tag=_TAG,
+            summary="Cancel a payment intent",
+            description="Only from `requires_payment` (otherwise 409 `payment_intent_unexpected_state`); writes "
+            "`payment_intent.canceled` and releases a fixed transfer address.",
+            answer=PaymentIntentEnvelope,
+            errors=(404, 409),
+        ),
+    ),
 ]

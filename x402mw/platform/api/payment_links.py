@@ -14,13 +14,13 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.payment_intents import (
     _CREATE_RULES,
     _METADATA_SCHEMA,
     Currency,
+    OrderAmount,
     PaymentMethodsIn,
     _metadata,
     require_takeable,
@@ -33,6 +33,7 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import UUID_PATTERN, HttpUrl, http_url, is_uuid
 from x402mw.platform.http.pagination import list_page
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import PaymentLinkEnvelope, PaymentLinkList
 from x402mw.platform.services.errors import ServiceError
@@ -74,15 +75,31 @@ class PaymentLinkCreate(BaseModel):
     # acceptedCurrencies must include currency, as for payment intents
     model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [_CREATE_RULES[0]]})
 
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")
-    amount: int
-    currency: Currency
-    acceptedCurrencies: list[Currency] | None = Field(default=None, min_length=1, max_length=3)
-    paymentMethods: PaymentMethodsIn | None = None
-    successUrl: HttpUrl | None = None
-    cancelUrl: HttpUrl | None = None
-    metadata: Annotated[dict[str, str], WithJsonSchema(_LINK_METADATA_SCHEMA)] | None = None
-    slug: Slug | None = None
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00]*$",
+        description="what the link sells, shown to the merchant (1–200 characters)",
+    )
+    amount: OrderAmount = Field(description="decimal amount, as for payment intents; answered as sent")
+    currency: Currency = Field(description="the primary coin")
+    acceptedCurrencies: list[Currency] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=3,
+        description="coins offered at checkout; must include `currency`; default `[currency]`",
+    )
+    paymentMethods: PaymentMethodsIn | None = Field(default=None, description="what checkout offers each buyer's order")
+    successUrl: HttpUrl | None = Field(default=None, description="where buyers return after paying")
+    cancelUrl: HttpUrl | None = Field(default=None, description="where buyers return after cancelling")
+    metadata: Annotated[dict[str, str], WithJsonSchema(_LINK_METADATA_SCHEMA)] | None = Field(
+        default=None, description="copied to each buyer's payment intent (not `fixed_transfer_customer_id`)"
+    )
+    slug: Slug | None = Field(
+        default=None,
+        description="adds `{checkout_url_base}/paylink/<slug>.<merchant id>`: 1–64 lower-case letters, digits "
+        "and inner hyphens, not a UUID, unique among the merchant's links (409 `slug_taken`)",
+    )
 
     _v_amount = field_validator("amount", mode="before")(parse_amount)
     _v_urls = field_validator("successUrl", "cancelUrl")(http_url)
@@ -92,8 +109,12 @@ class PaymentLinkCreate(BaseModel):
 class PaymentLinkUpdate(PatchBody):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\x00]*$")
-    active: StrictBool | None = None
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=r"^[^\x00]*$", description="a new name"
+    )
+    active: StrictBool | None = Field(
+        default=None, description="false: the link opens no new orders (orders already opened stay payable)"
+    )
 
 
 def _base(request: Request) -> str:
@@ -179,9 +200,63 @@ async def list_links(request: Request) -> ModelResponse:
     return ModelResponse(PaymentLinkList(data=data, has_more=more))
 
 
+_TAG = "Payment links"
 routes = [
-    Route("/payment-links", create, methods=["POST"]),
-    Route("/payment-links", list_links, methods=["GET"]),
-    Route("/payment-links/{link_id}", retrieve, methods=["GET"]),
-    Route("/payment-links/{link_id}", update, methods=["PATCH"]),
+    ApiRoute(
+        "POST",
+        "/payment-links",
+        create,
+        Operation(
+            id="createPaymentLink",
+            tag=_TAG,
+            summary="Create a payment link",
+            description="Hand `checkoutUrl` (or `slugUrl`) to buyers. 409 `slug_taken` when another of your links "
+            "has the slug; 400 `currency_unavailable` when no chain of the platform carries a coin.",
+            answer=PaymentLinkEnvelope,
+            status=201,
+            body=PaymentLinkCreate,
+            errors=(409,),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/payment-links",
+        list_links,
+        Operation(
+            id="listPaymentLinks",
+            tag=_TAG,
+            summary="List payment links",
+            description="Newest first.",
+            answer=PaymentLinkList,
+            parameters=LIST_PARAMS,
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/payment-links/{link_id}",
+        retrieve,
+        Operation(
+            id="retrievePaymentLink",
+            tag=_TAG,
+            summary="Retrieve a payment link",
+            answer=PaymentLinkEnvelope,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "PATCH",
+        "/payment-links/{link_id}",
+        update,
+        Operation(
+            id="updatePaymentLink",
+            tag=_TAG,
+            summary="Update a payment link",
+            description="Rename it, or deactivate it (`active: false`): its page then says it is no longer active and "
+            "opening it answers 409 `payment_link_inactive`.",
+            answer=PaymentLinkEnvelope,
+            body=PaymentLinkUpdate,
+            errors=(404,),
+        ),
+    ),
 ]

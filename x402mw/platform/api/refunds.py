@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -13,6 +12,7 @@ from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, r
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.pagination import list_page, query_id
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, UUID, ApiRoute, Operation, query
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import RefundEnvelope, RefundList
 from x402mw.platform.services.refunds import refund_of
@@ -23,7 +23,11 @@ __all__ = ["RefundCreate", "routes"]
 class RefundCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str | None = Field(default=None, max_length=500)
+    reason: str | None = Field(
+        default=None,
+        max_length=500,
+        description="why the order is refunded, at most 500 characters; shown in the refund",
+    )
 
 
 async def create(request: Request) -> ModelResponse:
@@ -58,8 +62,45 @@ async def list_refunds(request: Request) -> ModelResponse:
     return ModelResponse(RefundList(data=data, has_more=more))
 
 
+_TAG = "Refunds"
 routes = [
-    Route("/payment-intents/{payment_id}/refunds", create, methods=["POST"]),
-    Route("/refunds", list_refunds, methods=["GET"]),
-    Route("/refunds/{refund_id}", retrieve, methods=["GET"]),
+    ApiRoute(
+        "POST",
+        "/payment-intents/{payment_id}/refunds",
+        create,
+        Operation(
+            id="createRefund",
+            tag=_TAG,
+            summary="Refund a payment intent",
+            description="Refunds everything the order received to the wallet that paid it, from the treasury "
+            "through the relayer. Reserves the amount from the available balance atomically (422 "
+            "`insufficient_balance`), then answers `processing` or, once the transfer has its "
+            "confirmations, `completed`. 409 `payment_intent_unexpected_state` unless the order "
+            "`succeeded`; 409 `payment_intent_already_refunded` while another refund is live.",
+            answer=RefundEnvelope,
+            status=201,
+            body=RefundCreate,
+            errors=(404, 409, 422),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/refunds",
+        list_refunds,
+        Operation(
+            id="listRefunds",
+            tag=_TAG,
+            summary="List refunds",
+            description="Newest first; with `paymentId`, the refunds of that payment intent.",
+            answer=RefundList,
+            parameters=[*LIST_PARAMS, query("paymentId", "only this order's refunds", UUID)],
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/refunds/{refund_id}",
+        retrieve,
+        Operation(id="retrieveRefund", tag=_TAG, summary="Retrieve a refund", answer=RefundEnvelope, errors=(404,)),
+    ),
 ]

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.errors import PriceError
 from x402mw.evm.keys import address_of, new_private_key
@@ -25,6 +24,7 @@ from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, r
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import NonZeroAddress, amount_schema
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.base import money
 from x402mw.platform.objects.payments import FaucetTransfer, SandboxPayment
@@ -47,10 +47,12 @@ publishes its pattern)."""
 
 class FaucetBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    network: str = Field(max_length=64)
-    currency: Literal["USDC", "EURC"]
-    address: NonZeroAddress
-    amount: Annotated[Any, WithJsonSchema(amount_schema(FAUCET_AMOUNTS))]  # read by FAUCET_AMOUNTS
+    network: str = Field(max_length=64, description="a test network of this platform, e.g. `eip155:1337`")
+    currency: Literal["USDC", "EURC"] = Field(description="coin to mint")
+    address: NonZeroAddress = Field(description="EVM address receiving the coins")
+    amount: Annotated[Any, WithJsonSchema(amount_schema(FAUCET_AMOUNTS))] = Field(
+        description="decimal amount of coins, at most 1,000,000"
+    )  # read by FAUCET_AMOUNTS
 
 
 async def faucet(request: Request) -> ModelResponse:
@@ -113,8 +115,14 @@ Scenario = Literal["exact", "underpaid", "overpaid", "late", "wrong_asset"]
 
 class SimulatePaymentBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    scenario: Scenario = "exact"
-    network: str | None = Field(default=None, max_length=64)
+    scenario: Scenario = Field(
+        default="exact",
+        description="`exact` (default), `underpaid` (half), `overpaid` (10 % more), `late` (the order is "
+        "expired first) or `wrong_asset` (a coin the order does not accept)",
+    )
+    network: str | None = Field(
+        default=None, max_length=64, description="a test network of this platform; default: the first one"
+    )
 
 
 def _pick(chain: ChainHandle, order: Any, scenario: Scenario) -> Asset:
@@ -194,7 +202,36 @@ async def simulate(platform: Platform, caller: Caller, payment_id: str, body: Si
     )
 
 
+_TAG = "Sandbox"
 routes = [
-    Route("/sandbox/faucet", faucet, methods=["POST"]),
-    Route("/sandbox/payment-intents/{payment_id}/simulate-payment", simulate_payment, methods=["POST"]),
+    ApiRoute(
+        "POST",
+        "/sandbox/faucet",
+        faucet,
+        Operation(
+            id="sandboxFaucet",
+            tag=_TAG,
+            summary="Mint test coins",
+            description="Test keys only. Mints test USDC or EURC on the dev chain or on a local node whose token "
+            "minter the platform holds.",
+            answer=FaucetTransfer,
+            body=FaucetBody,
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/sandbox/payment-intents/{payment_id}/simulate-payment",
+        simulate_payment,
+        Operation(
+            id="sandboxSimulatePayment",
+            tag=_TAG,
+            summary="Simulate a payment",
+            description="Test keys only. Sends a real transfer from a fresh wallet to the order's deposit address on "
+            "a test chain and answers once the platform has seen it. 409 `payment_intent_unexpected_state` "
+            "unless the order awaits payment.",
+            answer=SandboxPayment,
+            body=SimulatePaymentBody,
+            errors=(404, 409),
+        ),
+    ),
 ]

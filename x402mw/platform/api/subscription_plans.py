@@ -6,7 +6,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, field_validator
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.api.payment_intents import require_takeable, sent_text
@@ -17,6 +16,7 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import HttpUrl, amount_schema, http_url
 from x402mw.platform.http.pagination import list_page
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation, enum, query
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.subscriptions import SubscriptionPlanEnvelope, SubscriptionPlanList
 from x402mw.platform.services.errors import ServiceError
@@ -34,12 +34,29 @@ GraceDays = Annotated[StrictInt, Field(ge=0, le=MAX_GRACE_DAYS)]
 class PlanCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
-    amount: Amount
-    currency: Literal["USDC", "USDT", "EURC"]
-    interval: Literal["weekly", "monthly", "quarterly", "yearly"]
-    slug: str | None = Field(default=None, pattern=SLUG_PATTERN)
-    graceDays: GraceDays | None = None
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="shown to customers on the subscribe page and in emails, 1–200 characters",
+    )
+    amount: Amount = Field(
+        description="decimal amount per period, greater than 0, at most 6 decimals and 1,000,000,000; a string "
+        'such as `"9.99"` is recommended, JSON numbers are read exactly'
+    )
+    currency: Literal["USDC", "USDT", "EURC"] = Field(description="the coin customers pay in")
+    interval: Literal["weekly", "monthly", "quarterly", "yearly"] = Field(description="the length of a billing period")
+    slug: str | None = Field(
+        default=None,
+        pattern=SLUG_PATTERN,
+        description="names the plan in its checkout link (`su_<slug>.<merchant id>`) instead of its id: 1–32 "
+        "lower-case letters, digits and inner hyphens, unique among the merchant's plans (`409 "
+        "slug_taken`)",
+    )
+    graceDays: GraceDays | None = Field(
+        default=None,
+        description="days a past-due subscription is kept before it expires, 0–365; null or absent: the "
+        "platform's (7 by default)",
+    )
     returnUrl: HttpUrl | None = None
 
     _v_amount = field_validator("amount", mode="before")(parse_amount)
@@ -50,10 +67,22 @@ class PlanUpdate(PatchBody):
     CLEARABLE = frozenset({"graceDays", "returnUrl"})  # null: the platform's grace period; no return link
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    amount: Amount | None = None
-    active: StrictBool | None = None
-    graceDays: GraceDays | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=200, description="1–200 characters")
+    amount: Amount | None = Field(
+        default=None,
+        description="decimal amount per period, greater than 0, at most 6 decimals and 1,000,000,000; a string "
+        'such as `"9.99"` is recommended, JSON numbers are read exactly; applies to invoices opened'
+        " after the change",
+    )
+    active: StrictBool | None = Field(
+        default=None,
+        description="false: the plan opens no new subscriptions (`409 plan_inactive`); open ones keep renewing",
+    )
+    graceDays: GraceDays | None = Field(
+        default=None,
+        description="days a past-due subscription is kept before it expires, 0–365; null or absent: the "
+        "platform's (7 by default)",
+    )
     returnUrl: HttpUrl | None = None
 
     _v_amount = field_validator("amount", mode="before")(lambda value: None if value is None else parse_amount(value))
@@ -152,9 +181,67 @@ async def list_plans(request: Request) -> ModelResponse:
     return ModelResponse(SubscriptionPlanList(data=data, has_more=more))
 
 
+_TAG = "Subscription plans"
 routes = [
-    Route("/subscription-plans", create, methods=["POST"]),
-    Route("/subscription-plans", list_plans, methods=["GET"]),
-    Route("/subscription-plans/{plan_id}", retrieve, methods=["GET"]),
-    Route("/subscription-plans/{plan_id}", update, methods=["PATCH"]),
+    ApiRoute(
+        "POST",
+        "/subscription-plans",
+        create,
+        Operation(
+            id="createSubscriptionPlan",
+            tag=_TAG,
+            summary="Create a plan",
+            description="Send customers to its `checkoutUrl` (the hosted subscribe page), or open subscriptions with "
+            "`POST /v1/subscriptions`. 409 `slug_taken` when another of your plans has the slug; 400 "
+            "`currency_unavailable` when no chain of the platform carries the coin.",
+            answer=SubscriptionPlanEnvelope,
+            status=201,
+            body=PlanCreate,
+            errors=(409,),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/subscription-plans",
+        list_plans,
+        Operation(
+            id="listSubscriptionPlans",
+            tag=_TAG,
+            summary="List plans",
+            description="Newest first.",
+            answer=SubscriptionPlanList,
+            parameters=[
+                *LIST_PARAMS,
+                query("active", "only active (`true`) or inactive (`false`) plans", enum("true", "false")),
+            ],
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/subscription-plans/{plan_id}",
+        retrieve,
+        Operation(
+            id="retrieveSubscriptionPlan",
+            tag=_TAG,
+            summary="Retrieve a plan",
+            answer=SubscriptionPlanEnvelope,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "PATCH",
+        "/subscription-plans/{plan_id}",
+        update,
+        Operation(
+            id="updateSubscriptionPlan",
+            tag=_TAG,
+            summary="Update a plan",
+            description="`name`, `amount`, `active` and `graceDays`. A new amount applies to invoices opened "
+            "afterwards; invoices already open keep theirs.",
+            answer=SubscriptionPlanEnvelope,
+            body=PlanUpdate,
+            errors=(404,),
+        ),
+    ),
 ]

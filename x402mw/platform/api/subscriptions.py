@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -24,6 +23,7 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import Email, Uuid
 from x402mw.platform.http.pagination import list_page, query_id
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, TEXT, UUID, Answer, ApiRoute, Operation, enum, query
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.subscriptions import (
     Invoice,
@@ -31,6 +31,7 @@ from x402mw.platform.objects.subscriptions import (
     Subscription,
     SubscriptionEnvelope,
     SubscriptionList,
+    SubscriptionOpened,
 )
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.subscriptions.objects import find_owned, invoice_of, opened_of, subscription_of
@@ -47,16 +48,28 @@ STATUSES = ("incomplete", "active", "past_due", "canceled", "expired")
 class SubscriptionCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    planId: Uuid
-    merchantCustomerId: str = Field(min_length=1, max_length=MAX_CUSTOMER_ID)
-    customerEmail: Email | None = None
-    testClock: Uuid | None = None
+    planId: Uuid = Field(description="an active plan of the merchant's")
+    merchantCustomerId: str = Field(
+        min_length=1,
+        max_length=MAX_CUSTOMER_ID,
+        description="the merchant's own id of the customer, 1–500 characters; echoed unchanged in every webhook",
+    )
+    customerEmail: Email | None = Field(
+        default=None,
+        description="where renewal invoices, reminders and past-due notices are sent: exactly one address "
+        "(`local@domain.example`), no list, group or display name",
+    )
+    testClock: Uuid | None = Field(
+        default=None, description="test keys only: a test clock of the merchant's, whose time the subscription lives by"
+    )
 
 
 class SubscriptionCancel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    atPeriodEnd: StrictBool = False
+    atPeriodEnd: StrictBool = Field(
+        default=False, description="false (default): cancel now; true: an active subscription ends with its paid period"
+    )
 
 
 def _refused(exc: ServiceError) -> HttpError:
@@ -164,10 +177,98 @@ async def cancel(request: Request) -> ModelResponse:
     return ModelResponse(SubscriptionEnvelope(subscription=_subscription(platform, row)))
 
 
+_TAG = "Subscriptions"
 routes = [
-    Route("/subscriptions", create, methods=["POST"]),
-    Route("/subscriptions", list_subscriptions, methods=["GET"]),
-    Route("/subscriptions/{subscription_id}", retrieve, methods=["GET"]),
-    Route("/subscriptions/{subscription_id}/invoices", list_invoices, methods=["GET"]),
-    Route("/subscriptions/{subscription_id}/cancel", cancel, methods=["POST"]),
+    ApiRoute(
+        "POST",
+        "/subscriptions",
+        create,
+        Operation(
+            id="createSubscription",
+            tag=_TAG,
+            summary="Open a subscription",
+            description="201 with a new subscription in `incomplete`, its first invoice and that invoice's payment "
+            "order: send the customer to `paymentIntent.checkoutUrl`. When the customer has an open "
+            "subscription to the plan already, 200 with it, its unpaid invoice and payment order (or "
+            "its latest invoice). 404 for an unknown plan or test clock; 409 `plan_inactive` for a new "
+            "subscription to an inactive plan; 409 `customer_unverified` when the open one was opened on "
+            "the hosted subscribe page by a visitor who chose the customer id, for another email than "
+            "`customerEmail` (cancel it if it is not your customer's); 400 `livemode_not_allowed` for "
+            "`testClock` with a live key.",
+            answer=SubscriptionOpened,
+            status=201,
+            body=SubscriptionCreate,
+            errors=(404, 409),
+            answers=[
+                Answer(status=200, description="The customer's open subscription, reused", model=SubscriptionOpened)
+            ],
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/subscriptions",
+        list_subscriptions,
+        Operation(
+            id="listSubscriptions",
+            tag=_TAG,
+            summary="List subscriptions",
+            description="Newest first, optionally of one customer, one plan, or in one status.",
+            answer=SubscriptionList,
+            parameters=[
+                *LIST_PARAMS,
+                query(
+                    "customerId",
+                    "only this customer's (the `merchantCustomerId`)",
+                    TEXT | {"minLength": 1, "maxLength": MAX_CUSTOMER_ID},
+                ),
+                query("planId", "only this plan's", UUID),
+                query("status", "only those in this status", enum(*STATUSES)),
+            ],
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/subscriptions/{subscription_id}",
+        retrieve,
+        Operation(
+            id="retrieveSubscription",
+            tag=_TAG,
+            summary="Retrieve a subscription",
+            answer=SubscriptionEnvelope,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/subscriptions/{subscription_id}/invoices",
+        list_invoices,
+        Operation(
+            id="listSubscriptionInvoices",
+            tag=_TAG,
+            summary="List a subscription's invoices",
+            description="One per billing period, newest first.",
+            answer=InvoiceList,
+            parameters=LIST_PARAMS,
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/subscriptions/{subscription_id}/cancel",
+        cancel,
+        Operation(
+            id="cancelSubscription",
+            tag=_TAG,
+            summary="Cancel a subscription",
+            description="Now by default: `canceled`, its open invoice voided and that invoice's payment order "
+            "cancelled, `subscription.canceled` sent. With `atPeriodEnd: true`, an active subscription gets "
+            "`cancelAtPeriodEnd` and is cancelled when its paid period ends. 409 "
+            "`subscription_not_cancelable` once canceled or expired; 409 `subscription_not_active` for "
+            "`atPeriodEnd` on one that is not active.",
+            answer=SubscriptionEnvelope,
+            body=SubscriptionCancel,
+            errors=(404, 409),
+        ),
+    ),
 ]

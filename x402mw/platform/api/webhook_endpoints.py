@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema, fi
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -24,6 +23,7 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import HttpUrl, http_url
 from x402mw.platform.http.pagination import list_page
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.webhooks import (
     DeletedWebhookEndpoint,
@@ -88,24 +88,41 @@ class _Fields(BaseModel):
 
 
 class WebhookEndpointCreate(_Fields):
-    url: HttpUrl
-    enabledEvents: EventTypes = Field(min_length=1, max_length=len(EVENT_TYPES))
-    description: str | None = Field(default=None, max_length=500)
+    url: HttpUrl = Field(description="absolute http(s) URL receiving the POSTed events")
+    enabledEvents: EventTypes = Field(
+        min_length=1,
+        max_length=len(EVENT_TYPES),
+        description='event types to receive (e.g. `agent_payment.settled`), or `["*"]` for all',
+    )
+    description: str | None = Field(default=None, max_length=500, description="free text, at most 500 characters")
 
 
 class WebhookEndpointUpdate(_Fields, PatchBody):
     CLEARABLE = frozenset({"description"})
 
-    url: HttpUrl | None = None
-    enabledEvents: EventTypes | None = Field(default=None, min_length=1, max_length=len(EVENT_TYPES))
-    description: str | None = Field(default=None, max_length=500)
-    status: Literal["enabled", "disabled"] | None = None
+    url: HttpUrl | None = Field(default=None, description="absolute http(s) URL receiving the POSTed events")
+    enabledEvents: EventTypes | None = Field(
+        default=None,
+        min_length=1,
+        max_length=len(EVENT_TYPES),
+        description='event types to receive (e.g. `agent_payment.settled`), or `["*"]` for all',
+    )
+    description: str | None = Field(default=None, max_length=500, description="free text, at most 500 characters")
+    status: Literal["enabled", "disabled"] | None = Field(
+        default=None, description="`disabled` stops deliveries (pending ones wait); `enabled` resumes them"
+    )
 
 
 class SecretRotation(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    expiresInSeconds: StrictInt = Field(default=86400, ge=0, le=604800)
+    expiresInSeconds: StrictInt = Field(
+        default=86400,
+        ge=0,
+        le=604800,
+        description="how long the previous secret keeps signing deliveries next to the new one, 0–604800 (7 "
+        "days); default 86400",
+    )
 
 
 def webhook_endpoint_of(row: Any, *, secret: str | None = None) -> WebhookEndpoint:
@@ -260,11 +277,88 @@ async def list_webhook_endpoints(request: Request) -> ModelResponse:
     return ModelResponse(WebhookEndpointList(data=data, has_more=more))
 
 
+_TAG = "Webhook endpoints"
 routes = [
-    Route("/webhook-endpoints", create, methods=["POST"]),
-    Route("/webhook-endpoints", list_webhook_endpoints, methods=["GET"]),
-    Route("/webhook-endpoints/{webhook_endpoint_id}", retrieve, methods=["GET"]),
-    Route("/webhook-endpoints/{webhook_endpoint_id}", update, methods=["PATCH"]),
-    Route("/webhook-endpoints/{webhook_endpoint_id}", remove, methods=["DELETE"]),
-    Route("/webhook-endpoints/{webhook_endpoint_id}/rotate-secret", rotate_secret, methods=["POST"]),
+    ApiRoute(
+        "POST",
+        "/webhook-endpoints",
+        create,
+        Operation(
+            id="createWebhookEndpoint",
+            tag=_TAG,
+            summary="Create a webhook endpoint",
+            description="Answers the signing `secret` (`whsec_…`): store it now, reads never show it again.",
+            answer=WebhookEndpointEnvelope,
+            status=201,
+            body=WebhookEndpointCreate,
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/webhook-endpoints",
+        list_webhook_endpoints,
+        Operation(
+            id="listWebhookEndpoints",
+            tag=_TAG,
+            summary="List webhook endpoints",
+            description="Newest first.",
+            answer=WebhookEndpointList,
+            parameters=LIST_PARAMS,
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/webhook-endpoints/{webhook_endpoint_id}",
+        retrieve,
+        Operation(
+            id="retrieveWebhookEndpoint",
+            tag=_TAG,
+            summary="Retrieve a webhook endpoint",
+            answer=WebhookEndpointEnvelope,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "PATCH",
+        "/webhook-endpoints/{webhook_endpoint_id}",
+        update,
+        Operation(
+            id="updateWebhookEndpoint",
+            tag=_TAG,
+            summary="Update a webhook endpoint",
+            description="An endpoint answering 410 is disabled by the platform; enable it again here.",
+            answer=WebhookEndpointEnvelope,
+            body=WebhookEndpointUpdate,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "DELETE",
+        "/webhook-endpoints/{webhook_endpoint_id}",
+        remove,
+        Operation(
+            id="deleteWebhookEndpoint",
+            tag=_TAG,
+            summary="Delete a webhook endpoint",
+            description="Its pending deliveries are dropped.",
+            answer=DeletedWebhookEndpoint,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/webhook-endpoints/{webhook_endpoint_id}/rotate-secret",
+        rotate_secret,
+        Operation(
+            id="rotateWebhookSecret",
+            tag=_TAG,
+            summary="Rotate the signing secret",
+            description="Answers the new secret. Until `expiresInSeconds` have passed, deliveries carry one "
+            "signature per valid secret, so receivers can switch without dropping events.",
+            answer=WebhookEndpointEnvelope,
+            body=SecretRotation,
+            errors=(404,),
+        ),
+    ),
 ]

@@ -25,8 +25,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 
@@ -47,6 +47,7 @@ MAX_LAG = 3
 
 _FAULTS = (httpx.HTTPError, OSError, TimeoutError)
 _KNOWN = ("already known", "known transaction", "already imported")
+T = TypeVar("T")
 
 
 class _Provider:
@@ -175,46 +176,20 @@ class FailoverJsonRpc:
         answers = await asyncio.gather(
             *(p.rpc.request("eth_sendRawTransaction", params) for p in targets), return_exceptions=True
         )
-        refusal: RpcError | None = None
-        fault: BaseException | None = None
-        for provider, answer in zip(targets, answers, strict=True):
-            if not isinstance(answer, BaseException):
-                return answer
-            if isinstance(answer, RpcError):
-                if any(marker in answer.message.lower() for marker in _KNOWN):
-                    return "0x" + keccak256(bytes.fromhex(str(params[0])[2:])).hex()
-                refusal = refusal or answer
-            elif isinstance(answer, _FAULTS):
-                provider.mark(False, answer)
-                fault = fault or answer
-            else:
-                raise answer
-        if refusal is not None:
-            raise refusal
-        assert fault is not None
-        raise fault
+
+        def known(refusal: RpcError) -> str | None:  # a node that has the transaction already: its hash
+            if any(marker in refusal.message.lower() for marker in _KNOWN):
+                return "0x" + keccak256(bytes.fromhex(str(params[0])[2:])).hex()
+            return None
+
+        return _first_answer(targets, answers, known)
 
     async def _broadcast_batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
         # The first provider that took the whole batch answers it; else the first refusal is raised
         # (the caller then learns transaction by transaction which ones the nodes have).
         targets = self._targets()
         answers = await asyncio.gather(*(p.rpc.batch(calls) for p in targets), return_exceptions=True)
-        refusal: RpcError | None = None
-        fault: BaseException | None = None
-        for provider, answer in zip(targets, answers, strict=True):
-            if not isinstance(answer, BaseException):
-                return answer
-            if isinstance(answer, RpcError):
-                refusal = refusal or answer
-            elif isinstance(answer, _FAULTS):
-                provider.mark(False, answer)
-                fault = fault or answer
-            else:
-                raise answer
-        if refusal is not None:
-            raise refusal
-        assert fault is not None
-        raise fault
+        return _first_answer(targets, answers)
 
     # -- health -------------------------------------------------------------------------------------
 
@@ -243,3 +218,32 @@ class FailoverJsonRpc:
                 await checker
         for provider in self._providers:
             await provider.rpc.aclose()
+
+
+def _first_answer(
+    targets: list[_Provider],
+    answers: Sequence[T | BaseException],
+    known: Callable[[RpcError], T | None] = lambda refusal: None,
+) -> T:
+    """The first answer of a broadcast to ``targets`` (in their order), or what ``known`` makes of a
+    refusal (None: none); else the first refusal is raised, else the first fault (its provider is
+    marked down). An unexpected error is raised as it comes."""
+    refusal: RpcError | None = None
+    fault: BaseException | None = None
+    for provider, answer in zip(targets, answers, strict=True):
+        if not isinstance(answer, BaseException):
+            return answer
+        if isinstance(answer, RpcError):
+            accepted = known(answer)
+            if accepted is not None:
+                return accepted
+            refusal = refusal or answer
+        elif isinstance(answer, _FAULTS):
+            provider.mark(False, answer)
+            fault = fault or answer
+        else:
+            raise answer
+    if refusal is not None:
+        raise refusal
+    assert fault is not None
+    raise fault

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from x402mw.errors import InvalidPaymentError
 from x402mw.platform.checkout.lookup import load_order, look_for_payment
 from x402mw.platform.checkout.orders import (
+    PAYMENT_ID,
     PaymentOption,
     amount_due,
     awaiting_payment,
@@ -45,11 +45,14 @@ from x402mw.platform.checkout.relay import (
 )
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import TEXT, Answer, ApiRoute, Operation, header
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.checkout import (
+    CheckoutPaymentIntent,
     X402Offer,
     X402PaymentPending,
     X402PaymentRequired,
+    X402PaymentRequiredOrPending,
     X402PendingError,
     X402Resource,
 )
@@ -223,4 +226,41 @@ def _pending(response: SettlementResponse) -> Response:
     return ModelResponse(body, status_code=402, headers=headers)
 
 
-routes = [Route("/x402/pay/{payment_id}", pay, methods=["GET"], name="x402-pay")]
+routes = [
+    ApiRoute(
+        "GET",
+        "/x402/pay/{payment_id}",
+        pay,
+        Operation(
+            id="payPaymentIntentX402",
+            tag="Checkout",
+            summary="Pay a payment intent over x402 (its x402Url)",
+            description="An x402 v2 resource priced at the amount still due. Without a payment: 402 with "
+            "`PAYMENT-REQUIRED` (one `exact` offer per EIP-3009 coin and network, paying the deposit "
+            "address). With `PAYMENT-SIGNATURE`: the platform relays the authorization and answers the order "
+            "with `PAYMENT-RESPONSE` (transaction and signed receipt). Terms that are not the current ones "
+            "get a new 402 naming the problem; a payment still settling, 402 `settlement_pending` (send the "
+            "same signature again). Once nothing is due (paid, paying, cancelled, expired): 409 without "
+            "`PAYMENT-REQUIRED`; the same signature sent again still answers its receipt.",
+            answer=CheckoutPaymentIntent,
+            public=True,
+            parameters=[
+                PAYMENT_ID,
+                header("PAYMENT-SIGNATURE", "base64 JSON x402 v2 `PaymentPayload` paying one of the offers", TEXT),
+            ],
+            errors=(404, 409, 429),
+            headers={
+                "PAYMENT-RESPONSE": "base64 JSON x402 `SettlementResponse`; `extensions.receipt` is the signed receipt"
+            },
+            answers=[
+                Answer(
+                    status=402,
+                    description="Payment required (x402 v2), or the payment is not final yet",
+                    model=X402PaymentRequiredOrPending,
+                    headers={"PAYMENT-REQUIRED": "base64 JSON x402 `PaymentRequired`"},
+                )
+            ],
+        ),
+        name="x402-pay",
+    )
+]

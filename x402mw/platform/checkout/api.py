@@ -21,17 +21,18 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.checkout.attempts import prepare_attempt
 from x402mw.platform.checkout.authorizations import authorizations
-from x402mw.platform.checkout.bodies import AttemptBody, PrepareBody, SyncBody
+from x402mw.platform.checkout.bodies import AttemptBody, AuthorizationBody, PrepareBody, SyncBody
 from x402mw.platform.checkout.lookup import load_order, look_for_payment, order_chains
-from x402mw.platform.checkout.orders import payment_options, public_order_of
+from x402mw.platform.checkout.orders import PAYMENT_ID, payment_options, public_order_of
 from x402mw.platform.http.bodies import parse_body, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
+from x402mw.platform.objects.checkout import CheckoutAttempt, CheckoutPaymentIntent
 from x402mw.platform.services.payment_intents import PaymentIntentError
 
 if TYPE_CHECKING:
@@ -136,21 +137,130 @@ async def prepare(request: Request) -> ModelResponse:
     return ModelResponse(answer, headers=headers)
 
 
+_TAG = "Checkout"
 routes = [
-    Route("/payment-intents/{payment_id}", retrieve, methods=["GET"], name="checkout-payment-intent"),
-    Route("/payment-intents/{payment_id}/attempts", attempt, methods=["POST"], name="checkout-attempts"),
-    Route(
+    ApiRoute(
+        "GET",
+        "/payment-intents/{payment_id}",
+        retrieve,
+        Operation(
+            id="retrieveCheckoutPaymentIntent",
+            tag=_TAG,
+            summary="Read a payment intent for checkout",
+            answer=CheckoutPaymentIntent,
+            public=True,
+            parameters=[PAYMENT_ID],
+            errors=(404, 429),
+        ),
+        name="checkout-payment-intent",
+    ),
+    ApiRoute(
+        "POST",
+        "/payment-intents/{payment_id}/attempts",
+        attempt,
+        Operation(
+            id="createCheckoutAttempt",
+            tag=_TAG,
+            summary="Choose how to pay",
+            description="Validates the buyer's choice against the order (400 `unsupported_chain`, "
+            "`unsupported_currency` or `payment_method_unavailable`, naming `param`) and answers the payment "
+            "configuration, giving the order its deposit address on first use. 409 "
+            "`payment_intent_unexpected_state` once the order no longer awaits payment (paid, cancelled or past "
+            "`expiresAt`).",
+            answer=CheckoutAttempt,
+            public=True,
+            body=AttemptBody,
+            parameters=[PAYMENT_ID],
+            errors=(404, 409, 429),
+        ),
+        name="checkout-attempts",
+    ),
+    ApiRoute(
+        "POST",
         "/payment-intents/{payment_id}/transfer-status",
         transfer_status,
-        methods=["POST"],
+        Operation(
+            id="checkCheckoutTransferStatus",
+            tag=_TAG,
+            summary="Check for a transfer",
+            description="Looks for money at the order's deposit address now (the platform's worker also does every "
+            "few seconds) and answers the order as it then is. No body, or `{}`.",
+            answer=CheckoutPaymentIntent,
+            public=True,
+            parameters=[PAYMENT_ID],
+            errors=(400, 404, 413, 429),
+        ),
         name="checkout-transfer-status",
     ),
-    Route("/payment-intents/{payment_id}/sync", sync, methods=["POST"], name="checkout-sync"),
-    Route(
+    ApiRoute(
+        "POST",
+        "/payment-intents/{payment_id}/sync",
+        sync,
+        Operation(
+            id="syncCheckoutTransaction",
+            tag=_TAG,
+            summary="Report a wallet's transaction",
+            description="The buyer's wallet sent a transfer to the deposit address: waits up to 10 s for it to be "
+            "mined, looks for the money, and answers the order as it then is.",
+            answer=CheckoutPaymentIntent,
+            public=True,
+            body=SyncBody,
+            parameters=[PAYMENT_ID],
+            errors=(404, 429),
+        ),
+        name="checkout-sync",
+    ),
+    ApiRoute(
+        "POST",
         "/payment-intents/{payment_id}/authorizations",
         authorizations,
-        methods=["POST"],
+        Operation(
+            id="createCheckoutAuthorization",
+            tag=_TAG,
+            summary="Pay with a wallet's signed authorization (gasless)",
+            description="The wallet signed the EIP-3009 `TransferWithAuthorization` that `attempts` (`method: "
+            "wallet`) answered; the platform checks it like an agent payment and relays it, paying the gas, then "
+            "answers the order (`processing` or `succeeded` once the transfer is in a block). 409 when the "
+            "authorization does not fit the order, naming `param`: `authorization_signature_invalid` "
+            "(not signed by `from` for this coin and chain), `authorization_wrong_recipient` (not the "
+            "order's deposit address), `authorization_wrong_amount` (not the amount due), "
+            "`authorization_expired`, `authorization_not_yet_valid`, `authorization_used` (its nonce is "
+            "spent), `gasless_unavailable` (USDT), `payment_intent_unexpected_state`, "
+            "`payment_in_progress` (another authorization is paying it); 422 `insufficient_funds`. "
+            "Nothing is sent for a refused one. The same authorization sent again answers the order as "
+            "it is, and is never credited twice. 503 `chain_unavailable` (with `Retry-After`): nothing "
+            "was sent.",
+            answer=CheckoutPaymentIntent,
+            public=True,
+            body=AuthorizationBody,
+            parameters=[PAYMENT_ID],
+            errors=(404, 409, 422, 429),
+        ),
         name="checkout-authorizations",
     ),
-    Route("/payment-intents/{payment_id}/prepare", prepare, methods=["POST"], name="checkout-prepare"),
+    ApiRoute(
+        "POST",
+        "/payment-intents/{payment_id}/prepare",
+        prepare,
+        Operation(
+            id="prepareCheckoutPayment",
+            tag=_TAG,
+            summary="Prepare a transfer (legacy, deprecated)",
+            description="Kept for old integrations; use `attempts`. Answers what a transfer `attempts` answers, for "
+            "`network` and `currency` (each optional), with `Deprecation: true` and `Link: <…>; "
+            'rel="successor-version"` pointing to the `attempts` operation.',
+            answer=CheckoutAttempt,
+            public=True,
+            body=PrepareBody,
+            body_required=False,
+            parameters=[PAYMENT_ID],
+            errors=(404, 409, 429),
+            deprecated=True,
+            headers={
+                "Deprecation": "`true`: this operation is deprecated",
+                "Link": '`<…attempts…>; rel="successor-version"`',
+            },
+        ),
+        name="checkout-prepare",
+    ),
 ]

@@ -1,7 +1,5 @@
-"""The request bodies of the public checkout endpoints (`x402mw.platform.checkout`): defined at the
-API's level, with the fields they share with the merchant API, so that the OpenAPI document
-(`x402mw.platform.openapi.document`) describes them without importing the checkout, which is built on
-the API's plumbing."""
+"""The request bodies of the public checkout endpoints (`x402mw.platform.checkout.api`), each field
+described for the OpenAPI document (`x402mw.platform.openapi.document`) where it is declared."""
 
 from __future__ import annotations
 
@@ -16,21 +14,28 @@ __all__ = ["UINT_PATTERN", "AttemptBody", "AuthorizationBody", "PrepareBody", "S
 
 class AttemptBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    network: str = Field(max_length=64)
-    currency: Literal["USDC", "USDT", "EURC"]
-    method: Literal["transfer", "wallet"]
+    network: str = Field(max_length=64, description="`eip155:<chainId>`: one of the order's `networks`")
+    currency: Literal["USDC", "USDT", "EURC"] = Field(
+        description="one of the order's `acceptedCurrencies` that the network has"
+    )
+    method: Literal["transfer", "wallet"] = Field(
+        description="`transfer` (send to the deposit address from anywhere) or `wallet` (a browser wallet "
+        "pays); must be enabled in the order's `paymentMethods`"
+    )
 
 
 class SyncBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    txHash: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$")
-    network: str = Field(max_length=64)
+    txHash: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$", description="the transaction the buyer's wallet sent")
+    network: str = Field(max_length=64, description="`eip155:<chainId>` it was sent on: one of the order's `networks`")
 
 
 class PrepareBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    network: str | None = Field(default=None, max_length=64)
-    currency: Literal["USDC", "USDT", "EURC"] | None = None
+    network: str | None = Field(default=None, max_length=64, description="default: the first of the order's `networks`")
+    currency: Literal["USDC", "USDT", "EURC"] | None = Field(
+        default=None, description="default: the order's `currency`, else the first coin of that network"
+    )
 
 
 UINT_PATTERN = r"^(?:0|[1-9][0-9]{0,17})$"
@@ -63,18 +68,28 @@ Uint = Annotated[
 
 class WalletAuthorization(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    from_: Address = Field(alias="from")
-    to: Address
-    value: Uint
-    validAfter: Uint
-    validBefore: Uint
-    nonce: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$")
+    from_: Address = Field(alias="from", description="the paying wallet (it needs the coin, no ETH)")
+    to: Address = Field(description="the order's deposit address")
+    value: Uint = Field(description="the amount due, in minor units")
+    validAfter: Uint = Field(description="Unix time")
+    validBefore: Uint = Field(description="Unix time; at least a few seconds ahead")
+    nonce: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$", description="32 bytes of hex")
 
 
 class AuthorizationBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    network: str = Field(max_length=64)
-    currency: Literal["USDC", "USDT", "EURC"]
-    authorization: WalletAuthorization
+    network: str = Field(max_length=64, description="`eip155:<chainId>`: one of the order's `networks`")
+    currency: Literal["USDC", "USDT", "EURC"] = Field(
+        description="an EIP-3009 coin the order accepts (USDC, EURC; USDT has no authorization: 409 "
+        "`gasless_unavailable`)"
+    )
+    authorization: WalletAuthorization = Field(
+        description="the `TransferWithAuthorization` message the wallet signed: `attempts` (`method: wallet`) "
+        "answers it in `authorization.message`, with `from` set to the wallet's account"
+    )
     # A key's 65 bytes, or a smart account's (EIP-1271; ERC-6492 for a wallet not deployed yet).
-    signature: str = Field(pattern=r"^0x(?:[0-9a-fA-F]{2}){65,4096}$")
+    signature: str = Field(
+        pattern=r"^0x(?:[0-9a-fA-F]{2}){65,4096}$",
+        description="what `eth_signTypedData_v4` answered: a key's 65 bytes, or a smart account's signature "
+        "(checked by the wallet with EIP-1271; ERC-6492-wrapped for a wallet not deployed yet)",
+    )

@@ -25,12 +25,13 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from x402mw.platform.checkout.orders import awaiting_payment, find_order, parse_payment_id, public_order_of
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
+from x402mw.platform.objects.checkout import CheckoutPaymentIntent
 from x402mw.platform.services.payment_intents import PaymentIntentError
 from x402mw.platform.services.payment_links import (
     LINK_ORDER_LIFETIME,
@@ -136,10 +137,21 @@ def _cookie(link: Mapping[Any, Any]) -> str:
 
 
 routes = [
-    Route(
+    ApiRoute(
+        "POST",
         "/payment-links/{link_id}/payment-intents",
         open_link_api,
-        methods=["POST"],
+        Operation(
+            id="openCheckoutPaymentLink",
+            tag="Checkout",
+            summary="Open a payment link",
+            description="Makes a payment intent of the link's for one buyer and answers it (the link's page does the "
+            "same, keeping the order in a cookie). 409 `payment_link_inactive` when the merchant deactivated it.",
+            answer=CheckoutPaymentIntent,
+            status=201,
+            public=True,
+            errors=(404, 409, 429),
+        ),
         name="checkout-open-payment-link",
     ),
 ]

@@ -19,6 +19,8 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
+from x402mw.platform.http.fields import UUID_PATTERN
+from x402mw.platform.http.routing import path
 from x402mw.platform.objects.base import money
 from x402mw.platform.objects.checkout import (
     CheckoutCurrency,
@@ -59,6 +61,15 @@ def parse_payment_id(raw: str) -> str | None:
     except ValueError:
         return None
     return canonical if canonical == text.lower() else None
+
+
+PAYMENT_ID = path(
+    "payment_id",
+    "the payment intent's id: a bare UUID or `pi_<uuid>`; any other value answers 404 `resource_missing`, as an "
+    "unknown id does",
+    {"type": "string", "pattern": "^(?:[Pp][Ii]_)?" + UUID_PATTERN.removeprefix("^")},
+)
+"""The path parameter of the checkout API and of an order's ``x402Url``, as `parse_payment_id` reads it."""
 
 
 _INVOICES, _SUBSCRIPTIONS, _PLANS = tables.subscription_invoices, tables.subscriptions, tables.subscription_plans

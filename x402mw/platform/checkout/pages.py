@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import segno
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment
 from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -52,6 +52,7 @@ from x402mw.platform.checkout.orders import (
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.request_ids import current_request_id
 from x402mw.platform.services.payment_intents import PaymentIntentError
+from x402mw.platform.templates import template_environment
 from x402mw.platform.timestamps import iso
 
 if TYPE_CHECKING:
@@ -109,13 +110,7 @@ _SERVER_NOW = "@@server-now@@"  # written into a kept page at each view
 
 @functools.cache
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("x402mw.platform.checkout", "templates"),
-        autoescape=select_autoescape(["html"]),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = template_environment("x402mw.platform.checkout")
     env.filters["money"] = display_amount
     env.filters["day"] = display_day
     return env

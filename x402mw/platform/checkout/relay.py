@@ -166,7 +166,6 @@ async def relay_authorization(
         if current["relay_hash"] == digest:  # paid already by this very authorization: its outcome
             known = await _payment(platform.engine, tag, digest)
             if known is not None:
-                await platform.settlement.recorded()
                 return Relayed(outcome_for(known), current)
         if current["status"] != "requires_payment":
             status = current["status"]
@@ -262,7 +261,6 @@ async def _dead(platform: Platform, order: Mapping[Any, Any], digest: str, now: 
 
 async def _give_back(platform: Platform, order_id: str, tag: str, digest: str) -> None:
     """Release the order's claim by ``digest`` unless its payment may still move money."""
-    await platform.settlement.recorded()
     payment = await _payment(platform.engine, tag, digest)
     if payment is not None and payment.status != "failed":
         return

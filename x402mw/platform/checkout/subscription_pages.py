@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment
 from sqlalchemy import select
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -44,6 +44,7 @@ from x402mw.platform.services.payment_intents import DECIMALS
 from x402mw.platform.services.subscriptions.customer_links import merchant_signed, spend_form_token
 from x402mw.platform.services.subscriptions.plans import find_plan_by_ref
 from x402mw.platform.services.subscriptions.steps import aware
+from x402mw.platform.templates import template_environment
 from x402mw.platform.timestamps import iso
 from x402mw.protocol.prices import format_amount
 
@@ -76,13 +77,7 @@ _STATUS_TEXT = {
 
 @functools.cache
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("x402mw.platform.checkout", "templates"),
-        autoescape=select_autoescape(["html"]),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = template_environment("x402mw.platform.checkout")
     env.filters["money"] = display_amount
     env.filters["day"] = lambda value: value.strftime("%-d %B %Y") if value else ""
     env.filters["short_day"] = lambda value: value.strftime("%-d %b %Y") if value else ""

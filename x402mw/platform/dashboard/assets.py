@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 from pathlib import Path
 
-from starlette.responses import Response
-from starlette.staticfiles import StaticFiles
-from starlette.types import Scope
+from x402mw.platform.http.static import StaticAssets, file_digest
 
 __all__ = ["DashboardAssets", "asset_digest"]
 
@@ -18,17 +14,9 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 @functools.cache
 def asset_digest(name: str) -> str:
-    return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:16]
+    return file_digest(STATIC_DIR / name)
 
 
-class DashboardAssets(StaticFiles):
+class DashboardAssets(StaticAssets):
     def __init__(self) -> None:
-        super().__init__(directory=STATIC_DIR)
-
-    def file_response(
-        self, full_path: str | os.PathLike[str], stat_result: os.stat_result, scope: Scope, status_code: int = 200
-    ) -> Response:
-        response = super().file_response(full_path, stat_result, scope, status_code)
-        response.headers["Cache-Control"] = "public, max-age=31536000, immutable"
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        return response
+        super().__init__(STATIC_DIR)

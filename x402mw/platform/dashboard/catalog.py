@@ -4,11 +4,13 @@ request models and services as the API (``PlanCreate``, ``PaymentLinkCreate``, `
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from pydantic import ValidationError
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -37,16 +39,67 @@ def _id(ctx: Ctx, name: str, kind: str) -> str:
     return value.lower()
 
 
+# --- the create forms of plans and links ---------------------------------------------------------------
+
+
+class _Created(Protocol):
+    """What a plan and a payment link's request models share (``PlanCreate``, ``PaymentLinkCreate``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def slug(self) -> str | None: ...
+    @property
+    def amount(self) -> int: ...
+    @property
+    def currency(self) -> str: ...
+
+
+def _row(ctx: Ctx, body: _Created, **columns: Any) -> dict[str, Any]:
+    """The new active row of ``body`` in this mode, with its own ``columns``."""
+    now = ctx.platform.clock.now()
+    return {
+        "id": new_id(),
+        "merchant_id": ctx.merchant_id,
+        "livemode": ctx.livemode,
+        "name": body.name,
+        "slug": body.slug,
+        "amount_minor": body.amount,
+        "currency": body.currency,
+        "active": True,
+        "created_at": now,
+        "updated_at": now,
+        **columns,
+    }
+
+
+async def _create(
+    ctx: Ctx,
+    read: Callable[[], tuple[str, dict[str, Any]]],
+    create: Callable[[AsyncEngine, dict[str, Any]], Awaitable[Any]],
+    again: Callable[..., Awaitable[Response]],
+    event: str,
+    listing: str,
+    noun: str,
+) -> Response:
+    """A create form: ``read`` parses it through the API's request model into a name and a row,
+    ``create`` is the API's service; a refusal shows the list page ``again`` with the problem (400
+    for the form, 409 from the service), a success goes back to the list with a notice."""
+    try:
+        name, row = read()
+        await create(ctx.platform.engine, row)
+    except (ValidationError, ServiceError) as exc:
+        return await again(ctx, 409 if isinstance(exc, ServiceError) else 400, error=problem(exc))
+    await ctx.audit(event, row["id"])
+    return see(f"/dashboard/{listing}?notice=" + quote(f"{noun} {name} created."))
+
+
 # --- plans -------------------------------------------------------------------------------------------
 
 
 async def _plans_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
-    t = tables.subscription_plans
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list((await conn.execute(query.order_by(t.c.created_at.desc()))).mappings())
     base = ctx.platform.settings.checkout_url_base
-    plans = [plan_of(r, base) for r in rows]
+    plans = [plan_of(r._mapping, base) for r in await ctx.newest(tables.subscription_plans)]
     return ctx.page("plans.html", status, plans=plans, error=error)
 
 
@@ -57,9 +110,8 @@ async def plans(ctx: Ctx) -> Response:
 
 @page("catalog")
 async def plans_create(ctx: Ctx) -> Response:
-    now = ctx.platform.clock.now()
-    grace = ctx.field("grace_days")
-    try:
+    def plan() -> tuple[str, dict[str, Any]]:
+        grace = ctx.field("grace_days")
         body = PlanCreate(
             name=ctx.field("name"),
             amount=ctx.field("amount"),
@@ -68,25 +120,9 @@ async def plans_create(ctx: Ctx) -> Response:
             slug=ctx.field("slug") or None,
             graceDays=int(grace) if grace.isdigit() else None,
         )
-        row = {
-            "id": new_id(),
-            "merchant_id": ctx.merchant_id,
-            "livemode": ctx.livemode,
-            "name": body.name,
-            "slug": body.slug,
-            "amount_minor": body.amount,
-            "currency": body.currency,
-            "interval": body.interval,
-            "active": True,
-            "grace_days": body.graceDays,
-            "created_at": now,
-            "updated_at": now,
-        }
-        await create_plan(ctx.platform.engine, row)
-    except (ValidationError, ServiceError) as exc:
-        return await _plans_page(ctx, 409 if isinstance(exc, ServiceError) else 400, error=problem(exc))
-    await ctx.audit("plan_created", row["id"])
-    return see("/dashboard/plans?notice=" + quote(f"Plan {body.name} created."))
+        return body.name, _row(ctx, body, interval=body.interval, grace_days=body.graceDays)
+
+    return await _create(ctx, plan, create_plan, _plans_page, "plan_created", "plans", "Plan")
 
 
 @page("catalog")
@@ -164,12 +200,9 @@ async def subscription_cancel(ctx: Ctx) -> Response:
 
 
 async def _links_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
-    t = tables.payment_links
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list((await conn.execute(query.order_by(t.c.created_at.desc()).limit(200))).mappings())
     base = ctx.platform.payment_intents.checkout_url_base
-    return ctx.page("links.html", status, links=[payment_link_of(r, base) for r in rows], error=error)
+    links = [payment_link_of(r._mapping, base) for r in await ctx.newest(tables.payment_links, 200)]
+    return ctx.page("links.html", status, links=links, error=error)
 
 
 @page()
@@ -179,9 +212,8 @@ async def links(ctx: Ctx) -> Response:
 
 @page("catalog")
 async def links_create(ctx: Ctx) -> Response:
-    now = ctx.platform.clock.now()
-    amount = ctx.field("amount")
-    try:
+    def link() -> tuple[str, dict[str, Any]]:
+        amount = ctx.field("amount")
         body = PaymentLinkCreate(
             name=ctx.field("name"),
             amount=amount,  # type: ignore[arg-type]
@@ -189,29 +221,19 @@ async def links_create(ctx: Ctx) -> Response:
             slug=ctx.field("slug") or None,
             successUrl=ctx.field("success_url") or None,
         )
-        row: dict[str, Any] = {
-            "id": new_id(),
-            "merchant_id": ctx.merchant_id,
-            "livemode": ctx.livemode,
-            "name": body.name,
-            "slug": body.slug,
-            "amount_minor": body.amount,
-            "amount_text": sent_text(amount),
-            "currency": body.currency,
-            "accepted_currencies": [body.currency],
-            "payment_methods": PaymentMethodsIn().model_dump(),
-            "success_url": body.successUrl,
-            "cancel_url": None,
-            "link_metadata": {},
-            "active": True,
-            "created_at": now,
-            "updated_at": now,
-        }
-        await create_payment_link(ctx.platform.engine, row)
-    except (ValidationError, ServiceError) as exc:
-        return await _links_page(ctx, 409 if isinstance(exc, ServiceError) else 400, error=problem(exc))
-    await ctx.audit("payment_link_created", row["id"])
-    return see("/dashboard/links?notice=" + quote(f"Link {body.name} created."))
+        row = _row(
+            ctx,
+            body,
+            amount_text=sent_text(amount),
+            accepted_currencies=[body.currency],
+            payment_methods=PaymentMethodsIn().model_dump(),
+            success_url=body.successUrl,
+            cancel_url=None,
+            link_metadata={},
+        )
+        return body.name, row
+
+    return await _create(ctx, link, create_payment_link, _links_page, "payment_link_created", "links", "Link")
 
 
 @page("catalog")

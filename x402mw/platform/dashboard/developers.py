@@ -38,22 +38,14 @@ def _uuid_param(ctx: Ctx, name: str, kind: str) -> str:
 
 @page()
 async def keys(ctx: Ctx) -> Response:
-    t = tables.api_keys
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list(await conn.execute(query.order_by(t.c.created_at.desc())))
-    return ctx.page("keys.html", rows=rows, new_key=None)
+    return ctx.page("keys.html", rows=await ctx.newest(tables.api_keys), new_key=None)
 
 
 @page("developers")
 async def keys_create(ctx: Ctx) -> Response:
     row, key = await create_api_key(ctx.platform.engine, ctx.merchant_id, livemode=ctx.livemode)
     await ctx.audit("api_key_created", row.id)
-    t = tables.api_keys
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list(await conn.execute(query.order_by(t.c.created_at.desc())))
-    return ctx.page("keys.html", rows=rows, new_key=key)
+    return ctx.page("keys.html", rows=await ctx.newest(tables.api_keys), new_key=key)
 
 
 @page("developers")
@@ -70,10 +62,7 @@ async def keys_revoke(ctx: Ctx) -> Response:
 
 
 async def _webhooks_page(ctx: Ctx, status: int = 200, *, secret: str | None = None, error: str = "") -> Response:
-    t = tables.webhook_endpoints
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list(await conn.execute(query.order_by(t.c.created_at.desc())))
+    rows = await ctx.newest(tables.webhook_endpoints)
     return ctx.page("webhooks.html", status, rows=rows, secret=secret, error=error, event_types=EVENT_TYPES)
 
 

@@ -243,11 +243,7 @@ async def refund(ctx: Ctx) -> Response:
 
 @page()
 async def refunds_list(ctx: Ctx) -> Response:
-    t = tables.refunds
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        rows = list(await conn.execute(query.order_by(t.c.created_at.desc()).limit(100)))
-    return ctx.page("refunds.html", rows=rows)
+    return ctx.page("refunds.html", rows=await ctx.newest(tables.refunds, 100))
 
 
 routes = [

@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment
 from pydantic import ValidationError
+from sqlalchemy import Row, Table, select
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -25,6 +26,7 @@ from x402mw.platform.dashboard.accounts import Session, User
 from x402mw.platform.dashboard.assets import asset_digest
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.merchants import Caller
+from x402mw.platform.templates import template_environment
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
@@ -66,13 +68,7 @@ class PageError(Exception):
 
 @functools.cache
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("x402mw.platform.dashboard", "templates"),
-        autoescape=select_autoescape(["html"]),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = template_environment("x402mw.platform.dashboard")
     env.globals["asset"] = lambda name: f"/dashboard/static/{name}?v={asset_digest(name)}"
     return env
 
@@ -131,6 +127,15 @@ class Ctx:
             "path": self.request.url.path,
             "notice": self.request.query_params.get("notice", "")[:200],
         }
+
+    async def newest(self, table: Table, limit: int | None = None) -> list[Row[Any]]:
+        """The merchant's rows of ``table`` in the session's mode, newest first (at most ``limit``)."""
+        query = select(table).where(table.c.merchant_id == self.merchant_id, table.c.livemode == self.livemode)
+        query = query.order_by(table.c.created_at.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        async with self.platform.engine.connect() as conn:
+            return list(await conn.execute(query))
 
     async def audit(
         self,

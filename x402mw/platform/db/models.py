@@ -18,6 +18,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     Index,
     LargeBinary,
     String,
@@ -658,6 +659,8 @@ class DiscoveryResource(SQLModel, table=True):
     accepts: list[Any] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     extensions: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    # How much it is settled for lately, as a search ranks it: see x402mw.platform.services.catalogue.popularity
+    popularity: float = Field(default=0.0, sa_column=Column(Float, nullable=False, server_default="0"))
 
     __table_args__ = (
         UniqueConstraint("endpoint_id", "resource", "tool_name", name="uq_discovery_resources_resource"),
@@ -667,7 +670,7 @@ class DiscoveryResource(SQLModel, table=True):
 
 class SignInNonce(SQLModel, table=True):
     """A sign-in-with-x nonce that was used: a message signs in once, in every process. Kept until
-    ``expires_at`` (after which the message is refused for its age anyway)."""
+    ``expires_at``, its message's expiry (after which the message is refused anyway)."""
 
     __tablename__ = "sign_in_nonces"
     nonce: str = Field(primary_key=True, max_length=128)

@@ -24,9 +24,10 @@ from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment
 
 from x402mw.platform.emails.addresses import header_text, is_addr_spec
+from x402mw.platform.templates import template_environment
 
 __all__ = ["KINDS", "LINK_KINDS", "Notice", "UnbuildableEmail", "compose"]
 
@@ -59,14 +60,7 @@ class UnbuildableEmail(ValueError):
 
 @functools.cache
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("x402mw.platform.emails", "templates"),
-        autoescape=select_autoescape(["html"]),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
+    env = template_environment("x402mw.platform.emails", keep_trailing_newline=True)
     env.filters["day"] = lambda value: value.strftime("%-d %B %Y") if value else ""
     return env
 

@@ -146,7 +146,8 @@ class PatchBody(BaseModel):
                 continue
             kept = [option for option in options if option != {"type": "null"}]
             del field["anyOf"]
-            field.update(kept[0] if len(kept) == 1 else {"anyOf": kept})
+            present = kept[0] if len(kept) == 1 else {"anyOf": kept}
+            field |= {key: value for key, value in present.items() if key not in field}  # the field's description wins
             if "default" in field and field["default"] is None:  # "leave it out", not a value to send
                 del field["default"]
         return answer

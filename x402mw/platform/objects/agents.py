@@ -20,7 +20,6 @@ from x402mw.platform.objects.base import (
 from x402mw.protocol.models import SettlementResponse
 
 __all__ = [
-    "AcceptedTerms",
     "AgentChallenge",
     "AgentChallengeEnvelope",
     "AgentEndpoint",
@@ -168,19 +167,18 @@ class AgentUsageEnvelope(Envelope):
     usage: AgentUsage
 
 
-class AcceptedTerms(ResponseModel):
-    """The terms the payment was settled on."""
-
-    pay_to: EvmAddress
-
-
 # x402's own wire form, nulls left out (no return type on the serializer: the document describes
 # the model itself)
 WireSettlement = Annotated[SettlementResponse, PlainSerializer(lambda response: response.to_wire())]
 
 
 class SettlementResult(ResponseModel):
-    """The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`."""
+    """The outcome of one paid request; `settlement` goes into `PAYMENT-RESPONSE`.
+
+    The terms the seller sent (`accepted`) are not echoed back: the seller knows them. (Earlier
+    answers carried `accepted.payTo`. Dropping it keeps old sellers working: every seller version
+    reads a settlement's payee from its receipt's `payTo` first, which a settled answer always
+    carries, and used the echo only in its absence.)"""
 
     status: Literal["settled", "pending", "failed", "held", "authorized"] = Field(
         description="`held`: a paid tool's payment verified and claimed before the tool runs, captured or "
@@ -190,7 +188,6 @@ class SettlementResult(ResponseModel):
     settlement: WireSettlement
     message: str | None = omitted_if_none()
     payment_id: str | None = omitted_if_none()
-    accepted: AcceptedTerms | None = omitted_if_none()
 
 
 class SettlementRelease(ResponseModel):
@@ -278,7 +275,9 @@ class SearchPagination(ResponseModel):
 
 
 class DiscoverySearch(ResponseModel):
-    """Resources of the discovery catalogue matching every word of a query."""
+    """Resources of the discovery catalogue matching every word of a query, best first: words found
+    in the URL or name before words found only in the description, then the most settled for lately
+    (a count that halves every week), then the newest."""
 
     x402_version: int
     resources: list[DiscoveredResource]
@@ -293,6 +292,7 @@ class SignInResult(ResponseModel):
     signed_in: bool
     payment: AgentPayment | None = omitted_if_none()
     reason: str | None = omitted_if_none(
-        description="`invalid_siwx_signature`, `invalid_siwx_nonce` or `siwx_payment_not_found`"
+        description="`invalid_siwx_signature`, `invalid_siwx_nonce`, `siwx_payment_not_found` or "
+        "`invalid_siwx_expired` (valid for more than an hour from now)"
     )
     message: str | None = omitted_if_none()

@@ -23,19 +23,6 @@ from x402mw.platform.openapi.schemas import REF, Schema, ref
 
 __all__ = ["answer_schemas"]
 
-# The x402 wire models are the protocol's, which knows nothing of this document: their members'
-# descriptions are written here.
-_NOTES: dict[str, dict[str, str]] = {
-    "SettlementResponse": {
-        "errorReason": "x402 reason code when `success` is false",
-        "payer": "payer address",
-        "transaction": "transaction hash",
-        "amount": "settled amount in atomic units",
-        "extensions": "`receipt`: the platform's signed receipt",
-    },
-    "VerifyResponse": {"invalidReason": "x402 reason code when `isValid` is false", "payer": "payer address"},
-}
-
 
 class _AnswerJsonSchema(GenerateJsonSchema):
     """Pydantic's generator, adjusted to answers: no field titles (they only repeat the name), no
@@ -83,8 +70,4 @@ def answer_schemas(models: Sequence[type[BaseModel]]) -> tuple[dict[str, Schema]
     for model in models:
         if _inline(model) and json.dumps(ref(model.__name__))[1:-1] in written:
             raise RuntimeError(f"{model.__qualname__} is written inline in its operations: no object may hold one")
-    for name, fields in _NOTES.items():
-        for field, note in fields.items():
-            if name in components:
-                components[name]["properties"][field]["description"] = note
     return components, answers

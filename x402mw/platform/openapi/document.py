@@ -1,13 +1,17 @@
 """The OpenAPI 3.1 document of the platform API, served at ``GET /v1/openapi.json`` (no API key).
 
-Every schema is generated: request bodies from the pydantic models the handlers validate with
-(`x402mw.platform.openapi.models`), answers from the response models the handlers serialise
-(`x402mw.platform.objects`, through `x402mw.platform.openapi.answers`). What is written here and
-in the ``openapi_*`` modules is the operations' metadata: ids, tags, summaries, descriptions, the
-errors each documents, and links. ``tests/integration/test_openapi.py`` checks that the documented
-operations and the app's routes are the same set, ``tests/answers.py`` that every answer the test
-suite receives keeps to its operation's schema, and ``docs/api-reference.md`` is rendered from this
-document (`x402mw.platform.openapi.reference`).
+The document is built by walking the platform's routes (`platform_routes`, the tree the app mounts),
+as Starlette's ``SchemaGenerator`` does: each `ApiRoute` carries its `Operation` (id, tag, summary,
+description, the model it answers and the errors it documents, its body model and parameters) next
+to its method and path in its resource module, and a route of the API that is not an `ApiRoute`
+is an error. Every schema is generated: request bodies from the pydantic models the handlers
+validate with (`x402mw.platform.openapi.models`), answers from the response models the handlers
+serialise (`x402mw.platform.objects`, through `x402mw.platform.openapi.answers`), each field
+described by its model's ``Field(description=...)``. What is written here is what the whole
+document says: the API's description, its tags, the shared parameters and errors, and links.
+``tests/answers.py`` checks that every answer the test suite receives keeps to its operation's
+schema, and ``docs/api-reference.md`` is rendered from this document
+(`x402mw.platform.openapi.reference`).
 
 >>> from x402mw.platform.openapi.document import build_document
 >>> build_document()["paths"]["/v1/agent/endpoints"]["post"]["operationId"]
@@ -18,37 +22,56 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from x402mw._version import __version__
+from x402mw.platform import checkout, dashboard
+from x402mw.platform.api import (
+    balances,
+    clocks,
+    discovery,
+    events,
+    facilitator,
+    health,
+    payment_intents,
+    payment_links,
+    refunds,
+    sandbox,
+    subscription_plans,
+    subscriptions,
+    webhook_endpoints,
+)
+from x402mw.platform.api.agents import challenges as agent_challenges
+from x402mw.platform.api.agents import endpoints as agent_endpoints
+from x402mw.platform.api.agents import settlements as agent_settlements
+from x402mw.platform.api.agents import sign_ins as agent_sign_ins
+from x402mw.platform.api.idempotency import IdempotencyMiddleware
+from x402mw.platform.api.request_log import RequestLogMiddleware
 from x402mw.platform.http.responses import answer_body
+from x402mw.platform.http.routing import UUID, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.service import ErrorEnvelope, OpenApiDocument
-from x402mw.platform.openapi import checkout, links, subscriptions
-from x402mw.platform.openapi import payments as money
 from x402mw.platform.openapi.answers import answer_schemas
 from x402mw.platform.openapi.models import model_schemas
-from x402mw.platform.openapi.operations import ERRORS, UUID, operations
+from x402mw.platform.openapi.operations import ERRORS, describe
 from x402mw.platform.openapi.schemas import STRING, Schema, ref
 from x402mw.platform.services.chains import ChainHandle
 
-__all__ = ["ServedChain", "build_document", "routes"]
+__all__ = ["ServedChain", "build_document", "platform_routes"]
 
 IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
 
 
-def _components(answers: dict[str, Schema]) -> Schema:
+def _components(bodies: list[type[BaseModel]], answers: dict[str, Schema]) -> Schema:
     request_id = {"$ref": "#/components/headers/Request-Id"}
-    schemas = model_schemas(
-        [*money.BODY_MODELS, *checkout.BODY_MODELS, *links.BODY_MODELS, *subscriptions.BODY_MODELS],
-        money.FIELD_NOTES | checkout.FIELD_NOTES | links.FIELD_NOTES | subscriptions.FIELD_NOTES,
-        money.PROPERTY_OVERRIDES | links.PROPERTY_OVERRIDES,
-    )
+    schemas = model_schemas(bodies)
     for name, schema in answers.items():
         if schemas.setdefault(name, schema) != schema:
             raise RuntimeError(f"a request body and an answer are both named {name}")
@@ -103,7 +126,7 @@ def _components(answers: dict[str, Schema]) -> Schema:
 
 _TAGS = [
     ("Payment intents", "Payment orders a buyer pays at checkout, with wallet or transfer."),
-    *links.TAGS,
+    ("Payment links", "Reusable priced links: each buyer who opens one gets a payment intent of their own."),
     ("Refunds", "Full refunds of paid orders to the paying wallet, from the treasury."),
     ("Balances", "The merchant's money per chain and coin: credited payments less refunds."),
     ("Agent endpoints", "The resources a merchant sells to agents per request."),
@@ -112,9 +135,19 @@ _TAGS = [
     ("Facilitator", "The standard x402 v2 facilitator API, for any x402 seller."),
     ("Webhook endpoints", "URLs receiving the merchant's events, signed with Standard Webhooks."),
     ("Events", "What happened (the webhook outbox), each event's deliveries, and redelivery."),
-    *subscriptions.TAGS,
+    ("Subscription plans", "Prices per week, month, quarter or year that subscriptions are opened on."),
+    (
+        "Subscriptions",
+        "Customers' subscriptions: each period has an invoice with a payment order the customer pays; "
+        "webhooks (`subscription.*`) say when access starts, renews, lapses and ends.",
+    ),
+    ("Test clocks", "Test mode: clocks moved by hand, on which subscriptions live, to run months in seconds."),
     ("Sandbox", "Test-mode helpers, refused for live keys."),
-    *checkout.TAGS,
+    (
+        "Checkout",
+        "The public API of hosted checkout, under `/checkout/v1`: no API key; the payment intent's id "
+        "(bare UUID or `pi_<uuid>`) is all it takes, so it answers only what a buyer may see.",
+    ),
     ("Health", "Service status and this document."),
 ]
 
@@ -172,7 +205,15 @@ _LINKS: list[tuple[str, str, str, str, list[str]]] = [
         ["retrieveWebhookEndpoint", "updateWebhookEndpoint", "rotateWebhookSecret", "deleteWebhookEndpoint"],
     ),
     ("createAgentEndpoint", "201", "/endpoint/id", "endpoint_id", ["retrieveAgentEndpoint", "updateAgentEndpoint"]),
-    *subscriptions.LINKS,
+    ("createSubscriptionPlan", "201", "/plan/id", "plan_id", ["retrieveSubscriptionPlan", "updateSubscriptionPlan"]),
+    (
+        "createSubscription",
+        "201",
+        "/subscription/id",
+        "subscription_id",
+        ["retrieveSubscription", "listSubscriptionInvoices", "cancelSubscription"],
+    ),
+    ("createTestClock", "201", "/testClock/id", "test_clock_id", ["retrieveTestClock", "advanceTestClock"]),
 ]
 
 
@@ -186,8 +227,8 @@ def _add_links(paths: dict[str, Schema]) -> None:
 
 
 def _with_answers(paths: dict[str, Schema]) -> dict[str, Schema]:
-    """Puts in place of each operation's response model (`operation`'s ``answer``) the schema
-    generated from it; the components those schemas reference, by name."""
+    """Puts in place of each response model (an `Operation`'s ``answer``, an `Answer`'s ``model``) the
+    schema generated from it; the components those schemas reference, by name."""
     contents = [
         response["content"]["application/json"]
         for item in paths.values()
@@ -203,17 +244,28 @@ def _with_answers(paths: dict[str, Schema]) -> dict[str, Schema]:
     return components
 
 
+def _operations(routes: Sequence[BaseRoute], prefix: str = "") -> Iterator[tuple[str, str, Operation]]:
+    """Each documented route's method, path and operation, mounts included, in the order they are routed."""
+    for route in routes:
+        if isinstance(route, Mount):
+            yield from _operations(route.routes, prefix + route.path)
+        elif isinstance(route, ApiRoute):
+            (method,) = set(route.methods or ()) - {"HEAD"}
+            yield method.lower(), prefix + route.path_format, route.operation
+        elif isinstance(route, Route) and route.include_in_schema:
+            raise RuntimeError(f"route {prefix}{route.path} is not documented: make it an ApiRoute")
+
+
 @functools.cache
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
-    for method, path, operation in [
-        *money.operations(),
-        *links.operations(),
-        *subscriptions.operations(),
-        *operations(),
-        *checkout.operations(),
-    ]:
-        paths.setdefault(path, {})[method] = operation
+    bodies: list[type[BaseModel]] = []
+    for method, path, operation in _operations(platform_routes()):
+        if method in paths.setdefault(path, {}):
+            raise RuntimeError(f"{method.upper()} {path} is routed twice")
+        paths[path][method] = describe(method, path, operation)
+        if operation.body is not None and operation.body not in bodies:
+            bodies.append(operation.body)
     answers = _with_answers(paths)
     _add_links(paths)
     return {
@@ -228,7 +280,7 @@ def _document() -> Schema:
         ],
         "tags": [{"name": name, "description": text} for name, text in _TAGS],
         "paths": paths,
-        "components": _components(answers),
+        "components": _components(bodies, answers),
     }
 
 
@@ -288,4 +340,53 @@ async def openapi_json(request: Request) -> Response:
     return Response(_document_bytes(chains), media_type="application/json")
 
 
-routes = [Route("/openapi.json", openapi_json, methods=["GET"])]
+def platform_routes() -> list[BaseRoute]:
+    """The platform's routes, a fresh tree per call: what the app mounts (`x402mw.platform.app`) and
+    what this document describes (HTML pages, not API operations, are ``include_in_schema=False``)."""
+    v1 = [
+        *agent_endpoints.routes,
+        *agent_challenges.routes,
+        *agent_settlements.routes,
+        *agent_sign_ins.routes,
+        *facilitator.routes,
+        *discovery.routes,
+        *payment_intents.routes,
+        *payment_links.routes,
+        *refunds.routes,
+        *balances.routes,
+        *sandbox.routes,
+        *subscription_plans.routes,
+        *subscriptions.routes,
+        *clocks.routes,
+        *webhook_endpoints.routes,
+        *events.routes,
+        *health.routes,
+        ApiRoute(
+            "GET",
+            "/openapi.json",
+            openapi_json,
+            Operation(
+                id="getOpenApiDocument",
+                tag="Health",
+                summary="This OpenAPI document",
+                answer=OpenApiDocument,
+                public=True,
+                standalone=True,
+            ),
+        ),
+    ]
+    return [
+        Mount(
+            "/v1",
+            routes=v1,
+            middleware=[
+                Middleware(RequestLogMiddleware),
+                Middleware(IdempotencyMiddleware, takes_over={"/payment-intents"}),
+            ],
+        ),
+        Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
+        Mount("/checkout", routes=checkout.routes),
+        Mount("/dashboard", routes=dashboard.routes),
+        *checkout.agent_routes,
+        *health.probe_routes,
+    ]

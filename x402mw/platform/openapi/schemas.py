@@ -5,25 +5,12 @@ themselves are generated: request bodies from the handlers' pydantic models,
 
 from __future__ import annotations
 
-from typing import Any
+from x402mw.platform.http.routing import STRING, TEXT, Schema
 
-from x402mw.platform.http.fields import NO_NUL
-
-__all__ = ["REF", "STRING", "TEXT", "Schema", "enum", "ref"]
-
-Schema = dict[str, Any]
+__all__ = ["REF", "STRING", "TEXT", "Schema", "ref"]
 
 REF = "#/components/schemas/{model}"
-
-STRING: Schema = {"type": "string"}
-TEXT: Schema = {"type": "string", "pattern": NO_NUL}
-"""A string in a request: no JSON string a request carries may hold NUL (`read_json` refuses it)."""
 
 
 def ref(name: str) -> Schema:
     return {"$ref": REF.format(model=name)}
-
-
-def enum(*values: str) -> Schema:
-    """A string parameter taking one of ``values``."""
-    return {"type": "string", "enum": list(values)}

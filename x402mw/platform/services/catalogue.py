@@ -6,12 +6,18 @@ when it is on the endpoint's own origin, so that a client's ``Host`` cannot plan
 the catalogue), the offered terms without their one-time challenge fields, the description and the
 route's ``bazaar`` declaration when it validates. Listing joins the endpoints, so an endpoint that
 stops being discoverable leaves the catalogue at once.
+
+A search ranks what it finds: first by where the words matched (a word found in the URL, the MCP
+tool's name or the endpoint's name counts twice what a word found only in the description counts),
+then by how much the resource is settled for lately (`popularity`), then newest first; the
+resource's id settles ties, so the order is total and pages do not overlap.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,19 +25,21 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import jsonschema  # type: ignore[import-untyped]
-from sqlalchemy import Select, and_, false, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, case, false, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 
-__all__ = ["Catalogue", "CatalogueQuery", "catalogue_item"]
+__all__ = ["Catalogue", "CatalogueQuery", "catalogue_item", "popularity"]
 
 logger = logging.getLogger("x402mw.platform.catalogue")
 _REFRESH_SECONDS = 60.0  # a resource settled again within this is not written again
 _EXTRA_KEPT = ("name", "version")
 _MAX_EXTENSION_BYTES = 32_768
+_HALF_LIFE_SECONDS = 7 * 86_400.0
+_MAX_WORDS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,7 @@ class Catalogue:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._written: dict[tuple[str, str, str], float] = {}
+        self._unwritten: dict[tuple[str, str, str], int] = {}  # settlements not yet in `popularity`
 
     async def record(
         self,
@@ -77,11 +86,14 @@ class Catalogue:
             kind, tool = "mcp", str(bazaar["info"]["input"].get("toolName", ""))[:200]
         key = (endpoint.id, url, tool)
         now = time.monotonic()
+        self._unwritten[key] = self._unwritten.get(key, 0) + 1  # counted for popularity when next written
         if now - self._written.get(key, -_REFRESH_SECONDS) < _REFRESH_SECONDS:
             return
         self._written[key] = now
+        settled = self._unwritten.pop(key)
         if len(self._written) > 10_000:
             self._written.clear()
+            self._unwritten.clear()
         offer = {k: v for k, v in accepted.items() if k != "extra"}
         offer["extra"] = {k: v for k, v in (accepted.get("extra") or {}).items() if k in _EXTRA_KEPT}
         values = {
@@ -96,8 +108,11 @@ class Catalogue:
         where = and_(table.c.endpoint_id == endpoint.id, table.c.resource == url, table.c.tool_name == tool)
         try:
             async with self.engine.begin() as conn:
-                done = await conn.execute(table.update().where(where).values(**values))
-                if done.rowcount == 0:
+                known = (await conn.execute(select(table.c.popularity).where(where).with_for_update())).first()
+                values["popularity"] = popularity(None if known is None else known.popularity, settled, settled_at)
+                if known is not None:
+                    await conn.execute(table.update().where(where).values(**values))
+                else:
                     await conn.execute(
                         table.insert().values(
                             id=new_id(),
@@ -114,12 +129,54 @@ class Catalogue:
         except Exception:  # the catalogue must never fail a settlement
             logger.warning("could not record %s in the discovery catalogue", url, exc_info=True)
 
+    async def endpoint_for(
+        self, *, merchant_id: str, livemode: bool, challenge_id: str | None, resource: str, pay_to: str, chain_id: int
+    ) -> Any | None:
+        """The discoverable endpoint a settlement through the facilitator API (``POST /x402/settle``)
+        is catalogued under: its challenge's endpoint when it carries an x402mw challenge; otherwise the
+        merchant's endpoint on ``resource``'s origin and chain that pays ``pay_to`` (of several, the one
+        whose URL shares the longest path with ``resource``). None when there is none: an SDK seller's
+        resources are listed only once the merchant has such an endpoint and made it discoverable."""
+        endpoints, challenges = tables.agent_endpoints, tables.agent_challenges
+        owned = [
+            endpoints.c.merchant_id == merchant_id,
+            endpoints.c.livemode == livemode,
+            endpoints.c.discoverable.is_(True),
+        ]
+        async with self.engine.connect() as conn:
+            if challenge_id is not None:
+                statement = (
+                    select(endpoints)
+                    .join(challenges, challenges.c.endpoint_id == endpoints.c.id)
+                    .where(challenges.c.id == challenge_id[:64], *owned)
+                )
+                return (await conn.execute(statement)).first()
+            statement = select(endpoints).where(
+                *owned, endpoints.c.chain_id == chain_id, func.lower(endpoints.c.payout_address) == pay_to.lower()
+            )
+            rows = (await conn.execute(statement.limit(100))).all()
+        given = urlsplit(resource)
+        best, best_length = None, -1
+        for row in rows:
+            own = urlsplit(row.resource_url)
+            if (own.scheme, own.netloc.lower()) != (given.scheme, given.netloc.lower()):
+                continue
+            length = _shared_segments(own.path, given.path)
+            if length > best_length:
+                best, best_length = row, length
+        return best
+
     async def page(self, query: CatalogueQuery) -> tuple[list[dict[str, Any]], int]:
-        """One page of listed resources, newest first, and how many match in all."""
+        """One page of listed resources and how many match in all: a listing newest first, a search
+        (``query.query``) ranked as the module says."""
         table = tables.discovery_resources
         listed = self._filtered(select(table), query)
         counted = self._filtered(select(func.count()).select_from(table), query)
-        ordered = listed.order_by(table.c.updated_at.desc(), table.c.id).limit(query.limit).offset(query.offset)
+        order: list[Any] = [table.c.updated_at.desc(), table.c.id]
+        relevance = _relevance(query.query or "")
+        if relevance is not None:
+            order = [relevance.desc(), table.c.popularity.desc(), *order]
+        ordered = listed.order_by(*order).limit(query.limit).offset(query.offset)
         async with self.engine.connect() as conn:
             total = int((await conn.execute(counted)).scalar_one())
             rows = (await conn.execute(ordered)).all()
@@ -145,17 +202,48 @@ class Catalogue:
             else:
                 statement = statement.where(false())
         if query.query:
-            for word in query.query.split()[:8]:
-                pattern = "%" + word.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-                statement = statement.where(
-                    or_(
-                        func.lower(table.c.resource).like(pattern, escape="\\"),
-                        func.lower(table.c.description).like(pattern, escape="\\"),
-                        func.lower(endpoints.c.name).like(pattern, escape="\\"),
-                        func.lower(table.c.tool_name).like(pattern, escape="\\"),
-                    )
-                )
+            for word in _patterns(query.query):
+                in_description = func.lower(table.c.description).like(word, escape="\\")
+                statement = statement.where(or_(_in_names(word), in_description))
         return statement
+
+
+def popularity(previous: float | None, settled: int, at: datetime) -> float:
+    """A resource's popularity once ``settled`` more payments are settled for it at ``at``: its
+    settlements counted with a weight that halves every week, stored as ``log2(count) + t / week``
+    (``t`` the time of the last update). Comparing the stored values compares the counts as they
+    stand at any one moment, without updating the rows that were not settled for since."""
+    now = at.timestamp() / _HALF_LIFE_SECONDS
+    kept = 0.0 if previous is None else 2.0 ** min(previous - now, 64.0)
+    return math.log2(kept + settled) + now
+
+
+def _patterns(words: str) -> list[str]:
+    """LIKE patterns (lower case, wildcards escaped) for the first words of a search."""
+    escaped = (w.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for w in words.split())
+    return ["%" + word + "%" for word in list(escaped)[:_MAX_WORDS]]
+
+
+def _in_names(pattern: str) -> ColumnElement[bool]:
+    """Whether a search word is in the resource's URL, its MCP tool's name or its endpoint's name."""
+    table, endpoints = tables.discovery_resources, tables.agent_endpoints
+    return or_(
+        func.lower(table.c.resource).like(pattern, escape="\\"),
+        func.lower(endpoints.c.name).like(pattern, escape="\\"),
+        func.lower(table.c.tool_name).like(pattern, escape="\\"),
+    )
+
+
+def _relevance(words: str) -> ColumnElement[int] | None:
+    """A found resource's score: 2 for each word in its names, 1 for each found in its description
+    only (every word is in one or the other: the search's filter requires it). None without words."""
+    terms = [case((_in_names(pattern), 2), else_=1) for pattern in _patterns(words)]
+    if not terms:
+        return None
+    score: ColumnElement[int] = terms[0]
+    for term in terms[1:]:
+        score = score + term
+    return score
 
 
 def catalogue_item(row: Any) -> dict[str, Any]:
@@ -174,6 +262,16 @@ def catalogue_item(row: Any) -> dict[str, Any]:
     if row.extensions:
         item["extensions"] = row.extensions
     return item
+
+
+def _shared_segments(one: str, other: str) -> int:
+    """How many leading path segments two URL paths have in common."""
+    shared = 0
+    for mine, theirs in zip(one.split("/"), other.split("/"), strict=False):
+        if mine != theirs:
+            break
+        shared += 1
+    return shared
 
 
 def _own_url(resource: str, endpoint_url: str) -> str:

@@ -11,6 +11,14 @@ Statuses (DESIGN 6)::
 ``underpaid``, ``overpaid``, ``paid_late`` and ``wrong_asset`` are entries of the ``exceptions`` field,
 never statuses. Every change writes its event (``payment_intent.created``, ``.canceled``, ``.expired``)
 to the ``events`` outbox in the same transaction, with data ``{"paymentIntent": <the object>}``.
+
+Who is told of a paid order: only the deposit watcher (`x402mw.platform.services.watcher.DepositWatcher`)
+confirms a payment (``processing`` → ``succeeded``) or reverses one (``succeeded`` →
+``requires_payment``), and it tells the `OrderFollower` it is built with, in the transaction of the
+move. The platform (`x402mw.platform.runtime`) gives it the subscriptions' follower
+(`x402mw.platform.services.subscriptions.payments.follow_order`), so that an order paying an invoice
+moves its subscription. `transition` itself tells no one: the other moves (cancel, expiry, refund,
+a payment seen) concern no follower.
 """
 
 from __future__ import annotations
@@ -53,8 +61,6 @@ __all__ = [
     "cancel_payment_intent",
     "expire_due_payment_intents",
     "find_payment_intent",
-    "follow_move",
-    "follow_orders",
     "parse_amount",
     "payment_intent_event_data",
     "payment_intent_of",
@@ -360,13 +366,11 @@ async def transition(
     changes: Mapping[str, Any] | None = None,
     *,
     event: str | None = None,
-    follow: bool = True,
 ) -> Mapping[Any, Any] | None:
     """Move ``row`` to ``to`` (with ``changes`` to other columns) if it is still in the status it was
-    read in, and record ``payment_intent.<event or to>``; the new row, or None. An order that pays a
-    subscription's invoice moves its subscription along when it succeeds or a reorg reverses it
-    (`follow_orders`); with ``follow=False`` the caller does that itself (`follow_move`), once its
-    own part of the change (a payment's credit) is written."""
+    read in, and record ``payment_intent.<event or to>``; the new row, or None. A caller that confirms
+    or reverses a payment tells its `OrderFollower` itself, once its own part of the change (a
+    payment's credit) is written."""
     if to not in TRANSITIONS[row["status"]]:
         return None
     table = tables.payment_intents
@@ -380,33 +384,15 @@ async def transition(
         return None
     moved = {**row, **changes}
     await record_intent_event(conn, moved, event or to, at, base)
-    if follow:
-        await follow_move(conn, moved, row["status"], at, base)
     return moved
 
 
-async def follow_move(conn: AsyncConnection, moved: Mapping[Any, Any], previous: str, at: datetime, base: str) -> None:
-    """Have the followers (`follow_orders`) see ``moved``'s change from ``previous``, in ``conn``'s
-    transaction, if it went into or out of ``succeeded``."""
-    if moved["status"] == "succeeded" or previous == "succeeded":
-        # An order paying a subscription's invoice moves the subscription, in this transaction.
-        for follower in _followers:
-            await follower(conn, moved, previous, at, base)
-
-
 OrderFollower = Callable[[AsyncConnection, Mapping[str, Any], str, datetime, str], Awaitable[None]]
-"""Called as ``(conn, order, previous status, now, checkout URL base)`` in the transaction of an
-order's move into or out of ``succeeded``."""
-_followers: list[OrderFollower] = []
-
-
-def follow_orders(follower: OrderFollower) -> None:
-    """Have `transition` call ``follower`` whenever an order becomes ``succeeded`` or leaves it
-    (once, however often it is registered). The platform registers the subscriptions' follower
-    (`x402mw.platform.services.subscriptions.payments.follow_order`), which lives above this module:
-    it creates orders for invoices through it."""
-    if follower not in _followers:
-        _followers.append(follower)
+"""Told of an order's payment confirmed (it became ``succeeded``) or reversed (it went from
+``succeeded`` back to ``requires_payment``), as ``(conn, order, previous status, now, checkout URL
+base)``, in the transaction of the move. The deposit watcher calls it; the platform's is
+`x402mw.platform.services.subscriptions.payments.follow_order`, which lives above this module (it
+creates orders for invoices through it)."""
 
 
 async def cancel_payment_intent(

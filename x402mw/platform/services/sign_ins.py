@@ -1,5 +1,7 @@
 """Sign-in-with-x checks: whose signature a message bears, that its nonce is spent once (in every
 process, through the database), and that the signer paid for the endpoint within the window.
+A used nonce is kept until ``keep_until``, its message's expiry (the message's ``expirationTime``,
+bounded by ``issuedAt`` + 5 minutes: `x402mw.seller.sign_in.nonce_kept_until`), then pruned.
 
 The seller's middleware has already checked the message's domain, URI, chain and times against its
 own configured origin; this is what only the platform can tell. Signatures of keys (EIP-191) are
@@ -134,7 +136,7 @@ class SignInService:
         return bool(await verifier(chain_id, address, digest, signature))
 
     async def _prune(self, now: datetime) -> None:
-        """Delete some nonces past their keeping time (their messages are refused for age anyway)."""
+        """Delete some nonces past their keeping time (their messages have expired)."""
         nonces = tables.sign_in_nonces
         async with self.engine.begin() as conn:
             stale = select(nonces.c.nonce).where(nonces.c.expires_at < now).limit(_PRUNE_BATCH)

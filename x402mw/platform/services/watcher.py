@@ -10,7 +10,8 @@ Each round, for each chain:
    (a reorg) takes the order back to ``requires_payment`` (``payment_intent.reverted``); one with the
    chain's confirmations makes it ``succeeded`` and credits the merchant's balance. A reorg found in
    step 1 also reverts orders that had succeeded on transfers in the replaced blocks (their credit
-   is taken back, and a subscription they paid for goes ``past_due``);
+   is taken back). The watcher's ``follower`` is told of each payment confirmed or reversed, in the
+   transaction of the move (the platform's moves the subscription whose invoice the order pays);
 3. **sweep** succeeded orders' deposit addresses to the treasury.
 
 Several workers may run rounds at once: transfers count once, and every status change is conditional.
@@ -38,7 +39,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys, sweep_order
 from x402mw.platform.services.ledger import InsufficientBalance, apply_entry
-from x402mw.platform.services.payment_intents import OPEN_STATUSES, follow_move, transition
+from x402mw.platform.services.payment_intents import OPEN_STATUSES, OrderFollower, transition
 
 __all__ = ["TRANSFER_TOPIC", "DepositWatcher", "address_topic", "order_exceptions"]
 
@@ -78,6 +79,7 @@ class DepositWatcher:
     keys: DepositKeys
     treasury: str
     checkout_url_base: str
+    follower: OrderFollower  # told of each payment confirmed or reversed, in the move's transaction
 
     def __post_init__(self) -> None:
         self._locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -340,7 +342,7 @@ class DepositWatcher:
         if head - deepest + 1 < chain.confirmations:
             return
         async with self.engine.begin() as conn:
-            moved = await transition(conn, order, "succeeded", now, self.checkout_url_base, follow=False)
+            moved = await transition(conn, order, "succeeded", now, self.checkout_url_base)
             if moved is None:
                 return
             for transfer in counted:
@@ -355,9 +357,9 @@ class DepositWatcher:
                     available_delta=int(transfer["amount_minor"]),
                     at=now,
                 )
-            # Followers after the credit: one that refunds a payment nobody owes (an invoice voided
+            # The follower after the credit: one that refunds a payment nobody owes (an invoice voided
             # while the payment was on its way) reserves the refund from this very credit.
-            await follow_move(conn, moved, order["status"], now, self.checkout_url_base)
+            await self.follower(conn, moved, order["status"], now, self.checkout_url_base)
 
     async def _recheck_succeeded(self, chain: ChainHandle, since_block: int) -> None:
         """After a reorg that replaced blocks above ``since_block``: orders that succeeded on transfers in
@@ -432,6 +434,8 @@ class DepositWatcher:
                 )
                 if back is None:
                     return
+                if settled:
+                    await self.follower(conn, back, order["status"], now, self.checkout_url_base)
             await conn.execute(
                 update(transfers).where(transfers.c.id.in_([t["id"] for t in gone])).values(status="reverted")
             )

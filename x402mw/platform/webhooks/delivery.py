@@ -1,6 +1,6 @@
 """The webhook outbox worker: from ``events`` rows to signed POSTs, at least once.
 
-Each round (`deliver_due`) first *fans out* new events: one ``webhook_deliveries`` row per enabled
+Each round (`WebhookSender.deliver_due`) first *fans out* new events: one ``webhook_deliveries`` row per enabled
 endpoint of the event's merchant and mode whose filter matches and that existed when the event was
 recorded, in the transaction that marks the event ``fanned_out_at`` (an event of an account without
 an enabled endpoint is recorded fanned out already: see :mod:`x402mw.platform.services.outbox`).
@@ -9,6 +9,9 @@ a conditional UPDATE of ``locked_until``, so two workers never send the same del
 POSTs them. A 2xx marks a delivery delivered; anything else schedules a retry after
 ``5 s × 2^attempt`` (capped at 6 h, ±20 % jitter) until ``expires_at``, three days after the event,
 when it is marked failed. A 410 disables the endpoint and fails its pending deliveries.
+
+A `WebhookSender` holds what sending takes (the database, the clock, the sealed secrets' box, the HTTP
+client, two settings); the platform (`x402mw.platform.runtime`) builds one and closes it.
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ import random
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from sqlalchemy import and_, exists, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw._version import __version__
+from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
@@ -37,13 +42,10 @@ from x402mw.platform.timestamps import iso
 from x402mw.platform.webhooks.destinations import resolved_blocked_reason
 from x402mw.protocol.webhook_signatures import sign_payload
 
-if TYPE_CHECKING:
-    from x402mw.platform.runtime import Platform
-
 __all__ = [
     "RETRY_WINDOW",
+    "WebhookSender",
     "backoff_seconds",
-    "deliver_due",
     "envelope",
     "event_of",
     "matches",
@@ -113,22 +115,121 @@ def signing_secrets(endpoint: Mapping[Any, Any], now: datetime, box: SecretBox) 
     return valid
 
 
-async def deliver_due(platform: Platform, *, now: datetime | None = None) -> int:
-    """One worker round: fan out new events, then send every due delivery. Returns how many were sent."""
-    now = now or platform.clock.now()
-    await _fan_out(platform.engine, now)
-    # A worker owns the deliveries it claims while it sends them (each takes up to TIMEOUT_SECONDS);
-    # should it stop, another worker takes them over after the platform's takeover time.
-    claim = timedelta(seconds=TIMEOUT_SECONDS + platform.settings.takeover_seconds)
-    claimed = await _claim(platform.engine, now, claim)
-    gate = asyncio.Semaphore(_CONCURRENCY)
+def _client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(follow_redirects=False)  # a 3xx is a failed attempt, never followed
 
-    async def send(delivery_id: str) -> None:
-        async with gate:
-            await _attempt(platform, delivery_id, now)
 
-    await asyncio.gather(*(send(delivery_id) for delivery_id in claimed))
-    return len(claimed)
+@dataclass
+class WebhookSender:
+    """Delivers the webhooks that are due: `deliver_due` is one worker round."""
+
+    engine: AsyncEngine
+    clock: Clock
+    secrets: SecretBox  # opens the endpoints' signing secrets, sealed at rest
+    takeover_seconds: float  # after this, another worker takes over deliveries claimed by one that stopped
+    private_allowed: bool  # whether endpoints may be on private networks (`resolved_blocked_reason`)
+    client: httpx.AsyncClient = field(default_factory=_client)
+
+    async def deliver_due(self, *, now: datetime | None = None) -> int:
+        """One worker round: fan out new events, then send every due delivery. Returns how many were sent."""
+        now = now or self.clock.now()
+        await _fan_out(self.engine, now)
+        # A worker owns the deliveries it claims while it sends them (each takes up to TIMEOUT_SECONDS);
+        # should it stop, another worker takes them over after the platform's takeover time.
+        claim = timedelta(seconds=TIMEOUT_SECONDS + self.takeover_seconds)
+        claimed = await _claim(self.engine, now, claim)
+        gate = asyncio.Semaphore(_CONCURRENCY)
+
+        async def send(delivery_id: str) -> None:
+            async with gate:
+                await self._attempt(delivery_id, now)
+
+        await asyncio.gather(*(send(delivery_id) for delivery_id in claimed))
+        return len(claimed)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def _attempt(self, delivery_id: str, now: datetime) -> None:
+        deliveries, endpoints, events = tables.webhook_deliveries, tables.webhook_endpoints, tables.events
+        async with self.engine.connect() as conn:
+            delivery = (await conn.execute(select(deliveries).where(deliveries.c.id == delivery_id))).mappings().one()
+            endpoint = (
+                (await conn.execute(select(endpoints).where(endpoints.c.id == delivery["endpoint_id"])))
+                .mappings()
+                .one()
+            )
+            event = (await conn.execute(select(events).where(events.c.id == delivery["event_id"]))).mappings().one()
+        body = json.dumps(envelope(event), ensure_ascii=False, separators=(",", ":")).encode()
+        stamp = int(self.clock.time())
+        secrets = signing_secrets(endpoint, now, self.secrets)
+        signature = " ".join(sign_payload(secret, event["id"], stamp, body) for secret in secrets)
+        headers = {
+            "webhook-id": event["id"],
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": signature,
+            "content-type": "application/json",
+            "user-agent": _USER_AGENT,
+        }
+        status_code: int | None = None
+        error: str | None = None
+        excerpt = b""
+        started = time.perf_counter()
+        blocked = await resolved_blocked_reason(
+            endpoint["url"], livemode=bool(endpoint["livemode"]), allow_private=self.private_allowed
+        )
+        if blocked is not None:
+            error = f"BlockedDestination: {blocked}"
+        else:
+            try:
+                async with self.client.stream(
+                    "POST", endpoint["url"], content=body, headers=headers, timeout=TIMEOUT_SECONDS
+                ) as response:
+                    status_code = response.status_code
+                    async for chunk in response.aiter_bytes():  # the start of the answer, for the dashboard
+                        excerpt += chunk
+                        if len(excerpt) >= EXCERPT_BYTES:
+                            break
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL: stored before registration refused it
+                error = type(exc).__name__
+        log = {
+            "at": iso(now),
+            "statusCode": status_code,
+            "error": error,
+            "durationMs": round((time.perf_counter() - started) * 1000),
+            "responseExcerpt": excerpt[:EXCERPT_BYTES].decode("utf-8", "replace") if excerpt else None,
+        }
+        attempt_count = delivery["attempt_count"] + 1
+        values: dict[str, Any] = {
+            "attempt_count": attempt_count,
+            "attempts": [*delivery["attempts"], log][-_ATTEMPT_LOG:],
+            "last_status_code": status_code,
+            "locked_until": None,
+            "updated_at": now,
+        }
+        if status_code is not None and 200 <= status_code < 300:
+            values |= {"status": "delivered", "delivered_at": now, "next_attempt_at": None}
+        elif status_code == 410:
+            values |= {"status": "failed", "next_attempt_at": None}
+        else:
+            retry_at = now + timedelta(seconds=backoff_seconds(attempt_count))
+            if retry_at > _aware(delivery["expires_at"]):
+                values |= {"status": "failed", "next_attempt_at": None}
+            else:
+                values["next_attempt_at"] = retry_at
+        WEBHOOK_ATTEMPTS.labels(values.get("status", "retrying")).inc()
+        WEBHOOK_SECONDS.observe(time.perf_counter() - started)
+        async with self.engine.begin() as conn:
+            await conn.execute(update(deliveries).where(deliveries.c.id == delivery_id).values(**values))
+            if status_code == 410:
+                await conn.execute(
+                    update(endpoints).where(endpoints.c.id == endpoint["id"]).values(status="disabled", updated_at=now)
+                )
+                await conn.execute(
+                    update(deliveries)
+                    .where(deliveries.c.endpoint_id == endpoint["id"], deliveries.c.status == "pending")
+                    .values(status="failed", next_attempt_at=None, locked_until=None, updated_at=now)
+                )
 
 
 async def redeliver(engine: AsyncEngine, event: Mapping[Any, Any], now: datetime) -> int:
@@ -300,83 +401,3 @@ async def _claim(engine: AsyncEngine, now: datetime, claim: timedelta) -> list[s
             if taken.rowcount == 1:
                 claimed.append(delivery_id)
     return claimed
-
-
-async def _attempt(platform: Platform, delivery_id: str, now: datetime) -> None:
-    deliveries, endpoints, events = tables.webhook_deliveries, tables.webhook_endpoints, tables.events
-    async with platform.engine.connect() as conn:
-        delivery = (await conn.execute(select(deliveries).where(deliveries.c.id == delivery_id))).mappings().one()
-        endpoint = (
-            (await conn.execute(select(endpoints).where(endpoints.c.id == delivery["endpoint_id"]))).mappings().one()
-        )
-        event = (await conn.execute(select(events).where(events.c.id == delivery["event_id"]))).mappings().one()
-    body = json.dumps(envelope(event), ensure_ascii=False, separators=(",", ":")).encode()
-    stamp = int(platform.clock.time())
-    secrets = signing_secrets(endpoint, now, platform.secrets)
-    signature = " ".join(sign_payload(secret, event["id"], stamp, body) for secret in secrets)
-    headers = {
-        "webhook-id": event["id"],
-        "webhook-timestamp": str(stamp),
-        "webhook-signature": signature,
-        "content-type": "application/json",
-        "user-agent": _USER_AGENT,
-    }
-    status_code: int | None = None
-    error: str | None = None
-    excerpt = b""
-    started = time.perf_counter()
-    blocked = await resolved_blocked_reason(
-        endpoint["url"], livemode=bool(endpoint["livemode"]), allow_private=platform.settings.private_webhooks_allowed
-    )
-    if blocked is not None:
-        error = f"BlockedDestination: {blocked}"
-    else:
-        try:
-            async with platform.webhook_client.stream(
-                "POST", endpoint["url"], content=body, headers=headers, timeout=TIMEOUT_SECONDS
-            ) as response:
-                status_code = response.status_code
-                async for chunk in response.aiter_bytes():  # the start of the answer, for the dashboard
-                    excerpt += chunk
-                    if len(excerpt) >= EXCERPT_BYTES:
-                        break
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL: stored before registration refused it
-            error = type(exc).__name__
-    log = {
-        "at": iso(now),
-        "statusCode": status_code,
-        "error": error,
-        "durationMs": round((time.perf_counter() - started) * 1000),
-        "responseExcerpt": excerpt[:EXCERPT_BYTES].decode("utf-8", "replace") if excerpt else None,
-    }
-    attempt_count = delivery["attempt_count"] + 1
-    values: dict[str, Any] = {
-        "attempt_count": attempt_count,
-        "attempts": [*delivery["attempts"], log][-_ATTEMPT_LOG:],
-        "last_status_code": status_code,
-        "locked_until": None,
-        "updated_at": now,
-    }
-    if status_code is not None and 200 <= status_code < 300:
-        values |= {"status": "delivered", "delivered_at": now, "next_attempt_at": None}
-    elif status_code == 410:
-        values |= {"status": "failed", "next_attempt_at": None}
-    else:
-        retry_at = now + timedelta(seconds=backoff_seconds(attempt_count))
-        if retry_at > _aware(delivery["expires_at"]):
-            values |= {"status": "failed", "next_attempt_at": None}
-        else:
-            values["next_attempt_at"] = retry_at
-    WEBHOOK_ATTEMPTS.labels(values.get("status", "retrying")).inc()
-    WEBHOOK_SECONDS.observe(time.perf_counter() - started)
-    async with platform.engine.begin() as conn:
-        await conn.execute(update(deliveries).where(deliveries.c.id == delivery_id).values(**values))
-        if status_code == 410:
-            await conn.execute(
-                update(endpoints).where(endpoints.c.id == endpoint["id"]).values(status="disabled", updated_at=now)
-            )
-            await conn.execute(
-                update(deliveries)
-                .where(deliveries.c.endpoint_id == endpoint["id"], deliveries.c.status == "pending")
-                .values(status="failed", next_attempt_at=None, locked_until=None, updated_at=now)
-            )

@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
 from starlette.convertors import StringConvertor, register_url_convertor
 from starlette.requests import Request
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -21,6 +20,7 @@ from x402mw.platform.http.bodies import parse_body, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import MINOR_PATTERN, ChallengeId, Uuid
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import AgentChallenge, AgentChallengeEnvelope, ChallengeBatchResult
 from x402mw.platform.services.challenges import record_challenges
@@ -33,19 +33,21 @@ MAX_BATCH = 500
 
 class ChallengeIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    challengeId: ChallengeId
-    endpointId: Uuid
-    network: str = Field(max_length=40)
-    asset: str = Field(max_length=42)
-    payTo: str = Field(max_length=42)
-    amount: str = Field(pattern=MINOR_PATTERN)
-    resource: str = Field(default="", max_length=2048)
-    expiresAt: StrictInt
+    challengeId: ChallengeId = Field(description="the id the seller middleware gave the challenge")
+    endpointId: Uuid = Field(description="one of the caller's agent endpoints")
+    network: str = Field(max_length=40, description="CAIP-2 network, e.g. `eip155:84532`")
+    asset: str = Field(max_length=42, description="token address")
+    payTo: str = Field(max_length=42, description="payout address snapshotted in the challenge")
+    amount: str = Field(pattern=MINOR_PATTERN, description="integer string of minor units")
+    resource: str = Field(default="", max_length=2048, description="URL of the paid resource")
+    expiresAt: StrictInt = Field(description="Unix time (seconds) after which the challenge can no longer be paid")
 
 
 class ChallengeBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    challenges: list[ChallengeIn] = Field(max_length=MAX_BATCH)
+    challenges: list[ChallengeIn] = Field(
+        max_length=MAX_BATCH, description="challenges the seller middleware issued; ones already recorded are ignored"
+    )
 
 
 def challenge_row(merchant_id: str, livemode: bool, c: ChallengeIn) -> dict[str, Any]:
@@ -110,7 +112,6 @@ async def retrieve(request: Request) -> ModelResponse:
     challenge_id = request.path_params["challenge_id"]
     table = tables.agent_challenges
     payments = tables.agent_payments
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         challenge = (
             await conn.execute(
@@ -161,8 +162,48 @@ class _ChallengeIdConvertor(StringConvertor):
 
 register_url_convertor("challenge_id", _ChallengeIdConvertor())
 
+_TAG = "Challenges"
 routes = [
-    Route("/agent/challenges/batch", register_batch, methods=["POST"]),
-    Route("/agent/challenges/{challenge_id:challenge_id}", retrieve, methods=["GET"]),
+    ApiRoute(
+        "POST",
+        "/agent/challenges/batch",
+        register_batch,
+        Operation(
+            id="recordChallenges",
+            tag=_TAG,
+            summary="Record issued challenges",
+            description="The seller middleware issues challenges locally and sends them here in background batches.",
+            answer=ChallengeBatchResult,
+            body=ChallengeBatch,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/agent/challenges/{challenge_id:challenge_id}",
+        retrieve,
+        Operation(
+            id="retrieveChallenge",
+            tag=_TAG,
+            summary="Retrieve a challenge and its payment",
+            answer=AgentChallengeEnvelope,
+            errors=(404,),
+        ),
+    ),
 ]
-legacy_routes = [Route("/agent/challenges/{challenge_id:challenge_id}", retrieve, methods=["GET"])]
+legacy_routes = [
+    ApiRoute(
+        "GET",
+        "/agent/challenges/{challenge_id:challenge_id}",
+        retrieve,
+        Operation(
+            id="retrieveChallengeLegacy",
+            tag=_TAG,
+            summary="Retrieve a challenge (legacy path)",
+            description="Legacy alias `{api_host}/merchant/v1/agent/challenges/{challenge_id}` of "
+            "`GET /v1/agent/challenges/{challenge_id}`, with the same answer.",
+            answer=AgentChallengeEnvelope,
+            errors=(404,),
+        ),
+    )
+]

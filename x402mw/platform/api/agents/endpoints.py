@@ -10,7 +10,6 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -20,6 +19,7 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import MINOR_SCHEMA, NonZeroAddress, ResourceUrl, minor_units, resource_url
 from x402mw.platform.http.pagination import list_page
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import ETAG, IF_NONE_MATCH, LIST_PARAMS, NOT_MODIFIED, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.chains import ChainHandle
@@ -68,17 +68,40 @@ METERED_NEEDS_CEILING: dict[str, Any] = {  # a ceiling (maxAmountMinor) for mete
 class EndpointCreate(_EndpointFields):
     model_config = ConfigDict(json_schema_extra={"allOf": [FIXED_NEEDS_AMOUNT, METERED_NEEDS_CEILING]})
 
-    name: str = Field(min_length=1, max_length=200)
-    resourceUrl: ResourceUrl
-    chainId: StrictInt
-    currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})]
-    payoutAddress: NonZeroAddress
-    pricingMode: Literal["fixed", "dynamic", "metered"] = "fixed"
-    amountMinor: MinorUnits | None = None
-    maxAmountMinor: MinorUnits | None = None
-    releasePolicy: Literal["included", "confirmed"] = "included"
-    maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600)
-    discoverable: StrictBool = False
+    name: str = Field(min_length=1, max_length=200, description="1–200 characters")
+    resourceUrl: ResourceUrl = Field(
+        description="absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool"
+    )
+    chainId: StrictInt = Field(description="EVM chain id settled by this platform (see `GET /v1/x402/supported`)")
+    currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})] = Field(
+        description="`USDC` or `EURC`; `USDT` is refused (no EIP-3009)"
+    )
+    payoutAddress: NonZeroAddress = Field(description="EVM address receiving the funds; snapshotted in each challenge")
+    pricingMode: Literal["fixed", "dynamic", "metered"] = Field(
+        default="fixed",
+        description="`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
+        "(the handler reports what each request used, up to `maxAmountMinor`)",
+    )
+    amountMinor: MinorUnits | None = Field(
+        default=None,
+        description='integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
+    )
+    maxAmountMinor: MinorUnits | None = Field(
+        default=None,
+        description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
+        "sign); required with `metered` pricing, and only then",
+    )
+    releasePolicy: Literal["included", "confirmed"] = Field(
+        default="included",
+        description="`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
+    )
+    maxTimeoutSeconds: StrictInt = Field(
+        default=300, ge=30, le=3600, description="validity of challenges and authorizations in seconds, 30–3600"
+    )
+    discoverable: StrictBool = Field(
+        default=False,
+        description="list the endpoint's settled resources in the public discovery catalogue; default false",
+    )
 
 
 class EndpointUpdate(_EndpointFields, PatchBody):
@@ -104,15 +127,38 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     )
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    resourceUrl: ResourceUrl | None = None
-    payoutAddress: NonZeroAddress | None = None
-    pricingMode: Literal["fixed", "dynamic", "metered"] | None = None
-    amountMinor: MinorUnits | None = None
-    maxAmountMinor: MinorUnits | None = None
-    releasePolicy: Literal["included", "confirmed"] | None = None
-    maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600)
-    discoverable: StrictBool | None = None
+    name: str | None = Field(default=None, min_length=1, max_length=200, description="1–200 characters")
+    resourceUrl: ResourceUrl | None = Field(
+        default=None, description="absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool"
+    )
+    payoutAddress: NonZeroAddress | None = Field(
+        default=None, description="EVM address receiving the funds; snapshotted in each challenge"
+    )
+    pricingMode: Literal["fixed", "dynamic", "metered"] | None = Field(
+        default=None,
+        description="`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
+        "(the handler reports what each request used, up to `maxAmountMinor`)",
+    )
+    amountMinor: MinorUnits | None = Field(
+        default=None,
+        description='integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
+    )
+    maxAmountMinor: MinorUnits | None = Field(
+        default=None,
+        description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
+        "sign); only for a `metered` endpoint",
+    )
+    releasePolicy: Literal["included", "confirmed"] | None = Field(
+        default=None,
+        description="`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
+    )
+    maxTimeoutSeconds: StrictInt | None = Field(
+        default=None, ge=30, le=3600, description="validity of challenges and authorizations in seconds, 30–3600"
+    )
+    discoverable: StrictBool | None = Field(
+        default=None,
+        description="list the endpoint's settled resources in the public discovery catalogue; default false",
+    )
 
 
 def _chain_for(platform: Platform, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
@@ -348,9 +394,67 @@ async def list_endpoints(request: Request) -> ModelResponse:
     return ModelResponse(objects.AgentEndpointList(data=data, has_more=more))
 
 
+_TAG = "Agent endpoints"
 routes = [
-    Route("/agent/endpoints", create, methods=["POST"]),
-    Route("/agent/endpoints", list_endpoints, methods=["GET"]),
-    Route("/agent/endpoints/{endpoint_id}", retrieve, methods=["GET"]),
-    Route("/agent/endpoints/{endpoint_id}", update, methods=["PATCH"]),
+    ApiRoute(
+        "POST",
+        "/agent/endpoints",
+        create,
+        Operation(
+            id="createAgentEndpoint",
+            tag=_TAG,
+            summary="Create an agent endpoint",
+            description="A test key may only use test networks, a live key only live ones (`400 livemode_mismatch`).",
+            answer=objects.AgentEndpointEnvelope,
+            status=201,
+            body=EndpointCreate,
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/agent/endpoints",
+        list_endpoints,
+        Operation(
+            id="listAgentEndpoints",
+            tag=_TAG,
+            summary="List agent endpoints",
+            description="Newest first. An unknown cursor id is a 404.",
+            answer=objects.AgentEndpointList,
+            parameters=LIST_PARAMS,
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/agent/endpoints/{endpoint_id}",
+        retrieve,
+        Operation(
+            id="retrieveAgentEndpoint",
+            tag=_TAG,
+            summary="Retrieve an agent endpoint",
+            description="The answer carries an `ETag`; sent back in `If-None-Match`, it is answered `304` without "
+            "a body while the endpoint is unchanged (the seller middleware revalidates its terms so).",
+            answer=objects.AgentEndpointEnvelope,
+            parameters=[IF_NONE_MATCH],
+            errors=(404,),
+            headers=ETAG,
+            answers=[NOT_MODIFIED],
+        ),
+    ),
+    ApiRoute(
+        "PATCH",
+        "/agent/endpoints/{endpoint_id}",
+        update,
+        Operation(
+            id="updateAgentEndpoint",
+            tag=_TAG,
+            summary="Update an agent endpoint",
+            description="Any field but `chainId` and `currency`. A new `payoutAddress` applies to challenges issued "
+            "afterwards; payments of challenges issued before still settle to the old one. 409 "
+            "`endpoint_needs_amount` when the endpoint would be `fixed` without `amountMinor`.",
+            answer=objects.AgentEndpointEnvelope,
+            body=EndpointUpdate,
+            errors=(404, 409),
+        ),
+    ),
 ]

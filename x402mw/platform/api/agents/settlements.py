@@ -15,9 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sqlalchemy import select
 from starlette.requests import Request
-from starlette.routing import Route
 
-from x402mw.platform import metrics
 from x402mw.platform.api.agents.challenges import ChallengeIn, challenge_row
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
@@ -27,11 +25,12 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import MAX_MINOR, ChallengeId, Uuid
 from x402mw.platform.http.pagination import list_page, query_id
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.routing import LIST_PARAMS, STRING, UUID, ApiRoute, Operation, query
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
 from x402mw.platform.services.settlement.checks import EndpointPolicy
-from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, failed, payment_of
+from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, payment_of
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
@@ -44,22 +43,36 @@ MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0
 
 class SettleBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    endpointId: Uuid
-    challengeId: ChallengeId
-    resource: str = Field(default="", max_length=2048)
-    expiresAt: StrictInt
-    accepted: dict[str, Any]
-    paymentPayload: dict[str, Any]
-    waitSeconds: float = Field(default=20.0, ge=0.1, le=120.0)
-    hold: bool = False
-    capture: Uuid | None = None
+    endpointId: Uuid = Field(description="the agent endpoint being paid")
+    challengeId: ChallengeId = Field(description="the challenge the payment answers")
+    resource: str = Field(default="", max_length=2048, description="URL of the paid resource")
+    expiresAt: StrictInt = Field(description="Unix time (seconds) at which the challenge expires")
+    accepted: dict[str, Any] = Field(description="the payment terms the agent accepted (sealed by the middleware)")
+    paymentPayload: dict[str, Any] = Field(description="the agent's signed payload (`PAYMENT-SIGNATURE`)")
+    waitSeconds: float = Field(
+        default=20.0, ge=0.1, le=120.0, description="how long to wait for inclusion before answering `pending`, 0.1–120"
+    )
+    hold: bool = Field(
+        default=False,
+        description="verify and claim the payment without sending it (answered `held`): a paid MCP tool, "
+        "settled with `capture` once the tool succeeded or released when it failed",
+    )
+    capture: Uuid | None = Field(
+        default=None, description="the id of this payment's `held` agent payment: settle it now"
+    )
     # upto: absent, the payment is verified and held for the request (`authorized`); present, the
     # held payment is settled for this amount (0 … the ceiling), once.
     settleAmount: StrictInt | None = Field(default=None, ge=0)
     # what the discovery catalogue lists of a discoverable endpoint's resource
-    description: str | None = Field(default=None, max_length=1000)
-    mimeType: str | None = Field(default=None, max_length=200)
-    extensions: dict[str, Any] | None = None
+    description: str | None = Field(
+        default=None, max_length=1000, description="what the resource is, for the discovery catalogue"
+    )
+    mimeType: str | None = Field(
+        default=None, max_length=200, description="what the resource answers, for the discovery catalogue"
+    )
+    extensions: dict[str, Any] | None = Field(
+        default=None, description="the route's `bazaar` declaration, for the discovery catalogue"
+    )
 
 
 def unavailable_error(outcome: SettleOutcome) -> HttpError:
@@ -74,7 +87,7 @@ def conflict_error(conflict: IdentifierConflict) -> HttpError:
     return HttpError(409, conflict.reason, f"{conflict}; nothing was taken. Use a new id for a new payment")
 
 
-def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None) -> ModelResponse:
+def _reply(outcome: SettleOutcome) -> ModelResponse:
     if outcome.status == "unavailable":
         raise unavailable_error(outcome)
     result = objects.SettlementResult(
@@ -82,7 +95,6 @@ def _reply(outcome: SettleOutcome, accepted: objects.AcceptedTerms | None = None
         settlement=outcome.response,
         message=outcome.message or None,
         payment_id=outcome.payment_id or None,
-        accepted=accepted,
     )
     return ModelResponse(result)
 
@@ -110,11 +122,8 @@ async def settle(request: Request) -> ModelResponse:
             raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
         terms = EndpointPolicy.of(endpoint)
     if not 1 <= accepted.amount <= MAX_MINOR:  # the body's bounds; the terms are settlement's to check
-        refused = failed(
+        refused = platform.settlement.refuse(
             accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
-        )
-        metrics.count_settlement(
-            platform.settlement.network_label(accepted.network), "failed", reasons.INVALID_REQUIREMENTS
         )
         return _reply(refused)
     challenge = challenge_row(
@@ -160,10 +169,6 @@ async def settle(request: Request) -> ModelResponse:
             outcome = await platform.settlement.settle(settle)
     except IdentifierConflict as conflict:
         raise conflict_error(conflict) from None
-    if upto:
-        metrics.count_settlement(
-            platform.settlement.network_label(accepted.network), outcome.status, outcome.response.error_reason
-        )
     if outcome.status == "settled" and endpoint.discoverable:
         await platform.catalogue.record(
             endpoint,
@@ -174,7 +179,7 @@ async def settle(request: Request) -> ModelResponse:
             extensions=body.extensions if body.extensions is not None else payload.extensions,
             settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
         )
-    return _reply(outcome, objects.AcceptedTerms(pay_to=accepted.pay_to))
+    return _reply(outcome)
 
 
 async def release(request: Request) -> ModelResponse:
@@ -200,7 +205,6 @@ async def list_payments(request: Request) -> ModelResponse:
     if endpoint is not None:
         filters.append(table.c.endpoint_id == endpoint)
     platform = platform_of(request)
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         data, more = await list_page(
             conn, table, filters, request, lambda r: payment_of(AgentPayment.model_validate(dict(r)))
@@ -213,7 +217,6 @@ async def retrieve_payment(request: Request) -> ModelResponse:
     table = tables.agent_payments
     payment_id = path_uuid(request, "payment_id", "agent payment")
     platform = platform_of(request)
-    await platform.settlement.recorded()
     async with platform.engine.connect() as conn:
         found = (
             (
@@ -244,15 +247,89 @@ async def usage(request: Request) -> ModelResponse:
         start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
     else:
         raise HttpError(400, "parameter_invalid", "month must look like 2026-11", param="month")
-    await platform.settlement.recorded()
     answer = await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)
     return ModelResponse(objects.AgentUsageEnvelope(usage=answer))
 
 
+_TAG = "Agent payments"
 routes = [
-    Route("/agent/settlements", settle, methods=["POST"]),
-    Route("/agent/settlements/{payment_id}/release", release, methods=["POST"]),
-    Route("/agent/payments", list_payments, methods=["GET"]),
-    Route("/agent/payments/{payment_id}", retrieve_payment, methods=["GET"]),
-    Route("/agent/usage", usage, methods=["GET"]),
+    ApiRoute(
+        "POST",
+        "/agent/settlements",
+        settle,
+        Operation(
+            id="settleAgentPayment",
+            tag=_TAG,
+            summary="Settle a paid request",
+            description="Called by the seller middleware once per paid request. Verifies the payment, settles it "
+            "on-chain with the relayer paying the gas, and answers a signed receipt. A refused "
+            "payment is a 200 with `status: failed` and the reason in `settlement.errorReason`; "
+            "the same signed payload sent again answers the original outcome. A payload carrying the "
+            "x402 `payment-identifier` extension is settled once per id: the same id and payload answer "
+            "the stored settlement (checked before the payment is verified); the same id with another "
+            "payload is a 409 `payment_identifier_conflict`, and nothing is taken.",
+            answer=objects.SettlementResult,
+            body=SettleBody,
+            errors=(404, 409),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/agent/settlements/{payment_id}/release",
+        release,
+        Operation(
+            id="releaseAgentPayment",
+            tag=_TAG,
+            summary="Release a held payment",
+            description="Called by the seller's MCP adapter when a paid tool failed: the payment held with "
+            "`hold: true` is given up, nothing is taken, and its authorization may be used again. "
+            "409 once the payment is being settled or settled.",
+            answer=objects.SettlementRelease,
+            errors=(404, 409),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/agent/payments",
+        list_payments,
+        Operation(
+            id="listAgentPayments",
+            tag=_TAG,
+            summary="List agent payments",
+            description="Settled and failed agent payments, newest first.",
+            answer=objects.AgentPaymentList,
+            parameters=[*LIST_PARAMS, query("endpointId", "only this endpoint's payments", UUID)],
+            errors=(400, 404),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/agent/payments/{payment_id}",
+        retrieve_payment,
+        Operation(
+            id="retrieveAgentPayment",
+            tag=_TAG,
+            summary="Retrieve an agent payment",
+            answer=objects.AgentPaymentEnvelope,
+            errors=(404,),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/agent/usage",
+        usage,
+        Operation(
+            id="retrieveAgentUsage",
+            tag=_TAG,
+            summary="Retrieve monthly usage",
+            description="Settlements, volume per coin and the planned fee: the first 1,000 settlements a month are "
+            "free, then per settlement the larger of 0.005 and 0.3 % of its amount. Nothing is billed "
+            "during the beta.",
+            answer=objects.AgentUsageEnvelope,
+            parameters=[
+                query("month", "`YYYY-MM`; default the current month", STRING | {"pattern": f"^{MONTH.pattern}$"})
+            ],
+            errors=(400,),
+        ),
+    ),
 ]

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from x402mw.evm.eip712 import InvalidSignatureError, TransferAuthorization, recover_transfer_signer, transfer_digest
+from x402mw.evm.eip712 import (
+    InvalidSignatureError,
+    TokenDomain,
+    TransferAuthorization,
+    recover_transfer_signer,
+    transfer_digest,
+)
+from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.relayer import RevertError, simulated
 from x402mw.platform.clock import Clock
 from x402mw.platform.services.chains import ChainHandle, Chains
@@ -30,7 +36,8 @@ __all__ = [
     "WalletDeployment",
     "check_terms",
     "payload_hash",
-    "revert_reason",
+    "revert_refusal",
+    "settled_on",
     "simulation_outcome",
     "verify_payment",
 ]
@@ -112,6 +119,25 @@ def check_terms(chains: Chains, endpoint: EndpointPolicy, accepted: PaymentRequi
         )
 
 
+def settled_on(
+    chains: Chains, scheme: str, accepted: PaymentRequirements, endpoint: EndpointPolicy | None = None
+) -> tuple[ChainHandle, TokenDomain]:
+    """The chain a payment of ``scheme`` on the terms ``accepted`` is settled on, and the token's
+    EIP-712 domain there, once the terms are checked (against ``endpoint``'s when the payment is for
+    one); `PaymentRefusal` otherwise. The first checks of every scheme's verification."""
+    if accepted.scheme != scheme:
+        raise PaymentRefusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not {scheme}")
+    if endpoint is not None:
+        check_terms(chains, endpoint, accepted)
+    chain = chains.by_network(accepted.network)
+    if chain is None:
+        raise PaymentRefusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
+    domain = chain.domain(accepted.asset)
+    if domain is None:
+        raise PaymentRefusal(reasons.INVALID_ASSET, f"asset {accepted.asset} is not settled here")
+    return chain, domain
+
+
 def verify_payment(
     chains: Chains,
     clock: Clock,
@@ -121,16 +147,7 @@ def verify_payment(
 ) -> Verified:
     """Check everything that can be checked off-chain, the terms against ``endpoint``'s when the
     payment is for one; `PaymentRefusal` with a reason code otherwise."""
-    if accepted.scheme != "exact":
-        raise PaymentRefusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not supported")
-    if endpoint is not None:
-        check_terms(chains, endpoint, accepted)
-    chain = chains.by_network(accepted.network)
-    if chain is None:
-        raise PaymentRefusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
-    domain = chain.domain(accepted.asset)
-    if domain is None:
-        raise PaymentRefusal(reasons.INVALID_ASSET, f"asset {accepted.asset} cannot be paid by authorization here")
+    chain, domain = settled_on(chains, "exact", accepted, endpoint)
     wire = payload.payload.authorization
     if wire.to.lower() != accepted.pay_to.lower():
         raise PaymentRefusal(reasons.INVALID_RECIPIENT, "the authorization pays someone other than payTo")
@@ -174,18 +191,27 @@ def payload_hash(signature: bytes, wire: Authorization, asset: str) -> str:
     ).hexdigest()
 
 
-async def simulation_outcome(simulation: asyncio.Future[Any], reason_of: Callable[[str], str] | None = None) -> None:
-    """Wait for a simulation (`Relayer.simulate_soon`); `PaymentRefusal` with the revert's reason code
-    (``reason_of`` maps the revert's text to it; the token's reasons by default)."""
+async def simulation_outcome(simulation: asyncio.Future[Any], scheme: str = "exact") -> None:
+    """Wait for a simulation (`Relayer.simulate_soon`) of a transfer of ``scheme``; `PaymentRefusal`
+    (`revert_refusal`) if it would revert."""
     try:
         await simulated(simulation)
     except RevertError as exc:
-        raise PaymentRefusal(
-            (reason_of or revert_reason)(exc.reason), f"the transfer would revert: {exc.reason}"
-        ) from None
+        raise revert_refusal(exc, scheme) from None
 
 
-def revert_reason(text: str) -> str:
+def revert_refusal(error: RevertError, scheme: str) -> PaymentRefusal:
+    """The refusal of a payment whose transfer (of ``scheme``: ``exact``, the token's EIP-3009
+    call; ``upto``, the upto proxy through Permit2) the node says would revert. Every path from a
+    node's revert to a reason code goes through here: the node's answer is decoded to
+    ``error.reason`` once (`x402mw.platform.chain.transactions.simulated`), and mapped here once.
+    (A transfer sent is not run by the node first: one that reverts once mined is
+    ``transaction_reverted``, or its authorization was used by another.)"""
+    reason = _upto_reason(error.reason) if scheme == "upto" else _token_reason(error.reason)
+    return PaymentRefusal(reason, f"the transfer would revert: {error.reason}")
+
+
+def _token_reason(text: str) -> str:
     """The x402 reason code for a token's revert message."""
     lowered = text.lower()
     if "balance" in lowered:
@@ -198,4 +224,34 @@ def revert_reason(text: str) -> str:
         return reasons.INVALID_VALID_AFTER
     if "signature" in lowered:
         return reasons.INVALID_SIGNATURE
+    return reasons.TRANSACTION_REVERTED
+
+
+def _selector(signature: str) -> str:
+    return keccak256(signature.encode())[:4].hex()
+
+
+_UPTO_REVERTS = {
+    _selector("SignatureExpired(uint256)"): reasons.PERMIT2_DEADLINE_EXPIRED,
+    _selector("InvalidNonce()"): reasons.PERMIT2_NONCE_USED,
+    _selector("InvalidSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("InvalidSigner()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("InvalidSignatureLength()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("InvalidContractSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
+    _selector("UnauthorizedFacilitator()"): reasons.UPTO_UNAUTHORIZED_FACILITATOR,
+    _selector("AmountExceedsPermitted()"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+    _selector("InvalidAmount(uint256)"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+    _selector("PaymentTooEarly()"): reasons.PERMIT2_NOT_YET_VALID,
+    _selector("Permit2612AmountMismatch()"): reasons.INVALID_EIP2612_PERMIT,
+}
+
+
+def _upto_reason(text: str) -> str:
+    """The x402 reason code of a revert of the upto proxy or Permit2 (custom errors, by selector)."""
+    lowered = text.lower()
+    for selector, reason in _UPTO_REVERTS.items():
+        if selector in lowered:
+            return reason
+    if "transfer_from_failed" in lowered:
+        return reasons.PERMIT2_INSUFFICIENT_BALANCE  # or no allowance: the upto settlement asks why
     return reasons.TRANSACTION_REVERTED

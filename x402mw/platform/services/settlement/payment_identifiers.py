@@ -119,12 +119,9 @@ class PaymentIdentifiers:
         self._answer_conn = HeldConnection(engine)
         self._binds: Coalescer[dict[str, Any], bool] = Coalescer(self._write_binds)
         self._answers: Coalescer[dict[str, Any], None] = Coalescer(self._write_answers)
-        self._answering: set[asyncio.Future[None]] = set()
 
     async def aclose(self) -> None:
-        """Write the answers still queued and give the held connections back."""
-        if self._answering:
-            await asyncio.gather(*self._answering, return_exceptions=True)
+        """Give the held connections back (once nothing is being written)."""
         await self._bind_conn.aclose()
         await self._answer_conn.aclose()
 
@@ -222,8 +219,9 @@ class PaymentIdentifiers:
             )
 
     async def _answer(self, scope: str, identifier: str, fingerprint: str, outcome: SettleOutcome) -> None:
-        """Store a settled answer with its id. Queued, not waited for: a retry that comes before it is
-        written waits for it (the id is in flight until then)."""
+        """Store a settled answer with its id, in the next batch of answers, before the caller is
+        answered: a retry that comes after the answer finds it. Should the write fail, the id stays
+        in flight until its lease ends (a retry then joins the authorization's settlement)."""
         answer = {
             "status": outcome.status,
             "settlement": outcome.response.to_wire(),
@@ -231,14 +229,10 @@ class PaymentIdentifiers:
             "paymentId": outcome.payment_id,
         }
         row = {"b_scope": scope, "b_identifier": identifier, "b_fingerprint": fingerprint, "b_answer": answer}
-        written = self._answers.enqueue(row)
-        self._answering.add(written)
-        written.add_done_callback(self._answered)
-
-    def _answered(self, written: asyncio.Future[None]) -> None:
-        self._answering.discard(written)
-        if not written.cancelled() and written.exception() is not None:
-            logger.warning("could not store a payment identifier's answer", exc_info=written.exception())
+        try:
+            await self._answers.submit(row)
+        except Exception:
+            logger.warning("could not store a payment identifier's answer", exc_info=True)
 
     async def _write_answers(self, rows: list[dict[str, Any]]) -> list[None]:
         def write(conn: Connection) -> None:

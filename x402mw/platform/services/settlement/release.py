@@ -1,10 +1,13 @@
 """Releasing a settled payment: its receipt signed, its release answered and recorded.
 
-The transfer is final on the chain: the receipt is signed and the caller answered at once, while
-the release (the payment settled, its challenge linked, ``agent_payment.settled`` in the outbox) is
-written in the background, in a batch with others (`SettlementWrites`). Until that write commits,
-this process answers for the payment from memory (`Releases.answered`); should the process stop
-first, the payment stays ``submitted`` with its transaction, and recovery releases it.
+The transfer is final on the chain: the receipt is signed and the release (the payment settled,
+its challenge linked, ``agent_payment.settled`` in the outbox) written in the next batch of records,
+with those of the settlements released meanwhile (`SettlementWrites`, a group commit); the caller is
+answered once that batch has committed. A reader (the agent API, the events list, a retry of the
+same payment, to any process) that comes after the answer thus finds the payment settled, without
+waiting for anything. Should the write fail, the caller still gets the receipt (the money has
+moved) and the payment stays ``submitted`` with its transaction, for recovery to release; should
+the process stop while the batch is written, the same.
 
 A payment is released once: should two releases race (recovery with a stale read, or a process
 taking over), the first record stands, and `Releases.release_recorded` answers with it.
@@ -39,14 +42,25 @@ class Releases:
         self.receipt_key = receipt_key
         self.clock = clock
         self._background: set[asyncio.Task[Any]] = set()
-        self._recording: dict[str, SettleOutcome] = {}  # answered, and being recorded
+        self._recording: dict[str, tuple[SettleOutcome, asyncio.Task[None]]] = {}  # released, being recorded
         self._releasing: dict[str, asyncio.Future[SettleOutcome]] = {}  # by release_recorded, by payment
 
     def answered(self, payment_id: str) -> SettleOutcome | None:
-        """The outcome this process answered for a payment whose release it is still recording."""
-        return self._recording.get(payment_id)
+        """The outcome of a payment this process released and is still recording."""
+        recording = self._recording.get(payment_id)
+        return recording[0] if recording is not None else None
 
-    def release(
+    async def recorded_outcome(self, payment_id: str) -> SettleOutcome | None:
+        """The outcome of a payment this process released, once its record has committed (or
+        failed to); None if this process is not recording a release of it."""
+        recording = self._recording.get(payment_id)
+        if recording is None:
+            return None
+        outcome, write = recording
+        await asyncio.wait([write])
+        return outcome
+
+    async def release(
         self,
         row: Payment,
         block: int | None,
@@ -56,9 +70,12 @@ class Releases:
         included_at: float,
         challenge: dict[str, Any] | None = None,
     ) -> SettleOutcome:
-        """Sign the receipt and answer with it; record the release meanwhile (`_record`)."""
+        """Sign the receipt, record the release and answer with it once the record has committed."""
         outcome, write = self._released(row, block, tx, started, sent_at, included_at, challenge)
-        self._record(row.id, outcome, write)
+        # A task of its own: the record is written (and `drain` waits for it) even should the
+        # settlement be cancelled meanwhile.
+        task = self._record(row.id, outcome, write)
+        await asyncio.wait([task])
         return outcome
 
     async def release_recorded(self, row: Payment, block: int, tx: str) -> SettleOutcome:
@@ -136,13 +153,12 @@ class Releases:
         )
         return outcome, write
 
-    def _record(self, payment_id: str, outcome: SettleOutcome, write: Coroutine[Any, Any, None]) -> None:
-        # The transfer is final on the chain and the receipt is signed: the caller gets them now,
-        # not one transaction later. Until the write commits, this process answers for the payment
-        # from memory; should the process stop first, the payment stays `submitted` with its
-        # transaction, and recovery releases it (with a receipt signed then).
-        self._recording[payment_id] = outcome
+    def _record(self, payment_id: str, outcome: SettleOutcome, write: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        # Should the write fail, the payment stays `submitted` with its transaction, and recovery
+        # releases it (with a receipt signed then); until the write is done, this process knows the
+        # outcome (`answered`: it is settling the payment, recovery leaves it alone).
         task = asyncio.get_running_loop().create_task(write)
+        self._recording[payment_id] = (outcome, task)
         self._background.add(task)
 
         def recorded(done: asyncio.Task[None]) -> None:
@@ -156,15 +172,10 @@ class Releases:
                 )
 
         task.add_done_callback(recorded)
-
-    async def recorded(self) -> None:
-        """Wait until the settlements this process has answered so far are recorded: a read of the
-        agent API made after a receipt then finds the payment settled (within this process; another
-        process's records may land a few milliseconds later). Later settlements are not waited for."""
-        if self._background:
-            await asyncio.wait(list(self._background))
+        return task
 
     async def drain(self) -> None:
-        """Wait until every answered settlement is recorded, those answered meanwhile too."""
+        """Wait until every release being recorded is, those released meanwhile too (before the
+        writers close)."""
         while self._background:
-            await self.recorded()
+            await asyncio.wait(list(self._background))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
-from x402mw.platform.chain.relayer import ChainUnavailable, RevertError, TransactionDropped
+from x402mw.platform.chain.relayer import ChainUnavailable, TransactionDropped
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment, new_id
@@ -50,7 +50,6 @@ from x402mw.platform.services.settlement.checks import (
     EndpointPolicy,
     PaymentRefusal,
     Verified,
-    revert_reason,
     simulation_outcome,
     verify_payment,
 )
@@ -143,6 +142,20 @@ class SettlementService:
             verified = await verify_contract_signer(verified.chain, verified, self.codes)
         return verified
 
+    async def check(self, accepted: PaymentRequirements, payload: PaymentPayload, *, x402_version: int = 2) -> str:
+        """The facilitator's verify: `verify` and `check_on_chain`, counted (metrics); the payer, or
+        `PaymentRefusal` (`ChainUnavailable` when the chain cannot be asked: not counted)."""
+        try:
+            if x402_version not in (1, 2):
+                raise PaymentRefusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
+            verified = await self.verify(accepted, payload)
+            await self.check_on_chain(verified, accepted.asset)
+        except PaymentRefusal as refusal:
+            self.count_verification(accepted.network, refusal.reason)
+            raise
+        self.count_verification(accepted.network, None)
+        return verified.payer
+
     async def check_on_chain(self, verified: Verified, token: str) -> None:
         """Simulate the transfer from the relayer; `PaymentRefusal` with the revert's reason code. (A smart
         account not deployed yet cannot pay before its deployment: its balance is checked instead.)"""
@@ -181,12 +194,24 @@ class SettlementService:
                     lambda: self._settle(request),
                     wait_seconds=request.wait_seconds,
                 )
-        metrics.count_settlement(
-            self.network_label(request.accepted.network), outcome.status, outcome.response.error_reason
-        )
+        return self.counted(request.accepted.network, outcome)
+
+    # -- metrics: settlement's are counted here, and only here -------------------------------------
+
+    def refuse(self, network: str, reason: str, message: str) -> SettleOutcome:
+        """A settle call refused before it reached settlement (its body's bounds): the outcome, counted."""
+        return self.counted(network, failed(network, reason, message))
+
+    def counted(self, network: str, outcome: SettleOutcome) -> SettleOutcome:
+        """``outcome``, counted as one settle call answered (`metrics.count_settlement`)."""
+        metrics.count_settlement(self._network_label(network), outcome.status, outcome.response.error_reason)
         return outcome
 
-    def network_label(self, network: str) -> str:
+    def count_verification(self, network: str, reason: str | None) -> None:
+        """One facilitator verify call answered (valid when ``reason`` is None)."""
+        metrics.count_verification(self._network_label(network), reason)
+
+    def _network_label(self, network: str) -> str:
         """``network`` if the platform serves it, else ``other``: what the metrics may name."""
         chain = self.chains.by_network(network)
         return chain.network.caip2 if chain is not None else metrics.OTHER_NETWORK
@@ -375,7 +400,7 @@ class SettlementService:
         running = self._inflight.get(key)
         if running is not None:
             return await self._wait(running, existing.id, network, request.wait_seconds)
-        answered = self.releases.answered(existing.id)
+        answered = await self.releases.recorded_outcome(existing.id)
         if answered is not None or existing.status in ("settled", "failed"):
             return answered or outcome_for(existing)
         return await self.recovery.finish(existing, wait=request.wait_seconds)
@@ -428,7 +453,7 @@ class SettlementService:
         return outcome or await self._outcome_of(payment_id, network)
 
     async def _outcome_of(self, payment_id: str, network: str) -> SettleOutcome:
-        answered = self.releases.answered(payment_id)
+        answered = await self.releases.recorded_outcome(payment_id)
         if answered is not None:
             return answered
         row = await self.load(payment_id)
@@ -463,7 +488,6 @@ class SettlementService:
         simulation: asyncio.Future[Any] | None = None,
         *,
         simulate: bool = False,
-        revert_reason: Callable[[str], str] = revert_reason,
     ) -> SettleOutcome:
         """Send ``transfer`` for the claimed ``row`` (after ``simulation``, or a simulation of its
         own with ``simulate``), wait for it and release the payment; the outcome, recorded."""
@@ -472,20 +496,18 @@ class SettlementService:
             if transfer.deployment is not None and transfer.auth is not None:
                 await prepare_payer(chain, transfer.asset, transfer.auth, transfer.deployment, self.codes)
             if simulation is not None:
-                await simulation_outcome(simulation, revert_reason)
+                await simulation_outcome(simulation, transfer.scheme)
             elif simulate:
-                await simulation_outcome(chain.relayer.simulate_soon(transfer.to, transfer.calldata), revert_reason)
+                await simulation_outcome(chain.relayer.simulate_soon(transfer.to, transfer.calldata), transfer.scheme)
             sent_at = time.perf_counter()
+            # (Sending does not ask the node to run the call: a revert is found by the simulation,
+            # or once mined, below.)
             tx = await chain.relayer.send(
                 transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
             )
         except PaymentRefusal as refusal:
             await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
             return failed(network, refusal.reason, refusal.message, payment_id=row.id)
-        except RevertError as exc:
-            reason = revert_reason(exc.reason)
-            await self.writes.failed(row.id, reason, challenge=request.challenge)
-            return failed(network, reason, f"the transfer reverted: {exc.reason}", payment_id=row.id)
         except Exception as exc:
             if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
                 # The usage is known and the resource served: the claim stays, and recovery sends it
@@ -537,13 +559,11 @@ class SettlementService:
                 payment_id=row.id,
             )
         tx = receipt.transaction_hash  # the version of the transfer that was mined
-        outcome = self.releases.release(row, receipt.block_number, tx, started, sent_at, included_at, request.challenge)
+        outcome = await self.releases.release(
+            row, receipt.block_number, tx, started, sent_at, included_at, request.challenge
+        )
         metrics.time_settlement(chain.network.caip2, started, sent_at, included_at, time.perf_counter())
         return outcome
-
-    async def recorded(self) -> None:
-        """Wait until the settlements this process has answered so far are recorded (`Releases.recorded`)."""
-        await self.releases.recorded()
 
     async def aclose(self) -> None:
         """Record what was answered and release the writers' connections (before the engine closes)."""

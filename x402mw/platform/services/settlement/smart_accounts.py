@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import httpx
 from eth_abi.abi import decode as abi_decode
 
-from x402mw.evm.eip712 import InvalidSignatureError, TokenDomain, TransferAuthorization, recover_transfer_signer
+from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.evm.keys import to_checksum_address
 from x402mw.platform.chain.contracts import ERC6492_CHECK_GAS, ERC6492_SUFFIX, erc6492_is_valid
 from x402mw.platform.chain.relayer import ChainUnavailable
@@ -43,11 +43,9 @@ __all__ = [
     "KEY_TRANSFER_GAS",
     "SMART_TRANSFER_GAS",
     "CodeCache",
-    "RecordedTransfer",
     "WalletDeployment",
     "check_balance",
     "prepare_payer",
-    "recorded_calldata",
     "token_calldata",
     "unwrap_erc6492",
     "verify_contract_signer",
@@ -147,34 +145,6 @@ def token_calldata(auth: TransferAuthorization, signature: bytes, *, smart: bool
     """The token call settling ``auth``: the ``(v, r, s)`` form for a key's 65 bytes (the cheapest),
     the ``bytes signature`` form (EIP-1271) for a smart account's signature."""
     return transfer_calldata_bytes(auth, signature) if smart else transfer_calldata(auth, signature)
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedTransfer:
-    """The token call settling a recorded payment, the gas to send it with, and the factory call
-    of a smart account that may not be deployed yet."""
-
-    calldata: bytes
-    gas: int
-    deployment: WalletDeployment | None = None
-
-
-def recorded_calldata(domain: TokenDomain | None, auth: TransferAuthorization, signature: bytes) -> RecordedTransfer:
-    """What to send for a payment recorded with its signature as sent (settlement sends it again
-    after a takeover): a key's in the ``(v, r, s)`` form, a smart account's in the ``bytes`` form
-    (the ERC-6492 wrapper taken off, its factory call returned)."""
-    try:
-        key = domain is not None and recover_transfer_signer(domain, auth, signature).lower() == (
-            auth.from_address.lower()
-        )
-    except InvalidSignatureError:
-        key = False
-    if key:
-        return RecordedTransfer(transfer_calldata(auth, signature), KEY_TRANSFER_GAS)
-    wrapped = unwrap_erc6492(signature)
-    if wrapped is None:
-        return RecordedTransfer(transfer_calldata_bytes(auth, signature), SMART_TRANSFER_GAS)
-    return RecordedTransfer(transfer_calldata_bytes(auth, wrapped[1]), SMART_TRANSFER_GAS, wrapped[0])
 
 
 async def prepare_payer(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from x402mw.evm.eip712 import TokenDomain, TransferAuthorization
+from x402mw.evm.eip712 import InvalidSignatureError, TokenDomain, TransferAuthorization, recover_transfer_signer
 from x402mw.platform.chain.contracts import EIP2612Permit, permit2_nonce_used, upto_settle_calldata
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.platform.chain.token import authorization_state
@@ -20,12 +20,12 @@ from x402mw.platform.services.settlement.checks import WalletDeployment
 from x402mw.platform.services.settlement.smart_accounts import (
     KEY_TRANSFER_GAS,
     SMART_TRANSFER_GAS,
-    recorded_calldata,
     token_calldata,
+    unwrap_erc6492,
 )
 from x402mw.protocol.networks import UPTO_PERMIT2_PROXY_ADDRESS
 
-__all__ = ["Transfer", "exact_transfer", "permit2612_of", "transfer_of", "upto_transfer"]
+__all__ = ["Transfer", "exact_transfer", "permit2612_of", "recorded_exact_transfer", "transfer_of", "upto_transfer"]
 
 _UPTO_GAS = 160_000  # measured ~100k
 _UPTO_WITH_PERMIT_GAS = 240_000  # the EIP-2612 permit first (~50k more)
@@ -74,6 +74,28 @@ def exact_transfer(
     )
 
 
+def recorded_exact_transfer(
+    asset: str, domain: TokenDomain | None, auth: TransferAuthorization, signature: bytes
+) -> Transfer:
+    """The `exact_transfer` of a payment recorded with its signature as it was sent (settlement
+    sends it again after a takeover): a key's in the ``(v, r, s)`` form, a smart account's in the
+    ``bytes`` form (the ERC-6492 wrapper taken off, its factory call the transfer's deployment).
+    ``domain``, the token's, tells a key's signature from a smart account's."""
+    try:
+        key = domain is not None and recover_transfer_signer(domain, auth, signature).lower() == (
+            auth.from_address.lower()
+        )
+    except InvalidSignatureError:
+        key = False
+    if key:
+        return exact_transfer(asset, auth, signature)
+    wrapped = unwrap_erc6492(signature)
+    if wrapped is None:
+        return exact_transfer(asset, auth, signature, smart=True)
+    deployment, inner = wrapped
+    return exact_transfer(asset, auth, inner, smart=True, deployment=deployment)
+
+
 def upto_transfer(
     *,
     asset: str,
@@ -116,7 +138,7 @@ def permit2612_of(stored: Any) -> EIP2612Permit | None:
 def transfer_of(row: Any, domain: TokenDomain | None = None) -> Transfer | None:
     """The transfer a claimed ``agent_payments`` row sends, rebuilt from what it keeps (None: a claim
     made before claims kept their signature). ``domain``, the token's, tells a key's ``exact``
-    signature from a smart account's (`recorded_calldata`)."""
+    signature from a smart account's (`recorded_exact_transfer`)."""
     if row.signature is None or row.valid_before is None or row.valid_after is None:
         return None
     signature = bytes.fromhex(row.signature[2:])
@@ -137,16 +159,4 @@ def transfer_of(row: Any, domain: TokenDomain | None = None) -> Transfer | None:
         )
     nonce = bytes.fromhex(row.nonce[2:])
     auth = TransferAuthorization(row.payer, row.pay_to, row.amount_minor, row.valid_after, row.valid_before, nonce)
-    recorded = recorded_calldata(domain, auth, signature)
-    return Transfer(
-        "exact",
-        row.asset,
-        recorded.calldata,
-        recorded.gas,
-        auth.valid_before,
-        auth.from_address,
-        nonce,
-        row.asset,
-        auth,
-        recorded.deployment,
-    )
+    return recorded_exact_transfer(row.asset, domain, auth, signature)

@@ -32,8 +32,7 @@ from typing import Any
 
 from sqlalchemy import delete, update
 
-from x402mw.evm.eip712 import InvalidSignatureError, recover_digest_signer
-from x402mw.evm.keccak import keccak256
+from x402mw.evm.eip712 import InvalidSignatureError, TokenDomain, recover_digest_signer
 from x402mw.evm.keys import to_checksum_address
 from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
 from x402mw.platform.batching import unreachable
@@ -47,7 +46,7 @@ from x402mw.platform.services.settlement.checks import (
     MIN_VALIDITY_SECONDS,
     EndpointPolicy,
     PaymentRefusal,
-    check_terms,
+    settled_on,
     simulation_outcome,
 )
 from x402mw.platform.services.settlement.outcomes import (
@@ -70,7 +69,6 @@ __all__ = [
     "EIP2612_EXTENSION",
     "UptoSettlement",
     "VerifiedUpto",
-    "upto_revert_reason",
     "verify_upto",
 ]
 
@@ -80,36 +78,6 @@ EIP2612_EXTENSION = "eip2612GasSponsoring"
 AUTHORIZE_LEASE = timedelta(seconds=120)
 """How long an authorization is held for the request that claimed it (its handler's time): the
 same signature sent again within it is pending; after it, a new request may serve it."""
-
-
-def _error(signature: str) -> str:
-    return keccak256(signature.encode())[:4].hex()
-
-
-_REVERTS = {
-    _error("SignatureExpired(uint256)"): reasons.PERMIT2_DEADLINE_EXPIRED,
-    _error("InvalidNonce()"): reasons.PERMIT2_NONCE_USED,
-    _error("InvalidSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("InvalidSigner()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("InvalidSignatureLength()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("InvalidContractSignature()"): reasons.PERMIT2_INVALID_SIGNATURE,
-    _error("UnauthorizedFacilitator()"): reasons.UPTO_UNAUTHORIZED_FACILITATOR,
-    _error("AmountExceedsPermitted()"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
-    _error("InvalidAmount(uint256)"): reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
-    _error("PaymentTooEarly()"): reasons.PERMIT2_NOT_YET_VALID,
-    _error("Permit2612AmountMismatch()"): reasons.INVALID_EIP2612_PERMIT,
-}
-
-
-def upto_revert_reason(text: str) -> str:
-    """The x402 reason code of a revert of the upto proxy or Permit2 (custom errors, by selector)."""
-    lowered = text.lower()
-    for selector, reason in _REVERTS.items():
-        if selector in lowered:
-            return reason
-    if "transfer_from_failed" in lowered:
-        return reasons.PERMIT2_INSUFFICIENT_BALANCE  # or no allowance: `_why_transfer_fails` tells
-    return reasons.TRANSACTION_REVERTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,16 +128,7 @@ def verify_upto(
     facilitator's settle, where the requirements carry the amount to settle): then the signed
     ceiling is ``permitted.amount``, which ``settle_amount`` may not exceed. ``held``: the payment
     is one held already, found by its payload hash; its signatures are not recovered again."""
-    if accepted.scheme != "upto":
-        raise PaymentRefusal(reasons.INVALID_SCHEME, f"scheme {accepted.scheme!r} is not upto")
-    if endpoint is not None:
-        check_terms(chains, endpoint, accepted)
-    chain = chains.by_network(accepted.network)
-    if chain is None:
-        raise PaymentRefusal(reasons.INVALID_NETWORK, f"network {accepted.network} is not settled here")
-    domain = chain.domain(accepted.asset)
-    if domain is None:
-        raise PaymentRefusal(reasons.INVALID_ASSET, f"asset {accepted.asset} is not settled here")
+    chain, domain = settled_on(chains, "upto", accepted, endpoint)  # the token's: for its EIP-2612 permit
     wire = payload.payload.permit2_authorization
     if not _same(wire.spender, UPTO_PERMIT2_PROXY_ADDRESS):
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SPENDER, "the permit's spender is not the x402 upto proxy")
@@ -213,27 +172,27 @@ def verify_upto(
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit's signature is malformed") from None
     if not _same(signer, wire.from_address):
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit is not signed by its 'from'")
-    permit2612 = None if held else _permit2612(chain, payload, signer, wire.permitted.token, ceiling)
+    permit2612 = None if held else _permit2612(domain, payload, signer, wire.permitted.token, ceiling)
     digest = hashlib.sha256(signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode())
     return VerifiedUpto(chain, permit, signature, signer, digest.hexdigest(), permit2612, accepted.asset)
 
 
 def _permit2612(
-    chain: ChainHandle, payload: UptoPaymentPayload, payer: str, token: str, ceiling: int
+    domain: TokenDomain, payload: UptoPaymentPayload, payer: str, token: str, ceiling: int
 ) -> EIP2612Permit | None:
-    """The ``eip2612GasSponsoring`` permit, checked: by the payer, for Permit2, for this token."""
+    """The ``eip2612GasSponsoring`` permit, checked: by the payer, for Permit2, for ``token`` (whose
+    EIP-712 domain is ``domain``)."""
     extension = (payload.extensions or {}).get(EIP2612_EXTENSION)
     if not isinstance(extension, dict):
         return None
     info = extension.get("info")
     if not isinstance(info, dict):
         raise PaymentRefusal(reasons.INVALID_EIP2612_PERMIT, f"{EIP2612_EXTENSION} carries no info")
-    domain = chain.domain(token)
     try:
         owner, asset, spender = str(info["from"]), str(info["asset"]), str(info["spender"])
         value, nonce, deadline = (int(str(info[k]), 10) for k in ("amount", "nonce", "deadline"))
         signature = bytes.fromhex(str(info["signature"]).removeprefix("0x"))
-        if domain is None or not (_same(owner, payer) and _same(asset, token) and _same(spender, PERMIT2_ADDRESS)):
+        if not (_same(owner, payer) and _same(asset, token) and _same(spender, PERMIT2_ADDRESS)):
             raise ValueError("the permit is not the payer's, for Permit2, in this token")
         if value != ceiling:
             raise ValueError("the permit's amount is not the ceiling")
@@ -279,7 +238,7 @@ class UptoSettlement:
 
     async def _simulated(self, verified: VerifiedUpto, simulation: asyncio.Future[Any]) -> None:
         try:
-            await simulation_outcome(simulation, upto_revert_reason)
+            await simulation_outcome(simulation, "upto")
         except PaymentRefusal as refusal:
             if refusal.reason == reasons.PERMIT2_INSUFFICIENT_BALANCE:
                 raise await self._why_transfer_fails(verified) from None
@@ -303,8 +262,35 @@ class UptoSettlement:
         held = await balance_of(rpc, token, verified.payer)
         return PaymentRefusal(reasons.PERMIT2_INSUFFICIENT_BALANCE, f"the payer holds {held}, less than the ceiling")
 
+    async def check(self, accepted: PaymentRequirements, payload: UptoPaymentPayload, *, x402_version: int = 2) -> str:
+        """The facilitator's verify: `verify` and `check_on_chain`, counted (metrics); the payer, or
+        `PaymentRefusal` (`ChainUnavailable` when the chain cannot be asked: not counted)."""
+        try:
+            if x402_version not in (1, 2):
+                raise PaymentRefusal(reasons.INVALID_X402_VERSION, "unsupported x402Version")
+            verified = self.verify(accepted, payload)
+            await self.check_on_chain(verified)
+        except PaymentRefusal as refusal:
+            self.service.count_verification(accepted.network, refusal.reason)
+            raise
+        self.service.count_verification(accepted.network, None)
+        return verified.payer
+
     async def authorize(self, request: SettleRequest) -> SettleOutcome:
         """Step 1: verify, simulate and claim; ``authorized`` (or the outcome the authorization has)."""
+        return self.service.counted(request.accepted.network, await self._authorize(request))
+
+    async def capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
+        """Step 2: settle ``amount`` (0 … the ceiling) on the authorization ``request`` carries,
+        once; any later call gets the outcome of the first."""
+        return self.service.counted(request.accepted.network, await self._capture(request, amount))
+
+    async def settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
+        """Both steps at once (the facilitator's ``/settle``): ``request.accepted.amount`` is the
+        amount to settle, the payload's ``permitted.amount`` the ceiling."""
+        return self.service.counted(request.accepted.network, await self._settle(request, amount))
+
+    async def _authorize(self, request: SettleRequest) -> SettleOutcome:
         network = request.accepted.network
         payload = request.payload
         if not isinstance(payload, UptoPaymentPayload):
@@ -358,9 +344,7 @@ class UptoSettlement:
         async with self.service.engine.begin() as conn:
             await conn.execute(delete(table).where(table.c.id == payment_id, table.c.status == "authorized"))
 
-    async def capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
-        """Step 2: settle ``amount`` (0 … the ceiling) on the authorization ``request`` carries,
-        once; any later call gets the outcome of the first."""
+    async def _capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
         network = request.accepted.network
         payload = request.payload
         if not isinstance(payload, UptoPaymentPayload):
@@ -390,9 +374,7 @@ class UptoSettlement:
             return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
         return await self._join(existing, request, verified)
 
-    async def settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
-        """Both steps at once (the facilitator's ``/settle``): ``request.accepted.amount`` is the
-        amount to settle, the payload's ``permitted.amount`` the ceiling."""
+    async def _settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
         payload = request.payload
         network = request.accepted.network
         if not isinstance(payload, UptoPaymentPayload):
@@ -401,10 +383,10 @@ class UptoSettlement:
         if amount > ceiling:
             return failed(network, reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT, "the amount exceeds the signed ceiling")
         authorize = dataclasses.replace(request, accepted=request.accepted.model_copy(update={"amount": ceiling}))
-        outcome = await self.authorize(authorize)
+        outcome = await self._authorize(authorize)
         if outcome.status != "authorized":
             return outcome
-        return await self.capture(authorize, amount)
+        return await self._capture(authorize, amount)
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -457,7 +439,7 @@ class UptoSettlement:
             running = await self.service.join_running(key, existing.id, network, request.wait_seconds)
             if running is not None:
                 return running
-            answered = self.service.releases.answered(existing.id)
+            answered = await self.service.releases.recorded_outcome(existing.id)
             if answered is not None or existing.status in ("settled", "failed"):
                 return answered or outcome_for(existing)
             return await self.service.recovery.finish(existing, wait=min(request.wait_seconds, 5.0))
@@ -483,12 +465,12 @@ class UptoSettlement:
         self, row: AgentPayment, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
     ) -> SettleOutcome:
         if amount == 0:  # nothing to move: settled for 0, no transaction
-            return self.service.releases.release(row, None, "", started, started, started, request.challenge)
+            return await self.service.releases.release(row, None, "", started, started, started, request.challenge)
         # Not simulated again (it was, for the whole ceiling, when authorized): a payer whose balance
         # fell below the usage since is refused by the chain (the transfer reverts, and fails).
         transfer = transfer_of(row)  # with the EIP-2612 permit the claim kept, if any
         assert transfer is not None  # an upto claim keeps its signature
-        work = self.service.execute(row, request, verified.chain, transfer, started, revert_reason=upto_revert_reason)
+        work = self.service.execute(row, request, verified.chain, transfer, started)
         return await self.service.run_settlement(
             _key(row), row.id, request.accepted.network, request.wait_seconds, work
         )

@@ -1,8 +1,9 @@
 """Payments of invoices move their subscriptions (spec 3.3), in the transaction that moves the order.
 
-`x402mw.platform.services.payment_intents.transition` calls `follow_order` whenever an order becomes
-``succeeded`` (its payment is confirmed) or leaves it (a reorg reversed the payment). For an order that
-pays a subscription's invoice:
+The deposit watcher (`x402mw.platform.services.watcher.DepositWatcher`, given `follow_order` as its
+`x402mw.platform.services.payment_intents.OrderFollower` by the platform) calls `follow_order` whenever
+an order becomes ``succeeded`` (its payment is confirmed) or goes back from it to ``requires_payment``
+(a reorg reversed the payment). For an order that pays a subscription's invoice:
 
 - confirmed, invoice open: the invoice is paid and the subscription extended by one period from the
   end of the paid one (from its anchor, the first payment's time, for the first): ``incomplete`` →

@@ -1,0 +1,199 @@
+"""The 402 challenge of a paid route: its JSON text (the body, and ``PAYMENT-REQUIRED`` in base64),
+or the paywall page a browser gets instead.
+
+The unpaid path builds no JSON: what a route, its terms and an amount fix is built once, as a
+`ChallengeTemplate`; each 402 fills in its resource URL, challenge id, expiry and seal (and the
+fresh ``info`` of sign-in-with-x), and the base64 of the extensions, the same in every 402, is
+cached with them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import Any
+
+from x402mw.protocol import payment_identifier
+from x402mw.protocol.codec import PAYMENT_REQUIRED
+from x402mw.protocol.networks import get_network
+from x402mw.protocol.seals import Sealer, fixed_terms, sealed_terms
+from x402mw.seller.answers import ANSWER_HEADERS, EXPOSE_HEADERS
+from x402mw.seller.config import EndpointTerms, PaidRoute
+from x402mw.seller.decisions import Answer
+from x402mw.seller.paywall import Paywall, wants_html
+
+__all__ = [
+    "EIP2612_EXTENSION",
+    "ChallengeTemplate",
+    "build_template",
+    "offer_scheme",
+    "render_challenge",
+    "sealed_offer",
+]
+
+# Declared in every 402 of an exact route: a client may name each logical request with a payment
+# identifier, so that its retry gets the first answer (the platform keeps them) and an id reused for
+# another payment is a 409.
+_EXTENSIONS = {payment_identifier.PAYMENT_IDENTIFIER: payment_identifier.DECLARATION}
+EIP2612_EXTENSION = "eip2612GasSponsoring"
+_EIP2612_OFFER = {
+    "info": {
+        "description": "the facilitator accepts an EIP-2612 permit for Permit2 (gasless first use)",
+        "version": "1",
+    }
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ChallengeTemplate:
+    """The parts of a 402 its route, terms and amount fix: ``head``, the JSON from after the resource
+    URL up to the challenge id; ``fixed``, the seal's fixed terms; with extensions, the ``opening``
+    of the extensions object (up to sign-in-with-x's ``info``, which each 402 fills in) and the
+    ``tail`` that closes the text, with its base64."""
+
+    head: str
+    fixed: str
+    opening: str = ""
+    tail: bytes = b""
+    tail_b64: str | None = None
+
+
+def offer_scheme(terms: EndpointTerms) -> str:
+    """The scheme an endpoint's challenges offer: ``upto`` (a ceiling) for metered ones."""
+    return "upto" if terms.pricing_mode == "metered" else "exact"
+
+
+def _offer_extra(terms: EndpointTerms) -> dict[str, Any]:
+    """An offer's ``extra`` before its challenge's id, expiry and seal."""
+    # the token's symbol, for agents that do not know this chain's tokens (the dev chain)
+    extra: dict[str, Any] = {"name": terms.eip712_name, "version": terms.eip712_version, "currency": terms.currency}
+    if terms.pricing_mode == "metered":  # upto: the ceiling, settled through Permit2 by the facilitator
+        extra["assetTransferMethod"] = "permit2"
+        extra["facilitatorAddress"] = terms.facilitator_address
+    return extra
+
+
+def _offer(terms: EndpointTerms, amount: int, pay_to: str, extra: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "scheme": offer_scheme(terms),
+        "network": terms.network,
+        "amount": str(amount),
+        "asset": terms.asset,
+        "payTo": pay_to,
+        "maxTimeoutSeconds": terms.max_timeout_seconds,
+        "extra": extra,
+    }
+
+
+def sealed_offer(
+    sealer: Sealer, terms: EndpointTerms, amount: int, challenge_id: str, expires: int, pay_to: str
+) -> dict[str, Any]:
+    """The wire form of one sealed ``accepts`` entry."""
+    seal = sealer.seal(
+        *sealed_terms(
+            challenge_id, terms.id, terms.network, terms.asset, pay_to, amount, terms.max_timeout_seconds, expires
+        )
+    )
+    extra = _offer_extra(terms) | {"challengeId": challenge_id, "expiresAt": expires, "seal": seal}
+    return _offer(terms, amount, pay_to, extra)
+
+
+def build_template(route: PaidRoute, terms: EndpointTerms, amount: int, method: str) -> ChallengeTemplate:
+    """What every 402 of this route, terms and amount (and method, for a discoverable route) shares."""
+    resource = ""
+    if route.description or terms.name:
+        resource += f',"description":{encode_basestring(route.description or terms.name)}'
+    if route.mime_type:
+        resource += f',"mimeType":{encode_basestring(route.mime_type)}'
+    offer = _compact(_offer(terms, amount, terms.pay_to, _offer_extra(terms) | {"challengeId": ""}))
+    head = resource + '},"accepts":[' + offer.removesuffix('""}}') + '"'
+    fixed = fixed_terms(terms.id, terms.network, terms.asset, terms.pay_to, amount, terms.max_timeout_seconds)
+    # An exact route's 402 declares the payment-identifier extension, a metered one's the EIP-2612
+    # gas sponsoring of its first use; a route's own declarations follow.
+    extensions = {EIP2612_EXTENSION: _EIP2612_OFFER} if terms.pricing_mode == "metered" else _EXTENSIONS
+    declared = ",".join(f"{encode_basestring(k)}:{_compact(v)}" for k, v in extensions.items())
+    bazaar = "" if route.discovery is None else ',"bazaar":' + route.discovery.extension_json(method)
+    if route.sign_in is not None:
+        opening = ',"extensions":{"sign-in-with-x":{"info":'
+        tail = "," + route.sign_in.static_json(terms.network) + "}," + declared + bazaar + "}}"
+    else:
+        opening, tail = ',"extensions":{', declared + bazaar + "}}"
+    if tail:
+        encoded = tail.encode()
+        return ChallengeTemplate(head, fixed, opening, encoded, base64.b64encode(encoded).decode("ascii"))
+    return ChallengeTemplate(head, fixed)
+
+
+def render_challenge(
+    template: ChallengeTemplate,
+    route: PaidRoute,
+    terms: EndpointTerms,
+    *,
+    url: str,
+    accept: str | None,
+    paywall: Paywall,
+    challenge_id: str,
+    expires: int,
+    seal: str,
+    now: float,
+    reason: str | None,
+    message: str | None,
+    eip2612: dict[str, Any] | None = None,
+) -> Answer:
+    """One 402 for a request to ``url``: JSON, or the paywall page when ``accept`` asks for HTML.
+    ``eip2612``: the EIP-2612 declaration with the payer's permit nonce (a metered route's 412)."""
+    error = f'"error":{encode_basestring(reason)},' if reason else ""
+    text = (
+        f'{{"x402Version":2,{error}"resource":{{"url":{encode_basestring(url)}{template.head}'
+        f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'
+    )
+    if template.tail_b64 is None:  # no extensions: a short tail
+        text += "}"
+        raw = text.encode()
+        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+    else:
+        # The declarations' JSON is the same in every 402: it ends the text, and the part before
+        # it is padded with JSON whitespace to whole base64 groups, so that its base64 is cached.
+        text += template.opening
+        if route.sign_in is not None:  # fresh for each 402; the challenge id is its nonce
+            text += route.sign_in.info_json(url, now, challenge_id)
+        raw = text.encode()
+        raw += b" " * (-len(raw) % 3)
+        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii") + template.tail_b64)
+        raw += template.tail
+        text = raw.decode()
+    if eip2612 is not None and isinstance(eip2612.get("info"), dict):
+        # (the rare 412 of a metered route: the EIP-2612 declaration with the payer's permit nonce)
+        required = json.loads(text)
+        offered = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
+        required.setdefault("extensions", {})[EIP2612_EXTENSION] = offered
+        raw = _compact(required).encode()
+        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+        text = raw.decode()
+    if wants_html(accept) and paywall.enabled:
+        return _paywall_page(paywall, json.loads(text), terms, header, reason)
+    if message:
+        raw = (text[:-1] + ',"message":' + json.dumps(message, ensure_ascii=False) + "}").encode()
+    return Answer(402, [*ANSWER_HEADERS, header], raw, reason)
+
+
+def _paywall_page(
+    paywall: Paywall, required: dict[str, Any], terms: EndpointTerms, header: tuple[str, str], reason: str | None
+) -> Answer:
+    """The 402 as the paywall page, for a browser: the same status and ``PAYMENT-REQUIRED``."""
+    body = paywall.render(
+        required, decimals=terms.decimals, currency=terms.currency, livemode=not _is_test_network(terms.network)
+    )
+    headers = [*paywall.headers(), ("Cache-Control", "no-store"), ("Vary", "Accept"), EXPOSE_HEADERS, header]
+    return Answer(402, headers, body, reason)
+
+
+def _is_test_network(network: str) -> bool:
+    known = get_network(network)
+    return known is None or known.testnet
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
