@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import pytest
 import uvicorn
 
 from tests import answers
+from tests.waiting import eventually
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
@@ -46,8 +46,7 @@ def serve_app(app: Any, log_level: str = "warning", port: int | None = None) -> 
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
-        while not server.started:
-            time.sleep(0.01)
+        eventually(lambda: server.started, what=f"uvicorn to serve on port {port}", interval=0.01)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
@@ -236,13 +235,13 @@ class Serve:
     def start(self) -> None:
         with self.log.open("ab") as handle:
             self.process = subprocess.Popen(self.command(), env=self.env(), stdout=handle, stderr=subprocess.STDOUT)
-        for _ in range(1200):
-            assert self.process.poll() is None, self.log.read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise AssertionError(f"serve never answered:\n{self.log.read_text()}")
+        process, healthz = self.process, f"http://127.0.0.1:{self.port}/healthz"
+        eventually(
+            lambda: process.poll() is not None or httpx.get(healthz, timeout=1).status_code == 200,
+            what=lambda: f"serve to answer {healthz}:\n{self.log.read_text()}",
+            timeout=120,
+        )
+        assert process.poll() is None, self.log.read_text()
 
     def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
         assert self.process is not None

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.harness import Deployment
+from tests.waiting import eventually
 from x402mw.platform.server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,15 +65,14 @@ def running(command: list[str], port: int, cwd: Path, env: dict[str, str] | None
     with log.open("wb") as out:
         process = subprocess.Popen(command, cwd=cwd, env=env or environment(), stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None:
-                    raise AssertionError(f"{command[1]} exited {process.returncode}: {log.read_text()}")
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{command[1]} did not listen on {port}: {log.read_text()}")
-                time.sleep(0.1)
+
+            def listening_or_exited() -> bool:
+                if process.poll() is None:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()  # refused: not yet
+                return True
+
+            eventually(listening_or_exited, what=lambda: f"{command[1]} to listen on {port}: {log.read_text()}")
+            assert process.poll() is None, f"{command[1]} exited {process.returncode}: {log.read_text()}"
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
             process.terminate()

@@ -25,7 +25,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -38,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tests.waiting import eventually
 from x402mw.platform.server import free_port
 from x402mw.transport import KeepAliveTransport
 
@@ -162,14 +162,12 @@ class RpcProxy:
         command = [sys.executable, "-m", "tests.rpc_proxy", "--upstream", self.upstream, "--port", str(self.port)]
         command += ["--max-pending", str(self.max_pending)]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self._process.poll() is None, "the RPC proxy exited during start-up"
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(self.url + "/refused", timeout=1)
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"the RPC proxy did not answer at {self.url}")
+        process = self._process
+        eventually(
+            lambda: process.poll() is not None or httpx.get(self.url + "/refused", timeout=1),
+            what=f"the RPC proxy to answer at {self.url}",
+        )
+        assert process.poll() is None, "the RPC proxy exited during start-up"
 
     @property
     def pid(self) -> int | None:

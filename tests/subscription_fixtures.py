@@ -19,7 +19,7 @@ from decimal import Decimal
 from email.message import EmailMessage
 from email.policy import default as default_policy
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 from aiosmtpd.controller import Controller
@@ -29,6 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tests.harness import PlatformHarness, postgres_database, serve_app
+from tests.waiting import eventually
 from x402mw.client.webhooks import Event, construct_event
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
@@ -37,21 +38,6 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.server import PlatformServer, free_port
 from x402mw.platform.services.deposits import authorization_call
 from x402mw.platform.settings import ChainSettings, PlatformSettings
-
-T = TypeVar("T")
-WAIT = 45.0  # seconds: a bound on what the worker does by itself (every 2 s), never a measurement
-
-
-def wait_for(what: Callable[[], T | None], description: str, timeout: float = WAIT) -> T:
-    """Poll ``what`` until it answers something other than None."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = what()
-        if found is not None:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {description}")
-        time.sleep(0.2)
 
 
 class Mailbox:
@@ -248,7 +234,7 @@ class Shop:
                     return event
             return None
 
-        return wait_for(found, f"subscription.{kind} of {sub_id}")
+        return eventually(found, what=f"subscription.{kind} of {sub_id}")
 
     def kinds(self, sub_id: str) -> list[str]:
         """The subscription events delivered about ``sub_id`` so far, oldest first."""

@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import WAIT_MS, Browsing, assert_accessible, buyer_transfers, new_order
 from tests.harness import PlatformHarness, sqlite_only
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.browser, sqlite_only]
 
@@ -112,8 +113,10 @@ def test_a_part_payment_shows_its_coin(dev_platform: PlatformHarness, browsing: 
         expect(page.locator(".received")).to_have_text("Received so far: 4.00 USDC. Still to pay: 6.00 USDC.")
 
     with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
-        for _ in range(60):  # the watcher counts the transfer within a few of its rounds
-            if api.get(f"/payment-intents/{order['id']}").json()["paymentIntent"]["amountReceived"] != "0":
-                break
-            page.wait_for_timeout(500)
+        eventually(  # the watcher counts the transfer within a few of its rounds
+            lambda: api.get(f"/payment-intents/{order['id']}").json()["paymentIntent"]["amountReceived"],
+            until=lambda received: received != "0",
+            what="the transfer counted",
+            interval=0.5,
+        )
     _at_each_width(browsing, order["checkoutUrl"], "part-paid", received)

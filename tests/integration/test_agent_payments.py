@@ -10,6 +10,7 @@ import pytest
 
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import ASYNC_SELLERS, asgi_transport, starlette_app
+from tests.waiting import eventually_async
 from x402mw.client import X402Auth
 from x402mw.evm.receipts import verify_receipt
 from x402mw.protocol import decode_payment_required, decode_settlement_response
@@ -126,15 +127,13 @@ async def test_unpaid_challenges_reach_the_platform_in_the_background(deployment
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
         response = await client.get("/weather")
         challenge_id = decode_payment_required(response.headers["PAYMENT-REQUIRED"]).accepts[0].extra["challengeId"]
-        status = None
         with deployment.api() as api:
-            for _ in range(100):
-                found = api.get(f"/agent/challenges/{challenge_id}")
-                if found.status_code == 200:
-                    status = found.json()["challenge"]["status"]
-                    break
-                await asyncio.sleep(0.05)
-    assert status == "open"
+            found = await eventually_async(
+                lambda: api.get(f"/agent/challenges/{challenge_id}"),
+                until=lambda found: found.status_code == 200,
+                what=f"challenge {challenge_id} on the platform",
+            )
+    assert found.json()["challenge"]["status"] == "open"
 
 
 async def test_fifty_concurrent_sends_of_one_signature_settle_once(

@@ -21,6 +21,7 @@ from tests.chain_fixtures import (
     sign_authorization,
     sign_cancel,
 )
+from tests.waiting import eventually_async
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess
 from x402mw.platform.chain.relayer import Relayer
@@ -343,14 +344,20 @@ async def test_a_receipt_in_a_block_seen_before_it_was_awaited_is_found_without_
     pending = asyncio.ensure_future(chain.relayer.wait_for_receipt("0x" + "cd" * 32, timeout=30))  # keeps it polling
     try:
         tx_hash = await chain.relayer.send(chain.usdc, _authorize(chain, payer, chain.relayer.address, 1))
-        deadline = time.monotonic() + 10
-        while (mined := await chain.rpc.request("eth_getTransactionReceipt", [tx_hash])) is None:
-            assert time.monotonic() < deadline, "the transaction was never mined"
-            await asyncio.sleep(0.01)
+        # both waits well within the 30 s of the receipt awaited above, which keeps the poller polling
+        mined = await eventually_async(
+            lambda: chain.rpc.request("eth_getTransactionReceipt", [tx_hash]),
+            what="the transaction mined",
+            timeout=12,
+            interval=0.01,
+        )
         block = int(mined["blockNumber"], 16)
-        while chain.relayer._receipts._head < block:  # the poller has seen the block that holds tx_hash
-            assert time.monotonic() < deadline, "the poller never saw the new head"
-            await asyncio.sleep(0.01)
+        await eventually_async(  # the poller has seen the block that holds tx_hash
+            lambda: chain.relayer._receipts._head >= block,
+            what=f"the poller to see block {block}",
+            timeout=12,
+            interval=0.01,
+        )
         receipt = await chain.relayer.wait_for_receipt(tx_hash, timeout=3)
         assert (receipt.status, receipt.block_number) == (1, block)
     finally:

@@ -14,6 +14,7 @@ import httpx
 import uvicorn
 
 from tests.harness import PlatformHarness
+from tests.waiting import eventually_async
 from x402mw.platform.app import create_app
 from x402mw.platform.checkout.pages import POLL_SECONDS
 from x402mw.platform.checkout.rate_limits import CheckoutRateLimits
@@ -35,8 +36,7 @@ def _instance(harness: PlatformHarness, limits: CheckoutRateLimits | None) -> It
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
         running["task"] = asyncio.get_running_loop().create_task(server.serve())
         running["server"] = server
-        while not server.started:
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: server.started, what="the second app to serve", interval=0.01)
 
     async def stop(platform: Any) -> None:
         running["server"].should_exit = True

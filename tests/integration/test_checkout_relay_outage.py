@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from eth_account import Account
 
 from tests.harness import PlatformHarness, postgres_database
+from tests.waiting import eventually
 from x402mw.client import Wallet
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
@@ -110,11 +110,11 @@ def test_payments_while_the_node_is_down_are_503s_and_pay_once_it_is_back(
             anvil.start()
         assert harness.balance(wallet.address) == 2_000_000 and harness.balance(agent.address) == 2_000_000
         # the node is back: the same signatures pay (the relayer notices within its reconciliation)
-        for _ in range(100):
-            again = checkout.post(f"/payment-intents/{orders[0]['id']}/authorizations", json=body)
-            if again.status_code != 503:
-                break
-            time.sleep(0.2)
+        again = eventually(
+            lambda: checkout.post(f"/payment-intents/{orders[0]['id']}/authorizations", json=body),
+            until=lambda answer: answer.status_code != 503,
+            what="an answer other than 503 once the node is back",
+        )
         assert again.status_code == 200, again.text
         assert again.json()["status"] == "succeeded"
         agent_paid = httpx.get(orders[1]["x402Url"], headers={"PAYMENT-SIGNATURE": paid_header}, timeout=60)

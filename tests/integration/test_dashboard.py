@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 
 from tests.dashboard_fixtures import PASSWORD, Team, csrf_of, make_team, post_sign_in
 from tests.harness import PlatformHarness
+from tests.waiting import eventually
 from x402mw.platform.dashboard import accounts
 from x402mw.platform.dashboard.web import PERMISSIONS
 from x402mw.platform.db import tables
@@ -767,12 +768,12 @@ def test_each_delivery_attempt_shows_its_answer(team: Team) -> None:
         event_id = events[0]["id"]
         assert events[0]["data"]["paymentIntent"]["id"] == order["id"]
         with team.sign_in("viewer") as client:
-            deadline = time.monotonic() + 60
-            while True:  # the worker delivers within a few seconds
-                page = client.get(f"/dashboard/developers/events/{event_id}").text
-                if "<td>500</td>" in page or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+            page = eventually(  # the worker delivers within a few seconds
+                lambda: client.get(f"/dashboard/developers/events/{event_id}").text,
+                until=lambda page: "<td>500</td>" in page,
+                what="the failed attempt on the event's page",
+                interval=0.5,
+            )
     assert "<td>500</td>" in page and " ms</td>" in page
     assert "&lt;b&gt;receiver down&lt;/b&gt;" in page and "<b>receiver down" not in page
     assert "x" * 300 not in page  # an excerpt, not the whole answer

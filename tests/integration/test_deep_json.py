@@ -16,13 +16,13 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.waiting import eventually
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.db.engine import create_engine_for
 from x402mw.platform.server import free_port
@@ -62,13 +62,12 @@ class Running:
         assert code is None, f"the process died (exit {code}):\n{self.log.read_text()[-3000:]}"
 
     def wait_until_up(self, url: str) -> None:
-        for _ in range(1200):
-            assert self.process.poll() is None, self.log.read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url, timeout=1).status_code < 500:
-                    return
-            time.sleep(0.1)
-        raise AssertionError(f"{url} never answered:\n{self.log.read_text()}")
+        eventually(
+            lambda: self.process.poll() is not None or httpx.get(url, timeout=1).status_code < 500,
+            what=lambda: f"{url} to answer:\n{self.log.read_text()}",
+            timeout=120,
+        )
+        assert self.process.poll() is None, self.log.read_text()
 
     def send(self, client: httpx.Client, method: str, url: str, **options: Any) -> httpx.Response:
         """``client.request``; a dropped connection fails the test with the process's fate."""

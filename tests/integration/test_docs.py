@@ -44,6 +44,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.waiting import eventually
 from x402mw.platform.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,18 +196,15 @@ class Page:
         urls = [f"http://127.0.0.1:{self.ports['4402']}/healthz"]
         if len(self.background) > 1:
             urls.append(f"http://127.0.0.1:{self.ports['8000']}/")
-        deadline = time.monotonic() + BLOCK_SECONDS
-        for url in urls:
-            while True:
-                for process, log in self.background:  # a block may end once it has put its server in the background
-                    assert process.poll() in (None, 0), (
-                        f"a background block of docs/{self.page} failed:\n{log.read_text()}"
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    httpx.get(url, timeout=2)
-                    break
-                assert time.monotonic() < deadline, f"{url} never answered"
-                time.sleep(0.2)
+
+        def failed() -> list[str]:  # a block may end once it has put its server in the background
+            return [log.read_text() for process, log in self.background if process.poll() not in (None, 0)]
+
+        def up_or_failed() -> bool:
+            return bool(failed()) or all(httpx.get(url, timeout=2) for url in urls)
+
+        eventually(up_or_failed, what=f"{' and '.join(urls)} to answer", timeout=BLOCK_SECONDS, interval=0.2)
+        assert not failed(), f"a background block of docs/{self.page} failed:\n{failed()[0]}"
 
     def close(self) -> None:
         if self.python is not None:

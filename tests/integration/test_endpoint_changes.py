@@ -20,6 +20,7 @@ import pytest
 
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
+from tests.waiting import eventually_async
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.app import create_app
 from x402mw.platform.runtime import Platform
@@ -129,13 +130,16 @@ async def test_one_background_round_a_refresh_interval_after_a_change_brings_the
 
 async def _wait_for_new_terms(client: httpx.AsyncClient, pay_to: str) -> PaymentRequirements:
     """Ask for the resource until its 402 names ``pay_to``."""
-    start = time.monotonic()
-    while True:
-        offer = _offer(await client.get("/weather"))
-        if offer.pay_to.lower() == pay_to.lower():
-            return offer
-        assert time.monotonic() - start < GENEROUS_DEADLINE, "the seller kept issuing the old terms"
-        await anyio.sleep(0.05)
+
+    async def offer() -> PaymentRequirements:
+        return _offer(await client.get("/weather"))
+
+    return await eventually_async(
+        offer,
+        until=lambda terms: terms.pay_to.lower() == pay_to.lower(),
+        what=f"the seller to issue the new terms (to {pay_to})",
+        timeout=GENEROUS_DEADLINE,
+    )
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])

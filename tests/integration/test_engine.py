@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tests.harness import postgres_database
+from tests.waiting import eventually_async
 from x402mw.platform.db import engine as engine_module
 from x402mw.platform.db.engine import HeldConnection, SQLiteWriter, create_engine_for
 
@@ -41,8 +42,13 @@ async def test_connections_the_server_dropped_while_idle_are_replaced(monkeypatc
             with psycopg.connect(url, autocommit=True) as admin:
                 for pid in before:
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-                while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (list(before),)).fetchone():
-                    await asyncio.sleep(0.01)  # until the server has closed them
+                live = "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)"
+                await eventually_async(
+                    lambda: admin.execute(live, (list(before),)).fetchall(),
+                    until=lambda pids: not pids,
+                    what="the server to close the connections",
+                    interval=0.01,
+                )
             after = set(await asyncio.gather(*(backend_pid() for _ in range(3))))
         finally:
             await engine.dispose()

@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.harness import PlatformHarness
 from tests.metered_fixtures import metered_deployment
+from tests.waiting import eventually
 from x402mw.platform.server import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "metered_seller.py"
@@ -36,15 +36,12 @@ def test_the_metered_example_charges_per_token(dev_platform: PlatformHarness, tm
             [sys.executable, str(EXAMPLE), "--port", str(port)], cwd=tmp_path, env=env, stdout=out, stderr=out
         )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline and seller.poll() is None, log.read_text()
-            time.sleep(0.1)
+        health = f"http://127.0.0.1:{port}/health"
+        eventually(
+            lambda: seller.poll() is not None or httpx.get(health, timeout=2).status_code == 200,
+            what=lambda: f"the example to answer:\n{log.read_text()}",
+        )
+        assert seller.poll() is None, log.read_text()
         agent_env = dict(env, X402MW_PRIVATE_KEY="0x" + deployment.agent_key.hex())
         paid = subprocess.run(
             [

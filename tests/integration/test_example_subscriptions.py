@@ -9,7 +9,7 @@ import httpx
 
 from examples.subscriptions_app import create_app
 from tests.harness import PlatformHarness, serve_app
-from tests.subscription_fixtures import wait_for
+from tests.waiting import eventually
 from x402mw.platform.server import free_port
 
 START = "2026-01-31T10:00:00Z"
@@ -45,11 +45,12 @@ def test_access_follows_the_webhooks_only(dev_platform: PlatformHarness) -> None
         with serve_app(app, port=port) as site_url, httpx.Client(base_url=site_url, timeout=60) as site:
 
             def access(user: str, state: str, until: str | None = None) -> dict[str, Any]:
-                def now() -> dict[str, Any] | None:
-                    answer: dict[str, Any] = site.get(f"/members/{user}").json()
-                    return answer if answer["access"] == state and answer.get("until", until) == until else None
-
-                return wait_for(now, f"{user}'s access to be {state} until {until}")
+                answer: dict[str, Any] = eventually(
+                    lambda: site.get(f"/members/{user}").json(),
+                    until=lambda answer: answer["access"] == state and answer.get("until", until) == until,
+                    what=f"{user}'s access to be {state} until {until}",
+                )
+                return answer
 
             # the user's subscription lives on a test clock; the site's subscribe link reuses it
             opened = _ok(

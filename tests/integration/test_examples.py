@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from tests.harness import PlatformHarness, Serve, serving
+from tests.waiting import eventually
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.devchain import DEV_CHAIN_ID
 from x402mw.platform.server import free_port
@@ -165,14 +165,11 @@ def _server(command: list[str], cwd: Path, env: dict[str, str], path: str = "/he
         start_new_session=True,  # Django's runserver, say, may start children: all end with the group
     ) as process:
         try:
-            for _ in range(600):
-                assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
-                with contextlib.suppress(httpx.HTTPError):
-                    httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2)
-                    break
-                time.sleep(0.1)
-            else:
-                raise AssertionError(f"{command} never answered")
+            url = f"http://127.0.0.1:{port}{path}"
+            eventually(
+                lambda: process.poll() is not None or httpx.get(url, timeout=2), what=f"{command} to answer {url}"
+            )
+            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
             yield f"http://127.0.0.1:{port}"
         finally:
             with contextlib.suppress(ProcessLookupError):

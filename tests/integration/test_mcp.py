@@ -19,6 +19,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 
 from tests.harness import Deployment, PlatformHarness, serve_app
+from tests.waiting import eventually_async
 from x402mw.adapters.mcp import PaidTools, current_payment
 from x402mw.client import X402Auth
 from x402mw.client.mcp import PayingSession, payment_required, settlement_of
@@ -235,22 +236,23 @@ async def test_a_call_cancelled_while_its_tool_runs_releases_its_hold(dev_platfo
                     group.start_soon(
                         lambda: client.call_tool("endless", {"city": "Oslo"}, meta={"x402/payment": payload})
                     )
-                    await _until(lambda: _statuses(deployment) == ["held"])
+                    await eventually_async(
+                        lambda: asyncio.to_thread(_statuses, deployment),
+                        until=lambda statuses: statuses == ["held"],
+                        what="the call's hold",
+                        timeout=20,  # fails the test before move_on_after gives up on the call
+                    )
                     group.cancel_scope.cancel()  # the agent gives up: notifications/cancelled
-            await _until(lambda: _statuses(deployment) == [])  # released, nothing taken
+            await eventually_async(  # released, nothing taken
+                lambda: asyncio.to_thread(_statuses, deployment),
+                until=lambda statuses: statuses == [],
+                what="the hold released",
+            )
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == 0
 
 
 def _statuses(deployment: Deployment) -> list[str]:
     return [payment["status"] for payment in payments(deployment)]
-
-
-async def _until(condition: Any, seconds: float = 20) -> None:
-    for _ in range(int(seconds / 0.1)):
-        if await asyncio.to_thread(condition):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the condition never held")
 
 
 async def test_dynamic_price_and_caps(dev_platform: PlatformHarness) -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from examples.metrics_summary import quantile, summarize
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
+from tests.waiting import eventually
 from x402mw.cli import main
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import new_private_key
@@ -214,13 +213,12 @@ def test_the_worker_process_serves_its_metrics_too(tmp_path: Path) -> None:
     with log.open("wb") as handle:
         worker = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
     try:
-        text = ""
-        for _ in range(600):
-            assert worker.poll() is None, log.read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).text
-                break
-            time.sleep(0.1)
+        metrics = eventually(
+            lambda: worker.poll() is not None or httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1),
+            what=lambda: f"the worker's metrics:\n{log.read_text()}",
+        )
+        assert worker.poll() is None, log.read_text()
+        text = metrics.text
     finally:
         worker.terminate()
         worker.wait(timeout=30)

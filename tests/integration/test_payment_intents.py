@@ -4,7 +4,6 @@ validation, reads, tenant isolation, cancel, expiry, events."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
@@ -15,6 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.harness import PlatformHarness, sqlite_only
+from tests.waiting import eventually
 from x402mw.platform.db import tables
 from x402mw.platform.runtime import Platform
 from x402mw.platform.services.payment_intents import expire_due_payment_intents
@@ -533,11 +533,11 @@ def test_the_platform_worker_expires_due_orders(dev_platform: PlatformHarness) -
     merchant_id, api = _merchant_api(dev_platform)
     with api:
         intent = _create(api, expiresAt=(datetime.now(UTC) + timedelta(seconds=1)).isoformat())
-        deadline = time.monotonic() + 20
-        status = intent["status"]
-        while status == "requires_payment" and time.monotonic() < deadline:
-            time.sleep(0.25)
-            status = api.get(f"/payment-intents/{intent['id']}").json()["paymentIntent"]["status"]
+        status = eventually(
+            lambda: api.get(f"/payment-intents/{intent['id']}").json()["paymentIntent"]["status"],
+            until=lambda status: status != "requires_payment",
+            what=f"the worker to expire {intent['id']}",
+        )
         assert status == "expired"
     assert [kind for kind, _ in _events(dev_platform, merchant_id)] == [
         "payment_intent.created",

@@ -17,7 +17,8 @@ from sqlalchemy import func, select, update
 from standardwebhooks import Webhook
 
 from tests.harness import PlatformHarness, postgres_database, start_dev_platform
-from tests.integration.test_webhook_delivery import Receiver
+from tests.integration.test_webhook_delivery import Received, Receiver
+from tests.waiting import eventually
 from x402mw.client.webhooks import construct_event
 from x402mw.platform.chain.token import balance_of
 from x402mw.platform.db import tables
@@ -103,11 +104,13 @@ def test_an_order_is_paid_refunded_and_reported(dev_platform: PlatformHarness) -
             "refund.completed",
             "payment_intent.refunded",
         ]
-        deadline = time.monotonic() + 30
-        while len(receiver.at("hooks")) < len(wanted):
-            assert time.monotonic() < deadline, [r.headers for r in receiver.received]
-            dev_platform.server.call(lambda p: p.webhooks.deliver_due())
-            time.sleep(0.05)
+
+        def delivered() -> list[Received]:
+            if len(hooks := receiver.at("hooks")) < len(wanted):
+                dev_platform.server.call(lambda p: p.webhooks.deliver_due())
+            return hooks
+
+        eventually(delivered, until=lambda hooks: len(hooks) >= len(wanted), what=f"the {len(wanted)} events delivered")
         events = [construct_event(r.body, r.headers, secret) for r in receiver.at("hooks")]
         for received in receiver.at("hooks"):
             Webhook(secret).verify(received.body, received.headers)
@@ -356,11 +359,16 @@ def test_a_refund_still_unconfirmed_is_finished_by_the_worker(anvil_platform: Pl
     assert pending["status"] == "processing" and pending["tx_hash"]
     anvil_platform.server.call(lambda p: rpc.request("evm_mine", []))
     with _api(anvil_platform, key) as api:
-        deadline = time.monotonic() + 30
-        while (refund := api.get(f"/refunds/{pending['id']}").json()["refund"])["status"] == "processing":
-            assert time.monotonic() < deadline, refund
-            anvil_platform.server.call(lambda p: p.refunds.resume_due())
-            time.sleep(0.1)
+
+        def refund_now() -> dict[str, Any]:
+            refund: dict[str, Any] = api.get(f"/refunds/{pending['id']}").json()["refund"]
+            if refund["status"] == "processing":
+                anvil_platform.server.call(lambda p: p.refunds.resume_due())
+            return refund
+
+        refund = eventually(
+            refund_now, until=lambda refund: refund["status"] != "processing", what="the refund finished"
+        )
         assert refund["status"] == "completed" and refund["txHash"] == pending["tx_hash"]
         assert api.get(f"/payment-intents/{order_id}").json()["paymentIntent"]["status"] == "refunded"
     assert anvil_platform.balance(payment["payer"]) == 3_000_000

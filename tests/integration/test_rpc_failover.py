@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from eth_account import Account
 from tests.harness import PlatformHarness, platform_server
 from tests.rpc_proxy import RpcProxy
 from tests.sellers import asgi_transport, starlette_app
+from tests.waiting import eventually_async
 from x402mw.client import X402Auth
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.providers import FailoverJsonRpc
@@ -205,7 +205,5 @@ async def test_payments_go_on_while_one_provider_is_killed_and_it_is_put_back(
     }
 
     await asyncio.to_thread(proxies[0].start)
-    deadline = time.monotonic() + 30
-    while not all(rpc.up.values()) and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    assert all(rpc.up.values()), "the provider is probed back in once it answers"
+    # the provider is probed back in once it answers
+    await eventually_async(lambda: rpc.up, until=lambda up: all(up.values()), what="both providers up")

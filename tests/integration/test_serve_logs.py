@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 from click.testing import CliRunner
 
+from tests.waiting import eventually
 from x402mw.cli import main
 from x402mw.platform.server import free_port
 
@@ -25,14 +24,12 @@ def test_serve_writes_json_lines_that_name_each_request(tmp_path: Path) -> None:
     with log.open("wb") as handle:
         server = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
     try:
-        ids = []
-        for _ in range(600):
-            assert server.poll() is None, log.read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                ids.append(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).headers["request-id"])
-                break
-            time.sleep(0.1)
-        assert ids, log.read_text()
+        healthz = eventually(
+            lambda: server.poll() is not None or httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1),
+            what=lambda: f"serve to answer:\n{log.read_text()}",
+        )
+        assert server.poll() is None, log.read_text()
+        ids = [healthz.headers["request-id"]]
         missing = httpx.get(f"http://127.0.0.1:{port}/v1/agent/endpoints/ep_x", timeout=5)
         assert missing.status_code == 401
         ids.append(missing.headers["request-id"])

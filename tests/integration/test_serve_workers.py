@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +15,7 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import postgres_database
+from tests.waiting import eventually
 from x402mw.cli import _settings, main
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
@@ -50,13 +49,12 @@ def _api_key(database_url: str) -> str:
 
 
 def _wait_until_up(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
-    for _ in range(1200):
-        assert server.poll() is None, log.read_text()
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"{url} never answered:\n{log.read_text()}")
+    eventually(
+        lambda: server.poll() is not None or httpx.get(url, timeout=1).status_code == 200,
+        what=lambda: f"{url} to answer:\n{log.read_text()}",
+        timeout=120,
+    )
+    assert server.poll() is None, log.read_text()
 
 
 def _pids_of_sockets(port: int, state: str) -> list[set[str]]:

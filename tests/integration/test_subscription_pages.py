@@ -19,7 +19,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.browser.conftest import SCREENSHOTS, assert_accessible
-from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
+from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform
+from tests.waiting import eventually
 from x402mw.client.merchant import signed_subscribe_url
 from x402mw.platform.db.engine import create_engine_for
 from x402mw.platform.services.merchants import create_api_key, revoke_api_key
@@ -54,7 +55,7 @@ def shop(subs: SubscriptionPlatform) -> Shop:
 def _email(subs: SubscriptionPlatform, to: str, subject: str) -> EmailMessage:
     assert subs.mailbox is not None
     mailbox = subs.mailbox
-    return wait_for(lambda: next(iter(mailbox.find(to, subject)), None), f"the email {subject!r} to {to}")
+    return eventually(lambda: mailbox.find(to, subject), what=f"the email {subject!r} to {to}")[0]
 
 
 def _links(message: EmailMessage) -> tuple[list[str], list[str]]:
@@ -260,7 +261,8 @@ def _page_links(text: str) -> list[str]:
 def _active_customer(shop: Shop, plan: dict[str, Any], customer: str, email: str) -> dict[str, Any]:
     opened = shop.open(plan, customer, customerEmail=email)
     shop.pay(opened["paymentIntent"]["id"])
-    wait_for(lambda: shop.subscription(opened["subscription"]["id"])["status"] == "active" or None, "active")
+    sub_id = opened["subscription"]["id"]
+    eventually(lambda: shop.subscription(sub_id), until=lambda sub: sub["status"] == "active", what=f"{sub_id} active")
     return opened
 
 
@@ -290,11 +292,11 @@ def test_the_subscribe_page_hands_no_visitor_an_existing_subscription(subs: Subs
     mailbox = subs.mailbox
     assert mailbox is not None and mailbox.find(attacker, "") == []
 
-    def both() -> list[EmailMessage] | None:
-        found = mailbox.find(victim, "the link to your subscription")
-        return found if len(found) == 2 else None
-
-    sent = wait_for(both, "the two link emails")
+    sent = eventually(
+        lambda: mailbox.find(victim, "the link to your subscription"),
+        until=lambda found: len(found) == 2,
+        what="the two link emails",
+    )
     assert shop.subscription(sub_id)["customerPageUrl"] in {link for m in sent for link in _links(m)[0]}
     after = shop.subscription(sub_id)
     assert (after["status"], after["cancelAtPeriodEnd"]) == ("active", False)

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from eth_abi.abi import encode as abi_encode
 
-from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
+from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform
+from tests.waiting import eventually
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS
@@ -65,7 +66,7 @@ def _event(shop: Shop, kind: str, sub_id: str) -> Any:
         shop.harness.server.call(lambda p: p.webhooks.deliver_due())
         return _taken(shop, kind, sub_id)
 
-    return wait_for(delivered, f"subscription.{kind}")
+    return eventually(delivered, what=f"subscription.{kind} of {sub_id}")
 
 
 def _taken(shop: Shop, kind: str, sub_id: str) -> Any:
@@ -123,7 +124,7 @@ def test_a_reorg_reversing_a_confirmed_payment_makes_the_subscription_past_due(s
     assert [(b["currency"], b["available"]) for b in balances] == [("USDC", "0.00")]  # the credit is taken back
     assert subs.mailbox is not None
     mailbox = subs.mailbox
-    notice = wait_for(lambda: next(iter(mailbox.find(to, "is past due")), None), "the past-due email")
+    notice = eventually(lambda: mailbox.find(to, "is past due"), what="the past-due email")[0]
     text = notice.get_body(("plain",))
     assert text is not None and invoice["checkoutUrl"] in text.get_content()
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from tests.subscription_fixtures import Shop, SubscriptionPlatform, iso_day, subscription_platform, wait_for
+from tests.subscription_fixtures import Shop, SubscriptionPlatform, iso_day, subscription_platform
+from tests.waiting import eventually
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.clock import ManualClock
 from x402mw.platform.db import tables
@@ -129,8 +130,8 @@ def test_emails_are_sent_at_least_once(subs: SubscriptionPlatform, clock: Manual
         mailbox.gate.set()
     clock.advance(seconds=LEASE.total_seconds() + 1)
     assert _duty(shop, "emails") == 1
-    reminders = wait_for(
-        lambda: ((found := mailbox.find(to, "ends tomorrow")) and len(found) == 2 and found) or None, "two"
+    reminders = eventually(
+        lambda: mailbox.find(to, "ends tomorrow"), until=lambda found: len(found) == 2, what="the reminder sent twice"
     )
     assert reminders[0]["Message-ID"] == reminders[1]["Message-ID"]  # the same email, which receivers deduplicate
 

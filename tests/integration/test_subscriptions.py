@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform, wait_for
+from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription_platform
+from tests.waiting import eventually
 from x402mw.platform.services.merchants import create_api_key
 
 START = "2026-01-31T10:00:00Z"  # the 31st: later periods end on the last day of shorter months
@@ -248,7 +249,7 @@ def test_payments_of_one_invoice_count_once(shop: Shop) -> None:
     with ThreadPoolExecutor(2) as pool:  # two payments of the whole invoice at once
         list(pool.map(lambda _: shop.transfer(address, Decimal(2)), range(2)))
     shop.event("created", sub_id)
-    order = wait_for(lambda: ((o := shop.order(order_id))["amountReceived"] == "4" and o) or None, "both transfers")
+    order = eventually(lambda: shop.order(order_id), until=lambda o: o["amountReceived"] == "4", what="both transfers")
     assert order["exceptions"] == ["overpaid"]
     shop.advance(clock, "2026-02-21T10:00:00Z")
     renewal = shop.invoices(sub_id)[0]
@@ -256,7 +257,10 @@ def test_payments_of_one_invoice_count_once(shop: Shop) -> None:
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda _: shop.transfer(address, Decimal(2)), range(2)))
     shop.event("renewed", sub_id)
-    wait_for(lambda: shop.order(renewal["paymentId"])["amountReceived"] == "4" or None, "both renewal transfers")
+    renewal_id = renewal["paymentId"]
+    eventually(
+        lambda: shop.order(renewal_id), until=lambda o: o["amountReceived"] == "4", what="both renewal transfers"
+    )
     sub = shop.subscription(sub_id)
     assert (sub["periodsPaid"], sub["currentPeriodEnd"]) == (2, "2026-03-31T10:00:00.000Z")
     assert shop.kinds(sub_id) == ["subscription.created", "subscription.renewed"]

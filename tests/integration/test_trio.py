@@ -18,6 +18,7 @@ import pytest
 
 from tests.harness import Deployment, PlatformHarness, sqlite_only
 from tests.sellers import asgi_transport, lifespan, starlette_app
+from tests.waiting import eventually_async
 from x402mw.client import X402Auth
 from x402mw.evm.receipts import verify_receipt
 from x402mw.protocol import decode_payment_required, decode_settlement_response
@@ -85,15 +86,19 @@ async def test_issued_challenges_reach_the_platform(deployment: Deployment, with
             assert response.status_code == 402
             issued.append(decode_payment_required(response.headers["PAYMENT-REQUIRED"]).accepts[0].extra["challengeId"])
         found: dict[str, str] = {}
-        for _ in range(200):
+
+        async def look() -> dict[str, str]:
             for challenge_id in issued:
                 if challenge_id not in found:
                     answer = await api.get(f"/agent/challenges/{challenge_id}")
                     if answer.status_code == 200:
                         found[challenge_id] = answer.json()["challenge"]["status"]
-            if len(found) == len(issued) or not with_lifespan:
-                break
-            await anyio.sleep(0.05)
+            return found
+
+        if with_lifespan:
+            await eventually_async(look, until=lambda found: len(found) == len(issued), what="the 3 challenges")
+        else:
+            await look()  # once: what the requests so far reported
     if not with_lifespan:
         await _shut_down(app)
     if with_lifespan:

@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from tests.harness import Deployment, PlatformHarness, platform_server, postgres_database
 from tests.sellers import asgi_transport, starlette_app
+from tests.waiting import eventually
 from x402mw.client import X402Auth
 from x402mw.client.webhooks import WebhookVerificationError, construct_event
 from x402mw.platform.db import tables
@@ -72,13 +73,10 @@ class Receiver:
     def start(self) -> Receiver:
         app = Starlette(routes=[Route("/{name}", self._hook, methods=["POST"])])
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._server = server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=server.run, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            assert time.monotonic() < deadline, "the receiver did not start"
-            time.sleep(0.01)
+        eventually(lambda: server.started, what="the receiver to start", interval=0.01)
         return self
 
     def stop(self) -> None:
@@ -132,12 +130,16 @@ def _event(api: httpx.Client, event_id: str) -> dict[str, Any]:
     return event
 
 
-def _deliver_until(harness: PlatformHarness, done: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, "deliveries did not arrive"
+def _deliver_until(harness: PlatformHarness, done: Any) -> None:
+    """Delivery rounds until ``done()`` holds."""
+
+    def delivered() -> bool:
+        if done():
+            return True
         _round(harness)
-        time.sleep(0.05)
+        return False
+
+    eventually(delivered, what="the deliveries to arrive")
 
 
 def _error(reply: httpx.Response, status: int, code: str, param: str | None = None) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,6 +21,7 @@ from sqlalchemy import update
 
 from tests.harness import PlatformHarness
 from tests.integration.test_webhook_delivery import Receiver
+from tests.waiting import eventually
 from x402mw.cli import _settings
 from x402mw.platform.db import tables
 from x402mw.platform.server import free_port
@@ -234,18 +234,18 @@ def _deliver_once_to(harness: PlatformHarness, url: str, livemode: bool) -> dict
 
     event_id = harness.server.call(repoint_and_emit)
     later = datetime.now(UTC) + timedelta(seconds=1)
-    deadline = time.monotonic() + 30
     with _client(harness, key) as api:
-        while True:  # the platform's own worker may be the one making the attempt: wait for it
+
+        def deliveries() -> list[dict[str, Any]]:
             harness.server.call(lambda p: p.webhooks.deliver_due(now=later))
-            deliveries = api.get(f"/events/{event_id}").json()["event"]["deliveries"]
-            if deliveries and deliveries[0]["attempts"]:
-                break
-            assert time.monotonic() < deadline, deliveries
-            time.sleep(0.05)
+            found: list[dict[str, Any]] = api.get(f"/events/{event_id}").json()["event"]["deliveries"]
+            return found
+
+        attempted = eventually(  # the platform's own worker may be the one making the attempt
+            deliveries, until=lambda found: bool(found and found[0]["attempts"]), what="the first delivery attempt"
+        )
         assert api.delete(f"/webhook-endpoints/{endpoint_id}").status_code == 200
-    delivery: dict[str, Any] = deliveries[0]
-    return delivery
+    return attempted[0]
 
 
 def _assert_blocked(delivery: dict[str, Any], counter: ConnectionCounter, *why: str) -> None:

@@ -27,6 +27,7 @@ from eth_account import Account
 
 from tests.harness import postgres_database
 from tests.rpc_proxy import RpcProxy
+from tests.waiting import eventually
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
@@ -79,14 +80,14 @@ class PlatformProcess:
             self.wait_until_up()
 
     def wait_until_up(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.popen is not None and self.popen.poll() is None, f"{self.name} exited:\n{self.tail()}"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise AssertionError(f"{self.name} never answered:\n{self.tail()}")
+        popen = self.popen
+        assert popen is not None
+        eventually(
+            lambda: popen.poll() is not None or httpx.get(self.url + "/healthz", timeout=1).status_code == 200,
+            what=lambda: f"{self.name} to answer:\n{self.tail()}",
+            timeout=timeout,
+        )
+        assert popen.poll() is None, f"{self.name} exited:\n{self.tail()}"
 
     def kill(self) -> None:
         """SIGKILL, as a crash: nothing is finished or written on the way out."""
@@ -257,10 +258,9 @@ class Cluster:
         return int(status["pending"], 16) + int(status["queued"], 16)
 
     def wait_for_pool(self, size: int, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.pool_size() < size:
-            assert time.monotonic() < deadline, f"the pool never held {size} transactions"
-            time.sleep(0.05)
+        eventually(
+            self.pool_size, until=lambda held: held >= size, what=f"{size} transactions in the pool", timeout=timeout
+        )
 
     def restart_node(self) -> None:
         """Stop the node and start it again: its mined chain is kept (the state file, checked by

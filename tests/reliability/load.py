@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from tests.harness import serve_app
 from tests.sellers import starlette_app
+from tests.waiting import eventually
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.relayer import transact
@@ -187,8 +188,8 @@ class Load:
             ]
             hooks = stack.enter_context(serve_app(self.receiver()))
             Path(config["hook_url_file"]).write_text(hooks + "/hook")
-            while not Path(config["go_file"]).exists():  # the test registers the endpoint, then says go
-                time.sleep(0.05)
+            # the test registers the webhook endpoint, then says go
+            eventually(Path(config["go_file"]).exists, what="the test's go", timeout=120)
             threads = [
                 threading.Thread(target=self.agent, args=(i, sellers), name=f"agent-{i}", daemon=True)
                 for i in range(len(config["agents"]))
@@ -208,9 +209,9 @@ class Load:
             if stragglers:
                 print(f"load: still waiting {STRAGGLER_SECONDS} s after the run: {stragglers}", flush=True)
                 faulthandler.dump_traceback(all_threads=True)
-            # keep receiving deliveries until the test has seen every event delivered
-            while not Path(config["done_file"]).exists():
-                time.sleep(0.1)
+            # keep receiving deliveries until the test has seen every event delivered (it waits up to
+            # 300 s for that after the run; past twice that, it is gone, and this process ends too)
+            eventually(Path(config["done_file"]).exists, what="the test's done", timeout=600, interval=0.1)
         return {
             "payments": self.payments,
             "orders": self.orders,

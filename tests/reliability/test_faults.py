@@ -22,6 +22,7 @@ from eth_abi.abi import encode as abi_encode
 from tests.harness import serve_app
 from tests.reliability.cluster import Cluster, Merchant, new_address, threads_joined
 from tests.sellers import starlette_app
+from tests.waiting import eventually
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
@@ -251,10 +252,7 @@ def test_a_settlement_whose_transaction_vanished_is_failed_once_its_authorizatio
     cluster.rpc("evm_mine")
     cluster.serves[0].start()
     # Nobody retries: the worker finds that it can never settle, and says so.
-    deadline = time.monotonic() + 60
-    while cluster.unfinished_payments():
-        assert time.monotonic() < deadline, cluster.unfinished_payments()
-        time.sleep(0.2)
+    eventually(cluster.unfinished_payments, until=lambda left: not left, what="the payment to be finished")
     assert cluster.sql("SELECT status, error_reason FROM agent_payments") == [
         ("failed", "invalid_exact_evm_payload_authorization_valid_before")
     ]
@@ -285,24 +283,28 @@ def _paid_order(cluster: Cluster, merchant: Merchant, amount: str = "2") -> tupl
             ["address", "uint256"], [attempt["depositAddress"], int(amount) * 10**6]
         )
         cluster.run(lambda rpc: transact(rpc, buyer_key, cluster.usdc, data, gas=100_000))
-        deadline = time.monotonic() + 60
-        while checkout.post(f"/payment-intents/{order}/transfer-status", json={}).json()["status"] != "succeeded":
-            assert time.monotonic() < deadline, "the order was never paid"
-            cluster.rpc("evm_mine")  # its confirmations
-            time.sleep(0.2)
-    while not cluster.sql("SELECT swept_at FROM payment_intents WHERE id = %s", order)[0][0]:
-        assert time.monotonic() < deadline, "the order was never swept"
-        time.sleep(0.2)
+
+        def paid() -> dict[str, Any]:
+            status: dict[str, Any] = checkout.post(f"/payment-intents/{order}/transfer-status", json={}).json()
+            if status["status"] != "succeeded":
+                cluster.rpc("evm_mine")  # its confirmations
+            return status
+
+        eventually(paid, until=lambda status: status["status"] == "succeeded", what=f"{order} to be paid")
+    swept = "SELECT swept_at FROM payment_intents WHERE id = %s"
+    eventually(lambda: cluster.sql(swept, order)[0][0], what=f"{order} to be swept")
     return order, buyer
 
 
 def _wait_for_refund(merchant: Merchant, refund_id: str, timeout: float = 90.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
     with merchant.api() as api:
-        while (refund := api.get(f"/refunds/{refund_id}").json()["refund"])["status"] == "processing":
-            assert time.monotonic() < deadline, refund
-            time.sleep(0.25)
-    return dict(refund)
+        refund: dict[str, Any] = eventually(
+            lambda: api.get(f"/refunds/{refund_id}").json()["refund"],
+            until=lambda refund: refund["status"] != "processing",
+            what=f"refund {refund_id} to be finished",
+            timeout=timeout,
+        )
+    return refund
 
 
 @pytest.mark.parametrize("fault", ["node_restart", "platform_kill"])
@@ -391,10 +393,12 @@ def test_a_webhook_delivery_cut_short_by_a_killed_platform_is_delivered_after_it
         cluster.serves[0].kill()  # mid-delivery: the attempt's outcome is never recorded
         receiver.released.set()
         cluster.serves[0].start()
-        deadline = time.monotonic() + 90
-        while cluster.sql("SELECT status FROM webhook_deliveries") != [("delivered",)]:
-            assert time.monotonic() < deadline, cluster.sql("SELECT status, attempts FROM webhook_deliveries")
-            time.sleep(0.25)
+        eventually(
+            lambda: cluster.sql("SELECT status, attempts FROM webhook_deliveries"),
+            until=lambda deliveries: [status for status, _ in deliveries] == ["delivered"],
+            what="the delivery to be recorded delivered",
+            timeout=90,
+        )
     assert len(receiver.received) >= 2  # at least once: the cut-short attempt, and the one recorded
     assert len({webhook_id for webhook_id, _ in receiver.received}) == 1  # the same event, by its id
 
@@ -496,10 +500,11 @@ def test_while_the_chain_is_down_new_work_is_refused_fast_and_nothing_is_recorde
             f"eip155:{cluster.anvil.chain_id}": "unavailable"
         }
         cluster.anvil.start()  # back, with its chain
-        deadline = time.monotonic() + 30
-        while httpx.get(cluster.url + "/readyz", timeout=10).status_code != 200:
-            assert time.monotonic() < deadline, "never ready again"
-            time.sleep(0.2)
+        eventually(
+            lambda: httpx.get(cluster.url + "/readyz", timeout=10),
+            until=lambda ready: ready.status_code == 200,
+            what="the platform to be ready again",
+        )
     settled = seller.settle(signed)  # the same signature, once the chain is back
     assert settled["status"] == "settled", settled
     assert cluster.balance(payout) == PRICE and cluster.balance(wallet.address) == 1_000_000 - PRICE

@@ -18,6 +18,7 @@ import pytest
 
 from tests.reliability.cluster import Cluster, new_address
 from tests.reliability.pool_load import PRICE, LoadResult, SettleLoad
+from tests.waiting import eventually
 
 # Four platform processes under a minute of load: it runs with the soak, alone (make test).
 pytestmark = [pytest.mark.soak, pytest.mark.anvil, pytest.mark.postgres]
@@ -50,10 +51,11 @@ def test_a_pool_of_accounts_pays_without_sharing_nonces_and_survives_a_killed_pr
     endpoint = merchant.endpoint(payout)
     payers = [cluster.agent(usdc=10**9) for _ in range(8)]
     load = SettleLoad(cluster, merchant, endpoint, payout, payers)
-    deadline = time.monotonic() + 60
-    while len(_leases(cluster)) < 8 or len(set(_leases(cluster).values())) < 4:  # the pool shared out
-        assert time.monotonic() < deadline, _leases(cluster)
-        time.sleep(0.5)
+    eventually(
+        lambda: _leases(cluster),
+        until=lambda leases: len(leases) >= 8 and len(set(leases.values())) >= 4,
+        what="the pool's 8 accounts shared out among the 4 processes",
+    )
 
     killed = cluster.serves[3]
     outcome: list[LoadResult] = []
@@ -86,10 +88,7 @@ def test_a_pool_of_accounts_pays_without_sharing_nonces_and_survives_a_killed_pr
     assert {a for a, h in before.items() if h in dead} <= set(after)
 
     # The soak's invariants: each transfer once, each payer charged once per payment.
-    deadline = time.monotonic() + 60
-    while cluster.unfinished_payments():
-        assert time.monotonic() < deadline, cluster.unfinished_payments()[:5]
-        time.sleep(1)
+    eventually(cluster.unfinished_payments, until=lambda left: not left, what="every payment finished")
     settled = cluster.sql("SELECT transaction FROM agent_payments WHERE pay_to = %s AND status = 'settled'", payout)
     on_chain = [t["tx"] for t in cluster.transfers() if t["to"].lower() == payout.lower()]
     assert sorted(row[0] for row in settled) == sorted(on_chain)

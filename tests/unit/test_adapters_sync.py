@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from django.urls import path
 from werkzeug.test import Client as WerkzeugClient
 
 from tests.fake_platform import API_KEY, DYNAMIC, FIXED, NETWORK, PAY_TO, PAYER, PLATFORM_URL, FakePlatform, pay
+from tests.waiting import eventually
 from x402mw.adapters import django as django_adapter
 from x402mw.adapters import flask as flask_adapter
 from x402mw.adapters.wsgi import SETTLEMENT_KEY
@@ -593,9 +593,7 @@ def test_unexpected_error_is_a_logged_500_never_a_402(seller: Seller, caplog: py
 
 def test_issued_challenges_reach_the_platform_in_the_background(seller: Seller, platform: FakePlatform) -> None:
     challenge = decode_payment_required(assert_challenge(seller.get("/weather")))
-    deadline = time.monotonic() + 10
-    while not platform.challenges and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: platform.challenges, what="the challenge to reach the platform")
     assert [c["challengeId"] for c in platform.challenges] == [challenge.accepts[0].extra["challengeId"]]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import httpx
 import pytest
 import uvicorn
 
+from tests.waiting import eventually
 from x402mw import __version__
 from x402mw.errors import PlatformError
 from x402mw.seller import AsyncSeller, PaymentGate, SyncSeller, run_async, run_sync
@@ -52,10 +52,7 @@ def echo_url() -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(_echo, host="127.0.0.1", port=0, lifespan="off", log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the echo server did not start"
-        time.sleep(0.01)
+    eventually(lambda: server.started, what="the echo server to start", interval=0.01)
     yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     server.should_exit = True
     thread.join(timeout=30)

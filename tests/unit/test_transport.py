@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.waiting import eventually_async
 from x402mw.transport import KeepAliveTransport
 
 pytestmark = pytest.mark.anyio
@@ -182,13 +183,6 @@ def client(server: Server, transport: KeepAliveTransport, timeout: httpx.Timeout
     return httpx.AsyncClient(base_url=server.url, transport=transport, timeout=timeout)
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Waits until ``condition()`` holds (failing the test if that takes more than a few seconds)."""
-    with anyio.fail_after(5):
-        while not condition():
-            await asyncio.sleep(0.005)
-
-
 def idle(transport: KeepAliveTransport) -> int:
     return sum(len(stack) for stack in transport._idle.values())
 
@@ -238,7 +232,11 @@ async def test_idle_connections_past_max_idle_are_closed() -> None:
     async with Server(handler) as server, client(server, transport) as http:
         await asyncio.gather(*(http.get("/") for _ in range(3)))
         assert (transport._open, idle(transport)) == (1, 1)
-        await until(lambda: sum(peer.closed.is_set() for peer in server.peers) == 2)
+        await eventually_async(
+            lambda: sum(peer.closed.is_set() for peer in server.peers),
+            until=lambda n: n == 2,
+            what="both connections closed",
+        )
 
 
 # -- servers that close kept-alive connections --------------------------------------------------
@@ -250,7 +248,10 @@ async def test_an_idle_connection_the_server_closed_is_dropped() -> None:
         assert (await http.get("/first")).json()["peer"] == 0
         await server.peers[0].closed.wait()
         # Let the client's end see the EOF, so that the request below takes the "dropped while idle" path.
-        await until(lambda: all(conn.reader.at_eof() for conn in transport._idle[b"http", b"127.0.0.1", server.port]))
+        await eventually_async(
+            lambda: all(conn.reader.at_eof() for conn in transport._idle[b"http", b"127.0.0.1", server.port]),
+            what="the idle connections to see EOF",
+        )
 
         assert (await http.get("/second")).json() == {"peer": 1, "method": "GET", "target": "/second"}
         assert [(request.target, request.peer) for request in server.received] == [("/first", 0), ("/second", 1)]
@@ -447,7 +448,7 @@ async def test_reuse_follows_the_answer(answer: bytes, reused: bool) -> None:
         assert (await http.get("/")).content == b"ok"
         assert (await http.get("/next")).json()["peer"] == (0 if reused else 1)
         if not reused:
-            await until(server.peers[0].closed.is_set)  # the client closed the connection it gave up
+            await eventually_async(server.peers[0].closed.is_set, what="the client to close the connection it gave up")
 
 
 # -- content decoding and headers ----------------------------------------------------------------
@@ -621,7 +622,7 @@ async def test_a_request_past_the_limit_times_out_waiting_for_a_slot() -> None:
     transport = KeepAliveTransport(max_connections=2)
     async with Server(held) as server, client(server, transport, httpx.Timeout(5, pool=0.05)) as http:
         holding = [asyncio.create_task(http.get("/held")) for _ in range(2)]
-        await until(lambda: len(server.received) == 2)
+        await eventually_async(lambda: len(server.received), until=lambda n: n == 2, what="two requests received")
         with pytest.raises(httpx.PoolTimeout):
             await http.get("/extra")
         assert (transport._open, len(transport._waiters)) == (2, 0)
@@ -656,14 +657,14 @@ async def test_cancelling_a_request_discards_its_connection_and_frees_its_slot()
     transport = KeepAliveTransport(max_connections=1)
     async with Server(handler) as server, client(server, transport, httpx.Timeout(5, pool=0.5)) as http:
         slow = asyncio.create_task(http.get("/slow"))
-        await until(lambda: len(server.received) == 1)
+        await eventually_async(lambda: len(server.received), until=lambda n: n == 1, what="the request received")
         slow.cancel()
         with pytest.raises(asyncio.CancelledError):
             await slow
         assert (transport._open, idle(transport)) == (0, 0)
 
         late.set()  # the late answer goes out on the abandoned connection
-        await until(server.peers[0].closed.is_set)
+        await eventually_async(server.peers[0].closed.is_set, what="the connection closed")
         answer = await http.get("/next")
         assert answer.json() == {"peer": 1, "method": "GET", "target": "/next"}
         assert (transport._open, idle(transport)) == (1, 1)
@@ -681,10 +682,12 @@ async def test_cancelling_a_request_waiting_for_a_slot_leaves_the_pool_consisten
     transport = KeepAliveTransport(max_connections=1)
     async with Server(handler) as server, client(server, transport) as http:
         held = asyncio.create_task(http.get("/held"))
-        await until(lambda: len(server.received) == 1)
+        await eventually_async(lambda: len(server.received), until=lambda n: n == 1, what="the request received")
         async with anyio.create_task_group() as group:  # cancelled the way anyio code cancels
             group.start_soon(http.get, "/waiting")
-            await until(lambda: len(transport._waiters) == 1)
+            await eventually_async(
+                lambda: len(transport._waiters), until=lambda n: n == 1, what="a request waiting for a connection"
+            )
             group.cancel_scope.cancel()
         assert (transport._open, len(transport._waiters)) == (1, 0)
 
@@ -716,7 +719,9 @@ async def test_aclose_closes_the_idle_connections() -> None:
         await transport.aclose()
         assert (transport._open, transport._idle) == (0, {})
         assert all(conn.writer.is_closing() for conn in connections)
-        await until(lambda: all(peer.closed.is_set() for peer in server.peers))
+        await eventually_async(
+            lambda: all(peer.closed.is_set() for peer in server.peers), what="every connection closed"
+        )
 
 
 async def test_a_request_in_flight_at_aclose_closes_its_connection_when_it_finishes() -> None:
@@ -732,12 +737,14 @@ async def test_a_request_in_flight_at_aclose_closes_its_connection_when_it_finis
     transport = KeepAliveTransport()
     async with Server(handler) as server, client(server, transport) as http:
         in_flight = asyncio.ensure_future(http.get("/"))
-        await until(lambda: len(server.received) == 1)
+        await eventually_async(lambda: len(server.received), until=lambda n: n == 1, what="the request received")
         await transport.aclose()
         answer.set()
         assert (await in_flight).status_code == 200
         assert (transport._open, idle(transport)) == (0, 0)
-        await until(lambda: all(peer.closed.is_set() for peer in server.peers))
+        await eventually_async(
+            lambda: all(peer.closed.is_set() for peer in server.peers), what="every connection closed"
+        )
 
 
 async def test_a_connection_left_from_another_event_loop_is_not_used() -> None:
@@ -783,7 +790,7 @@ async def test_against_uvicorn() -> None:
     server = uvicorn.Server(uvicorn.Config(_asgi_echo, host="127.0.0.1", port=0, lifespan="off", log_level="error"))
     serving = asyncio.create_task(server.serve())
     try:
-        await until(lambda: server.started)
+        await eventually_async(lambda: server.started, what="the server to start")
         port = server.servers[0].sockets[0].getsockname()[1]
         transport = KeepAliveTransport()
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", transport=transport) as http:

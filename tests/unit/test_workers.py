@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.waiting import eventually
 from x402mw.platform.server import free_port
 
 # Outside Linux, serve_workers hands over to uvicorn's own workers: no supervisor of ours to test.
@@ -57,26 +57,19 @@ def _answering_pids(port: int, tries: int = 40) -> set[int]:
     return pids
 
 
-def _wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("timed out")
-
-
 def test_a_dead_worker_is_replaced_and_sigterm_stops_them_all() -> None:
     port = free_port()
     with _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5) as supervisor:
-        _wait_for(lambda: len(_answering_pids(port)) == 2)
+        eventually(lambda: _answering_pids(port), until=lambda pids: len(pids) == 2, what="two workers", interval=0.2)
         first = _answering_pids(port)
         victim = min(first)
         os.kill(victim, signal.SIGKILL)
-        _wait_for(lambda: len(_answering_pids(port) - first) == 1)
+        eventually(
+            lambda: _answering_pids(port) - first,
+            until=lambda new: len(new) == 1,
+            what="a worker in the killed one's place",
+            interval=0.2,
+        )
         after = _answering_pids(port)
         assert victim not in after and len(after) == 2
         workers = _children(supervisor.pid)
@@ -96,10 +89,14 @@ def test_a_worker_that_cannot_start_stops_the_server_with_an_error() -> None:
 def test_the_workers_stop_when_the_supervisor_is_killed() -> None:
     port = free_port()
     with _supervise("tests.worker_apps:pid_app", port, min_lifetime=0.5) as supervisor:
-        _wait_for(lambda: len(_answering_pids(port)) == 2)
+        eventually(lambda: _answering_pids(port), until=lambda pids: len(pids) == 2, what="two workers", interval=0.2)
         workers = _answering_pids(port)
         supervisor.kill()  # SIGKILL: no handler runs, nothing is terminated by the supervisor
         supervisor.wait()
-        _wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), seconds=30)
+        eventually(
+            lambda: [pid for pid in workers if Path(f"/proc/{pid}").exists()],
+            until=lambda alive: not alive,
+            what="the workers to stop",
+        )
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
