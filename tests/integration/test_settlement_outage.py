@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from tests.harness import PlatformHarness, platform_server
 from tests.metered_fixtures import approve_permit2, metered_app, metered_deployment
 from tests.rpc_proxy import RpcProxy
 from tests.sellers import asgi_transport, lifespan, starlette_app
+from tests.waiting import eventually_async
 from x402mw.client import X402Auth
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
@@ -115,10 +115,9 @@ async def test_an_upto_settlement_the_chain_cannot_take_is_pending_then_complete
         assert _statuses(deployment) in (["claimed"], ["sent"], ["pending"]), _statuses(deployment)
 
         await asyncio.to_thread(proxy.start)  # the chain is back: recovery finishes the settlement
-        deadline = time.monotonic() + 90
-        while _statuses(deployment) != ["settled"] and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-        assert _statuses(deployment) == ["settled"]
+        await eventually_async(
+            lambda: _statuses(deployment), until=lambda s: s == ["settled"], timeout=90, what="the payment settled"
+        )
         after = await raw.get("/generate", params={"use": "1"}, headers={"PAYMENT-SIGNATURE": signature})
     # the same authorization now answers its outcome (settled for the first usage): never a second charge
     assert after.status_code == 402, after.text
@@ -164,19 +163,18 @@ async def test_an_exact_settlement_whose_chain_went_away_answers_its_retries_pen
         assert first.status_code == 402 and first.json()["error"]["code"] == "settlement_pending", first.text
         [signature] = signatures
         await asyncio.to_thread(proxy.kill)
-        deadline = time.monotonic() + 60  # until the platform sees the node gone
-        while httpx.get(platform.url.removesuffix("/v1") + "/readyz", timeout=10).status_code != 503:
-            assert time.monotonic() < deadline, "the platform never saw its node go away"
-            await asyncio.sleep(0.2)
+        readyz = platform.url.removesuffix("/v1") + "/readyz"
+        await eventually_async(
+            lambda: httpx.get(readyz, timeout=10).status_code == 503, what="the platform to see its node gone"
+        )
         again = await raw.get("/weather", headers={"PAYMENT-SIGNATURE": signature})
         assert again.status_code == 402 and again.json()["error"]["code"] == "settlement_pending", again.text
 
         await asyncio.to_thread(proxy.start)
         await rpc.request("evm_setAutomine", [True])  # the chain is back and mines the waiting transfer
-        deadline = time.monotonic() + 90
-        while _statuses(deployment) != ["settled"] and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-        assert _statuses(deployment) == ["settled"]
+        await eventually_async(
+            lambda: _statuses(deployment), until=lambda s: s == ["settled"], timeout=90, what="the payment settled"
+        )
         served = await raw.get("/weather", headers={"PAYMENT-SIGNATURE": signature})
     await rpc.aclose()
     assert served.status_code == 200, served.text
