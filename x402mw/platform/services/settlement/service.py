@@ -18,13 +18,13 @@ An authorization has one outcome, forever: a retry of it, to any process, at any
 challenge expired too), gets the receipt, the pending transaction, or the final refusal. A retry
 that finds no process settling the payment finishes it itself (`SettlementRecovery.finish`).
 While the chain cannot be reached, a new payment is answered *unavailable* at once and nothing is
-recorded: the same signature may be sent again later.
+recorded: the same signature may be sent again later; a retry of a payment already claimed gets
+that payment's outcome (pending while its transfer waits for the chain).
 
-This module claims and sends. Beside it, each named for its job: `settlement_checks` (verifying:
-what is checked before the chain), `settlement_outcomes` (what a settlement answers, from what
-record), `settlement_writes` (the batched database writes and reads), `settlement_release`
-(signing the receipt, answering and recording the release) and `settlement_recovery` (finishing
-what no process is finishing).
+This module claims and sends. Beside it in the package, each named for its job: `checks`
+(verifying: what is checked before the chain), `outcomes` (what a settlement answers, from what
+record), `writes` (the batched database writes and reads), `release` (signing the receipt,
+answering and recording the release) and `recovery` (finishing what no process is finishing).
 """
 
 from __future__ import annotations

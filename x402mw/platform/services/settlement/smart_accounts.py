@@ -1,6 +1,6 @@
 """Smart-account payers: an EIP-3009 authorization whose ``from`` is a contract wallet.
 
-The key path stays as it was (`settlement_checks.verify_payment`: ``ecrecover`` and a compare). Only
+The key path stays as it was (`checks.verify_payment`: ``ecrecover`` and a compare). Only
 when the signature does not recover to ``from`` (or is not 65 bytes) does a payment come here:
 
 - verification (`verify_contract_signer`): one bounded ``eth_call`` of our deployless ERC-6492
