@@ -16,6 +16,18 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 
+def _request(client: httpx.Client | httpx.AsyncClient, command: Send) -> httpx.Request:
+    """The request a `Send` command asks for, built by the client that will send it."""
+    return client.build_request(
+        command.method,
+        command.url,
+        params=command.params,
+        headers=command.headers,
+        content=command.content,
+        timeout=command.timeout,
+    )
+
+
 class SyncRunner:
     def __init__(self, client: httpx.Client, config: ClientConfig) -> None:
         self.client = client
@@ -31,14 +43,7 @@ class SyncRunner:
                 return stop.value  # type: ignore[no-any-return]
             if isinstance(command, Send):
                 try:
-                    reply = self.client.request(
-                        command.method,
-                        command.url,
-                        params=command.params,
-                        headers=command.headers,
-                        content=command.content,
-                        timeout=command.timeout,
-                    )
+                    reply = self.client.send(_request(self.client, command))
                 except httpx.HTTPError as exc:
                     reply = exc
             else:
@@ -64,14 +69,7 @@ class AsyncRunner:
                 return stop.value  # type: ignore[no-any-return]
             if isinstance(command, Send):
                 try:
-                    reply = await self.client.request(
-                        command.method,
-                        command.url,
-                        params=command.params,
-                        headers=command.headers,
-                        content=command.content,
-                        timeout=command.timeout,
-                    )
+                    reply = await self.client.send(_request(self.client, command))
                 except httpx.HTTPError as exc:
                     reply = exc
             else:
