@@ -125,6 +125,13 @@ async def create(request: Request) -> ModelResponse:
     return _answer(plan, platform.settings.checkout_url_base, 201)
 
 
+def _found(plan: Any, plan_id: str, checkout_url_base: str) -> ModelResponse:
+    """The plan's answer, or 404 when the merchant has no plan ``plan_id``."""
+    if plan is None:
+        raise HttpError.missing("plan", plan_id)
+    return _answer(plan, checkout_url_base)
+
+
 def _plan_id(request: Request) -> str:
     return path_uuid(request, "plan_id", "plan")
 
@@ -134,9 +141,7 @@ async def retrieve(request: Request) -> ModelResponse:
     plan_id = _plan_id(request)
     platform = platform_of(request)
     plan = await find_plan(platform.engine, caller.merchant_id, caller.livemode, plan_id)
-    if plan is None:
-        raise HttpError.missing("plan", plan_id)
-    return _answer(plan, platform.settings.checkout_url_base)
+    return _found(plan, plan_id, platform.settings.checkout_url_base)
 
 
 async def update(request: Request) -> ModelResponse:
@@ -158,9 +163,7 @@ async def update(request: Request) -> ModelResponse:
     plan = await update_plan(
         platform.engine, caller.merchant_id, caller.livemode, plan_id, changes, platform.clock.now()
     )
-    if plan is None:
-        raise HttpError.missing("plan", plan_id)
-    return _answer(plan, platform.settings.checkout_url_base)
+    return _found(plan, plan_id, platform.settings.checkout_url_base)
 
 
 async def list_plans(request: Request) -> ModelResponse:
