@@ -14,7 +14,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import HttpUrl, amount_schema, http_url
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation, enum, query
 from x402mw.platform.http.state import platform_of
@@ -177,9 +177,9 @@ async def list_plans(request: Request) -> ModelResponse:
             raise HttpError(400, "parameter_invalid", "active must be true or false", param="active")
         filters.append(table.c.active == (active == "true"))
     base = platform.settings.checkout_url_base
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(conn, table, filters, request, lambda row: plan_of(row, base))
-    return ModelResponse(SubscriptionPlanList(data=data, has_more=more))
+    return await list_answer(
+        platform.engine, table, filters, request, lambda row: plan_of(row, base), SubscriptionPlanList
+    )
 
 
 _TAG = "Subscription plans"

@@ -17,7 +17,7 @@ from x402mw.platform.db.models import AgentEndpoint, utcnow
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import MINOR_SCHEMA, NonZeroAddress, ResourceUrl, minor_units, resource_url
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import ETAG, IF_NONE_MATCH, LIST_PARAMS, NOT_MODIFIED, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
@@ -354,11 +354,14 @@ async def list_endpoints(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     platform = platform_of(request)
     table = tables.agent_endpoints
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(
-            conn, table, caller.owns(table), request, lambda r: endpoint_of(r, platform.chains.get(r.chain_id))
-        )
-    return ModelResponse(objects.AgentEndpointList(data=data, has_more=more))
+    return await list_answer(
+        platform.engine,
+        table,
+        caller.owns(table),
+        request,
+        lambda r: endpoint_of(r, platform.chains.get(r.chain_id)),
+        objects.AgentEndpointList,
+    )
 
 
 _TAG = "Agent endpoints"
