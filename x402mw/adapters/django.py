@@ -40,7 +40,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
 from x402mw.errors import ConfigurationError
-from x402mw.seller.answers import internal_error_answer
+from x402mw.seller.answers import check_failed, internal_error_answer
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import AmountCallback, Answer, Decision
 from x402mw.seller.discovery import Discovery
@@ -256,8 +256,7 @@ class PaymentMiddleware:
         try:
             decision = self._sync().run(self.gate.process(route, seen, request))
         except Exception:
-            logger.exception("x402 payment check failed for %s %s", seen.method, seen.url)
-            decision = internal_error_answer()
+            decision = check_failed(seen.method, seen.url)
         return _apply(request, decision)
 
     async def _process_view_async(
@@ -270,8 +269,7 @@ class PaymentMiddleware:
         try:
             decision = await self._async().run(self.gate.process(route, seen, request))
         except Exception:
-            logger.exception("x402 payment check failed for %s %s", seen.method, seen.url)
-            decision = internal_error_answer()
+            decision = check_failed(seen.method, seen.url)
         return _apply(request, decision)
 
     def _sync(self) -> SyncSeller:

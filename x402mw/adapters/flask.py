@@ -40,7 +40,7 @@ from flask import Flask, Response, after_this_request, current_app, g, request
 from x402mw.adapters.wsgi import request_url, well_known_answer
 from x402mw.adapters.wsgi import request_view as wsgi_request_view
 from x402mw.errors import ConfigurationError
-from x402mw.seller.answers import internal_error_answer
+from x402mw.seller.answers import check_failed
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import AmountCallback, Answer
 from x402mw.seller.discovery import Discovery
@@ -247,8 +247,7 @@ def _check_payment() -> Response | None:
         native = request._get_current_object()  # type: ignore[attr-defined]
         decision = state.seller.run(state.gate.process(route, view, native))
     except Exception:
-        logger.exception("x402 payment check failed for %s %s", view.method, view.url)
-        return _response(internal_error_answer())
+        return _response(check_failed(view.method, view.url))
     if isinstance(decision, Answer):
         return _response(decision)
     if isinstance(decision, ServeMetered):

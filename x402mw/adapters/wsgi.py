@@ -22,7 +22,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import httpx
 
-from x402mw.seller.answers import internal_error_answer
+from x402mw.seller.answers import check_failed, internal_error_answer
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import SyncSeller
@@ -144,8 +144,7 @@ class PaymentMiddleware:
         try:
             decision = self.seller.run(self.gate.process(route, view, environ))
         except Exception:
-            logger.exception("x402 payment check failed for %s %s", view.method, view.url)
-            decision = internal_error_answer()
+            decision = check_failed(view.method, view.url)
         if isinstance(decision, Answer):
             start_response(status_line(decision.status), list(decision.headers))
             return [decision.body]

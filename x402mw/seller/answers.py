@@ -8,6 +8,7 @@ challenge is built in `x402mw.seller.challenges`.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from x402mw.protocol import payment_identifier, reasons
@@ -15,6 +16,7 @@ from x402mw.protocol.codec import PAYMENT_RESPONSE, encode_header
 from x402mw.protocol.models import SettlementResponse
 from x402mw.seller.decisions import Answer
 
+logger = logging.getLogger("x402mw.seller")
 EXPOSE_HEADERS = ("Access-Control-Expose-Headers", "PAYMENT-REQUIRED, PAYMENT-RESPONSE")
 ANSWER_HEADERS = (("Content-Type", "application/json"), ("Cache-Control", "no-store"), EXPOSE_HEADERS)
 
@@ -29,6 +31,13 @@ def json_answer(
 def internal_error_answer() -> Answer:
     """The answer to a request whose payment check failed unexpectedly (log the error first)."""
     return error_answer(500, "internal_error", "the payment check failed unexpectedly")
+
+
+def check_failed(method: str, url: str) -> Answer:
+    """In the ``except`` around a request's payment check: log the unexpected error (with its
+    traceback), and answer `internal_error_answer`."""
+    logger.exception("x402 payment check failed for %s %s", method, url)
+    return internal_error_answer()
 
 
 def error_answer(status: int, code: str, message: str, retry_after: int | None = None) -> Answer:

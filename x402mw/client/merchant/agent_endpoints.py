@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-from x402mw.client.merchant.calls import Call, Listing, path
+from x402mw.client.merchant.calls import Call, Listing
 from x402mw.client.merchant.resource import (
     NOT_GIVEN,
     APIObject,
+    Collection,
     Mode,
     NotGiven,
     Resource,
-    list_params,
-    listing_of,
     operation,
     paginated,
     present,
@@ -50,8 +48,7 @@ class AgentEndpoint(APIObject):
     updated_at: datetime
 
 
-def _endpoint(answer: Mapping[str, Any]) -> AgentEndpoint:
-    return AgentEndpoint.model_validate(answer["endpoint"])
+_endpoints = Collection("/agent/endpoints", AgentEndpoint, "endpoint")
 
 
 def _minor(value: int | str | None) -> str | None:
@@ -93,11 +90,11 @@ class AgentEndpoints(Resource[Mode]):
             release_policy=release_policy,
             max_timeout_seconds=max_timeout_seconds,
         )
-        return Call("POST", "/agent/endpoints", _endpoint, body=body, idempotency_key=idempotency_key)
+        return _endpoints.create(body, idempotency_key)
 
     @operation
     def retrieve(self, endpoint_id: str) -> Call[AgentEndpoint]:
-        return Call("GET", path("/agent/endpoints/{}", endpoint_id), _endpoint)
+        return _endpoints.retrieve(endpoint_id)
 
     @operation
     def update(
@@ -124,11 +121,10 @@ class AgentEndpoints(Resource[Mode]):
         )
         if not isinstance(amount_minor, NotGiven):
             body["amountMinor"] = _minor(amount_minor)
-        return Call("PATCH", path("/agent/endpoints/{}", endpoint_id), _endpoint, body=body)
+        return _endpoints.update(endpoint_id, body)
 
     @paginated
     def list(
         self, *, limit: int | None = None, starting_after: str | None = None, ending_before: str | None = None
     ) -> Call[Listing[AgentEndpoint]]:
-        params = list_params(limit=limit, starting_after=starting_after, ending_before=ending_before)
-        return Call("GET", "/agent/endpoints", listing_of(AgentEndpoint), params=params)
+        return _endpoints.list(limit=limit, starting_after=starting_after, ending_before=ending_before)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Generic
 
 import httpx
 
@@ -14,7 +15,7 @@ from x402mw.client.merchant.events import Events
 from x402mw.client.merchant.payment_intents import PaymentIntents
 from x402mw.client.merchant.payment_links import PaymentLinks
 from x402mw.client.merchant.refunds import Refunds
-from x402mw.client.merchant.resource import Async, Sync
+from x402mw.client.merchant.resource import Async, Mode, Sync
 from x402mw.client.merchant.sandbox import Sandbox
 from x402mw.client.merchant.subscriptions import SubscriptionPlans, Subscriptions, TestClocks
 from x402mw.client.merchant.webhook_endpoints import WebhookEndpoints
@@ -28,7 +29,42 @@ def _masked(api_key: str) -> str:
     return "…"
 
 
-class MerchantClient:
+class _Client(Generic[Mode]):
+    """What `MerchantClient` and `AsyncMerchantClient` share: the resources, over one runner."""
+
+    payment_intents: PaymentIntents[Mode]
+    payment_links: PaymentLinks[Mode]
+    refunds: Refunds[Mode]
+    balances: Balances[Mode]
+    webhook_endpoints: WebhookEndpoints[Mode]
+    events: Events[Mode]
+    agent_endpoints: AgentEndpoints[Mode]
+    sandbox: Sandbox[Mode]
+    subscription_plans: SubscriptionPlans[Mode]
+    subscriptions: Subscriptions[Mode]
+    test_clocks: TestClocks[Mode]
+
+    def _attach(self, config: ClientConfig, runner: SyncRunner | AsyncRunner) -> None:
+        self.base_url = config.base_url
+        self.max_retries = config.max_retries
+        self._api_key_hint = _masked(config.api_key)
+        self.payment_intents = PaymentIntents(runner)
+        self.payment_links = PaymentLinks(runner)
+        self.refunds = Refunds(runner)
+        self.balances = Balances(runner)
+        self.webhook_endpoints = WebhookEndpoints(runner)
+        self.events = Events(runner)
+        self.agent_endpoints = AgentEndpoints(runner)
+        self.sandbox = Sandbox(runner)
+        self.subscription_plans = SubscriptionPlans(runner)
+        self.subscriptions = Subscriptions(runner)
+        self.test_clocks = TestClocks(runner)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"
+
+
+class MerchantClient(_Client[Sync]):
     """The merchant API, synchronously (``httpx.Client``).
 
     >>> with MerchantClient("sk_test_...") as client:
@@ -53,26 +89,9 @@ class MerchantClient:
         http_client: httpx.Client | None = None,
     ) -> None:
         config = ClientConfig.create(api_key, base_url, timeout, max_retries)
-        self.base_url = config.base_url
-        self.max_retries = config.max_retries
-        self._api_key_hint = _masked(config.api_key)
         self._owns_http_client = http_client is None
         self._http_client = http_client if http_client is not None else httpx.Client()
-        runner = SyncRunner(self._http_client, config)
-        self.payment_intents = PaymentIntents[Sync](runner)
-        self.payment_links = PaymentLinks[Sync](runner)
-        self.refunds = Refunds[Sync](runner)
-        self.balances = Balances[Sync](runner)
-        self.webhook_endpoints = WebhookEndpoints[Sync](runner)
-        self.events = Events[Sync](runner)
-        self.agent_endpoints = AgentEndpoints[Sync](runner)
-        self.sandbox = Sandbox[Sync](runner)
-        self.subscription_plans = SubscriptionPlans[Sync](runner)
-        self.subscriptions = Subscriptions[Sync](runner)
-        self.test_clocks = TestClocks[Sync](runner)
-
-    def __repr__(self) -> str:
-        return f"MerchantClient(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"
+        self._attach(config, SyncRunner(self._http_client, config))
 
     def close(self) -> None:
         """Close the HTTP client, unless it was passed in as ``http_client``."""
@@ -88,7 +107,7 @@ class MerchantClient:
         self.close()
 
 
-class AsyncMerchantClient:
+class AsyncMerchantClient(_Client[Async]):
     """The merchant API, asynchronously (``httpx.AsyncClient``): as `MerchantClient`, each operation
     answers an awaitable, and list operations an `AsyncPager`.
 
@@ -108,26 +127,9 @@ class AsyncMerchantClient:
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         config = ClientConfig.create(api_key, base_url, timeout, max_retries)
-        self.base_url = config.base_url
-        self.max_retries = config.max_retries
-        self._api_key_hint = _masked(config.api_key)
         self._owns_http_client = http_client is None
         self._http_client = http_client if http_client is not None else httpx.AsyncClient()
-        runner = AsyncRunner(self._http_client, config)
-        self.payment_intents = PaymentIntents[Async](runner)
-        self.payment_links = PaymentLinks[Async](runner)
-        self.refunds = Refunds[Async](runner)
-        self.balances = Balances[Async](runner)
-        self.webhook_endpoints = WebhookEndpoints[Async](runner)
-        self.events = Events[Async](runner)
-        self.agent_endpoints = AgentEndpoints[Async](runner)
-        self.sandbox = Sandbox[Async](runner)
-        self.subscription_plans = SubscriptionPlans[Async](runner)
-        self.subscriptions = Subscriptions[Async](runner)
-        self.test_clocks = TestClocks[Async](runner)
-
-    def __repr__(self) -> str:
-        return f"AsyncMerchantClient(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"
+        self._attach(config, AsyncRunner(self._http_client, config))
 
     async def aclose(self) -> None:
         """Close the HTTP client, unless it was passed in as ``http_client``."""

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from x402mw.client.merchant.calls import Call, Listing, path
-from x402mw.client.merchant.resource import APIObject, Mode, Resource, list_params, listing_of, operation, paginated
+from x402mw.client.merchant.resource import (
+    APIObject,
+    Collection,
+    Mode,
+    Resource,
+    operation,
+    paginated,
+)
 
 
 class EventDelivery(APIObject):
@@ -44,8 +50,7 @@ class EventRedelivery(APIObject):
     redelivered: int
 
 
-def _event(answer: Mapping[str, Any]) -> Event:
-    return Event.model_validate(answer["event"])
+_events = Collection("/events", Event, "event")
 
 
 class Events(Resource[Mode]):
@@ -53,7 +58,7 @@ class Events(Resource[Mode]):
 
     @operation
     def retrieve(self, event_id: str) -> Call[Event]:
-        return Call("GET", path("/events/{}", event_id), _event)
+        return _events.retrieve(event_id)
 
     @operation
     def redeliver(self, event_id: str, *, idempotency_key: str | None = None) -> Call[EventRedelivery]:
@@ -75,5 +80,4 @@ class Events(Resource[Mode]):
         ending_before: str | None = None,
     ) -> Call[Listing[Event]]:
         """Events, newest first; ``type`` keeps one event type."""
-        params = list_params(type=type, limit=limit, starting_after=starting_after, ending_before=ending_before)
-        return Call("GET", "/events", listing_of(Event), params=params)
+        return _events.list(type=type, limit=limit, starting_after=starting_after, ending_before=ending_before)

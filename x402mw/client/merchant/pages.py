@@ -17,18 +17,24 @@ from typing import Any, Generic, TypeVar
 from x402mw.client.merchant.calls import Call, Listing, next_page_call
 
 T = TypeVar("T")
+F = TypeVar("F")
+
+Fetch = Callable[[Call[Listing[T]]], Listing[T]]
+AsyncFetch = Callable[[Call[Listing[T]]], Awaitable[Listing[T]]]
 
 
-class _Listed(Generic[T]):
-    """What a page holds, sync or async: the listing and the call that fetched it."""
+class _Listed(Generic[T, F]):
+    """What a page holds, sync or async: the listing, the call that fetched it, and ``fetch`` (a
+    `Fetch` or an `AsyncFetch`), which runs the call of the next page."""
 
     object = "list"
 
-    def __init__(self, listing: Listing[T], call: Call[Listing[T]]) -> None:
+    def __init__(self, listing: Listing[T], call: Call[Listing[T]], fetch: F) -> None:
         self.data = listing.data
         self.has_more = listing.has_more
         self._listing = listing
         self._call = call
+        self._fetch = fetch
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(data=<{len(self.data)} items>, has_more={self.has_more})"
@@ -37,19 +43,13 @@ class _Listed(Generic[T]):
         return self.data[::-1] if "ending_before" in self._call.params else self.data
 
 
-class Page(_Listed[T]):
+class Page(_Listed[T, Fetch[T]]):
     """One page of a list: ``data`` (newest first) and ``has_more``.
 
     `auto_paging_iter` yields every item of this page and of the pages after it, fetching each page
     when it is reached. With ``ending_before``, pages go towards newer objects and each page's items
     are yielded oldest first.
     """
-
-    def __init__(
-        self, listing: Listing[T], call: Call[Listing[T]], fetch: Callable[[Call[Listing[T]]], Listing[T]]
-    ) -> None:
-        super().__init__(listing, call)
-        self._fetch = fetch
 
     def next_page(self) -> Page[T] | None:
         """The next page, or None after the last one."""
@@ -63,18 +63,9 @@ class Page(_Listed[T]):
             page = page.next_page()
 
 
-class AsyncPage(_Listed[T]):
+class AsyncPage(_Listed[T, AsyncFetch[T]]):
     """One page of a list, from `AsyncMerchantClient`: as `Page`, with awaitable `next_page` and an
     async `auto_paging_iter`."""
-
-    def __init__(
-        self,
-        listing: Listing[T],
-        call: Call[Listing[T]],
-        fetch: Callable[[Call[Listing[T]]], Awaitable[Listing[T]]],
-    ) -> None:
-        super().__init__(listing, call)
-        self._fetch = fetch
 
     async def next_page(self) -> AsyncPage[T] | None:
         """The next page, or None after the last one."""
@@ -94,7 +85,7 @@ class AsyncPager(Generic[T]):
     `AsyncPage`, or iterate every item with ``async for item in pager.auto_paging_iter()``.
     Each ``await`` fetches the page again."""
 
-    def __init__(self, call: Call[Listing[T]], fetch: Callable[[Call[Listing[T]]], Awaitable[Listing[T]]]) -> None:
+    def __init__(self, call: Call[Listing[T]], fetch: AsyncFetch[T]) -> None:
         self._call = call
         self._fetch = fetch
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
-from x402mw.client.merchant.calls import Call, Listing, path
+from x402mw.client.merchant.calls import Call, Listing
 from x402mw.client.merchant.resource import (
     APIObject,
+    Collection,
     Mode,
     Resource,
-    list_params,
-    listing_of,
     money,
     operation,
     paginated,
@@ -71,8 +69,7 @@ class PaymentIntent(APIObject):
     updated_at: datetime
 
 
-def _intent(answer: Mapping[str, Any]) -> PaymentIntent:
-    return PaymentIntent.model_validate(answer["paymentIntent"])
+_intents = Collection("/payment-intents", PaymentIntent, "paymentIntent")
 
 
 class PaymentIntents(Resource[Mode]):
@@ -113,16 +110,16 @@ class PaymentIntents(Resource[Mode]):
             payment_methods=None if payment_methods is None else payment_methods.model_dump(by_alias=True),
             expires_at=expires_at,
         )
-        return Call("POST", "/payment-intents", _intent, body=body, idempotency_key=idempotency_key)
+        return _intents.create(body, idempotency_key)
 
     @operation
     def retrieve(self, payment_id: str) -> Call[PaymentIntent]:
-        return Call("GET", path("/payment-intents/{}", payment_id), _intent)
+        return _intents.retrieve(payment_id)
 
     @operation
     def cancel(self, payment_id: str, *, idempotency_key: str | None = None) -> Call[PaymentIntent]:
         """Cancel an order awaiting payment (409 ``payment_intent_unexpected_state`` otherwise)."""
-        return Call("POST", path("/payment-intents/{}/cancel", payment_id), _intent, idempotency_key=idempotency_key)
+        return _intents.action(payment_id, "cancel", idempotency_key=idempotency_key)
 
     @paginated
     def list(
@@ -134,5 +131,4 @@ class PaymentIntents(Resource[Mode]):
         ending_before: str | None = None,
     ) -> Call[Listing[PaymentIntent]]:
         """Orders, newest first; ``order_id`` finds the order of one of the merchant's order ids."""
-        params = list_params(order_id=order_id, limit=limit, starting_after=starting_after, ending_before=ending_before)
-        return Call("GET", "/payment-intents", listing_of(PaymentIntent), params=params)
+        return _intents.list(order_id=order_id, limit=limit, starting_after=starting_after, ending_before=ending_before)

@@ -5,16 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
-from x402mw.client.merchant.calls import Call, Listing, path
+from x402mw.client.merchant.calls import Call, Listing
 from x402mw.client.merchant.payment_intents import PaymentMethods
 from x402mw.client.merchant.resource import (
     APIObject,
+    Collection,
     Mode,
     Resource,
-    list_params,
-    listing_of,
     money,
     operation,
     paginated,
@@ -45,8 +43,7 @@ class PaymentLink(APIObject):
     updated_at: datetime
 
 
-def _link(answer: Mapping[str, Any]) -> PaymentLink:
-    return PaymentLink.model_validate(answer["paymentLink"])
+_links = Collection("/payment-links", PaymentLink, "paymentLink")
 
 
 class PaymentLinks(Resource[Mode]):
@@ -81,21 +78,20 @@ class PaymentLinks(Resource[Mode]):
             metadata=None if metadata is None else dict(metadata),
             slug=slug,
         )
-        return Call("POST", "/payment-links", _link, body=body, idempotency_key=idempotency_key)
+        return _links.create(body, idempotency_key)
 
     @operation
     def retrieve(self, link_id: str) -> Call[PaymentLink]:
-        return Call("GET", path("/payment-links/{}", link_id), _link)
+        return _links.retrieve(link_id)
 
     @operation
     def update(self, link_id: str, *, name: str | None = None, active: bool | None = None) -> Call[PaymentLink]:
         """Rename the link, or (de)activate it: an inactive link opens no new orders."""
-        return Call("PATCH", path("/payment-links/{}", link_id), _link, body=present(name=name, active=active))
+        return _links.update(link_id, present(name=name, active=active))
 
     @paginated
     def list(
         self, *, limit: int | None = None, starting_after: str | None = None, ending_before: str | None = None
     ) -> Call[Listing[PaymentLink]]:
         """Links, newest first."""
-        params = list_params(limit=limit, starting_after=starting_after, ending_before=ending_before)
-        return Call("GET", "/payment-links", listing_of(PaymentLink), params=params)
+        return _links.list(limit=limit, starting_after=starting_after, ending_before=ending_before)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
-from x402mw.client.merchant.calls import Call, Listing, path
-from x402mw.client.merchant.resource import APIObject, Mode, Resource, list_params, listing_of, operation, paginated
+from x402mw.client.merchant.calls import Call, Listing
+from x402mw.client.merchant.resource import (
+    APIObject,
+    Collection,
+    Mode,
+    Resource,
+    operation,
+    paginated,
+)
 
 
 class Refund(APIObject):
@@ -32,8 +37,8 @@ class Refund(APIObject):
     completed_at: datetime | None = None
 
 
-def _refund(answer: Mapping[str, Any]) -> Refund:
-    return Refund.model_validate(answer["refund"])
+_refunds = Collection("/refunds", Refund, "refund")
+_intent_refunds = Collection("/payment-intents", Refund, "refund")  # created under their order
 
 
 class Refunds(Resource[Mode]):
@@ -45,13 +50,11 @@ class Refunds(Resource[Mode]):
         when it has not succeeded, 409 ``payment_intent_already_refunded``, 422
         ``insufficient_balance`` when the merchant's balance cannot cover it."""
         body = {} if reason is None else {"reason": reason}
-        return Call(
-            "POST", path("/payment-intents/{}/refunds", payment_id), _refund, body=body, idempotency_key=idempotency_key
-        )
+        return _intent_refunds.action(payment_id, "refunds", body=body, idempotency_key=idempotency_key)
 
     @operation
     def retrieve(self, refund_id: str) -> Call[Refund]:
-        return Call("GET", path("/refunds/{}", refund_id), _refund)
+        return _refunds.retrieve(refund_id)
 
     @paginated
     def list(
@@ -63,7 +66,6 @@ class Refunds(Resource[Mode]):
         ending_before: str | None = None,
     ) -> Call[Listing[Refund]]:
         """Refunds, newest first; ``payment_id`` keeps those of one order."""
-        params = list_params(
+        return _refunds.list(
             payment_id=payment_id, limit=limit, starting_after=starting_after, ending_before=ending_before
         )
-        return Call("GET", "/refunds", listing_of(Refund), params=params)

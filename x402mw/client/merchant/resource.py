@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Concatenate, Final, Generic, ParamSpec, Self, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from x402mw.client.merchant.calls import Call, Listing
+from x402mw.client.merchant.calls import Call, Listing, path
 from x402mw.client.merchant.drivers import AsyncRunner, SyncRunner
 from x402mw.client.merchant.pages import AsyncPager, Page
 
@@ -154,3 +155,39 @@ def listing_of(model: type[M]) -> Callable[[Any], Listing[M]]:
         return Listing([model.model_validate(item) for item in answer["data"]], bool(answer["hasMore"]))
 
     return parse
+
+
+@dataclass(frozen=True, slots=True)
+class Collection(Generic[M]):
+    """One collection of the API (``/payment-intents``): its objects' ``model``, the ``key`` an
+    answer holds one under, and the `Call` of each operation resources share, so that a resource's
+    method says only what is its own (its parameters and body)."""
+
+    path: str
+    model: type[M]
+    key: str
+
+    def parse(self, answer: Mapping[str, Any]) -> M:
+        """The object of an answer (``{"<key>": {...}}``)."""
+        return self.model.model_validate(answer[self.key])
+
+    def create(self, body: Mapping[str, Any], idempotency_key: str | None) -> Call[M]:
+        return Call("POST", self.path, self.parse, body=body, idempotency_key=idempotency_key)
+
+    def retrieve(self, object_id: str) -> Call[M]:
+        return Call("GET", path(self.path + "/{}", object_id), self.parse)
+
+    def update(self, object_id: str, body: Mapping[str, Any]) -> Call[M]:
+        return Call("PATCH", path(self.path + "/{}", object_id), self.parse, body=body)
+
+    def action(
+        self, object_id: str, action: str, *, body: Mapping[str, Any] | None = None, idempotency_key: str | None
+    ) -> Call[M]:
+        """POST ``<path>/<id>/<action>`` (``cancel``, ``advance``...), answering the object."""
+        return Call(
+            "POST", path(self.path + "/{}/" + action, object_id), self.parse, body=body, idempotency_key=idempotency_key
+        )
+
+    def list(self, **params: str | int | None) -> Call[Listing[M]]:
+        """The first page of the collection, filtered by ``params`` (see `list_params`)."""
+        return Call("GET", self.path, listing_of(self.model), params=list_params(**params))

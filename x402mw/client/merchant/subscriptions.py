@@ -17,10 +17,9 @@ existing subscription to it):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from x402mw.client.merchant.calls import Call, Listing, path
@@ -28,6 +27,7 @@ from x402mw.client.merchant.payment_intents import PaymentIntent
 from x402mw.client.merchant.resource import (
     NOT_GIVEN,
     APIObject,
+    Collection,
     Mode,
     NotGiven,
     Resource,
@@ -157,16 +157,9 @@ class TestClock(APIObject):
     updated_at: datetime
 
 
-def _plan(answer: Mapping[str, Any]) -> SubscriptionPlan:
-    return SubscriptionPlan.model_validate(answer["plan"])
-
-
-def _subscription(answer: Mapping[str, Any]) -> Subscription:
-    return Subscription.model_validate(answer["subscription"])
-
-
-def _clock(answer: Mapping[str, Any]) -> TestClock:
-    return TestClock.model_validate(answer["testClock"])
+_plans = Collection("/subscription-plans", SubscriptionPlan, "plan")
+_subscriptions = Collection("/subscriptions", Subscription, "subscription")
+_clocks = Collection("/test-clocks", TestClock, "testClock")
 
 
 class SubscriptionPlans(Resource[Mode]):
@@ -198,11 +191,11 @@ class SubscriptionPlans(Resource[Mode]):
             grace_days=grace_days,
             return_url=return_url,
         )
-        return Call("POST", "/subscription-plans", _plan, body=body, idempotency_key=idempotency_key)
+        return _plans.create(body, idempotency_key)
 
     @operation
     def retrieve(self, plan_id: str) -> Call[SubscriptionPlan]:
-        return Call("GET", path("/subscription-plans/{}", plan_id), _plan)
+        return _plans.retrieve(plan_id)
 
     @operation
     def update(
@@ -223,7 +216,7 @@ class SubscriptionPlans(Resource[Mode]):
             body["graceDays"] = grace_days
         if not isinstance(return_url, NotGiven):
             body["returnUrl"] = return_url
-        return Call("PATCH", path("/subscription-plans/{}", plan_id), _plan, body=body)
+        return _plans.update(plan_id, body)
 
     @paginated
     def list(
@@ -235,10 +228,8 @@ class SubscriptionPlans(Resource[Mode]):
         ending_before: str | None = None,
     ) -> Call[Listing[SubscriptionPlan]]:
         """Plans, newest first; ``active`` keeps the active (or inactive) ones."""
-        params = list_params(limit=limit, starting_after=starting_after, ending_before=ending_before)
-        if active is not None:
-            params["active"] = "true" if active else "false"
-        return Call("GET", "/subscription-plans", listing_of(SubscriptionPlan), params=params)
+        wire_active = None if active is None else ("true" if active else "false")
+        return _plans.list(active=wire_active, limit=limit, starting_after=starting_after, ending_before=ending_before)
 
 
 class Subscriptions(Resource[Mode]):
@@ -270,7 +261,7 @@ class Subscriptions(Resource[Mode]):
 
     @operation
     def retrieve(self, subscription_id: str) -> Call[Subscription]:
-        return Call("GET", path("/subscriptions/{}", subscription_id), _subscription)
+        return _subscriptions.retrieve(subscription_id)
 
     @operation
     def cancel(
@@ -279,13 +270,7 @@ class Subscriptions(Resource[Mode]):
         """Cancel now (its open invoice voided), or with ``at_period_end`` when the paid period ends.
         409 ``subscription_not_cancelable`` once it ended."""
         body = {"atPeriodEnd": True} if at_period_end else {}
-        return Call(
-            "POST",
-            path("/subscriptions/{}/cancel", subscription_id),
-            _subscription,
-            body=body,
-            idempotency_key=idempotency_key,
-        )
+        return _subscriptions.action(subscription_id, "cancel", body=body, idempotency_key=idempotency_key)
 
     @paginated
     def list(
@@ -299,7 +284,7 @@ class Subscriptions(Resource[Mode]):
         ending_before: str | None = None,
     ) -> Call[Listing[Subscription]]:
         """Subscriptions, newest first; of one customer (your id), one plan, or in one status."""
-        params = list_params(
+        return _subscriptions.list(
             customer_id=customer_id,
             plan_id=plan_id,
             status=status,
@@ -307,7 +292,6 @@ class Subscriptions(Resource[Mode]):
             starting_after=starting_after,
             ending_before=ending_before,
         )
-        return Call("GET", "/subscriptions", listing_of(Subscription), params=params)
 
     @paginated
     def list_invoices(
@@ -332,11 +316,11 @@ class TestClocks(Resource[Mode]):
     def create(self, *, frozen_time: datetime, idempotency_key: str | None = None) -> Call[TestClock]:
         """A clock standing at ``frozen_time`` (timezone-aware)."""
         body = {"frozenTime": _rfc3339(frozen_time)}
-        return Call("POST", "/test-clocks", _clock, body=body, idempotency_key=idempotency_key)
+        return _clocks.create(body, idempotency_key)
 
     @operation
     def retrieve(self, test_clock_id: str) -> Call[TestClock]:
-        return Call("GET", path("/test-clocks/{}", test_clock_id), _clock)
+        return _clocks.retrieve(test_clock_id)
 
     @operation
     def advance(
@@ -344,13 +328,8 @@ class TestClocks(Resource[Mode]):
     ) -> Call[TestClock]:
         """Move the clock forward to ``frozen_time``; returns once every renewal, reminder, period end
         and expiry due on it has run (409 ``test_clock_backwards`` for an earlier time)."""
-        return Call(
-            "POST",
-            path("/test-clocks/{}/advance", test_clock_id),
-            _clock,
-            body={"frozenTime": _rfc3339(frozen_time)},
-            idempotency_key=idempotency_key,
-        )
+        body = {"frozenTime": _rfc3339(frozen_time)}
+        return _clocks.action(test_clock_id, "advance", body=body, idempotency_key=idempotency_key)
 
 
 def _rfc3339(moment: datetime) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -12,11 +12,10 @@ from x402mw.client.merchant.calls import Call, Listing, path
 from x402mw.client.merchant.resource import (
     NOT_GIVEN,
     APIObject,
+    Collection,
     Mode,
     NotGiven,
     Resource,
-    list_params,
-    listing_of,
     operation,
     paginated,
     present,
@@ -46,8 +45,7 @@ class DeletedWebhookEndpoint(APIObject):
     deleted: bool
 
 
-def _endpoint(answer: Mapping[str, Any]) -> WebhookEndpoint:
-    return WebhookEndpoint.model_validate(answer["webhookEndpoint"])
+_endpoints = Collection("/webhook-endpoints", WebhookEndpoint, "webhookEndpoint")
 
 
 class WebhookEndpoints(Resource[Mode]):
@@ -65,11 +63,11 @@ class WebhookEndpoints(Resource[Mode]):
     ) -> Call[WebhookEndpoint]:
         """Start delivering ``enabled_events`` to ``url``; keep the answer's ``secret``."""
         body = present(url=url, enabled_events=list(enabled_events), description=description)
-        return Call("POST", "/webhook-endpoints", _endpoint, body=body, idempotency_key=idempotency_key)
+        return _endpoints.create(body, idempotency_key)
 
     @operation
     def retrieve(self, webhook_endpoint_id: str) -> Call[WebhookEndpoint]:
-        return Call("GET", path("/webhook-endpoints/{}", webhook_endpoint_id), _endpoint)
+        return _endpoints.retrieve(webhook_endpoint_id)
 
     @operation
     def update(
@@ -86,7 +84,7 @@ class WebhookEndpoints(Resource[Mode]):
         body = present(url=url, enabled_events=None if enabled_events is None else list(enabled_events), status=status)
         if not isinstance(description, NotGiven):
             body["description"] = description
-        return Call("PATCH", path("/webhook-endpoints/{}", webhook_endpoint_id), _endpoint, body=body)
+        return _endpoints.update(webhook_endpoint_id, body)
 
     @operation
     def delete(self, webhook_endpoint_id: str) -> Call[DeletedWebhookEndpoint]:
@@ -103,17 +101,10 @@ class WebhookEndpoints(Resource[Mode]):
         """A new secret (in the answer's ``secret``). Deliveries stay signed with the old one as well
         for ``expires_in_seconds`` (default one day, at most a week, 0 to drop it at once)."""
         body = present(expires_in_seconds=expires_in_seconds)
-        return Call(
-            "POST",
-            path("/webhook-endpoints/{}/rotate-secret", webhook_endpoint_id),
-            _endpoint,
-            body=body,
-            idempotency_key=idempotency_key,
-        )
+        return _endpoints.action(webhook_endpoint_id, "rotate-secret", body=body, idempotency_key=idempotency_key)
 
     @paginated
     def list(
         self, *, limit: int | None = None, starting_after: str | None = None, ending_before: str | None = None
     ) -> Call[Listing[WebhookEndpoint]]:
-        params = list_params(limit=limit, starting_after=starting_after, ending_before=ending_before)
-        return Call("GET", "/webhook-endpoints", listing_of(WebhookEndpoint), params=params)
+        return _endpoints.list(limit=limit, starting_after=starting_after, ending_before=ending_before)

@@ -12,7 +12,7 @@ from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
 from x402mw.platform.http.bodies import path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation, enum, query
 from x402mw.platform.http.state import platform_of
@@ -60,9 +60,7 @@ async def list_events(request: Request) -> ModelResponse:
             )
         filters.append(table.c.type == kind)
     platform = platform_of(request)
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(conn, table, filters, request, event_of)
-    return ModelResponse(EventList(data=data, has_more=more))
+    return await list_answer(platform.engine, table, filters, request, event_of, EventList)
 
 
 async def retrieve(request: Request) -> ModelResponse:

@@ -24,7 +24,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import NO_NUL, Email, HttpUrl, amount_schema, http_url
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, TEXT, ApiRoute, Operation, query
 from x402mw.platform.http.state import platform_of
@@ -353,9 +353,7 @@ async def list_payment_intents(request: Request) -> ModelResponse:
     def render(row: Any) -> PaymentIntent:
         return payment_intent_of(row, base)
 
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(conn, table, filters, request, render)
-    return ModelResponse(PaymentIntentList(data=data, has_more=more))
+    return await list_answer(platform.engine, table, filters, request, render, PaymentIntentList)
 
 
 _TAG = "Payment intents"

@@ -31,7 +31,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import UUID_PATTERN, HttpUrl, http_url, is_uuid
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
@@ -193,9 +193,14 @@ async def list_links(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.payment_links
     base = _base(request)
-    async with platform_of(request).engine.connect() as conn:
-        data, more = await list_page(conn, table, caller.owns(table), request, lambda row: payment_link_of(row, base))
-    return ModelResponse(PaymentLinkList(data=data, has_more=more))
+    return await list_answer(
+        platform_of(request).engine,
+        table,
+        caller.owns(table),
+        request,
+        lambda row: payment_link_of(row, base),
+        PaymentLinkList,
+    )
 
 
 _TAG = "Payment links"

@@ -10,7 +10,7 @@ from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
 from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.pagination import list_page, query_id
+from x402mw.platform.http.pagination import list_answer, query_id
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, UUID, ApiRoute, Operation, query
 from x402mw.platform.http.state import platform_of
@@ -55,9 +55,7 @@ async def list_refunds(request: Request) -> ModelResponse:
     payment_id = query_id(request, "paymentId", prefix=PAYMENT_PREFIX)
     if payment_id is not None:
         filters.append(table.c.payment_intent_id == payment_id)
-    async with platform_of(request).engine.connect() as conn:
-        data, more = await list_page(conn, table, filters, request, refund_of)
-    return ModelResponse(RefundList(data=data, has_more=more))
+    return await list_answer(platform_of(request).engine, table, filters, request, refund_of, RefundList)
 
 
 _TAG = "Refunds"

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from x402mw.platform.db.models import new_id
+from x402mw.platform.http.middleware import HttpMiddleware, Scope
 from x402mw.platform.http.state import scope_platform
 from x402mw.platform.request_ids import current_request_id
 from x402mw.platform.services.merchants import Caller
@@ -17,17 +18,9 @@ from x402mw.platform.services.merchants import Caller
 logger = logging.getLogger("x402mw.platform")
 CALLER_KEY = "x402mw.caller"  # where `authenticate` leaves the caller in the request's scope
 
-Scope = MutableMapping[str, Any]
 
-
-class RequestLogMiddleware:
-    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class RequestLogMiddleware(HttpMiddleware):
+    async def handle(self, scope: Scope, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         started = time.perf_counter()
         method, path = scope["method"], scope["path"]
         status = 500

@@ -14,7 +14,7 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import HttpUrl, amount_schema, http_url
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation, enum, query
 from x402mw.platform.http.state import platform_of
@@ -125,6 +125,13 @@ async def create(request: Request) -> ModelResponse:
     return _answer(plan, platform.settings.checkout_url_base, 201)
 
 
+def _found(plan: Any, plan_id: str, checkout_url_base: str) -> ModelResponse:
+    """The plan's answer, or 404 when the merchant has no plan ``plan_id``."""
+    if plan is None:
+        raise HttpError.missing("plan", plan_id)
+    return _answer(plan, checkout_url_base)
+
+
 def _plan_id(request: Request) -> str:
     return path_uuid(request, "plan_id", "plan")
 
@@ -134,9 +141,7 @@ async def retrieve(request: Request) -> ModelResponse:
     plan_id = _plan_id(request)
     platform = platform_of(request)
     plan = await find_plan(platform.engine, caller.merchant_id, caller.livemode, plan_id)
-    if plan is None:
-        raise HttpError.missing("plan", plan_id)
-    return _answer(plan, platform.settings.checkout_url_base)
+    return _found(plan, plan_id, platform.settings.checkout_url_base)
 
 
 async def update(request: Request) -> ModelResponse:
@@ -158,9 +163,7 @@ async def update(request: Request) -> ModelResponse:
     plan = await update_plan(
         platform.engine, caller.merchant_id, caller.livemode, plan_id, changes, platform.clock.now()
     )
-    if plan is None:
-        raise HttpError.missing("plan", plan_id)
-    return _answer(plan, platform.settings.checkout_url_base)
+    return _found(plan, plan_id, platform.settings.checkout_url_base)
 
 
 async def list_plans(request: Request) -> ModelResponse:
@@ -174,9 +177,9 @@ async def list_plans(request: Request) -> ModelResponse:
             raise HttpError(400, "parameter_invalid", "active must be true or false", param="active")
         filters.append(table.c.active == (active == "true"))
     base = platform.settings.checkout_url_base
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(conn, table, filters, request, lambda row: plan_of(row, base))
-    return ModelResponse(SubscriptionPlanList(data=data, has_more=more))
+    return await list_answer(
+        platform.engine, table, filters, request, lambda row: plan_of(row, base), SubscriptionPlanList
+    )
 
 
 _TAG = "Subscription plans"

@@ -21,7 +21,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import Email, Uuid
-from x402mw.platform.http.pagination import list_page, query_id
+from x402mw.platform.http.pagination import list_answer, query_id
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, TEXT, UUID, Answer, ApiRoute, Operation, enum, query
 from x402mw.platform.http.state import platform_of
@@ -136,9 +136,9 @@ async def list_subscriptions(request: Request) -> ModelResponse:
             message = f"status must be one of {', '.join(STATUSES)}"
             raise HttpError(400, "parameter_invalid", message, param="status")
         filters.append(table.c.status == status)
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(conn, table, filters, request, lambda row: _subscription(platform, row))
-    return ModelResponse(SubscriptionList(data=data, has_more=more))
+    return await list_answer(
+        platform.engine, table, filters, request, lambda row: _subscription(platform, row), SubscriptionList
+    )
 
 
 async def list_invoices(request: Request) -> ModelResponse:
@@ -154,9 +154,8 @@ async def list_invoices(request: Request) -> ModelResponse:
     async with platform.engine.connect() as conn:
         if await find_owned(conn, "subscriptions", caller.merchant_id, caller.livemode, subscription_id) is None:
             raise HttpError.missing("subscription", subscription_id)
-        filters = [*caller.owns(table), table.c.subscription_id == subscription_id]
-        invoices, more = await list_page(conn, table, filters, request, render)
-    return ModelResponse(InvoiceList(data=invoices, has_more=more))
+    filters = [*caller.owns(table), table.c.subscription_id == subscription_id]
+    return await list_answer(platform.engine, table, filters, request, render, InvoiceList)
 
 
 async def cancel(request: Request) -> ModelResponse:

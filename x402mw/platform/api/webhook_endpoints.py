@@ -21,7 +21,7 @@ from x402mw.platform.db.models import new_id, utcnow
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import HttpUrl, http_url
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
@@ -261,9 +261,9 @@ async def rotate_endpoint_secret(
 async def list_webhook_endpoints(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     table = tables.webhook_endpoints
-    async with platform_of(request).engine.connect() as conn:
-        data, more = await list_page(conn, table, caller.owns(table), request, webhook_endpoint_of)
-    return ModelResponse(WebhookEndpointList(data=data, has_more=more))
+    return await list_answer(
+        platform_of(request).engine, table, caller.owns(table), request, webhook_endpoint_of, WebhookEndpointList
+    )
 
 
 _TAG = "Webhook endpoints"

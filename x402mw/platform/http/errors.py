@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Match, Mount
 
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.relayer import ChainUnavailable
+from x402mw.platform.http.middleware import HttpMiddleware, Scope
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.objects.service import Error, ErrorEnvelope, ErrorType
 from x402mw.platform.request_ids import current_request_id, new_request_id, request_id_var
@@ -135,21 +136,13 @@ exception_handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]
     HTTPException: _http_error,
 }
 
-Scope = MutableMapping[str, Any]
 
-
-class RequestIdMiddleware:
+class RequestIdMiddleware(HttpMiddleware):
     """Pure ASGI, outermost: gives every request an id (``Request-Id`` header, logs, error bodies),
     refuses URLs that no stored text can match, and answers any unexpected error as a logged 500
     in the envelope, with that id, keeping the connection open."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         request_id = new_request_id()
         token = request_id_var.set(request_id)
         header = (b"request-id", request_id.encode())

@@ -8,15 +8,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import Table, and_, or_, select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 from starlette.requests import Request
 
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.objects.base import ListPage
 
-T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 def page_params(request: Request) -> tuple[int, str | None, str | None]:
@@ -42,16 +45,25 @@ def query_id(request: Request, name: str, *, prefix: str = "") -> str | None:
     return value.lower()
 
 
-async def list_page(
-    conn: AsyncConnection,
+async def list_answer(
+    engine: AsyncEngine,
     table: Table,
     filters: Sequence[ColumnElement[bool]],
     request: Request,
-    render: Callable[[Any], T],
-) -> tuple[list[T], bool]:
-    """One page of ``table`` rows matching ``filters`` (which must include the merchant filter),
-    each rendered, and whether more follow. With both cursors, the rows between them, newest first
-    from ``starting_after``."""
+    render: Callable[[Any], M],
+    page: type[ListPage[M]],
+) -> ModelResponse:
+    """The answer of a list operation, as its list model ``page``: one page of ``table`` rows matching
+    ``filters`` (which must include the merchant filter), each rendered, and whether more follow.
+    With both cursors, the rows between them, newest first from ``starting_after``."""
+    async with engine.connect() as conn:
+        rows, more = await _page_rows(conn, table, filters, request)
+    return ModelResponse(page(data=[render(r) for r in rows], has_more=more))
+
+
+async def _page_rows(
+    conn: AsyncConnection, table: Table, filters: Sequence[ColumnElement[bool]], request: Request
+) -> tuple[list[Any], bool]:
     limit, after, before = page_params(request)
     created, ident = table.c.created_at, table.c.id
     query = select(table).where(*filters)
@@ -73,4 +85,4 @@ async def list_page(
         rows = list((await conn.execute(query.order_by(created.desc(), ident.desc()).limit(limit + 1))).mappings())
         more = len(rows) > limit
         rows = rows[:limit]
-    return [render(r) for r in rows], more
+    return rows, more

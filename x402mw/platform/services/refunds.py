@@ -273,34 +273,22 @@ class RefundService:
         return str(logs[0]["transactionHash"]) if logs else None
 
     async def _complete(self, refund: Mapping[Any, Any], tx: str | None) -> None:
-        refunds = tables.refunds
         now = self.clock.now()
         async with self.engine.begin() as conn:
-            done = await conn.execute(
-                update(refunds)
-                .where(refunds.c.id == refund["id"], refunds.c.status == "processing")
-                .values(status="completed", tx_hash=tx, completed_at=now, updated_at=now, locked_until=None)
-            )
-            if done.rowcount != 1:
+            row = await _end(conn, refund, status="completed", tx_hash=tx, completed_at=now, updated_at=now)
+            if row is None:
                 return
-            row = {**refund, "status": "completed", "tx_hash": tx, "completed_at": now, "updated_at": now}
             await self._entry(conn, row, "refund_sent", 0, -int(refund["amount_minor"]), now)
             await self._event(conn, row, "completed", now)
             order = await _order(conn, str(refund["payment_intent_id"]))
             await transition(conn, order, "refunded", now, self.checkout_url_base)
 
     async def _fail(self, refund: Mapping[Any, Any], reason: str) -> None:
-        refunds = tables.refunds
         now = self.clock.now()
         async with self.engine.begin() as conn:
-            done = await conn.execute(
-                update(refunds)
-                .where(refunds.c.id == refund["id"], refunds.c.status == "processing")
-                .values(status="failed", failure_reason=reason[:500], hold=None, updated_at=now, locked_until=None)
-            )
-            if done.rowcount != 1:
+            row = await _end(conn, refund, status="failed", failure_reason=reason[:500], hold=None, updated_at=now)
+            if row is None:
                 return
-            row = {**refund, "status": "failed", "failure_reason": reason[:500], "hold": None, "updated_at": now}
             amount = int(refund["amount_minor"])
             await self._entry(conn, row, "refund_released", amount, -amount, now)
             await self._event(conn, row, "failed", now)
@@ -397,6 +385,19 @@ async def _event(conn: AsyncConnection, refund: Mapping[Any, Any], kind: str, at
         data=RefundEnvelope(refund=refund_of(refund)).model_dump(mode="json"),
         at=at,
     )
+
+
+async def _end(conn: AsyncConnection, refund: Mapping[Any, Any], **values: Any) -> dict[Any, Any] | None:
+    """Move a ``processing`` refund to its end state (``values``: its status and what comes with it),
+    unlocked; the refund as it now stands, or None when it is no longer processing (another worker
+    ended it first)."""
+    refunds = tables.refunds
+    done = await conn.execute(
+        update(refunds)
+        .where(refunds.c.id == refund["id"], refunds.c.status == "processing")
+        .values(**values, locked_until=None)
+    )
+    return {**refund, **values} if done.rowcount == 1 else None
 
 
 def _already_refunded(refund_id: str | None) -> RefundError:

@@ -17,7 +17,7 @@ from x402mw.platform.db.models import AgentEndpoint, utcnow
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import MINOR_SCHEMA, NonZeroAddress, ResourceUrl, minor_units, resource_url
-from x402mw.platform.http.pagination import list_page
+from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import ETAG, IF_NONE_MATCH, LIST_PARAMS, NOT_MODIFIED, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
@@ -55,43 +55,39 @@ METERED_NEEDS_CEILING: dict[str, Any] = {  # a ceiling (maxAmountMinor) for mete
 }
 
 
+# The descriptions EndpointCreate and EndpointUpdate share: one text per field in the OpenAPI document.
+_RESOURCE_URL = "absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool"
+_PAYOUT_ADDRESS = "EVM address receiving the funds; snapshotted in each challenge"
+_PRICING_MODE = (
+    "`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
+    "(the handler reports what each request used, up to `maxAmountMinor`)"
+)
+_AMOUNT_MINOR = 'integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing'
+_RELEASE_POLICY = "`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)"
+_MAX_TIMEOUT = "validity of challenges and authorizations in seconds, 30–3600"
+_DISCOVERABLE = "list the endpoint's settled resources in the public discovery catalogue; default false"
+
+
 class EndpointCreate(_EndpointFields):
     model_config = ConfigDict(json_schema_extra={"allOf": [FIXED_NEEDS_AMOUNT, METERED_NEEDS_CEILING]})
 
     name: str = Field(min_length=1, max_length=200, description="1–200 characters")
-    resourceUrl: ResourceUrl = Field(
-        description="absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool"
-    )
+    resourceUrl: ResourceUrl = Field(description=_RESOURCE_URL)
     chainId: StrictInt = Field(description="EVM chain id settled by this platform (see `GET /v1/x402/supported`)")
     currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})] = Field(
         description="`USDC` or `EURC`; `USDT` is refused (no EIP-3009)"
     )
-    payoutAddress: NonZeroAddress = Field(description="EVM address receiving the funds; snapshotted in each challenge")
-    pricingMode: Literal["fixed", "dynamic", "metered"] = Field(
-        default="fixed",
-        description="`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
-        "(the handler reports what each request used, up to `maxAmountMinor`)",
-    )
-    amountMinor: MinorUnits | None = Field(
-        default=None,
-        description='integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
-    )
+    payoutAddress: NonZeroAddress = Field(description=_PAYOUT_ADDRESS)
+    pricingMode: Literal["fixed", "dynamic", "metered"] = Field(default="fixed", description=_PRICING_MODE)
+    amountMinor: MinorUnits | None = Field(default=None, description=_AMOUNT_MINOR)
     maxAmountMinor: MinorUnits | None = Field(
         default=None,
         description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
         "sign); required with `metered` pricing, and only then",
     )
-    releasePolicy: Literal["included", "confirmed"] = Field(
-        default="included",
-        description="`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
-    )
-    maxTimeoutSeconds: StrictInt = Field(
-        default=300, ge=30, le=3600, description="validity of challenges and authorizations in seconds, 30–3600"
-    )
-    discoverable: StrictBool = Field(
-        default=False,
-        description="list the endpoint's settled resources in the public discovery catalogue; default false",
-    )
+    releasePolicy: Literal["included", "confirmed"] = Field(default="included", description=_RELEASE_POLICY)
+    maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600, description=_MAX_TIMEOUT)
+    discoverable: StrictBool = Field(default=False, description=_DISCOVERABLE)
 
 
 class EndpointUpdate(_EndpointFields, PatchBody):
@@ -118,37 +114,18 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
 
     name: str | None = Field(default=None, min_length=1, max_length=200, description="1–200 characters")
-    resourceUrl: ResourceUrl | None = Field(
-        default=None, description="absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool"
-    )
-    payoutAddress: NonZeroAddress | None = Field(
-        default=None, description="EVM address receiving the funds; snapshotted in each challenge"
-    )
-    pricingMode: Literal["fixed", "dynamic", "metered"] | None = Field(
-        default=None,
-        description="`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
-        "(the handler reports what each request used, up to `maxAmountMinor`)",
-    )
-    amountMinor: MinorUnits | None = Field(
-        default=None,
-        description='integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing',
-    )
+    resourceUrl: ResourceUrl | None = Field(default=None, description=_RESOURCE_URL)
+    payoutAddress: NonZeroAddress | None = Field(default=None, description=_PAYOUT_ADDRESS)
+    pricingMode: Literal["fixed", "dynamic", "metered"] | None = Field(default=None, description=_PRICING_MODE)
+    amountMinor: MinorUnits | None = Field(default=None, description=_AMOUNT_MINOR)
     maxAmountMinor: MinorUnits | None = Field(
         default=None,
         description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
         "sign); only for a `metered` endpoint",
     )
-    releasePolicy: Literal["included", "confirmed"] | None = Field(
-        default=None,
-        description="`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)",
-    )
-    maxTimeoutSeconds: StrictInt | None = Field(
-        default=None, ge=30, le=3600, description="validity of challenges and authorizations in seconds, 30–3600"
-    )
-    discoverable: StrictBool | None = Field(
-        default=None,
-        description="list the endpoint's settled resources in the public discovery catalogue; default false",
-    )
+    releasePolicy: Literal["included", "confirmed"] | None = Field(default=None, description=_RELEASE_POLICY)
+    maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600, description=_MAX_TIMEOUT)
+    discoverable: StrictBool | None = Field(default=None, description=_DISCOVERABLE)
 
 
 def _chain_for(platform: Platform, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
@@ -377,11 +354,14 @@ async def list_endpoints(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     platform = platform_of(request)
     table = tables.agent_endpoints
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(
-            conn, table, caller.owns(table), request, lambda r: endpoint_of(r, platform.chains.get(r.chain_id))
-        )
-    return ModelResponse(objects.AgentEndpointList(data=data, has_more=more))
+    return await list_answer(
+        platform.engine,
+        table,
+        caller.owns(table),
+        request,
+        lambda r: endpoint_of(r, platform.chains.get(r.chain_id)),
+        objects.AgentEndpointList,
+    )
 
 
 _TAG = "Agent endpoints"

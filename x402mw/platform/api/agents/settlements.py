@@ -23,7 +23,7 @@ from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import MAX_MINOR, ChallengeId, Uuid
-from x402mw.platform.http.pagination import list_page, query_id
+from x402mw.platform.http.pagination import list_answer, query_id
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, STRING, UUID, ApiRoute, Operation, query
 from x402mw.platform.http.state import platform_of
@@ -203,11 +203,14 @@ async def list_payments(request: Request) -> ModelResponse:
     if endpoint is not None:
         filters.append(table.c.endpoint_id == endpoint)
     platform = platform_of(request)
-    async with platform.engine.connect() as conn:
-        data, more = await list_page(
-            conn, table, filters, request, lambda r: payment_of(AgentPayment.model_validate(dict(r)))
-        )
-    return ModelResponse(objects.AgentPaymentList(data=data, has_more=more))
+    return await list_answer(
+        platform.engine,
+        table,
+        filters,
+        request,
+        lambda r: payment_of(AgentPayment.model_validate(dict(r))),
+        objects.AgentPaymentList,
+    )
 
 
 async def retrieve_payment(request: Request) -> ModelResponse:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from x402mw.platform.db.models import AgentPayment
+from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.objects import agents as objects
+from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.settlement.checks import EndpointPolicy
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentRequirements, SettlementResponse
@@ -79,6 +80,65 @@ class SettleRequest:
     terms: EndpointPolicy | None = None  # the endpoint's, which the payment's terms must match
     hold: bool = False  # verify and claim it as `held`, send nothing (an MCP tool runs before it is settled)
     capture: str | None = None  # the id of this authorization's held payment, to settle now
+
+    def claim(
+        self,
+        verified: Signed,
+        *,
+        nonce: str,
+        pay_to: str,
+        amount_minor: int,
+        status: str,
+        created_at: datetime,
+        valid_after: int | None,
+        valid_before: int | None,
+        locked_until: datetime | None = None,
+        scheme: str = "exact",
+        ceiling_minor: int | None = None,
+        permit: dict[str, Any] | None = None,
+    ) -> Claimed:
+        """The new row claiming this request's payment, of either scheme: what the request and the
+        verified payload say, and the authorization's own columns (given)."""
+        asset = verified.chain.network.asset_by_address(self.accepted.asset)
+        return Claimed(
+            id=new_id(),
+            merchant_id=self.merchant_id,
+            endpoint_id=self.endpoint_id,
+            challenge_id=self.challenge_id,
+            livemode=self.livemode,
+            chain_id=verified.chain.chain_id,
+            asset=self.accepted.asset,
+            currency=asset.symbol if asset else "",
+            payer=verified.payer,
+            nonce=nonce,
+            pay_to=pay_to,
+            amount_minor=amount_minor,
+            payload_hash=verified.payload_hash,
+            resource=self.resource[:2048],
+            release_policy=self.release_policy,
+            status=status,
+            created_at=created_at,
+            signature="0x" + verified.signature.hex(),
+            valid_after=valid_after,
+            valid_before=valid_before,
+            locked_until=locked_until,
+            scheme=scheme,
+            ceiling_minor=ceiling_minor,
+            permit=permit,
+        )
+
+
+class Signed(Protocol):
+    """What `SettleRequest.claim` reads of a verified payload, ``exact`` or ``upto``."""
+
+    @property
+    def chain(self) -> ChainHandle: ...
+    @property
+    def signature(self) -> bytes: ...
+    @property
+    def payer(self) -> str: ...
+    @property
+    def payload_hash(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)

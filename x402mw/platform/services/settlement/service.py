@@ -45,7 +45,7 @@ from x402mw.platform.chain.healing import TransactionDropped
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
-from x402mw.platform.db.models import AgentPayment, new_id
+from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.settlement.checks import (
     EndpointPolicy,
@@ -343,26 +343,13 @@ class SettlementService:
 
     def _new_payment(self, request: SettleRequest, verified: Verified) -> Claimed:
         auth = verified.auth
-        asset = verified.chain.network.asset_by_address(request.accepted.asset)
-        return Claimed(
-            id=new_id(),
-            merchant_id=request.merchant_id,
-            endpoint_id=request.endpoint_id,
-            challenge_id=request.challenge_id,
-            livemode=request.livemode,
-            chain_id=verified.chain.chain_id,
-            asset=request.accepted.asset,
-            currency=asset.symbol if asset else "",
-            payer=verified.payer,
+        return request.claim(
+            verified,
             nonce="0x" + auth.nonce.hex(),
             pay_to=auth.to,
             amount_minor=auth.value,
-            payload_hash=verified.payload_hash,
-            resource=request.resource[:2048],
-            release_policy=request.release_policy,
             status="held" if request.hold else "claimed",
             created_at=self.clock.now(),
-            signature="0x" + verified.signature.hex(),
             valid_after=auth.valid_after,
             valid_before=auth.valid_before,
         )

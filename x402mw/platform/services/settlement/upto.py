@@ -40,7 +40,7 @@ from x402mw.platform.chain.contracts import EIP2612Permit
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.chain.token import allowance, balance_of, permit_nonce
 from x402mw.platform.db import tables
-from x402mw.platform.db.models import AgentPayment, new_id
+from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.settlement.checks import (
     MIN_VALIDITY_SECONDS,
@@ -395,31 +395,18 @@ class UptoSettlement:
         )
 
     def _new_claim(self, request: SettleRequest, verified: VerifiedUpto) -> Claimed:
-        asset = verified.chain.network.asset_by_address(request.accepted.asset)
         now = self.service.clock.now()
         permit: dict[str, Any] = {"facilitator": verified.permit.facilitator}
         if verified.permit2612 is not None:
             value, deadline, r, s, v = verified.permit2612
             permit["permit2612"] = [str(value), str(deadline), "0x" + r.hex(), "0x" + s.hex(), v]
-        return Claimed(
-            id=new_id(),
-            merchant_id=request.merchant_id,
-            endpoint_id=request.endpoint_id,
-            challenge_id=request.challenge_id,
-            livemode=request.livemode,
-            chain_id=verified.chain.chain_id,
-            asset=request.accepted.asset,
-            currency=asset.symbol if asset else "",
-            payer=verified.payer,
+        return request.claim(
+            verified,
             nonce="0x" + _nonce_bytes(verified.permit.nonce).hex(),
             pay_to=verified.permit.to,
             amount_minor=0,
-            payload_hash=verified.payload_hash,
-            resource=request.resource[:2048],
-            release_policy=request.release_policy,
             status="authorized",
             created_at=now,
-            signature="0x" + verified.signature.hex(),
             valid_after=verified.permit.valid_after,
             valid_before=verified.permit.deadline,
             locked_until=now + self.lease,
