@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,30 @@ def platform(proxy: RpcProxy, tmp_path: Path) -> Iterator[PlatformHarness]:
         yield PlatformHarness(server)
 
 
+@contextlib.asynccontextmanager
+async def _clients(app: Any, auth: X402Auth) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, list[str]]]:
+    """The app running, an agent paying it with ``auth``, a raw client for resending a signature by
+    hand, and the ``PAYMENT-SIGNATURE`` headers the agent sent."""
+    signatures: list[str] = []
+
+    async def keep_signature(request: httpx.Request) -> None:
+        if "PAYMENT-SIGNATURE" in request.headers:
+            signatures.append(request.headers["PAYMENT-SIGNATURE"])
+
+    async with (
+        lifespan(app),
+        httpx.AsyncClient(
+            transport=asgi_transport(app),
+            base_url="http://testserver",
+            auth=auth,
+            timeout=120,
+            event_hooks={"request": [keep_signature]},
+        ) as agent,
+        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=120) as raw,
+    ):
+        yield agent, raw, signatures
+
+
 def _payment_response(response: httpx.Response) -> dict[str, Any]:
     decoded: dict[str, Any] = json.loads(base64.b64decode(response.headers["PAYMENT-RESPONSE"]))
     return decoded
@@ -85,23 +110,7 @@ async def test_an_upto_settlement_the_chain_cannot_take_is_pending_then_complete
 
     app = metered_app(deployment.api_key, harness.url, deployment.endpoint_id, before=chain_goes_away)
     auth = X402Auth(deployment.agent, max_amount="0.05")
-    signatures: list[str] = []
-
-    async def keep_signature(request: httpx.Request) -> None:
-        if "PAYMENT-SIGNATURE" in request.headers:
-            signatures.append(request.headers["PAYMENT-SIGNATURE"])
-
-    async with (
-        lifespan(app),
-        httpx.AsyncClient(
-            transport=asgi_transport(app),
-            base_url="http://testserver",
-            auth=auth,
-            timeout=120,
-            event_hooks={"request": [keep_signature]},
-        ) as agent,
-        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=120) as raw,
-    ):
+    async with _clients(app, auth) as (agent, raw, signatures):
         served = await agent.get("/generate", params={"use": str(USE)})
         assert cut["done"]
         # The handler's response is served; its settlement is pending, not failed.
@@ -142,23 +151,7 @@ async def test_an_exact_settlement_whose_chain_went_away_answers_its_retries_pen
     await rpc.request("evm_setAutomine", [False])  # the transfer waits in the node's pool
     app = starlette_app(deployment.api_key, platform.url, deployment.endpoint_id)
     auth = X402Auth(deployment.agent, max_amount="0.05", pending_retries=0)
-    signatures: list[str] = []
-
-    async def keep_signature(request: httpx.Request) -> None:
-        if "PAYMENT-SIGNATURE" in request.headers:
-            signatures.append(request.headers["PAYMENT-SIGNATURE"])
-
-    async with (
-        lifespan(app),
-        httpx.AsyncClient(
-            transport=asgi_transport(app),
-            base_url="http://testserver",
-            auth=auth,
-            timeout=120,
-            event_hooks={"request": [keep_signature]},
-        ) as agent,
-        httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", timeout=120) as raw,
-    ):
+    async with _clients(app, auth) as (agent, raw, signatures):
         first = await agent.get("/weather")
         assert first.status_code == 402 and first.json()["error"]["code"] == "settlement_pending", first.text
         [signature] = signatures
