@@ -125,6 +125,10 @@ class PlatformHarness:
             )
             assert reply.status_code == 200, reply.text
 
+    def head_time(self) -> int:
+        """The timestamp of the chain's latest block."""
+        return self.server.call(lambda p: self.chain.head_time())
+
     def balance(self, address: str, token: str | None = None) -> int:
         return self.server.call(lambda p: balance_of(self.chain.rpc, token or self.usdc, address))
 

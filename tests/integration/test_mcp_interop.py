@@ -5,6 +5,7 @@ side needs mcp<2 and runs in .venv-mcp1 (`make test` creates it), as a subproces
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +97,15 @@ def test_our_mcp_client_pays_a_foundation_tool_server_settling_through_our_facil
     receipts = dev_platform.platform.receipt_address
     auth = X402Auth(deployment.agent, max_amount="0.05", max_total="0.05", receipt_signer=receipts)
 
+    timing: dict[str, float] = {}
+
     async def calls(url: str) -> tuple[object, object, object]:
         async with Client(url) as client:
             unpaid = await client.call_tool("forecast", {"city": "Lisbon"})
             paying = PayingSession(client, auth)
+            timing["signed"] = time.time()
             paid = await paying.call_tool("forecast", {"city": "Lisbon"})
+            timing["answered"] = time.time()
             broken = await paying.call_tool("broken", {"city": "Lisbon"})
             return unpaid, paid, broken
 
@@ -108,7 +113,8 @@ def test_our_mcp_client_pays_a_foundation_tool_server_settling_through_our_facil
         unpaid, paid, broken = anyio.run(calls, url)
     offer = payment_required(unpaid)  # type: ignore[arg-type]
     assert offer is not None and offer.resource is not None and offer.resource.url == "mcp://tool/forecast"
-    assert not paid.is_error, paid  # type: ignore[attr-defined]
+    # (a refusal tells when it was signed and answered, and the chain's clock then)
+    assert not paid.is_error, (paid, timing, dev_platform.head_time(), time.time())  # type: ignore[attr-defined]
     settlement = settlement_of(paid)  # type: ignore[arg-type]
     assert settlement is not None and settlement.success and settlement.transaction
     assert broken.is_error and settlement_of(broken) is None  # type: ignore[attr-defined, arg-type]
