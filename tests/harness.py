@@ -185,7 +185,8 @@ def start_dev_platform(
 
 
 @contextlib.contextmanager
-def start_anvil_platform(workdir: Path, database_url: str | None = None) -> Iterator[PlatformHarness]:
+def start_anvil_platform(workdir: Path, database_url: str | None = None, **settings: Any) -> Iterator[PlatformHarness]:
+    """The platform on a fresh anvil; ``settings``: more of its `PlatformSettings`."""
     import asyncio
 
     with AnvilProcess() as anvil:
@@ -199,13 +200,14 @@ def start_anvil_platform(workdir: Path, database_url: str | None = None) -> Iter
                 await rpc.aclose()
 
         tokens = asyncio.run(deploy())
-        settings = PlatformSettings(
+        platform_settings = PlatformSettings(
             database_url=database_url or f"sqlite:///{workdir / 'platform.sqlite3'}",
             data_dir=workdir,
             chains=[ChainSettings(rpc_url=anvil.url, tokens=tokens, minter_key=deployer.hex())],
             relayer_key=relayer.hex(),
+            **settings,
         )
-        with platform_server(settings) as server:
+        with platform_server(platform_settings) as server:
             yield PlatformHarness(server)
 
 

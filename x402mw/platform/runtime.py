@@ -250,6 +250,7 @@ async def _relayer_pool(
         gas_floor=settings.relayer_gas_floor_wei,
     )
     try:
+        await pool.start()
         await leases.start(settings.relayer_pool_size or len(given))
     except BaseException:
         await leases.aclose()

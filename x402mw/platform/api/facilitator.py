@@ -209,17 +209,17 @@ async def supported(request: Request) -> ModelResponse:
         )
         for chain in chains
     ]
-    # upto: what payers sign names the facilitator that alone may settle it (the relayer).
+    # upto: what payers sign names the facilitator account that alone may settle it.
     kinds += [
         SupportedKind(
             x402_version=2,
             scheme="upto",
             network=chain.network.caip2,
-            extra=SupportedKindExtra(tokens=_tokens(chain), facilitator_address=chain.relayer.address),
+            extra=SupportedKindExtra(tokens=_tokens(chain), facilitator_address=chain.facilitator.address),
         )
         for chain in chains
     ]
-    signers = sorted({address for chain in chains for address in chain.relayer.addresses})
+    signers = sorted({a for chain in chains for a in [*chain.relayer.addresses, chain.facilitator.address]})
     return ModelResponse(SupportedKinds(kinds=kinds, extensions=[EIP2612_EXTENSION], signers={"eip155:*": signers}))
 
 

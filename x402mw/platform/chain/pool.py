@@ -39,8 +39,9 @@ _FULL_FOR = 1.0  # seconds an account the node called full gets no new work
 class RelayerPool:
     """The relayer accounts this process holds on one chain (see the module's docstring).
 
-    ``reader`` is the funding account's relayer (it sends only top-ups): simulations and receipts
-    go through it while the process holds no account. ``can_pay`` says whether an account's gas
+    ``reader`` is the funding account's relayer: it sends the top-ups, and the ``upto`` settlements
+    (`x402mw.platform.services.chains.ChainHandle.facilitator`); simulations and receipts go
+    through it while the process holds no account. :meth:`start` starts it. ``can_pay`` says whether an account's gas
     balance, as last read, pays for a transaction (set by whoever reads balances)."""
 
     def __init__(
@@ -85,6 +86,10 @@ class RelayerPool:
 
     def relayers(self) -> dict[str, Relayer]:
         return {**self._held, **self._draining}
+
+    async def start(self) -> None:
+        """Start the funding account's relayer (its nonces and fees read from the node)."""
+        await self.reader.start()
 
     async def hold(self, key: bytes) -> Relayer:
         """Start sending from ``key``'s account: its nonces are read from the node first, so what
@@ -173,8 +178,13 @@ class RelayerPool:
     def _any(self) -> Relayer:
         return next(iter(self._held.values()), None) or next(iter(self._draining.values()), self.reader)
 
+    def _senders(self) -> list[Relayer]:
+        """Every account of this pool that may have sent something: the held and draining ones, and
+        the funding account (top-ups, and the ``upto`` settlements it sends as the facilitator)."""
+        return [*self._held.values(), *self._draining.values(), self.reader]
+
     def _owner(self, tx_hash: str) -> Relayer:
-        for relayer in self.relayers().values():
+        for relayer in self._senders():
             if relayer.knows(tx_hash):
                 return relayer
         return self._any()
@@ -189,7 +199,7 @@ class RelayerPool:
         return await self._any().probe(timeout=timeout)
 
     def sending(self, tx_hash: str) -> bool:
-        return any(relayer.sending(tx_hash) for relayer in self.relayers().values())
+        return any(relayer.sending(tx_hash) for relayer in self._senders())
 
     async def wait_for_receipt(self, tx_hash: str, *, confirmations: int = 0, timeout: float = 60.0) -> TxReceipt:
         return await self._owner(tx_hash).wait_for_receipt(tx_hash, confirmations=confirmations, timeout=timeout)

@@ -55,6 +55,19 @@ class ChainHandle:
                 await self.rpc.request("evm_mine", [])
         return await self.relayer.wait_for_receipt(tx_hash, confirmations=confirmations, timeout=timeout)
 
+    @property
+    def facilitator(self) -> Relayer:
+        """The account ``upto`` settlements are sent from: the one their signed witnesses name, which
+        the upto proxy takes transfers from and from no other sender. It must be the same in every
+        process and at every moment: the relayer itself, or with a pool (whose accounts move between
+        processes) its funding account, which every process sends from (a node's "nonce too low"
+        makes a sender resync, as for one relayer shared by processes)."""
+        return self.relayer.reader if isinstance(self.relayer, RelayerPool) else self.relayer
+
+    def sender(self, scheme: str) -> Relayer | RelayerPool:
+        """What sends (and simulates) a transfer of ``scheme``: `facilitator` for ``upto``."""
+        return self.facilitator if scheme == "upto" else self.relayer
+
     async def head_time(self) -> int:
         """The timestamp of the latest block: what the chain holds ``validBefore`` against."""
         block = await self.rpc.request("eth_getBlockByNumber", ["latest", False])

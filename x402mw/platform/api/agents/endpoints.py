@@ -205,7 +205,7 @@ def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
         pricing_mode=row.pricing_mode,
         amount_minor=None if metered else row.amount_minor,
         max_amount_minor=row.amount_minor if metered else None,
-        facilitator_address=chain.relayer.address if metered and chain else None,
+        facilitator_address=chain.facilitator.address if metered and chain else None,
         release_policy=row.release_policy,
         max_timeout_seconds=row.max_timeout_seconds,
         discoverable=bool(row.discoverable),

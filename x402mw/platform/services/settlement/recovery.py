@@ -157,7 +157,7 @@ class SettlementRecovery:
         if row.status in ("settled", "failed"):
             return outcome_for(row)
         chain = self.chains.get(row.chain_id)
-        if chain is None or not chain.relayer.available:
+        if chain is None or not chain.sender(row.scheme).available:
             return None
         nonce = bytes.fromhex(row.nonce[2:])
         transfer = transfer_of(row, chain.domain(row.asset))
@@ -185,7 +185,7 @@ class SettlementRecovery:
                 await self.writes.failed(row.id, reasons.TRANSACTION_REVERTED, block=int(mined["blockNumber"], 16))
                 row.status, row.error_reason = "failed", reasons.TRANSACTION_REVERTED
                 return outcome_for(row)
-            if not mined and chain.relayer.sending(row.transaction):
+            if not mined and chain.sender(row.scheme).sending(row.transaction):
                 return None  # this process's relayer keeps it moving
         now = self.clock.now()
         if not await self.writes.take_over(row.id, now, now + self.takeover_after):
@@ -201,7 +201,7 @@ class SettlementRecovery:
         logger.warning(
             "settlement %s: its authorization is still unused %s after its claim; sending it again", row.id, age
         )
-        tx = await chain.relayer.send(
+        tx = await chain.sender(row.scheme).send(
             transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
         )
         row.transaction, row.status = tx, "submitted"

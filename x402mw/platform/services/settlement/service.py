@@ -490,11 +490,13 @@ class SettlementService:
             if simulation is not None:
                 await simulation_outcome(simulation, transfer.scheme)
             elif simulate:
-                await simulation_outcome(chain.relayer.simulate_soon(transfer.to, transfer.calldata), transfer.scheme)
+                await simulation_outcome(
+                    chain.sender(transfer.scheme).simulate_soon(transfer.to, transfer.calldata), transfer.scheme
+                )
             sent_at = time.perf_counter()
             # (Sending does not ask the node to run the call: a revert is found by the simulation,
             # or once mined, below.)
-            tx = await chain.relayer.send(
+            tx = await chain.sender(transfer.scheme).send(
                 transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
             )
         except PaymentRefusal as refusal:

@@ -129,7 +129,7 @@ def verify_upto(
         raise PaymentRefusal(reasons.PERMIT2_TOKEN_MISMATCH, "the permit is for another token than the terms'")
     if not _same(wire.witness.to, accepted.pay_to):
         raise PaymentRefusal(reasons.PERMIT2_RECIPIENT_MISMATCH, "the witness pays someone other than payTo")
-    if not _same(wire.witness.facilitator, chain.relayer.address):
+    if not _same(wire.witness.facilitator, chain.facilitator.address):
         raise PaymentRefusal(
             reasons.UPTO_FACILITATOR_MISMATCH, "the witness names another facilitator than this platform"
         )
@@ -227,7 +227,7 @@ class UptoSettlement:
         """Simulate the settlement of the whole ceiling from the relayer; `PaymentRefusal` if it would
         revert (412's ``permit2_allowance_required`` for a payer without an allowance)."""
         transfer = verified.transfer(verified.permit.ceiling)
-        await self._simulated(verified, verified.chain.relayer.simulate_soon(transfer.to, transfer.calldata))
+        await self._simulated(verified, verified.chain.facilitator.simulate_soon(transfer.to, transfer.calldata))
 
     async def _simulated(self, verified: VerifiedUpto, simulation: asyncio.Future[Any]) -> None:
         try:
@@ -297,7 +297,7 @@ class UptoSettlement:
             if existing is None:
                 return failed(network, reasons.CHALLENGE_EXPIRED, "the challenge has expired; pay the new one")
             return await self._join(existing, request, verified)
-        if not verified.chain.relayer.available:
+        if not verified.chain.facilitator.available:
             # Not "nothing taken" for an authorization made already (its usage captured, say): its
             # outcome stands, pending while the chain cannot be reached.
             existing = await self._load(verified)
@@ -307,7 +307,7 @@ class UptoSettlement:
         # The simulation (no side effects) and the claim go out at once, as for exact payments; a
         # claim whose simulation fails is withdrawn.
         transfer = verified.transfer(verified.permit.ceiling)
-        simulation = verified.chain.relayer.simulate_soon(transfer.to, transfer.calldata)
+        simulation = verified.chain.facilitator.simulate_soon(transfer.to, transfer.calldata)
         row = self._new_claim(request, verified)
         try:
             won = await self.service.writes.claim(row.row())
