@@ -29,7 +29,7 @@ from x402mw.protocol.codec import PAYMENT_SIGNATURE, V1_PAYMENT
 from x402mw.protocol.sign_in import SIGN_IN_HEADER
 from x402mw.seller.answers import internal_error_answer
 from x402mw.seller.config import PaidRoute
-from x402mw.seller.decisions import Answer
+from x402mw.seller.decisions import Answer, Decision
 from x402mw.seller.drivers import AsyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
@@ -177,12 +177,13 @@ class PaymentMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            decision = await self.seller.run(
-                # the framework's request only for an amount callback: none is made for a fixed price
-                self.gate.process(
-                    route, request_view(scope), self.native_request(scope, receive) if route.amount else None
+            view = request_view(scope)
+            decision: Decision | ServeMetered | None = self.gate.unpaid_challenge(route, view)
+            if decision is None:
+                decision = await self.seller.run(
+                    # the framework's request only for an amount callback: none is made for a fixed price
+                    self.gate.process(route, view, self.native_request(scope, receive) if route.amount else None)
                 )
-            )
         except Exception:
             logger.exception("payment check failed unexpectedly for %s %s", scope["method"], scope["path"])
             decision = internal_error_answer()

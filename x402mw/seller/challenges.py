@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from binascii import b2a_base64
 from dataclasses import dataclass
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
@@ -143,7 +144,7 @@ def render_challenge(
     if template.tail_b64 is None:  # no extensions: a short tail
         text += "}"
         raw = text.encode()
-        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+        header = (PAYMENT_REQUIRED, b2a_base64(raw, newline=False).decode("ascii"))
     else:
         # The declarations' JSON is the same in every 402: it ends the text, and the part before
         # it is padded with JSON whitespace to whole base64 groups, so that its base64 is cached.
@@ -152,21 +153,19 @@ def render_challenge(
             text += route.sign_in.info_json(url, now, challenge_id)
         raw = text.encode()
         raw += b" " * (-len(raw) % 3)
-        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii") + template.tail_b64)
+        header = (PAYMENT_REQUIRED, b2a_base64(raw, newline=False).decode("ascii") + template.tail_b64)
         raw += template.tail
-        text = raw.decode()
     if eip2612 is not None and isinstance(eip2612.get("info"), dict):
         # (the rare 412 of a metered route: the EIP-2612 declaration with the payer's permit nonce)
-        required = json.loads(text)
+        required = json.loads(raw)
         offered = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
         required.setdefault("extensions", {})[EIP2612_EXTENSION] = offered
         raw = _compact(required).encode()
         header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
-        text = raw.decode()
     if wants_html(accept) and paywall.enabled:
-        return _paywall_page(paywall, json.loads(text), terms, header, reason)
+        return _paywall_page(paywall, json.loads(raw), terms, header, reason)
     if message:
-        raw = (text[:-1] + ',"message":' + json.dumps(message, ensure_ascii=False) + "}").encode()
+        raw = raw[:-1] + b',"message":' + json.dumps(message, ensure_ascii=False).encode() + b"}"
     return Answer(402, [*ANSWER_HEADERS, header], raw, reason)
 
 

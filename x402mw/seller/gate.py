@@ -158,6 +158,20 @@ class PaymentGate:
         assert not isinstance(decision, Held)
         return decision
 
+    def unpaid_challenge(self, route: PaidRoute, request: RequestView) -> Answer | None:
+        """`process`'s answer to a request that carries no payment and no sign-in, for a route of a
+        fixed price whose terms are known: its 402, built without stepping through a generator (the
+        path of every first request). None when the request needs `process`."""
+        if request.payment is not None or (request.sign_in is not None and route.sign_in is not None):
+            return None
+        known = self._terms.get(route.endpoint)
+        if known is None:
+            return None
+        terms = known[0]
+        if terms.amount is None or _priced_per_request(route, terms):
+            return None
+        return self._render(route, terms, request, terms.amount, None, None)
+
     def hold(
         self, route: PaidRoute, request: RequestView, native: Any = None
     ) -> Generator[PlatformCall | ComputeAmount, Any, Answer | Held | ServeMetered]:
@@ -557,6 +571,20 @@ class PaymentGate:
             if isinstance(price, Answer):
                 return price
             amount = price
+        return self._render(route, terms, request, amount, reason, message, eip2612)
+
+    def _render(
+        self,
+        route: PaidRoute,
+        terms: EndpointTerms,
+        request: RequestView,
+        amount: int,
+        reason: str | None,
+        message: str | None,
+        eip2612: dict[str, Any] | None = None,
+    ) -> Answer:
+        """A new challenge for ``amount``, registered with the platform (in the background), as the
+        request's 402."""
         challenge_id = f"{self._id_prefix}{next(self._id_counter):016x}"
         now = self._clock()
         expires = int(now) + terms.max_timeout_seconds

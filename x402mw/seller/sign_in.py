@@ -77,6 +77,7 @@ class SignIn:
     _statement: str = field(default="", init=False, repr=False, compare=False)
     _issued: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
     _tails: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _uris: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,7 +110,11 @@ class SignIn:
 
     def info_json(self, url: str, now: float, nonce: str) -> str:
         """The extension's ``info`` for one 402, as JSON text."""
-        uri = encode_basestring(self.uri_for(url))
+        uri = self._uris.get(url)
+        if uri is None:  # (a route's requests mostly share their URL: its JSON is kept)
+            if len(self._uris) >= 1024:
+                self._uris.clear()
+            uri = self._uris[url] = encode_basestring(self.uri_for(url))
         second = int(now)
         issued = self._issued.get(second)
         if issued is None:
