@@ -269,6 +269,22 @@ def test_issued_challenges_are_registered_in_background_batches() -> None:
     assert not gate.has_background_work
 
 
+def test_a_round_registers_every_waiting_challenge_a_batch_a_call_and_a_failed_batch_waits() -> None:
+    gate = _gate()
+    issued = [_challenge(gate)[1]["extra"]["challengeId"] for _ in range(1_200)]
+    _, commands = _finish(gate.background(), [PlatformReply(200, {})] * 3)
+    assert [len(c.json["challenges"]) for c in commands] == [500, 500, 200]
+    assert [c["challengeId"] for command in commands for c in command.json["challenges"]] == issued
+    assert not gate.has_background_work
+    # a batch the platform did not take goes back to the front of the queue, in its order, and
+    # the round ends there
+    more = [_challenge(gate)[1]["extra"]["challengeId"] for _ in range(600)]
+    _, commands = _finish(gate.background(), [PlatformReply(503, {})])
+    assert len(commands) == 1 and gate.has_background_work
+    _, commands = _finish(gate.background(), [PlatformReply(200, {})] * 2)
+    assert [c["challengeId"] for command in commands for c in command.json["challenges"]] == more
+
+
 def test_a_paid_challenge_is_registered_by_its_settlement_only() -> None:
     # The settlement call carries the challenge, and the platform records it with the payment: the
     # background registration leaves it out. Another challenge, unpaid, is still registered.
