@@ -53,6 +53,13 @@ def _finish(gen: Generator[Any, Any, Any], replies: list[Any]) -> tuple[Any, lis
         return stop.value, commands
 
 
+def _registered(call: PlatformCall) -> list[dict[str, Any]]:
+    """The challenges a registration call sends."""
+    assert call.path == "/agent/challenges/batch" and call.encoded is not None
+    body: dict[str, Any] = json.loads(call.encoded)
+    return list(body["challenges"])
+
+
 def _gate(now: float = 1_000_000.0) -> PaymentGate:
     return PaymentGate(api_key="sk_test_abc", platform_url="https://pay.example/v1", clock=lambda: now)
 
@@ -265,16 +272,34 @@ def test_issued_challenges_are_registered_in_background_batches() -> None:
         _challenge(gate)
     assert gate.has_background_work
     _, commands = _finish(gate.background(), [PlatformReply(200, {})])
-    assert isinstance(commands[0], PlatformCall) and len(commands[0].json["challenges"]) == 3
+    assert isinstance(commands[0], PlatformCall) and len(_registered(commands[0])) == 3
     assert not gate.has_background_work
+    # each as the registration's schema has it, whatever its resource URL holds
+    answer, _ = _finish(
+        gate.process(ROUTE, RequestView("GET", URL + '?q="é\\', None)), [PlatformReply(200, {"endpoint": ENDPOINT})]
+    )
+    offer = decode_payment_required(dict(answer.headers)["PAYMENT-REQUIRED"]).accepts[0]
+    _, commands = _finish(gate.background(), [PlatformReply(200, {})])
+    assert _registered(commands[0]) == [
+        {
+            "challengeId": offer.extra["challengeId"],
+            "endpointId": "ep1",
+            "network": offer.network,
+            "asset": offer.asset,
+            "payTo": offer.pay_to,
+            "amount": str(offer.amount),
+            "resource": URL + '?q="é\\',
+            "expiresAt": offer.extra["expiresAt"],
+        }
+    ]
 
 
 def test_a_round_registers_every_waiting_challenge_a_batch_a_call_and_a_failed_batch_waits() -> None:
     gate = _gate()
     issued = [_challenge(gate)[1]["extra"]["challengeId"] for _ in range(1_200)]
     _, commands = _finish(gate.background(), [PlatformReply(200, {})] * 3)
-    assert [len(c.json["challenges"]) for c in commands] == [500, 500, 200]
-    assert [c["challengeId"] for command in commands for c in command.json["challenges"]] == issued
+    assert [len(_registered(c)) for c in commands] == [500, 500, 200]
+    assert [c["challengeId"] for command in commands for c in _registered(command)] == issued
     assert not gate.has_background_work
     # a batch the platform did not take goes back to the front of the queue, in its order, and
     # the round ends there
@@ -282,7 +307,7 @@ def test_a_round_registers_every_waiting_challenge_a_batch_a_call_and_a_failed_b
     _, commands = _finish(gate.background(), [PlatformReply(503, {})])
     assert len(commands) == 1 and gate.has_background_work
     _, commands = _finish(gate.background(), [PlatformReply(200, {})] * 2)
-    assert [c["challengeId"] for command in commands for c in command.json["challenges"]] == more
+    assert [c["challengeId"] for command in commands for c in _registered(command)] == more
 
 
 def test_a_paid_challenge_is_registered_by_its_settlement_only() -> None:
@@ -299,7 +324,7 @@ def test_a_paid_challenge_is_registered_by_its_settlement_only() -> None:
     assert isinstance(answer, Answer) and answer.status == 402  # refused: a fresh challenge to pay
     fresh = decode_payment_required(dict(answer.headers)["PAYMENT-REQUIRED"]).accepts[0].extra["challengeId"]
     _, commands = _finish(gate.background(), [PlatformReply(200, {})])
-    registered = [c["challengeId"] for c in commands[0].json["challenges"]]
+    registered = [c["challengeId"] for c in _registered(commands[0])]
     assert registered == [unpaid["extra"]["challengeId"], fresh]
 
 
@@ -309,7 +334,7 @@ def test_a_challenge_whose_settlement_went_unanswered_is_registered_in_the_backg
     _, paid = _challenge(gate)
     _finish(gate.process(ROUTE, RequestView("GET", URL, _payment(paid))), [failure])
     _, commands = _finish(gate.background(), [PlatformReply(200, {})])
-    assert [c["challengeId"] for c in commands[0].json["challenges"]] == [paid["extra"]["challengeId"]]
+    assert [c["challengeId"] for c in _registered(commands[0])] == [paid["extra"]["challengeId"]]
 
 
 def test_configuration_problems_are_reported_together() -> None:

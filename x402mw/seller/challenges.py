@@ -40,16 +40,20 @@ _EIP2612_OFFER = {
 
 @dataclass(frozen=True, slots=True)
 class ChallengeTemplate:
-    """The parts of a 402 its route, terms and amount fix: ``head``, the JSON from after the resource
-    URL up to the challenge id; ``fixed``, the seal's fixed terms; with extensions, the ``opening``
-    of the extensions object (up to sign-in-with-x's ``info``, which each 402 fills in) and the
-    ``tail`` that closes the text, with its base64."""
+    """The parts of a 402 its route, terms and amount fix, as bytes with their base64: ``head``, the
+    JSON from after the resource URL up to the challenge id; ``opening``, the start of the
+    extensions object (up to sign-in-with-x's ``info``, which each 402 fills in); ``tail``, the
+    rest of the text; and ``fixed``, the seal's fixed terms.
 
-    head: str
+    ``head`` starts with JSON whitespace that makes it whole base64 groups, and each 402 pads the
+    parts it fills in the same way, so that the base64 of the fixed parts is made once."""
+
+    head: bytes
+    head_b64: str
     fixed: str
-    opening: str = ""
-    tail: bytes = b""
-    tail_b64: str | None = None
+    opening: bytes
+    tail: bytes
+    tail_b64: str
 
 
 def offer_scheme(terms: EndpointTerms) -> str:
@@ -112,10 +116,14 @@ def build_template(route: PaidRoute, terms: EndpointTerms, amount: int, method: 
         tail = "," + route.sign_in.static_json(terms.network) + "}," + declared + bazaar + "}}"
     else:
         opening, tail = ',"extensions":{', declared + bazaar + "}}"
-    if tail:
-        encoded = tail.encode()
-        return ChallengeTemplate(head, fixed, opening, encoded, base64.b64encode(encoded).decode("ascii"))
-    return ChallengeTemplate(head, fixed)
+    head_raw = head.encode()
+    head_raw = b" " * (-len(head_raw) % 3) + head_raw  # (whitespace before a comma or brace)
+    tail_raw = tail.encode()
+    return ChallengeTemplate(head_raw, _b64(head_raw), fixed, opening.encode(), tail_raw, _b64(tail_raw))
+
+
+def _b64(raw: bytes) -> str:
+    return b2a_base64(raw, newline=False).decode("ascii")
 
 
 def render_challenge(
@@ -137,24 +145,24 @@ def render_challenge(
     """One 402 for a request to ``url``: JSON, or the paywall page when ``accept`` asks for HTML.
     ``eip2612``: the EIP-2612 declaration with the payer's permit nonce (a metered route's 412)."""
     error = f'"error":{encode_basestring(reason)},' if reason else ""
-    text = (
-        f'{{"x402Version":2,{error}"resource":{{"url":{encode_basestring(url)}{template.head}'
-        f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'
-    )
-    if template.tail_b64 is None:  # no extensions: a short tail
-        text += "}"
-        raw = text.encode()
-        header = (PAYMENT_REQUIRED, b2a_base64(raw, newline=False).decode("ascii"))
-    else:
-        # The declarations' JSON is the same in every 402: it ends the text, and the part before
-        # it is padded with JSON whitespace to whole base64 groups, so that its base64 is cached.
-        text += template.opening
-        if route.sign_in is not None:  # fresh for each 402; the challenge id is its nonce
-            text += route.sign_in.info_json(url, now, challenge_id)
-        raw = text.encode()
-        raw += b" " * (-len(raw) % 3)
-        header = (PAYMENT_REQUIRED, b2a_base64(raw, newline=False).decode("ascii") + template.tail_b64)
-        raw += template.tail
+    # The parts made for each 402 (the start, up to the resource URL; the challenge's own members;
+    # sign-in-with-x's nonce) are padded with JSON whitespace to whole base64 groups, so that the
+    # base64 of the parts between them (the template's head and tail, sign-in-with-x's info up to
+    # its nonce) is made once.
+    start = f'{{"x402Version":2,{error}"resource":{{"url":{encode_basestring(url)}'.encode()
+    start += b" " * (-len(start) % 3)
+    own = f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'.encode() + template.opening
+    own += b" " * (-len(own) % 3)
+    if route.sign_in is None:
+        header = (PAYMENT_REQUIRED, f"{_b64(start)}{template.head_b64}{_b64(own)}{template.tail_b64}")
+        raw = b"".join((start, template.head, own, template.tail))
+    else:  # the challenge id is the nonce
+        info, info_b64 = route.sign_in.info_start(url, now)
+        nonce = f'{challenge_id}"}}'.encode()
+        nonce += b" " * (-len(nonce) % 3)
+        b64 = f"{_b64(start)}{template.head_b64}{_b64(own)}{info_b64}{_b64(nonce)}{template.tail_b64}"
+        header = (PAYMENT_REQUIRED, b64)
+        raw = b"".join((start, template.head, own, info, nonce, template.tail))
     if eip2612 is not None and isinstance(eip2612.get("info"), dict):
         # (the rare 412 of a metered route: the EIP-2612 declaration with the payer's permit nonce)
         required = json.loads(raw)

@@ -24,6 +24,7 @@ class PlatformCall:
     json: Any = None
     timeout: float = 10.0
     headers: tuple[tuple[str, str], ...] = ()  # beyond the key's (e.g. ``If-None-Match``)
+    encoded: bytes | None = None  # the JSON body already encoded, instead of ``json``
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,9 +89,10 @@ class _Requests:
         headers = self._headers
         if call.headers:
             headers = [*headers, *((name.encode(), value.encode()) for name, value in call.headers)]
-        content = None
-        if call.json is not None:
+        content = call.encoded
+        if content is None and call.json is not None:
             content = json.dumps(call.json, separators=(",", ":")).encode()
+        if content is not None:
             headers = [*headers, (b"Content-Type", b"application/json")]
         return httpx.Request(
             call.method,
@@ -100,6 +101,13 @@ class _Requests:
             content=content,
             extensions={"timeout": httpx.Timeout(call.timeout).as_dict()},
         )
+
+
+def _body(call: PlatformCall) -> dict[str, Any]:
+    """An httpx client's arguments for ``call``'s body and headers."""
+    if call.encoded is not None:
+        return {"content": call.encoded, "headers": [*call.headers, ("Content-Type", "application/json")]}
+    return {"json": call.json, "headers": call.headers}
 
 
 def _drive_sync(gen: Generator[Any, Any, T], send: Callable[[PlatformCall], PlatformReply]) -> T:
@@ -148,9 +156,7 @@ def run_sync(gen: Generator[Any, Any, T], client: httpx.Client) -> T:
     """Run a gate generator to its end with a synchronous HTTP client (its ``base_url`` the platform's)."""
 
     def send(call: PlatformCall) -> PlatformReply:
-        return _reply(
-            client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
-        )
+        return _reply(client.request(call.method, call.path, timeout=call.timeout, **_body(call)))
 
     return _drive_sync(gen, send)
 
@@ -159,9 +165,7 @@ async def run_async(gen: Generator[Any, Any, T], client: httpx.AsyncClient) -> T
     """Run a gate generator to its end with an asynchronous HTTP client (its ``base_url`` the platform's)."""
 
     async def send(call: PlatformCall) -> PlatformReply:
-        return _reply(
-            await client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
-        )
+        return _reply(await client.request(call.method, call.path, timeout=call.timeout, **_body(call)))
 
     return await _drive_async(gen, send)
 
@@ -186,9 +190,7 @@ class SyncSeller:
     def _send(self, call: PlatformCall) -> PlatformReply:
         if self._transport is None:
             assert self._client is not None
-            return _reply(
-                self._client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
-            )
+            return _reply(self._client.request(call.method, call.path, timeout=call.timeout, **_body(call)))
         response = self._transport.handle_request(self._requests.build(call))
         try:
             response.read()
@@ -257,9 +259,7 @@ class AsyncSeller:
             client = self._client
             if client is None:
                 self._client = client = httpx.AsyncClient(base_url=self.gate.platform_url, headers=_headers(self.gate))
-            return _reply(
-                await client.request(call.method, call.path, json=call.json, headers=call.headers, timeout=call.timeout)
-            )
+            return _reply(await client.request(call.method, call.path, timeout=call.timeout, **_body(call)))
         transport = self._transport
         if transport is None:
             self._transport = transport = _default_transport()

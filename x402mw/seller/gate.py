@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _json_str  # type: ignore[attr-defined]
 from typing import Any
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError, PriceError, X402Error
@@ -710,10 +711,9 @@ class PaymentGate:
             batch = [self._issued.popitem(last=False)[1] for _ in range(min(len(self._issued), _REGISTER_BATCH))]
         if not batch:
             return False
-        keys = ("challengeId", "endpointId", "network", "asset", "payTo", "amount", "resource", "expiresAt")
-        challenges = [dict(zip(keys, (*item[:5], str(item[5]), *item[6:]), strict=True)) for item in batch]
+        body = f'{{"challenges":[{",".join(map(_challenge_json, batch))}]}}'.encode()
         try:
-            reply = yield PlatformCall("POST", "/agent/challenges/batch", {"challenges": challenges})
+            reply = yield PlatformCall("POST", "/agent/challenges/batch", encoded=body)
             if reply.status != 200:
                 raise _reply_error(reply)
         except PlatformError as exc:
@@ -766,6 +766,28 @@ class PaymentGate:
     def _misconfigured(self, message: str) -> Answer:
         logger.error("x402 payment configuration error: %s", message)
         return error_answer(500, "payment_configuration_error", "this paid route is misconfigured")
+
+
+def _challenge_json(challenge: tuple[Any, ...]) -> str:
+    """An issued challenge as the JSON its registration sends (written out: this is every 402's
+    cost, a batch at a time; the members a route's challenges share are written once)."""
+    challenge_id, endpoint_id, network, asset, pay_to, amount, resource, expires = challenge
+    terms = (endpoint_id, network, asset, pay_to)
+    shared = _SHARED_JSON.get(terms)
+    if shared is None:
+        if len(_SHARED_JSON) >= 1024:
+            _SHARED_JSON.clear()
+        shared = _SHARED_JSON[terms] = (
+            f'"endpointId":{_json_str(endpoint_id)},"network":{_json_str(network)},'
+            f'"asset":{_json_str(asset)},"payTo":{_json_str(pay_to)}'
+        )
+    return (
+        f'{{"challengeId":{_json_str(challenge_id)},{shared},"amount":"{int(amount)}",'
+        f'"resource":{_json_str(resource)},"expiresAt":{int(expires)}}}'
+    )
+
+
+_SHARED_JSON: dict[tuple[Any, ...], str] = {}
 
 
 def _priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from binascii import b2a_base64
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -75,9 +76,9 @@ class SignIn:
     _domain: str = field(default="", init=False, repr=False, compare=False)
     _head: str = field(default="", init=False, repr=False, compare=False)
     _statement: str = field(default="", init=False, repr=False, compare=False)
-    _issued: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
     _tails: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _uris: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # by URL: the second it is for, and `info_start`
+    _starts: dict[str, tuple[int, bytes, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -110,21 +111,25 @@ class SignIn:
 
     def info_json(self, url: str, now: float, nonce: str) -> str:
         """The extension's ``info`` for one 402, as JSON text."""
-        uri = self._uris.get(url)
-        if uri is None:  # (a route's requests mostly share their URL: its JSON is kept)
-            if len(self._uris) >= 1024:
-                self._uris.clear()
-            uri = self._uris[url] = encode_basestring(self.uri_for(url))
+        return f'{self.info_start(url, now)[0].decode().lstrip()}{nonce}"}}'
+
+    def info_start(self, url: str, now: float) -> tuple[bytes, str]:
+        """The text of a 402's ``info`` up to its nonce, which comes last (``..."nonce":"``), and its
+        base64: the same for every 402 of ``url`` within a second, so both are kept. The text
+        starts with JSON whitespace that makes it whole base64 groups."""
         second = int(now)
-        issued = self._issued.get(second)
-        if issued is None:
+        kept = self._starts.get(url)
+        if kept is None or kept[0] != second:
+            if len(self._starts) >= 1024:
+                self._starts.clear()
+            uri = encode_basestring(self.uri_for(url))
             issued = datetime.fromtimestamp(second, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-            self._issued.clear()
-            self._issued[second] = issued
-        return (
-            f"{self._head}{uri}{self._statement},"
-            f'"version":"1","nonce":"{nonce}","issuedAt":"{issued}","resources":[{uri}]}}'
-        )
+            text = (
+                f'{self._head}{uri}{self._statement},"version":"1","issuedAt":"{issued}","resources":[{uri}],"nonce":"'
+            ).encode()
+            text = b" " * (-len(text) % 3) + text
+            kept = self._starts[url] = (second, text, b2a_base64(text, newline=False).decode("ascii"))
+        return kept[1], kept[2]
 
     def static_json(self, network: str) -> str:
         """The members of the extension every 402 on ``network`` shares (``supportedChains``, ``schema``)."""
