@@ -39,6 +39,19 @@ M = TypeVar("M", bound=WireModel)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
+def b64(raw: bytes) -> str:
+    """``raw`` in standard base64, as header values carry it."""
+    return binascii.b2a_base64(raw, newline=False).decode("ascii")
+
+
+def whole_groups(raw: bytes, *, before: bool = False) -> bytes:
+    """``raw`` (a piece of JSON text) padded with JSON whitespace, after it or ``before`` it, to whole
+    base64 groups of 3 bytes: the base64 of such pieces, joined, is the base64 of the pieces joined,
+    so that a piece's base64 can be made once and kept."""
+    pad = b" " * (-len(raw) % 3)
+    return pad + raw if before else raw + pad
+
+
 def encode_header(model: WireModel | dict[str, Any]) -> str:
     """Encode a model (or a JSON-ready dict) as a header value."""
     data = model.to_wire() if isinstance(model, WireModel) else model

@@ -31,7 +31,7 @@ class Sealer:
         """`seal` of `sealed_terms`, with the terms a route's challenges share given once as
         `fixed_terms` (the 402 path's form: one message built, no per-term conversions)."""
         message = f"{challenge_id.lower()}\x1f{fixed}\x1f{expires}".encode()  # fixed_terms is lower case
-        return blake2b(message, key=self._key, digest_size=16).hexdigest()
+        return self._mac(message)
 
     def check(self, seal: object, *terms: object) -> bool:
         if not isinstance(seal, str):

@@ -9,15 +9,13 @@ cached with them.
 
 from __future__ import annotations
 
-import base64
 import json
-from binascii import b2a_base64
 from dataclasses import dataclass
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from x402mw.protocol import payment_identifier
-from x402mw.protocol.codec import PAYMENT_REQUIRED
+from x402mw.protocol.codec import PAYMENT_REQUIRED, b64, whole_groups
 from x402mw.protocol.networks import get_network
 from x402mw.protocol.seals import Sealer, fixed_terms, sealed_terms
 from x402mw.seller.answers import ANSWER_HEADERS, EXPOSE_HEADERS
@@ -116,14 +114,9 @@ def build_template(route: PaidRoute, terms: EndpointTerms, amount: int, method: 
         tail = "," + route.sign_in.static_json(terms.network) + "}," + declared + bazaar + "}}"
     else:
         opening, tail = ',"extensions":{', declared + bazaar + "}}"
-    head_raw = head.encode()
-    head_raw = b" " * (-len(head_raw) % 3) + head_raw  # (whitespace before a comma or brace)
+    head_raw = whole_groups(head.encode(), before=True)  # (whitespace before a comma or brace)
     tail_raw = tail.encode()
-    return ChallengeTemplate(head_raw, _b64(head_raw), fixed, opening.encode(), tail_raw, _b64(tail_raw))
-
-
-def _b64(raw: bytes) -> str:
-    return b2a_base64(raw, newline=False).decode("ascii")
+    return ChallengeTemplate(head_raw, b64(head_raw), fixed, opening.encode(), tail_raw, b64(tail_raw))
 
 
 def render_challenge(
@@ -149,19 +142,16 @@ def render_challenge(
     # sign-in-with-x's nonce) are padded with JSON whitespace to whole base64 groups, so that the
     # base64 of the parts between them (the template's head and tail, sign-in-with-x's info up to
     # its nonce) is made once.
-    start = f'{{"x402Version":2,{error}"resource":{{"url":{encode_basestring(url)}'.encode()
-    start += b" " * (-len(start) % 3)
-    own = f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'.encode() + template.opening
-    own += b" " * (-len(own) % 3)
+    start = whole_groups(f'{{"x402Version":2,{error}"resource":{{"url":{encode_basestring(url)}'.encode())
+    own = whole_groups(f'{challenge_id}","expiresAt":{expires},"seal":"{seal}"}}}}]'.encode() + template.opening)
     if route.sign_in is None:
-        header = (PAYMENT_REQUIRED, f"{_b64(start)}{template.head_b64}{_b64(own)}{template.tail_b64}")
+        header = (PAYMENT_REQUIRED, f"{b64(start)}{template.head_b64}{b64(own)}{template.tail_b64}")
         raw = b"".join((start, template.head, own, template.tail))
     else:  # the challenge id is the nonce
         info, info_b64 = route.sign_in.info_start(url, now)
-        nonce = f'{challenge_id}"}}'.encode()
-        nonce += b" " * (-len(nonce) % 3)
-        b64 = f"{_b64(start)}{template.head_b64}{_b64(own)}{info_b64}{_b64(nonce)}{template.tail_b64}"
-        header = (PAYMENT_REQUIRED, b64)
+        nonce = whole_groups(f'{challenge_id}"}}'.encode())
+        encoded = f"{b64(start)}{template.head_b64}{b64(own)}{info_b64}{b64(nonce)}{template.tail_b64}"
+        header = (PAYMENT_REQUIRED, encoded)
         raw = b"".join((start, template.head, own, info, nonce, template.tail))
     if eip2612 is not None and isinstance(eip2612.get("info"), dict):
         # (the rare 412 of a metered route: the EIP-2612 declaration with the payer's permit nonce)
@@ -169,7 +159,7 @@ def render_challenge(
         offered = {"info": {**_EIP2612_OFFER["info"], **eip2612["info"]}}
         required.setdefault("extensions", {})[EIP2612_EXTENSION] = offered
         raw = _compact(required).encode()
-        header = (PAYMENT_REQUIRED, base64.b64encode(raw).decode("ascii"))
+        header = (PAYMENT_REQUIRED, b64(raw))
     if wants_html(accept) and paywall.enabled:
         return _paywall_page(paywall, json.loads(raw), terms, header, reason)
     if message:

@@ -146,7 +146,6 @@ class PaymentGate:
         # Each endpoint's terms, when they were last known current, and their ETag.
         self._terms: dict[str, tuple[EndpointTerms, float, str | None]] = {}
         self._stale: set[str] = set()  # endpoints whose last revalidation failed (warned once)
-        # Challenges issued and not yet registered with the platform, by id, oldest first.
         # Challenges issued and not registered yet, oldest first: an OrderedDict, whose front can be
         # taken in O(1) (a dict's front, after many deletions, is found by scanning past them).
         self._issued: OrderedDict[str, tuple[Any, ...]] = OrderedDict()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from binascii import b2a_base64
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from x402mw.errors import ConfigurationError, InvalidPaymentError, PlatformError
+from x402mw.protocol.codec import b64, whole_groups
 from x402mw.protocol.models import SettlementResponse
 from x402mw.protocol.sign_in import SignInMessage, decode_sign_in, parse_time
 from x402mw.seller.answers import EXPOSE_HEADERS
@@ -127,8 +127,8 @@ class SignIn:
             text = (
                 f'{self._head}{uri}{self._statement},"version":"1","issuedAt":"{issued}","resources":[{uri}],"nonce":"'
             ).encode()
-            text = b" " * (-len(text) % 3) + text
-            kept = self._starts[url] = (second, text, b2a_base64(text, newline=False).decode("ascii"))
+            text = whole_groups(text, before=True)
+            kept = self._starts[url] = (second, text, b64(text))
         return kept[1], kept[2]
 
     def static_json(self, network: str) -> str:
