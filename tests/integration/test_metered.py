@@ -189,7 +189,8 @@ async def test_a_hold_its_seller_never_settles_lapses_into_an_unpaid_challenge(d
         await run_async(gate.background(), http)  # registers the challenges issued and not paid
         unpaid_id = decode_payment_required(dict(unpaid.headers)["PAYMENT-REQUIRED"]).accepts[0].extra["challengeId"]
         held_id = held.payment.challenge_id
-        assert await recorded(held_id) is None  # a held payment's challenge is registered at its settlement
+        holding = await recorded(held_id)  # a held payment's challenge is recorded with the hold
+        assert holding is not None and holding["status"] == "processing" and holding["payment"] is not None
         statuses = [p["status"] for p in (await http.get("/agent/payments")).json()["data"]]
         assert statuses == ["authorized"]
 

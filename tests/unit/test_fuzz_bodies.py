@@ -211,6 +211,7 @@ VALID: dict[str, dict[str, Any]] = {
         "testClock": CHALLENGE["endpointId"],
     },
     "SubscriptionCancel": {"atPeriodEnd": True},
+    "CaptureBody": {"amountMinor": "1500", "waitSeconds": 5},
     "ClockCreate": {"frozenTime": "2026-01-31T10:00:00Z"},
     "ClockAdvance": {"frozenTime": "2026-02-28T10:00:00.5+01:00"},
 }

@@ -95,7 +95,8 @@ class Held:
     payer: str
     amount: int
     network: str
-    body: dict[str, Any]  # the settlement call, sent again to capture
+    pay_to: str  # the terms accepted (the platform does not echo them)
+    asset: str
     context: tuple[Any, ...]  # the route, terms, request and native request, for the answer after
 
 

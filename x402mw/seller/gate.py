@@ -10,7 +10,7 @@ the payment is verified and claimed first (`Held`), then settled (`PaymentGate.c
 succeeded or given up (`PaymentGate.release`) when it failed.
 
 The unpaid path makes no network call once an endpoint's terms are known: the challenge is issued
-locally and sealed with an HMAC keyed from the API key, so that any worker process can check the
+locally and sealed with a hash keyed from the API key, so that any worker process can check the
 retried request's ``accepted`` terms; issued challenges reach the platform in background batches.
 
 The gate decides; what it answers is written elsewhere: the 402 (its JSON template, the paywall
@@ -191,20 +191,21 @@ class PaymentGate:
         """Settle a held payment (its tool succeeded): `Serve` with the settlement, or the `Answer`
         of a payment that could not be settled (then the tool's result must not be given)."""
         route, terms, request, native = held.context
-        body = held.body | {"capture": held.payment_id}
         try:
-            reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+            reply = yield self._capture_call(held.payment_id, None)
         except PlatformError as exc:
             logger.error("settlement call failed: %s; answering pending", exc.message)
             return pending_answer(
                 SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=held.network)
             )
-        accepted = held.body["accepted"]
-        return (
-            yield from self._settled(
-                route, terms, request, native, reply, str(accepted["payTo"]), str(accepted["asset"])
-            )
-        )
+        return (yield from self._settled(route, terms, request, native, reply, held.pay_to, held.asset))
+
+    def _capture_call(self, payment_id: str, amount: int | None) -> PlatformCall:
+        """The call that settles a held payment (a tool's, or a metered request's for ``amount``)."""
+        body: dict[str, Any] = {"waitSeconds": max(1.0, self.settle_timeout - 2.0)}
+        if amount is not None:
+            body["amountMinor"] = str(amount)
+        return PlatformCall("POST", f"/agent/settlements/{payment_id}/capture", body, timeout=self.settle_timeout)
 
     def release(self, held: Held) -> Generator[PlatformCall, Any, bool]:
         """Give up a held payment (its tool failed): nothing is taken, and the agent may use the same
@@ -214,20 +215,7 @@ class PaymentGate:
             reply = yield PlatformCall("POST", f"/agent/settlements/{held.payment_id}/release")
         except PlatformError as exc:
             reply = PlatformReply(0, {"error": {"message": exc.message}})
-        body = held.body
-        # Its challenge is recorded with the payment's outcome; a released payment has none.
-        self._issue(
-            (
-                body["challengeId"],
-                body["endpointId"],
-                held.network,
-                body["accepted"].get("asset", ""),
-                body["accepted"].get("payTo", ""),
-                held.amount,
-                body["resource"],
-                body["expiresAt"],
-            )
-        )
+        # (Its challenge was recorded with the hold.)
         if reply.status != 200:
             logger.error("could not release held payment %s: %s", held.payment_id, _reply_error(reply).message)
             return False
@@ -313,7 +301,8 @@ class PaymentGate:
                 payer=str(settlement.get("payer", "")),
                 amount=accepted.amount,
                 network=accepted.network,
-                body=body,
+                pay_to=accepted.pay_to,
+                asset=accepted.asset,
                 context=(route, terms, request, native),
             )
         return (yield from self._settled(route, terms, request, native, reply, accepted.pay_to, accepted.asset))
@@ -460,7 +449,6 @@ class PaymentGate:
                 challenge_id=challenge_id,
                 endpoint_id=terms.id,
                 payment_id=str(data.get("paymentId") or ""),
-                _body=body,
             )
             return ServeMetered(payment)
         header = (PAYMENT_RESPONSE, encode_header(response))
@@ -493,11 +481,10 @@ class PaymentGate:
         refused the settlement (the payer's balance fell below the usage, say). ``served=False``:
         the handler failed without a response; nothing is charged, and the authorization is closed."""
         amount = payment.close() if served else 0
-        body = payment._body | {"settleAmount": amount}
         network = payment.network
         unknown = SettlementResponse(success=False, error_reason=reasons.SETTLEMENT_PENDING, network=network)
         try:
-            reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+            reply = yield self._capture_call(payment.payment_id, amount)
         except PlatformError as exc:
             logger.error("metered settlement call failed: %s; answering pending", exc.message)
             return [(PAYMENT_RESPONSE, encode_header(unknown)), EXPOSE_HEADERS]

@@ -21,7 +21,6 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from x402mw.errors import PriceError, X402Error
 from x402mw.protocol.prices import to_atomic
@@ -59,7 +58,6 @@ class MeteredPayment:
     _charged: int = 0
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _body: dict[str, Any] = field(default_factory=dict, repr=False)  # the authorization, for the settle call
 
     @property
     def charged(self) -> int:

@@ -206,12 +206,10 @@ class SQLiteWriter:
         writer = cls._writers.get(engine.sync_engine)  # every batched write asks: the known case first
         if writer is not None:
             return writer
-        url = engine.url
-        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        url = _sqlite_file(engine)
+        if url is None:
             return None
-        if url.query.get("mode") == "memory":  # a shared in-memory database (file:…?mode=memory&uri=true)
-            return None
-        writer = cls._writers[engine.sync_engine] = cls(sync_url(url.render_as_string(hide_password=False)))
+        writer = cls._writers[engine.sync_engine] = cls(url)
         if not event.contains(engine.sync_engine, "engine_disposed", cls._stop):
             event.listen(engine.sync_engine, "engine_disposed", cls._stop)
         return writer
@@ -282,6 +280,105 @@ class SQLiteWriter:
 @dataclass(frozen=True, slots=True)
 class _Locked:
     error: OperationalError
+
+
+async def quick_read(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
+    """Run ``work``, a few indexed reads a request waits for (an API key, a payment by its id), on a
+    connection of ``engine``'s database and return what it returns.
+
+    On a SQLite file it runs on the event loop itself, on a connection of its own (`SQLiteReader`):
+    a read of one row by an index takes some 50 µs there, where the pool's connection costs about
+    800 µs of hand-overs to the driver's thread and back (``bench/bench_keys.py``). Elsewhere, and
+    whenever that connection cannot serve it at once, ``work`` runs on a pooled connection. Each
+    call reads what was committed when it started, by any process: nothing is cached."""
+    reader = SQLiteReader.of(engine)
+    if reader is not None:
+        result = reader.read(work)
+        if not isinstance(result, _Locked):
+            return result
+    async with engine.connect() as conn:
+        return await conn.run_sync(work)
+
+
+class SQLiteReader:
+    """A connection of the process's own to a SQLite file, for `quick_read`: one per engine, made on
+    first use and closed when the engine is disposed. It only reads (``query_only``), never waits
+    for a lock (``busy_timeout=0``: in WAL mode a reader waits for no writer, and the rare moment it
+    would, the read goes to the pool instead), and holds no transaction between reads, so that each
+    sees every commit made before it began."""
+
+    _readers: weakref.WeakKeyDictionary[Engine, SQLiteReader] = weakref.WeakKeyDictionary()
+
+    def __init__(self, url: str) -> None:
+        self._engine = create_engine(
+            url, connect_args={"check_same_thread": False}, pool_size=1, max_overflow=0, poolclass=QueuePool
+        )
+        event.listen(self._engine, "connect", _reader_connection)
+        self._busy = threading.Lock()  # one read at a time: loops of other threads go to the pool meanwhile
+        self._conn: Connection | None = None  # kept checked out: the pool's checkout and reset cost more than a read
+
+    @classmethod
+    def of(cls, engine: AsyncEngine) -> SQLiteReader | None:
+        """The reader of ``engine`` if it is on a SQLite file, else None."""
+        reader = cls._readers.get(engine.sync_engine)
+        if reader is not None:
+            return reader
+        url = _sqlite_file(engine)
+        if url is None:
+            return None
+        reader = cls._readers[engine.sync_engine] = cls(url)
+        if not event.contains(engine.sync_engine, "engine_disposed", cls._stop):
+            event.listen(engine.sync_engine, "engine_disposed", cls._stop)
+        return reader
+
+    @classmethod
+    def _stop(cls, engine: Engine) -> None:
+        reader = cls._readers.pop(engine, None)
+        if reader is not None:
+            with reader._busy:
+                reader._drop()
+                reader._engine.dispose()
+
+    def read(self, work: Callable[[Connection], T]) -> T | _Locked:
+        """``work`` now, in this thread: its result, or `_Locked` when the connection is in use by
+        another thread or the database cannot be read at this instant (nothing was read)."""
+        if not self._busy.acquire(blocking=False):
+            return _Locked(OperationalError("SQLiteReader.read", {}, sqlite3.OperationalError("reader in use")))
+        try:
+            if self._conn is None:
+                self._conn = self._engine.connect()
+            try:
+                return work(self._conn)
+            finally:
+                self._conn.rollback()  # ends SQLAlchemy's transaction; the driver opened none for reads
+        except OperationalError as exc:
+            if "locked" not in str(exc.orig) and "busy" not in str(exc.orig):
+                self._drop()
+                raise
+            return _Locked(exc)
+        finally:
+            self._busy.release()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+def _sqlite_file(engine: AsyncEngine) -> str | None:
+    """The sync URL of ``engine``'s database if it is a SQLite file (not in memory), else None."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    if url.query.get("mode") == "memory":  # a shared in-memory database (file:…?mode=memory&uri=true)
+        return None
+    return sync_url(url.render_as_string(hide_password=False))
+
+
+def _reader_connection(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.execute("PRAGMA query_only=ON")
+    dbapi_connection.execute("PRAGMA busy_timeout=0")
 
 
 def _writer_connection(dbapi_connection: Any, record: Any) -> None:

@@ -162,7 +162,7 @@ class SettlementResult(ResponseModel):
     status: Literal["settled", "pending", "failed", "held", "authorized"] = Field(
         description="`held`: a paid tool's payment verified and claimed before the tool runs, captured or "
         "released after it; `authorized`: an `upto` payment verified and held for the request, to be settled "
-        "for its usage with a second call carrying `settleAmount`"
+        "for its usage; either is settled with `POST /agent/settlements/{paymentId}/capture`"
     )
     settlement: WireSettlement
     message: str | None = omitted_if_none()

@@ -16,6 +16,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from x402mw.platform.db import tables
+from x402mw.platform.db.engine import quick_read
 from x402mw.platform.db.models import ApiKey, Merchant, utcnow
 
 KEY_USE_PRECISION = timedelta(minutes=1)
@@ -86,8 +87,7 @@ async def lookup_key(engine: AsyncEngine, key: str) -> Caller | None:
     if not key.startswith(("sk_test_", "sk_live_")) or len(key) > 100:
         return None
     wanted = hash_key(key)
-    async with engine.connect() as conn:
-        row = (await conn.execute(_BY_HASH, {"key_hash": wanted})).first()
+    row = await quick_read(engine, lambda conn: conn.execute(_BY_HASH, {"key_hash": wanted}).first())
     if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, wanted):
         return None
     now = utcnow()

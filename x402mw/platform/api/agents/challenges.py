@@ -97,9 +97,8 @@ async def register_batch(request: Request) -> ModelResponse:
 
 def _status(challenge: Any, payment: AgentPayment | None, now: datetime) -> str:
     if payment is not None:
-        return {"held": "processing", "claimed": "processing", "submitted": "processing"}.get(
-            payment.status, payment.status
-        )
+        # paid and not settled yet: held (the work it pays for runs), or on its way to the chain
+        return "processing" if payment.status in ("held", "authorized", "claimed", "submitted") else payment.status
     expires = challenge.expires_at if challenge.expires_at.tzinfo else challenge.expires_at.replace(tzinfo=UTC)
     return "expired" if expires <= now else "open"
 

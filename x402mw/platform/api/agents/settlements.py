@@ -1,10 +1,12 @@
 """``POST /agent/settlements`` (the seller middleware's one call per paid request), the merchant's
 agent payments, and monthly usage with the planned fee (computed and shown, not billed).
 
-A paid MCP tool call makes two: ``hold: true`` verifies and claims the authorization before the tool
-runs (answered ``held`` with the payment's id); then the same body with ``capture: <that id>``
-settles it once the tool succeeded, or ``POST /agent/settlements/{id}/release`` gives it up when the
-tool failed (nothing taken; the same authorization may be used again)."""
+Work paid before it is settled makes two calls. A paid MCP tool: ``hold: true`` verifies and claims
+the authorization before the tool runs (answered ``held`` with the payment's id). A metered route
+(an ``upto`` payment): the payment is always held first (answered ``authorized``). Then
+``POST /agent/settlements/{id}/capture`` settles it, for the usage reported (``upto``), once the
+work is done; or, when a tool failed, ``POST /agent/settlements/{id}/release`` gives it up (nothing
+taken; the same authorization may be used again)."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from x402mw.platform.http.routing import LIST_PARAMS, STRING, UUID, ApiRoute, Op
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
-from x402mw.platform.services.settlement.checks import EndpointPolicy
+from x402mw.platform.services.settlement.checks import EndpointPolicy, PaymentRefusal
 from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, payment_of
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.protocol import reasons
@@ -53,14 +55,9 @@ class SettleBody(BaseModel):
     hold: bool = Field(
         default=False,
         description="verify and claim the payment without sending it (answered `held`): a paid MCP tool, "
-        "settled with `capture` once the tool succeeded or released when it failed",
+        "captured once the tool succeeded or released when it failed (an `upto` payment is always held, "
+        "answered `authorized`)",
     )
-    capture: Uuid | None = Field(
-        default=None, description="the id of this payment's `held` agent payment: settle it now"
-    )
-    # upto: absent, the payment is verified and held for the request (`authorized`); present, the
-    # held payment is settled for this amount (0 … the ceiling), once.
-    settleAmount: StrictInt | None = Field(default=None, ge=0)
     # what the discovery catalogue lists of a discoverable endpoint's resource
     description: str | None = Field(
         default=None, max_length=1000, description="what the resource is, for the discovery catalogue"
@@ -70,6 +67,19 @@ class SettleBody(BaseModel):
     )
     extensions: dict[str, Any] | None = Field(
         default=None, description="the route's `bazaar` declaration, for the discovery catalogue"
+    )
+
+
+class CaptureBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    amountMinor: str | None = Field(
+        default=None,
+        pattern=r"^(?:0|[1-9][0-9]{0,17})$",
+        description="atomic units to settle: an `upto` payment's usage, from 0 (nothing sent) to its signed "
+        "ceiling, required; an `exact` payment settles its held amount (this, if given, must be it)",
+    )
+    waitSeconds: float = Field(
+        default=20.0, ge=0.1, le=120.0, description="how long to wait for inclusion before answering `pending`, 0.1–120"
     )
 
 
@@ -152,17 +162,12 @@ async def settle(request: Request) -> ModelResponse:
         wait_seconds=body.waitSeconds,
         # A retry of a challenge that expired gets the outcome of its payment, if it was made;
         # no new payment is settled on it.
-        known_only=body.expiresAt <= platform.clock.time() and body.capture is None,
-        hold=body.hold and body.capture is None,
-        capture=body.capture,
+        known_only=body.expiresAt <= platform.clock.time(),
+        hold=body.hold,
     )
     try:
-        if upto and body.settleAmount is not None:
-            outcome = await platform.upto.capture(settle, body.settleAmount)
-        elif upto:
+        if upto:
             outcome = await platform.upto.authorize(settle)
-        elif body.settleAmount is not None:
-            raise HttpError(400, "parameter_invalid", "settleAmount is for upto payments only", param="settleAmount")
         else:
             outcome = await platform.settlement.settle(settle)
     except IdentifierConflict as conflict:
@@ -177,6 +182,23 @@ async def settle(request: Request) -> ModelResponse:
             extensions=body.extensions if body.extensions is not None else payload.extensions,
             settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
         )
+    return _reply(outcome)
+
+
+async def capture(request: Request) -> ModelResponse:
+    caller = await authenticate(request)
+    payment_id = path_uuid(request, "payment_id", "agent payment")
+    body = parse_body(CaptureBody, await read_json(request, allow_empty=True))
+    amount = None if body.amountMinor is None else int(body.amountMinor)
+    platform = platform_of(request)
+    try:
+        outcome = await platform.upto.captures.capture(
+            caller.merchant_id, payment_id, amount, wait_seconds=body.waitSeconds
+        )
+    except PaymentRefusal as refusal:
+        raise HttpError(400, refusal.reason, f"{refusal.message}; nothing was taken", param="amountMinor") from None
+    if outcome is None:
+        raise HttpError.missing("agent payment", payment_id)
     return _reply(outcome)
 
 
@@ -272,6 +294,25 @@ routes = [
             answer=objects.SettlementResult,
             body=SettleBody,
             errors=(404, 409),
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/agent/settlements/{payment_id}/capture",
+        capture,
+        Operation(
+            id="captureAgentPayment",
+            tag=_TAG,
+            summary="Settle a held payment",
+            description="Called by the seller once the work a held payment pays for is done: a paid MCP tool's "
+            "payment (`held`) for its amount, a metered route's (`authorized`, the `upto` scheme) for the "
+            "usage its handler reported, from 0 (settled with no transaction) to the signed ceiling. "
+            "Answers as a settlement does. A payment is captured once: a capture sent again, or another, "
+            "answers the outcome of the first. A held payment whose authorization ran out is not sent "
+            "(`failed`; a tool's hold is given up). 404 for a payment that was never held or was released.",
+            answer=objects.SettlementResult,
+            body=CaptureBody,
+            errors=(400, 404),
         ),
     ),
     ApiRoute(

@@ -79,7 +79,6 @@ class SettleRequest:
     known_only: bool = False  # the challenge expired: answer a payment already made, settle no new one
     terms: EndpointPolicy | None = None  # the endpoint's, which the payment's terms must match
     hold: bool = False  # verify and claim it as `held`, send nothing (an MCP tool runs before it is settled)
-    capture: str | None = None  # the id of this authorization's held payment, to settle now
 
     def claim(
         self,

@@ -118,7 +118,7 @@ class SettlementRecovery:
         """Drop the upto payments held for a request that never settled them (its seller stopped)
         whose permit expired before ``now`` (Unix seconds): nothing was or can be charged. Each
         leaves what any challenge that was not paid leaves, its challenge recorded without a payment
-        (a held payment's challenge is registered at its settlement, which never came). How many."""
+        (recorded with the hold; here for a hold made before holds recorded theirs). How many."""
         table = tables.agent_payments
         lapsed = delete(table).where(table.c.status == "authorized", table.c.valid_before <= now)
         columns = [

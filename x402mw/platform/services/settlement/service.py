@@ -8,8 +8,8 @@ failed; it completes in the background and a retry gets the receipt.
 
 For an MCP tool (`SettleRequest.hold`) the order is the x402 MCP transport's: the authorization is
 verified, simulated and claimed as *held* before the tool runs, nothing sent; once the tool
-succeeded the seller settles it (`SettleRequest.capture`, the held payment's id), and when the tool
-failed it releases it (`SettlementService.release_hold`): the claim is deleted, nothing was taken,
+succeeded the seller settles it by its id (`Captures`, the same step as an ``upto`` payment's usage),
+and when the tool failed it releases it (`SettlementService.release_hold`): the claim is deleted, nothing was taken,
 and the same authorization may be used again. While it is held, any other use of it is refused
 (`payment_in_use`); once used, a hold of it is refused (a tool call is never served again on a used
 authorization).
@@ -177,7 +177,7 @@ class SettlementService:
             # (A paid tool's hold and capture are two steps of one payment: its id binds neither.)
             payload = request.payload if isinstance(request.payload, PaymentPayload) else None
             plain = payload is not None and request.merchant_id is not None and not request.hold
-            identifier = payment_identifier(payload) if plain and payload is not None and not request.capture else None
+            identifier = payment_identifier(payload) if plain and payload is not None else None
         except PaymentRefusal as refusal:
             outcome = failed(request.accepted.network, refusal.reason, refusal.message)
         else:
@@ -223,19 +223,10 @@ class SettlementService:
             if verified.smart:  # not a key's signature: its wallet says (the key path never comes here)
                 verified = await verify_contract_signer(verified.chain, verified, self.codes)
         except PaymentRefusal as refusal:
-            if request.capture is not None:  # e.g. its validBefore passed while the tool ran
-                held_row = await self.writes.load(request.capture)
-                if held_row is not None and held_row.merchant_id == request.merchant_id:
-                    await self.writes.release(held_row.id, status="held")
             return failed(network, refusal.reason, refusal.message)
         except ChainUnavailable:
             return unavailable(network)
         key = authorization_key(verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce)
-        if request.capture is not None:
-            existing = await self.writes.load(request.capture)
-            if existing is None or existing.merchant_id != request.merchant_id or _key_of(existing) != key:
-                return failed(network, reasons.HOLD_NOT_FOUND, "no held payment of this authorization to settle")
-            return await self._join_existing(key, request, verified, existing)
         if request.known_only:
             existing = await self.writes.load_by_authorization(
                 verified.chain.chain_id, request.accepted.asset, verified.payer, verified.auth.nonce
@@ -263,7 +254,7 @@ class SettlementService:
             else None
         )
         row = self._new_payment(request, verified)
-        claim = self.writes.claim(row.row())
+        claim = self.writes.claim(row.row(), request.challenge if request.hold else None)
         # One task takes the claim's answer and goes on to the chain without waiting for this
         # coroutine to resume (a turn of the event loop less before the transfer is sent); it is
         # also what keeps the settlement going should this caller be cancelled.
@@ -368,15 +359,11 @@ class SettlementService:
             # way this caller's authorization is used, and the other payment is none of its business.
             return failed(network, reasons.NONCE_USED, "this authorization nonce has already been used")
         if existing.status == "held":
-            if request.capture == existing.id and await self._take(existing, "held", "claimed"):
-                return await self._run_again(key, existing, request, verified)
-            if request.capture != existing.id:
-                return failed(
-                    network,
-                    reasons.PAYMENT_IN_USE,
-                    "this authorization is held for a tool call still in progress; nothing was taken",
-                )
-            existing = await self.writes.load(existing.id) or existing  # settled or released meanwhile
+            return failed(
+                network,
+                reasons.PAYMENT_IN_USE,
+                "this authorization is held for a tool call still in progress; nothing was taken",
+            )
         if existing.status == "failed" and existing.transaction is None and not request.known_only:
             # ServiceError before reaching the chain (e.g. insufficient funds): the same signature may try again.
             taken = await self._take(existing, "failed", "held" if request.hold else "claimed")
@@ -389,13 +376,18 @@ class SettlementService:
             if existing.status == "failed":
                 return outcome_for(existing)
             return failed(network, reasons.NONCE_USED, "this authorization has already been used; sign a new one")
-        running = self._inflight.get(key)
+        return await self.join(existing, network, request.wait_seconds)
+
+    async def join(self, existing: Payment, network: str, wait_seconds: float) -> SettleOutcome:
+        """The outcome of a payment taken for settlement already: this process's settlement of it
+        (waited for up to ``wait_seconds``), what was recorded, or else recovery's finish of it now."""
+        running = self._inflight.get(_key_of(existing))
         if running is not None:
-            return await self._wait(running, existing.id, network, request.wait_seconds)
+            return await self._wait(running, existing.id, network, wait_seconds)
         answered = await self.releases.recorded_outcome(existing.id)
         if answered is not None or existing.status in ("settled", "failed"):
             return answered or outcome_for(existing)
-        return await self.recovery.finish(existing, wait=request.wait_seconds)
+        return await self.recovery.finish(existing, wait=wait_seconds)
 
     async def _take(self, existing: AgentPayment, before: str, after: str) -> bool:
         """Move ``existing`` from status ``before`` to ``after``, unless another caller moved it first."""
@@ -468,22 +460,33 @@ class SettlementService:
             smart=verified.smart,
             deployment=verified.deployment,
         )
-        return await self.execute(row, request, verified.chain, transfer, started, simulation, simulate=self.simulate)
+        return await self.execute(
+            row,
+            verified.chain,
+            transfer,
+            started,
+            network=request.accepted.network,
+            challenge=request.challenge,
+            simulation=simulation,
+            simulate=self.simulate,
+        )
 
     async def execute(
         self,
         row: Payment,
-        request: SettleRequest,
         chain: ChainHandle,
         transfer: Transfer,
         started: float,
-        simulation: asyncio.Future[Any] | None = None,
         *,
+        network: str,
+        challenge: dict[str, Any] | None = None,
+        simulation: asyncio.Future[Any] | None = None,
         simulate: bool = False,
     ) -> SettleOutcome:
         """Send ``transfer`` for the claimed ``row`` (after ``simulation``, or a simulation of its
-        own with ``simulate``), wait for it and release the payment; the outcome, recorded."""
-        network = request.accepted.network
+        own with ``simulate``), wait for it (to the row's release policy) and release the payment;
+        the outcome, recorded, answered on ``network`` (as the payer named it), with ``challenge``
+        recorded unless it was already."""
         try:
             if transfer.deployment is not None and transfer.auth is not None:
                 await prepare_payer(chain, transfer.asset, transfer.auth, transfer.deployment, self.codes)
@@ -500,7 +503,7 @@ class SettlementService:
                 transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
             )
         except PaymentRefusal as refusal:
-            await self.writes.failed(row.id, refusal.reason, challenge=request.challenge)
+            await self.writes.failed(row.id, refusal.reason, challenge=challenge)
             return failed(network, refusal.reason, refusal.message, payment_id=row.id)
         except Exception as exc:
             if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
@@ -514,10 +517,10 @@ class SettlementService:
                 await self.writes.release(row.id)
                 return unavailable(network)
             logger.exception("settlement %s failed unexpectedly before its transfer was sent", row.id)
-            await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR, challenge=request.challenge)
+            await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR, challenge=challenge)
             return failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "the transfer could not be sent", payment_id=row.id)
         row.transaction = tx
-        confirmations = chain.confirmations if request.release_policy == "confirmed" else 0
+        confirmations = chain.confirmations if row.release_policy == "confirmed" else 0
         # Watch for inclusion while the transaction is recorded (for recovery, should we stop).
         inclusion = asyncio.ensure_future(chain.wait_for(tx, confirmations=confirmations))
         try:
@@ -543,7 +546,7 @@ class SettlementService:
             if used:  # by another transaction: a process that took the payment over sent it too
                 return await self.recovery.finish(row, wait=5.0, owner=True)
             await self.writes.failed(
-                row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number, challenge=request.challenge
+                row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number, challenge=challenge
             )
             return failed(
                 network,
@@ -553,9 +556,7 @@ class SettlementService:
                 payment_id=row.id,
             )
         tx = receipt.transaction_hash  # the version of the transfer that was mined
-        outcome = await self.releases.release(
-            row, receipt.block_number, tx, started, sent_at, included_at, request.challenge
-        )
+        outcome = await self.releases.release(row, receipt.block_number, tx, started, sent_at, included_at, challenge)
         metrics.time_settlement(chain.network.caip2, started, sent_at, included_at, time.perf_counter())
         return outcome
 

@@ -7,12 +7,12 @@
    the authorization is claimed under the same unique (chain, token, payer, nonce) as an ``exact``
    payment, with the Permit2 nonce as its nonce. The claim is ``authorized`` and leased to the
    request that made it (`AUTHORIZE_LEASE`): the same signature sent again meanwhile is *pending*.
-2. `UptoSettlement.capture` (after the handler): the usage, at most the ceiling, is written on the
-   claim once (``authorized`` -> ``claimed``), then sent, waited for and released exactly as an
-   ``exact`` payment (`SettlementService.execute`): pending past the wait, never failed for being
-   slow, finished by recovery if its process stops. A usage of 0 sends nothing: the payment is
-   settled for 0 with a receipt and no transaction, and the permit's nonce stays unused on-chain
-   (the platform's claim keeps it from being settled again).
+2. `Captures.capture` (after the handler), by the payment's id: the usage, at most the ceiling, is
+   written on the claim once (``authorized`` -> ``claimed``), then sent, waited for and released
+   exactly as an ``exact`` payment (`SettlementService.execute`): pending past the wait, never
+   failed for being slow, finished by recovery if its process stops. A usage of 0 sends nothing:
+   the payment is settled for 0 with a receipt and no transaction, and the permit's nonce stays
+   unused on-chain (the platform's claim keeps it from being settled again).
 
 A payer without a Permit2 allowance and no EIP-2612 permit is refused with
 ``permit2_allowance_required`` (HTTP 412 to the agent). The facilitator's ``/settle`` does both
@@ -25,7 +25,6 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -33,7 +32,6 @@ from typing import Any
 from sqlalchemy import delete, update
 
 from x402mw.evm.eip712 import InvalidSignatureError, TokenDomain, recover_digest_signer
-from x402mw.evm.keys import to_checksum_address
 from x402mw.evm.permit2 import UptoPermit, permit2612_digest, upto_permit_digest
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.contracts import EIP2612Permit
@@ -42,6 +40,7 @@ from x402mw.platform.chain.token import allowance, balance_of, permit_nonce
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.settlement.captures import Captures
 from x402mw.platform.services.settlement.checks import (
     MIN_VALIDITY_SECONDS,
     EndpointPolicy,
@@ -51,16 +50,14 @@ from x402mw.platform.services.settlement.checks import (
 )
 from x402mw.platform.services.settlement.outcomes import (
     Claimed,
-    Payment,
     SettleOutcome,
     SettleRequest,
-    authorization_key,
     failed,
     outcome_for,
     unavailable,
 )
 from x402mw.platform.services.settlement.service import SettlementService
-from x402mw.platform.services.settlement.transfers import Transfer, transfer_of, upto_transfer
+from x402mw.platform.services.settlement.transfers import Transfer, upto_transfer
 from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentRequirements, UptoPaymentPayload
 from x402mw.protocol.networks import PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS
@@ -113,14 +110,12 @@ def verify_upto(
     endpoint: EndpointPolicy | None,
     *,
     settle_amount: int | None = None,
-    held: bool = False,
 ) -> VerifiedUpto:
     """Check an upto payment off-chain; `PaymentRefusal` with the x402 reason code otherwise.
 
     ``accepted.amount`` is the ceiling (verification) unless ``settle_amount`` is given (the
     facilitator's settle, where the requirements carry the amount to settle): then the signed
-    ceiling is ``permitted.amount``, which ``settle_amount`` may not exceed. ``held``: the payment
-    is one held already, found by its payload hash; its signatures are not recovered again."""
+    ceiling is ``permitted.amount``, which ``settle_amount`` may not exceed."""
     chain, domain = settled_on(chains, "upto", accepted, endpoint)  # the token's: for its EIP-2612 permit
     wire = payload.payload.permit2_authorization
     if not _same(wire.spender, UPTO_PERMIT2_PROXY_ADDRESS):
@@ -157,15 +152,12 @@ def verify_upto(
             facilitator=wire.witness.facilitator,
             valid_after=wire.witness.valid_after,
         )
-        if held:  # checked when it was held: the claim found by its payload hash vouches for it
-            signer = to_checksum_address(wire.from_address)
-        else:
-            signer = recover_digest_signer(upto_permit_digest(chain.chain_id, permit), signature)
+        signer = recover_digest_signer(upto_permit_digest(chain.chain_id, permit), signature)
     except (ValueError, InvalidSignatureError):
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit's signature is malformed") from None
     if not _same(signer, wire.from_address):
         raise PaymentRefusal(reasons.PERMIT2_INVALID_SIGNATURE, "the permit is not signed by its 'from'")
-    permit2612 = None if held else _permit2612(domain, payload, signer, wire.permitted.token, ceiling)
+    permit2612 = _permit2612(domain, payload, signer, wire.permitted.token, ceiling)
     digest = hashlib.sha256(signature + repr(sorted(wire.to_wire().items())).encode() + accepted.asset.lower().encode())
     return VerifiedUpto(chain, permit, signature, signer, digest.hexdigest(), permit2612, accepted.asset)
 
@@ -202,6 +194,7 @@ class UptoSettlement:
 
     def __init__(self, service: SettlementService, *, lease: timedelta = AUTHORIZE_LEASE) -> None:
         self.service = service
+        self.captures = Captures(service)
         self.lease = lease
 
     def verify(
@@ -211,7 +204,6 @@ class UptoSettlement:
         endpoint: EndpointPolicy | None = None,
         *,
         settle_amount: int | None = None,
-        held: bool = False,
     ) -> VerifiedUpto:
         return verify_upto(
             self.service.chains,
@@ -220,7 +212,6 @@ class UptoSettlement:
             payload,
             endpoint,
             settle_amount=settle_amount,
-            held=held,
         )
 
     async def check_on_chain(self, verified: VerifiedUpto) -> None:
@@ -273,11 +264,6 @@ class UptoSettlement:
         """Step 1: verify, simulate and claim; ``authorized`` (or the outcome the authorization has)."""
         return self.service.counted(request.accepted.network, await self._authorize(request))
 
-    async def capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
-        """Step 2: settle ``amount`` (0 … the ceiling) on the authorization ``request`` carries,
-        once; any later call gets the outcome of the first."""
-        return self.service.counted(request.accepted.network, await self._capture(request, amount))
-
     async def settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
         """Both steps at once (the facilitator's ``/settle``): ``request.accepted.amount`` is the
         amount to settle, the payload's ``permitted.amount`` the ceiling."""
@@ -310,7 +296,7 @@ class UptoSettlement:
         simulation = verified.chain.facilitator.simulate_soon(transfer.to, transfer.calldata)
         row = self._new_claim(request, verified)
         try:
-            won = await self.service.writes.claim(row.row())
+            won = await self.service.writes.claim(row.row(), request.challenge)
         except BaseException:
             simulation.cancel()
             raise
@@ -342,37 +328,6 @@ class UptoSettlement:
         async with self.service.engine.begin() as conn:
             await conn.execute(delete(table).where(table.c.id == payment_id, table.c.status == "authorized"))
 
-    async def _capture(self, request: SettleRequest, amount: int) -> SettleOutcome:
-        network = request.accepted.network
-        payload = request.payload
-        if not isinstance(payload, UptoPaymentPayload):
-            return failed(network, reasons.INVALID_SCHEME, "an exact payload cannot pay upto terms")
-        try:
-            verified = self.verify(request.accepted, payload, request.terms, settle_amount=amount, held=True)
-        except PaymentRefusal as refusal:
-            return failed(network, refusal.reason, refusal.message)
-        started = time.perf_counter()
-        # The claim this payload holds goes from authorized to claimed with the usage, only if it
-        # is still authorized (a retry, or another process, finds it taken): in one batched write.
-        taken = await self.service.writes.capture(
-            {
-                "chain_id": verified.chain.chain_id,
-                "asset": verified.asset,
-                "payer": verified.payer,
-                "nonce": "0x" + _nonce_bytes(verified.permit.nonce).hex(),
-                "payload_hash": verified.payload_hash,
-                "merchant_id": request.merchant_id,
-            },
-            amount,
-        )
-        if taken is not None:
-            # a plain record, not a table model (whose instrumented attributes cost more to build)
-            return await self._captured(Claimed(**taken), request, verified, amount, started)
-        existing = await self._load(verified)
-        if existing is None:
-            return failed(network, reasons.INVALID_PAYLOAD, "this authorization was never authorized here")
-        return await self._join(existing, request, verified)
-
     async def _settle(self, request: SettleRequest, amount: int) -> SettleOutcome:
         payload = request.payload
         network = request.accepted.network
@@ -383,9 +338,12 @@ class UptoSettlement:
             return failed(network, reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT, "the amount exceeds the signed ceiling")
         authorize = dataclasses.replace(request, accepted=request.accepted.model_copy(update={"amount": ceiling}))
         outcome = await self._authorize(authorize)
-        if outcome.status != "authorized":
+        if outcome.status != "authorized" or outcome.payment_id is None:
             return outcome
-        return await self._capture(authorize, amount)
+        captured = await self.captures.capture(
+            request.merchant_id, outcome.payment_id, amount, wait_seconds=request.wait_seconds
+        )
+        return captured or failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "the authorization was given up meanwhile")
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -421,14 +379,7 @@ class UptoSettlement:
         if existing.payload_hash != verified.payload_hash or existing.merchant_id != request.merchant_id:
             return failed(network, reasons.PERMIT2_NONCE_USED, "this Permit2 nonce has already been used")
         if existing.status != "authorized":
-            key = _key(existing)
-            running = await self.service.join_running(key, existing.id, network, request.wait_seconds)
-            if running is not None:
-                return running
-            answered = await self.service.releases.recorded_outcome(existing.id)
-            if answered is not None or existing.status in ("settled", "failed"):
-                return answered or outcome_for(existing)
-            return await self.service.recovery.finish(existing, wait=min(request.wait_seconds, 5.0))
+            return await self.service.join(existing, network, min(request.wait_seconds, 5.0))
         # Authorized and not captured: the request holding it is being served, or gave it up.
         now = self.service.clock.now()
         async with self.service.engine.begin() as conn:
@@ -447,24 +398,6 @@ class UptoSettlement:
         response = outcome.response.model_copy(update={"error_reason": reasons.SETTLEMENT_PENDING})
         return SettleOutcome("pending", response, "another request is being served with this payment", existing.id)
 
-    async def _captured(
-        self, row: Claimed, request: SettleRequest, verified: VerifiedUpto, amount: int, started: float
-    ) -> SettleOutcome:
-        if amount == 0:  # nothing to move: settled for 0, no transaction
-            return await self.service.releases.release(row, None, "", started, started, started, request.challenge)
-        # Not simulated again (it was, for the whole ceiling, when authorized): a payer whose balance
-        # fell below the usage since is refused by the chain (the transfer reverts, and fails).
-        transfer = transfer_of(row)  # with the EIP-2612 permit the claim kept, if any
-        assert transfer is not None  # an upto claim keeps its signature
-        work = self.service.execute(row, request, verified.chain, transfer, started)
-        return await self.service.run_settlement(
-            _key(row), row.id, request.accepted.network, request.wait_seconds, work
-        )
-
 
 def _nonce_bytes(nonce: int) -> bytes:
     return nonce.to_bytes(32, "big")
-
-
-def _key(row: Payment) -> str:
-    return authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))

@@ -1,10 +1,12 @@
 """The settlement's writes, grouped (`Coalescer`) so that concurrent settlements in a process share
-their round trips to the database. There are two groups:
+their round trips to the database. There are three groups:
 
 - **claims**, the one write a settlement waits for before it relays: a single
   ``INSERT … ON CONFLICT DO NOTHING RETURNING`` of the payments, committed on its own (one round
   trip); a claim answers whether its row went in, that is whether its authorization (chain, token,
-  payer, nonce) was still unclaimed;
+  payer, nonce) was still unclaimed. A held payment's claim records its challenge with it;
+- **captures**: a held payment (``held``, or ``authorized`` for upto) taken for settlement by its
+  id, for its amount, if it is still held;
 - **records**, everything written after: ``submitted`` (the transaction sent, so that recovery can
   find it should the process stop), ``settled`` (the transaction and the receipt, the challenge
   linked to the payment, ``agent_payment.settled`` in the outbox) and ``failed`` (the reason). Each
@@ -30,9 +32,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
-from x402mw.platform.db.engine import HeldConnection
+from x402mw.platform.db.engine import HeldConnection, quick_read
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.outbox import insert_events
+from x402mw.platform.services.settlement.outcomes import Claimed
 
 _payments, _challenges = tables.agent_payments, tables.agent_challenges
 CLAIM_FLUSHES = 2  # claim batches written at once
@@ -51,23 +54,13 @@ def _param(name: str, column: str) -> Any:
     return bindparam(f"b_{name}", type_=_payments.c[column].type)
 
 
-CAPTURE_KEY = ("chain_id", "asset", "payer", "nonce", "payload_hash")
-"""The columns an upto capture finds its claim by (with ``merchant_id``)."""
-
-
-def _capture_statement(*, merchant: bool) -> Any:
-    where = [_payments.c[name] == bindparam(f"c_{name}", type_=_payments.c[name].type) for name in CAPTURE_KEY]
-    if merchant:
-        where.append(_payments.c.merchant_id == bindparam("c_merchant_id", type_=_payments.c.merchant_id.type))
-    else:
-        where.append(_payments.c.merchant_id.is_(None))
-    return (
-        update(_payments)
-        .where(*where, _payments.c.status == "authorized")
-        .values(status="claimed", amount_minor=bindparam("c_amount", type_=_payments.c.amount_minor.type))
-        .values(locked_until=None)
-        .returning(*_payments.c)
-    )
+_CAPTURE = (
+    update(_payments)
+    .where(_payments.c.id == bindparam("c_id"), _payments.c.status == bindparam("c_status"))
+    .values(status="claimed", amount_minor=bindparam("c_amount", type_=_payments.c.amount_minor.type))
+    .values(locked_until=None)
+)
+"""A held payment taken for settlement, if it is still in the status it was read in (`SettlementWrites.capture`)."""
 
 
 class SettlementWrites:
@@ -116,38 +109,33 @@ class SettlementWrites:
         flushes = 1 if engine.dialect.name == "sqlite" else CLAIM_FLUSHES
         self._claim_conns = [HeldConnection(engine, inline=True) for _ in range(flushes)]
         self._record_conn = HeldConnection(engine)
-        self._claims: Coalescer[dict[str, Any], bool] = Coalescer(self._write_claims, flushes=flushes)
+        self._claims: Coalescer[tuple[dict[str, Any], dict[str, Any] | None], bool] = Coalescer(
+            self._write_claims, flushes=flushes
+        )
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
-        # upto: authorized claims taken for their usage, a batch in one transaction; the statement
-        # built once (with a merchant, and without: the facilitator's own), as it is on each
-        # metered request's path.
-        self._capture_by = {merchant: _capture_statement(merchant=merchant) for merchant in (True, False)}
+        # Held payments taken for settlement (`capture`), a batch in one transaction.
         self._capture_conn = HeldConnection(engine, inline=True)
-        self._captures: Coalescer[tuple[dict[str, Any], int], dict[str, Any] | None] = Coalescer(self._write_captures)
+        self._captures: Coalescer[tuple[str, str, int], bool] = Coalescer(self._write_captures)
 
-    def claim(self, payment: dict[str, Any]) -> asyncio.Future[bool]:
+    def claim(self, payment: dict[str, Any], challenge: dict[str, Any] | None = None) -> asyncio.Future[bool]:
         """Queue the ``agent_payments`` row ``payment`` for the next batch of claims, at once; the
-        future answers False when its authorization is claimed already."""
-        return self._claims.enqueue(payment)
+        future answers False when its authorization is claimed already. ``challenge``: the row of
+        the challenge it answers, recorded with it (unless recorded already), for a payment that is
+        held (settled later by its id alone)."""
+        return self._claims.enqueue((payment, challenge))
 
-    def capture(self, authorization: dict[str, Any], amount: int) -> asyncio.Future[dict[str, Any] | None]:
-        """Queue the capture of an upto claim: the row matching ``authorization`` (its values of
-        `CAPTURE_KEY` and ``merchant_id``), if still ``authorized``, becomes ``claimed`` with
-        ``amount``; the future answers its row, or None when no such claim is authorized (taken
-        already, or never made)."""
-        return self._captures.enqueue((authorization, amount))
+    def capture(self, payment_id: str, status: str, amount: int) -> asyncio.Future[bool]:
+        """Queue the capture of a held payment: if it is still in ``status`` (``held``, or ``authorized``
+        for upto), it becomes ``claimed`` for ``amount``; the future answers False when another
+        caller took it first."""
+        return self._captures.enqueue((payment_id, status, amount))
 
-    async def _write_captures(self, items: list[tuple[dict[str, Any], int]]) -> list[dict[str, Any] | None]:
-        def write(conn: Connection) -> list[dict[str, Any] | None]:
-            found: list[dict[str, Any] | None] = []
-            for authorization, amount in items:
-                merchant = authorization["merchant_id"] is not None
-                values = {f"c_{name}": authorization[name] for name in CAPTURE_KEY} | {"c_amount": amount}
-                if merchant:
-                    values["c_merchant_id"] = authorization["merchant_id"]
-                row = conn.execute(self._capture_by[merchant], values).mappings().first()
-                found.append(dict(row) if row is not None else None)
-            return found
+    async def _write_captures(self, items: list[tuple[str, str, int]]) -> list[bool]:
+        def write(conn: Connection) -> list[bool]:
+            return [
+                conn.execute(_CAPTURE, {"c_id": payment_id, "c_status": status, "c_amount": amount}).rowcount == 1
+                for payment_id, status, amount in items
+            ]
 
         return await self._capture_conn.run(write)
 
@@ -224,6 +212,13 @@ class SettlementWrites:
             )
         return bool(taken.rowcount == 1)
 
+    async def find(self, payment_id: str) -> Claimed | None:
+        """The payment ``payment_id`` as recorded, or None: a plain record, read at once (`quick_read`),
+        for a request's path."""
+        query = select(_payments).where(_payments.c.id == payment_id)
+        found = await quick_read(self.engine, lambda conn: conn.execute(query).mappings().first())
+        return Claimed(**found) if found else None
+
     async def load(self, payment_id: str) -> AgentPayment | None:
         """The payment ``payment_id`` as recorded, or None."""
         async with self.engine.connect() as conn:
@@ -242,13 +237,19 @@ class SettlementWrites:
             found = (await conn.execute(query)).mappings().first()
         return AgentPayment.model_validate(dict(found)) if found else None
 
-    async def _write_claims(self, payments: list[dict[str, Any]]) -> list[bool]:
+    async def _write_claims(self, claims: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[bool]:
+        payments = [payment for payment, _ in claims]
+        challenges = list({c["id"]: c for _, c in claims if c is not None}.values())
+
         def insert(conn: Connection) -> set[str]:
+            if challenges:  # before the claims: kept should the claim lose (the challenge was answered)
+                conn.execute(self._insert_challenges, challenges)
             return set(conn.execute(self._insert_payments, payments).scalars())
 
         held = self._claim_conns.pop()  # one per flush: never empty
         try:
-            inserted = await held.run(insert, atomic=False)  # one statement: atomic by itself
+            # each statement atomic by itself (a challenge recorded alone is one that was answered)
+            inserted = await held.run(insert, atomic=False)
         finally:
             self._claim_conns.append(held)
         return [payment["id"] in inserted for payment in payments]

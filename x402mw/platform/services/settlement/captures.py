@@ -1,0 +1,108 @@
+"""Settling a held payment by its id: the second step of the two that pay for work done before it
+is settled (``POST /agent/settlements/{id}/capture``).
+
+Two kinds of payment are held, each verified, simulated and claimed before the work runs, nothing
+sent: an ``exact`` payment of a paid MCP tool (``held``: captured for its amount once the tool
+succeeded, or released when it failed) and an ``upto`` payment of a metered route (``authorized``:
+captured for the usage its handler reported, 0 up to the signed ceiling). A capture takes the
+payment once (``held``/``authorized`` -> ``claimed``, with its amount), then sends, waits and
+releases it as any settlement (`SettlementService.execute`). The payment's row keeps everything
+the transfer needs (`transfer_of`), so a capture carries nothing but the id and the amount.
+
+One capture settles a payment: a capture sent again, or a second one, gets the outcome of the first
+(whatever amount it names). A held payment whose authorization ran out meanwhile is not sent: an
+``exact`` hold is given up (its claim deleted), an ``upto`` one is left to lapse.
+"""
+
+from __future__ import annotations
+
+import time
+
+from x402mw.platform.services.settlement.checks import MIN_VALIDITY_SECONDS, PaymentRefusal
+from x402mw.platform.services.settlement.outcomes import Claimed, SettleOutcome, authorization_key, failed
+from x402mw.platform.services.settlement.service import SettlementService
+from x402mw.platform.services.settlement.transfers import transfer_of
+from x402mw.protocol import reasons
+
+HELD = ("held", "authorized")
+"""The statuses of a payment held for a capture: an exact payment's, an upto payment's."""
+
+
+class Captures:
+    """Captures of held payments, on a `SettlementService` (its writes, sending and recovery)."""
+
+    def __init__(self, service: SettlementService) -> None:
+        self.service = service
+
+    async def capture(
+        self, merchant_id: str | None, payment_id: str, amount: int | None, *, wait_seconds: float
+    ) -> SettleOutcome | None:
+        """Settle the held payment ``payment_id`` of ``merchant_id`` (None: the facilitator's own) for
+        ``amount`` atomic units: an upto payment's usage (required, at most its ceiling), or an exact
+        payment's held amount (None, or that amount). Its outcome, waited for up to
+        ``wait_seconds`` (pending after that); None when the merchant has no such payment (never
+        held, or released). `PaymentRefusal` for an amount it cannot take: nothing was done."""
+        service = self.service
+        row = await service.writes.find(payment_id)
+        if row is None or row.merchant_id != merchant_id:
+            return None
+        chain = service.chains.get(row.chain_id)
+        network = chain.network.caip2 if chain is not None else f"eip155:{row.chain_id}"
+        if row.status in HELD:
+            captured = _amount(row, amount)
+            if chain is None:
+                return None  # its chain is no longer served here: nothing can be sent
+            if row.valid_before is not None and row.valid_before < service.clock.time() + MIN_VALIDITY_SECONDS:
+                return service.counted(network, await self._expired(row, network))
+            started = time.perf_counter()
+            if await service.writes.capture(row.id, row.status, captured):
+                row.status, row.amount_minor, row.locked_until = "claimed", captured, None
+                return service.counted(network, await self._send(row, network, started, wait_seconds))
+            row = await service.writes.find(payment_id) or row  # taken by another capture meanwhile
+        return service.counted(network, await service.join(row, network, wait_seconds))
+
+    async def _send(self, row: Claimed, network: str, started: float, wait_seconds: float) -> SettleOutcome:
+        service = self.service
+        chain = service.chains.get(row.chain_id)
+        assert chain is not None  # checked by the caller
+        if row.scheme == "upto" and row.amount_minor == 0:  # nothing to move: settled for 0, no transaction
+            return await service.releases.release(row, None, "", started, started, started, None)
+        transfer = transfer_of(row, chain.domain(row.asset))
+        assert transfer is not None  # a held payment keeps its signature
+        # An exact hold is simulated again (time passed while its tool ran); an upto payment was
+        # simulated for its whole ceiling, and a payer whose balance fell since is refused by the chain.
+        work = service.execute(
+            row, chain, transfer, started, network=network, simulate=service.simulate and row.scheme == "exact"
+        )
+        return await service.run_settlement(_key(row), row.id, network, wait_seconds, work)
+
+    async def _expired(self, row: Claimed, network: str) -> SettleOutcome:
+        if row.scheme == "upto":  # left authorized: recovery deletes it once it lapsed
+            return failed(network, reasons.PERMIT2_DEADLINE_EXPIRED, "the permit expired before its usage was settled")
+        await self.service.writes.release(row.id, status="held")
+        return failed(
+            network, reasons.INVALID_VALID_BEFORE, "the authorization expired before the tool's payment was settled"
+        )
+
+
+def _amount(row: Claimed, amount: int | None) -> int:
+    """The amount a capture of ``row`` settles, or `PaymentRefusal`."""
+    if row.scheme == "upto":
+        if amount is None:
+            raise PaymentRefusal(reasons.INVALID_PAYLOAD, "an upto payment is captured for an amount: its usage")
+        if amount < 0 or amount > (row.ceiling_minor or 0):
+            raise PaymentRefusal(
+                reasons.UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
+                f"the amount {amount} is not from 0 to the signed ceiling {row.ceiling_minor}",
+            )
+        return amount
+    if amount is not None and amount != row.amount_minor:
+        raise PaymentRefusal(
+            reasons.INVALID_PAYLOAD,
+            f"an exact payment is captured for its held amount, {row.amount_minor}, not {amount}",
+        )
+    return row.amount_minor
+
+
+def _key(row: Claimed) -> str:
+    return authorization_key(row.chain_id, row.asset, row.payer, bytes.fromhex(row.nonce[2:]))
