@@ -373,8 +373,12 @@ async def test_the_gates_hold_capture_and_release_against_the_platform(dev_platf
         assert isinstance(in_use, Answer) and in_use.reason == "payment_in_use"
         assert await run_async(gate.release(held), http) is True
         assert await status(held.payment_id) == 404
+        gone = await http.post(f"/agent/settlements/{held.payment_id}/capture", json={})
+        assert gone.status_code == 404, gone.text  # released: nothing to capture
         again = await hold(payload)
         assert isinstance(again, Held)
+        wrong = await http.post(f"/agent/settlements/{again.payment_id}/capture", json={"amountMinor": "1"})
+        assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "invalid_payload", wrong.text
         settled = await run_async(gate.capture(again), http)
         assert isinstance(settled, Serve) and settled.settlement.response.success
         assert await status(again.payment_id) == "settled"

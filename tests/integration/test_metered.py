@@ -205,3 +205,46 @@ async def test_a_hold_its_seller_never_settles_lapses_into_an_unpaid_challenge(d
         assert lapsed["payment"] is None and lapsed["amountMinor"] == "30000"
         # done once: a second round finds nothing to close
         assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline)) == 0
+
+
+async def test_a_metered_payment_is_captured_by_its_id_once(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=30_000)
+    await asyncio.to_thread(approve_permit2, harness, deployment.agent_key)
+    other = await asyncio.to_thread(metered_deployment, harness, ceiling=30_000)  # another merchant
+    gate = PaymentGate(api_key=deployment.api_key, platform_url=harness.url)
+    route, url = PaidRoute(deployment.endpoint_id), "http://testserver/generate"
+    headers = {"Authorization": f"Bearer {deployment.api_key}"}
+    async with httpx.AsyncClient(base_url=harness.url, headers=headers, timeout=60) as http:
+        unpaid = await run_async(gate.process(route, RequestView("GET", url, None)), http)
+        offer = decode_payment_required(dict(unpaid.headers)["PAYMENT-REQUIRED"])
+        payload = deployment.agent.sign_upto(offer.accepts[0], resource=offer.resource)
+        held = await run_async(gate.process(route, RequestView("GET", url, encode_header(payload))), http)
+        assert isinstance(held, ServeMetered) and held.payment.payment_id
+        capture = f"/agent/settlements/{held.payment.payment_id}/capture"
+
+        # what the payment cannot take is a 400, and nothing is taken
+        for body, code in (
+            ({}, "invalid_payload"),
+            ({"amountMinor": "30001"}, "invalid_upto_evm_payload_settlement_exceeds_amount"),
+        ):
+            refused = await http.post(capture, json=body)
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == code, refused.text
+        for bad in ({"amountMinor": "-1"}, {"amountMinor": "1.5"}, {"amountMinor": 7}, {"waitSeconds": 0}):
+            assert (await http.post(capture, json=bad)).status_code == 400, bad
+        elsewhere = await http.post(
+            capture, json={"amountMinor": "1"}, headers={"Authorization": f"Bearer {other.api_key}"}
+        )
+        assert elsewhere.status_code == 404, elsewhere.text
+        unknown = await http.post("/agent/settlements/00000000-0000-4000-8000-000000000000/capture", json={})
+        assert unknown.status_code == 404, unknown.text
+        assert (await http.get(f"/agent/payments/{held.payment.payment_id}")).json()["agentPayment"]["status"] == (
+            "authorized"
+        )
+
+        first = await http.post(capture, json={"amountMinor": "1234"})
+        again = await http.post(capture, json={"amountMinor": "5000"})  # one capture: the first stands
+    assert first.status_code == 200 and first.json()["status"] == "settled", first.text
+    assert first.json()["settlement"]["amount"] == "1234" and first.json()["settlement"]["transaction"]
+    assert again.status_code == 200 and again.json()["settlement"] == first.json()["settlement"]
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == 1234

@@ -163,6 +163,7 @@ class Platform:
         await self.settlement.aclose()
         await self.payment_intents.aclose()
         await self.idempotency.aclose()
+        await self.api_requests.aclose()
         await self.webhooks.aclose()
         await self.chains.aclose()
         await self.engine.dispose()

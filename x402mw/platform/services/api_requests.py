@@ -13,17 +13,23 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.db import tables
+from x402mw.platform.db.engine import HeldConnection
 
 RETENTION_DAYS = 30
 ROWS_PER_MERCHANT = 10_000
 
 
+_INSERT = insert(tables.api_requests)
+
+
 class ApiRequestLog:
     """Writes the log's rows with group commit (`Coalescer`): the requests answered at once share one
-    multi-row INSERT, so that the log costs a busy API (settlement calls) a fraction of a write each."""
+    multi-row INSERT, on a connection kept for it (`HeldConnection`: on SQLite, the process's writer
+    thread), so that the log costs a busy API (settlement calls) a fraction of a write each."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._conn = HeldConnection(engine)
         self._writes: Coalescer[dict[str, Any], None] = Coalescer(self._insert)
 
     async def record(self, row: dict[str, Any]) -> None:
@@ -31,9 +37,12 @@ class ApiRequestLog:
         await self._writes.submit(row)
 
     async def _insert(self, rows: list[dict[str, Any]]) -> list[None]:
-        async with self.engine.begin() as conn:
-            await conn.execute(insert(tables.api_requests), rows)
+        await self._conn.run(lambda conn: conn.execute(_INSERT, rows), atomic=False)  # one statement
         return [None] * len(rows)
+
+    async def aclose(self) -> None:
+        """Give the held connection back (before the engine is disposed)."""
+        await self._conn.aclose()
 
 
 async def purge_api_requests(

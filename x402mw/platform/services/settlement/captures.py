@@ -19,7 +19,14 @@ from __future__ import annotations
 import time
 
 from x402mw.platform.services.settlement.checks import MIN_VALIDITY_SECONDS, PaymentRefusal
-from x402mw.platform.services.settlement.outcomes import Claimed, SettleOutcome, authorization_key, failed
+from x402mw.platform.services.settlement.outcomes import (
+    Claimed,
+    SettleOutcome,
+    authorization_key,
+    failed,
+    outcome_for,
+    unavailable,
+)
 from x402mw.platform.services.settlement.service import SettlementService
 from x402mw.platform.services.settlement.transfers import transfer_of
 from x402mw.protocol import reasons
@@ -43,28 +50,35 @@ class Captures:
         ``wait_seconds`` (pending after that); None when the merchant has no such payment (never
         held, or released). `PaymentRefusal` for an amount it cannot take: nothing was done."""
         service = self.service
-        row = await service.writes.find(payment_id)
-        if row is None or row.merchant_id != merchant_id:
-            return None
-        chain = service.chains.get(row.chain_id)
-        network = chain.network.caip2 if chain is not None else f"eip155:{row.chain_id}"
-        if row.status in HELD:
-            captured = _amount(row, amount)
-            if chain is None:
-                return None  # its chain is no longer served here: nothing can be sent
-            if row.valid_before is not None and row.valid_before < service.clock.time() + MIN_VALIDITY_SECONDS:
-                return service.counted(network, await self._expired(row, network))
-            started = time.perf_counter()
-            if await service.writes.capture(row.id, row.status, captured):
-                row.status, row.amount_minor, row.locked_until = "claimed", captured, None
-                return service.counted(network, await self._send(row, network, started, wait_seconds))
-            row = await service.writes.find(payment_id) or row  # taken by another capture meanwhile
-        return service.counted(network, await service.join(row, network, wait_seconds))
+        started = time.perf_counter()
+        valid_until = int(service.clock.time()) + MIN_VALIDITY_SECONDS
+        row = await service.writes.capture(payment_id, merchant_id, amount, valid_until)
+        if row is None:  # not taken: why, from the record
+            row = await service.writes.find(payment_id)
+            if row is None or row.merchant_id != merchant_id:
+                return None
+            network = _network(service, row)
+            if row.status in HELD:
+                _amount(row, amount)  # the refusal of an amount it cannot take
+                if row.valid_before is not None and row.valid_before < valid_until:
+                    return service.counted(network, await self._expired(row, network))
+                if row.scheme == "exact" and amount is not None:  # its own amount, named
+                    return await self.capture(merchant_id, payment_id, None, wait_seconds=wait_seconds)
+                found = await service.writes.find(payment_id)  # taken by another capture, or released, meanwhile
+                if found is None:
+                    return None
+                if found.status in HELD:  # not taken, for no reason it shows: try again later
+                    return service.counted(network, unavailable(network))
+                row = found
+            return service.counted(network, await service.join(row, network, wait_seconds))
+        network = _network(service, row)
+        return service.counted(network, await self._send(row, network, started, wait_seconds))
 
     async def _send(self, row: Claimed, network: str, started: float, wait_seconds: float) -> SettleOutcome:
         service = self.service
         chain = service.chains.get(row.chain_id)
-        assert chain is not None  # checked by the caller
+        if chain is None:  # no longer served here: left to a process that serves it (recovery)
+            return outcome_for(row)
         if row.scheme == "upto" and row.amount_minor == 0:  # nothing to move: settled for 0, no transaction
             return await service.releases.release(row, None, "", started, started, started, None)
         transfer = transfer_of(row, chain.domain(row.asset))
@@ -83,6 +97,11 @@ class Captures:
         return failed(
             network, reasons.INVALID_VALID_BEFORE, "the authorization expired before the tool's payment was settled"
         )
+
+
+def _network(service: SettlementService, row: Claimed) -> str:
+    chain = service.chains.get(row.chain_id)
+    return chain.network.caip2 if chain is not None else f"eip155:{row.chain_id}"
 
 
 def _amount(row: Claimed, amount: int | None) -> int:

@@ -54,13 +54,23 @@ def _param(name: str, column: str) -> Any:
     return bindparam(f"b_{name}", type_=_payments.c[column].type)
 
 
-_CAPTURE = (
-    update(_payments)
-    .where(_payments.c.id == bindparam("c_id"), _payments.c.status == bindparam("c_status"))
-    .values(status="claimed", amount_minor=bindparam("c_amount", type_=_payments.c.amount_minor.type))
-    .values(locked_until=None)
-)
-"""A held payment taken for settlement, if it is still in the status it was read in (`SettlementWrites.capture`)."""
+def _capture_statement(*, upto: bool, merchant: bool) -> Any:
+    """A held payment taken for settlement if it is still held, by its merchant (or the facilitator's
+    own, ``merchant=False``), and valid long enough: an exact payment for its amount, an upto one for
+    an amount within its ceiling. Its row, returned."""
+    where = [
+        _payments.c.id == bindparam("c_id"),
+        _payments.c.valid_before >= bindparam("c_valid", type_=_payments.c.valid_before.type),
+        _payments.c.merchant_id == bindparam("c_merchant") if merchant else _payments.c.merchant_id.is_(None),
+    ]
+    if upto:
+        amount = bindparam("c_amount", type_=_payments.c.amount_minor.type)
+        where += [_payments.c.status == "authorized", _payments.c.ceiling_minor >= amount]
+        values: dict[str, Any] = {"status": "claimed", "amount_minor": amount, "locked_until": None}
+    else:
+        where += [_payments.c.status == "held"]
+        values = {"status": "claimed", "locked_until": None}
+    return update(_payments).where(*where).values(**values).returning(*_payments.c)
 
 
 class SettlementWrites:
@@ -113,9 +123,15 @@ class SettlementWrites:
             self._write_claims, flushes=flushes
         )
         self._records: Coalescer[_Record, None] = Coalescer(self._write_records)
-        # Held payments taken for settlement (`capture`), a batch in one transaction.
+        # Held payments taken for settlement (`capture`), a batch in one transaction; the statements
+        # built once, as they are on each metered request's path.
+        self._capture_by = {
+            (upto, merchant): _capture_statement(upto=upto, merchant=merchant)
+            for upto in (True, False)
+            for merchant in (True, False)
+        }
         self._capture_conn = HeldConnection(engine, inline=True)
-        self._captures: Coalescer[tuple[str, str, int], bool] = Coalescer(self._write_captures)
+        self._captures: Coalescer[dict[str, Any], Claimed | None] = Coalescer(self._write_captures)
 
     def claim(self, payment: dict[str, Any], challenge: dict[str, Any] | None = None) -> asyncio.Future[bool]:
         """Queue the ``agent_payments`` row ``payment`` for the next batch of claims, at once; the
@@ -124,18 +140,25 @@ class SettlementWrites:
         held (settled later by its id alone)."""
         return self._claims.enqueue((payment, challenge))
 
-    def capture(self, payment_id: str, status: str, amount: int) -> asyncio.Future[bool]:
-        """Queue the capture of a held payment: if it is still in ``status`` (``held``, or ``authorized``
-        for upto), it becomes ``claimed`` for ``amount``; the future answers False when another
-        caller took it first."""
-        return self._captures.enqueue((payment_id, status, amount))
+    def capture(
+        self, payment_id: str, merchant_id: str | None, amount: int | None, valid_until: int
+    ) -> asyncio.Future[Claimed | None]:
+        """Queue the capture of a held payment of ``merchant_id``: if it is still held and valid until
+        ``valid_until`` (Unix seconds) at least, an exact payment (``amount`` None) for its amount or
+        an upto payment (``authorized``) for ``amount`` within its ceiling, it becomes ``claimed``;
+        the future answers its row, or None when it was not taken (see `find` for why)."""
+        return self._captures.enqueue(
+            {"c_id": payment_id, "c_merchant": merchant_id, "c_amount": amount, "c_valid": valid_until}
+        )
 
-    async def _write_captures(self, items: list[tuple[str, str, int]]) -> list[bool]:
-        def write(conn: Connection) -> list[bool]:
-            return [
-                conn.execute(_CAPTURE, {"c_id": payment_id, "c_status": status, "c_amount": amount}).rowcount == 1
-                for payment_id, status, amount in items
-            ]
+    async def _write_captures(self, items: list[dict[str, Any]]) -> list[Claimed | None]:
+        def write(conn: Connection) -> list[Claimed | None]:
+            taken: list[Claimed | None] = []
+            for item in items:
+                statement = self._capture_by[(item["c_amount"] is not None, item["c_merchant"] is not None)]
+                row = conn.execute(statement, item).mappings().first()
+                taken.append(Claimed(**row) if row is not None else None)
+            return taken
 
         return await self._capture_conn.run(write)
 
