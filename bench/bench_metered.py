@@ -38,19 +38,22 @@ async def _measure(
     routes: dict[str, tuple[str, str, bytes | None]],
     seconds: float,
     pids: dict[str, dict[str, int | None]],
-    rounds: int = 3,
+    rounds: int = 4,
 ) -> dict[str, tuple[float, float, float]]:
     """Paid requests/s, p50 ms and CPU ms per paid request (platform, seller and agents together)
     per route, after a warm-up; the routes take turns, ``rounds`` windows each of ``seconds /
-    rounds``, so that a machine whose load varies weighs on both alike."""
+    rounds``, so that a machine whose load varies weighs on both alike, in the order A B, B A, A B,
+    B A: the chain grows as the run goes on, and anvil's work per transaction with it (on a 20 s run,
+    a third more by the end), so that a route always measured second would pay for that growth."""
     counted = {name: [0, 0.0, 0.0] for name in routes}  # requests, seconds, CPU seconds
     by_process = {name: dict.fromkeys(pids[name], 0.0) for name in routes}
     latencies: dict[str, list[float]] = {name: [] for name in routes}
     async with agent_clients(wallets, "0.05") as clients:
         for method, url, body in routes.values():
             await paying(clients, method, url, body, 2.0)
-        for _ in range(rounds):
-            for name, (method, url, body) in routes.items():
+        for turn in range(rounds):
+            order = list(routes.items()) if turn % 2 == 0 else list(reversed(routes.items()))
+            for name, (method, url, body) in order:
                 before = {process: cpu_seconds(pid) for process, pid in pids[name].items()}
                 started = time.perf_counter()
                 window = await paying(clients, method, url, body, seconds / rounds)
@@ -106,7 +109,7 @@ def _run(stack: Stack, seconds: float, agents: int) -> dict[str, float]:
     found = asyncio.run(_measure([Wallet(k) for k in keys], routes, seconds, pids))
     (exact, exact_p50, exact_cpu), (metered, metered_p50, metered_cpu) = found["exact"], found["metered"]
     print(
-        f"metered vs exact ({agents} agents, {seconds:.0f}s each in 3 alternating windows, {stack.database}): exact "
+        f"metered vs exact ({agents} agents, {seconds:.0f}s each, windows A B B A A B B A, {stack.database}): exact "
         f"{exact:.0f} paid requests/s (p50 {exact_p50:.0f} ms, CPU {exact_cpu:.1f} ms/request); metered (upto, "
         f"usage settled after the handler) {metered:.0f} paid requests/s (p50 {metered_p50:.0f} ms, CPU "
         f"{metered_cpu:.1f} ms/request); ratio {metered / exact:.2f}x (target >= 0.8x)"
