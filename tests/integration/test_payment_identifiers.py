@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from x402mw.client import X402Auth
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
+from x402mw.platform.services.settlement.payment_identifiers import purge_payment_identifiers
 from x402mw.protocol import decode_payment_payload, decode_payment_required, decode_settlement_response, reasons
 from x402mw.protocol.codec import encode_header
 from x402mw.protocol.models import PaymentPayload, PaymentRequired
@@ -131,6 +133,32 @@ async def test_a_retry_after_a_dropped_answer_gets_the_stored_answer_and_one_cha
     assert settlement.success and row["answer"]["settlement"]["transaction"] == settlement.transaction
     assert await asyncio.to_thread(transfers_to, harness, deployment.payout) == 1
     assert await asyncio.to_thread(harness.balance, deployment.payout) == 10_000
+
+
+async def test_an_id_is_kept_a_day_and_a_retry_after_it_is_purged_still_gets_its_outcome(
+    deployment: Deployment,
+) -> None:
+    harness = deployment.harness
+    app = starlette_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    required = await _offer(app)
+    identifier = new_identifier()
+    payload = _signed(deployment, required, identifier)
+    first = await _send(app, payload)
+    assert first.status_code == 200, first.text
+    assert identifier_row(harness, identifier) is not None
+
+    def purge(hours: int) -> int:
+        later = harness.platform.clock.now() + timedelta(hours=hours)
+        purged: int = harness.server.call(lambda p: purge_payment_identifiers(p.engine, later))
+        return purged
+
+    assert await asyncio.to_thread(purge, 23) == 0 and identifier_row(harness, identifier) is not None
+    assert await asyncio.to_thread(purge, 25) >= 1 and identifier_row(harness, identifier) is None
+    again = await _send(app, payload)  # its authorization answers: the same settlement, no second charge
+    assert again.status_code == 200, again.text
+    settled = decode_settlement_response(first.headers["PAYMENT-RESPONSE"])
+    assert decode_settlement_response(again.headers["PAYMENT-RESPONSE"]).transaction == settled.transaction
+    assert await asyncio.to_thread(transfers_to, harness, deployment.payout) == 1
 
 
 async def test_a_retry_and_reads_right_after_the_answer_find_its_record(

@@ -18,6 +18,7 @@ from x402mw.platform.runtime import Platform
 from x402mw.platform.services.api_requests import purge_api_requests, purge_dashboard_sessions
 from x402mw.platform.services.idempotency import purge_idempotency_keys
 from x402mw.platform.services.payment_intents import expire_due_payment_intents
+from x402mw.platform.services.settlement.payment_identifiers import purge_payment_identifiers
 from x402mw.platform.settings import PlatformSettings
 
 logger = logging.getLogger("x402mw.platform")
@@ -39,6 +40,7 @@ def duties(platform: Platform) -> list[Duty]:
     return [
         ("finishing settlements", platform.settlement.recovery.finish_left),
         ("purging idempotency keys", lambda: purge_idempotency_keys(platform.engine, platform.clock.now())),
+        ("purging payment identifiers", lambda: purge_payment_identifiers(platform.engine, platform.clock.now())),
         ("purging the API request log", lambda: purge_api_requests(platform.engine, platform.clock.now())),
         ("purging dashboard sessions", lambda: purge_dashboard_sessions(platform.engine, platform.clock.now())),
         (

@@ -191,14 +191,22 @@
     var match = PAYMENT_ID.exec(url.pathname.split("/").pop() || "");
     session.paymentId = match ? match[1].toLowerCase() : null;
     popupSession = session;
+    var closedSeen = false;
     popupWatch = global.setInterval(function () {
-      if (popup.closed) {
-        if (!session.reported) {
-          session.complete(session.status === "processing" ? "processing" : "canceled", "closed");
-        }
-        if (popupSession === session) {
-          endPopupSession();
-        }
+      if (!popup.closed) {
+        return;
+      }
+      // Reported on the tick after the one that first saw it closed: what the popup said as it
+      // closed (the buyer's cancel, a payment) may still be on its way as a message, and wins.
+      if (!closedSeen) {
+        closedSeen = true;
+        return;
+      }
+      if (!session.reported) {
+        session.complete(session.status === "processing" ? "processing" : "canceled", "closed");
+      }
+      if (popupSession === session) {
+        endPopupSession();
       }
     }, 400);
     try {

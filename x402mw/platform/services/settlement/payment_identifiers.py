@@ -26,7 +26,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, select, update
@@ -45,6 +45,11 @@ from x402mw.protocol.payment_identifier import CONFLICT, identifier_of
 
 LEASE = timedelta(seconds=30)
 """How long a first request is believed to be settling its id; after that a retry settles it again."""
+KEEP_FOR = timedelta(hours=24)
+"""How long an id is kept after it was first seen (`purge_payment_identifiers` deletes older ones),
+as API idempotency keys are. A payload sent again after that still gets its outcome: its
+authorization has one, whatever id came with it; only an old id sent with another payment is no
+longer refused."""
 _POLL_SECONDS = 0.05
 
 logger = logging.getLogger("x402mw.platform.settlement")
@@ -254,3 +259,12 @@ def _outcome(answer: dict[str, Any]) -> SettleOutcome:
         answer.get("message"),
         answer.get("paymentId"),
     )
+
+
+async def purge_payment_identifiers(engine: AsyncEngine, now: datetime) -> int:
+    """Delete the ids first seen more than `KEEP_FOR` before ``now`` (the worker's housekeeping);
+    how many."""
+    table = tables.payment_identifiers
+    async with engine.begin() as conn:
+        result = await conn.execute(delete(table).where(table.c.created_at < now - KEEP_FOR))
+    return int(result.rowcount or 0)
