@@ -144,6 +144,7 @@ def _config(objects: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.timeout(600)  # every operation, one request at a time: about 5 minutes on PostgreSQL, as its run allows
 def test_the_api_keeps_to_its_openapi_document(own_platform: PlatformHarness, tmp_path: Path) -> None:
     deployment = own_platform.deploy()
     config = tmp_path / "schemathesis.toml"
