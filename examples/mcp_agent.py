@@ -1,6 +1,6 @@
 """An agent that calls a paid MCP tool, pays it and prints the result with the platform's receipt.
 
-    X402MW_PRIVATE_KEY=0x... python examples/mcp_agent.py http://127.0.0.1:8000/mcp forecast '{"city": "Lisbon"}'
+    X402MW_PRIVATE_KEY=0x... python examples/mcp_agent.py http://127.0.0.1:8007/mcp forecast '{"city": "Lisbon"}'
 
 The server may also be started over stdio: give ``--stdio`` and its command line instead of a URL,
 
