@@ -1,7 +1,10 @@
 """A single-file Django seller: GET /weather costs what its agent endpoint says.
 
-X402MW_API_KEY=sk_test_... X402MW_ENDPOINT_ID=... python examples/django_seller.py runserver 8000
-(or, served asynchronously: ``uvicorn --app-dir examples django_seller:application --port 8000``)
+X402MW_API_KEY=sk_test_... X402MW_ENDPOINT_ID=... python examples/django_seller.py runserver 8004
+
+or served asynchronously, by uvicorn, from any folder: ``python examples/django_seller.py asgi``
+(``PORT`` changes its port, 8004), the same as ``uvicorn django_seller:application --port 8004``
+with ``--app-dir`` naming the folder of this file.
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ urlpatterns = [path("weather", weather), path("health", health)]
 application = get_asgi_application()
 
 if __name__ == "__main__":
-    from django.core.management import execute_from_command_line
+    if sys.argv[1:] == ["asgi"]:
+        import uvicorn
 
-    execute_from_command_line(sys.argv)
+        uvicorn.run(application, host="127.0.0.1", port=int(os.environ.get("PORT", "8004")))
+    else:
+        from django.core.management import execute_from_command_line
+
+        execute_from_command_line(sys.argv)

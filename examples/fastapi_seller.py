@@ -1,10 +1,13 @@
 """A FastAPI seller: GET /weather costs what its agent endpoint says; the price of /report is set per
-request (an endpoint created with ``pricingMode: dynamic``).
+request, by the number of days asked for, through a second endpoint created with
+``pricingMode: dynamic``.
 
     X402MW_API_KEY=sk_test_... X402MW_ENDPOINT_ID=... X402MW_DYNAMIC_ENDPOINT_ID=... \\
         python examples/fastapi_seller.py
 
-(``PORT`` changes its port, 8000.)
+Without ``X402MW_DYNAMIC_ENDPOINT_ID``, /report is sold through ``X402MW_ENDPOINT_ID`` at its fixed
+price, whatever the days (a fixed-price endpoint takes no price per request), and the seller says so
+as it starts. (``PORT`` changes its port, 8002.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from fastapi import FastAPI, Request
 from x402mw.adapters.starlette import PaymentMiddleware, paid
 
 ENDPOINT_ID = os.environ.get("X402MW_ENDPOINT_ID", "set-X402MW_ENDPOINT_ID")
-DYNAMIC_ENDPOINT_ID = os.environ.get("X402MW_DYNAMIC_ENDPOINT_ID", ENDPOINT_ID)
+DYNAMIC_ENDPOINT_ID = os.environ.get("X402MW_DYNAMIC_ENDPOINT_ID")
 
 app = FastAPI(title="Weather, paid per request")
 app.add_middleware(
@@ -44,12 +47,19 @@ def report_price(request: Request) -> int:
 
 
 @app.get("/report")
-@paid(DYNAMIC_ENDPOINT_ID, amount=report_price)
+@paid(DYNAMIC_ENDPOINT_ID or ENDPOINT_ID, amount=report_price if DYNAMIC_ENDPOINT_ID else None)
 async def report(request: Request, days: int = 1) -> dict[str, Any]:
     return {"days": days, "paid": request.state.x402.amount}
 
 
 if __name__ == "__main__":
+    import sys
+
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")))
+    if not DYNAMIC_ENDPOINT_ID:
+        print(
+            "X402MW_DYNAMIC_ENDPOINT_ID is not set: /report is sold at the fixed price of X402MW_ENDPOINT_ID",
+            file=sys.stderr,
+        )
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8002")))

@@ -1,10 +1,10 @@
 """An MCP server with one paid tool, ``forecast``, sold per call through x402mw.
 
 Create an agent endpoint for it first (``resourceUrl`` ``mcp://tool/forecast``, a fixed or dynamic
-price), then serve it over streamable HTTP at ``http://127.0.0.1:8000/mcp``:
+price), then serve it over streamable HTTP at ``http://127.0.0.1:8007/mcp``:
 
     python examples/mcp_seller.py --api-key sk_test_... --endpoint <agent endpoint id> \\
-        --platform-url http://127.0.0.1:4402/v1 --port 8000
+        --platform-url http://127.0.0.1:4402/v1 --port 8007
 
 or over stdio (``--stdio``), for a client that starts it as a subprocess. ``--api-key`` and
 ``--platform-url`` default to ``X402MW_API_KEY`` and ``X402MW_PLATFORM_URL``. The tool is settled
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metered-endpoint", help="a metered agent endpoint to sell summarize by use")
     parser.add_argument("--platform-url", default=os.environ.get("X402MW_PLATFORM_URL", "http://127.0.0.1:4402/v1"))
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8007)
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead of HTTP")
     args = parser.parse_args(argv)
     server, paid = build(args.api_key, args.endpoint, args.platform_url, args.metered_endpoint)

@@ -2,7 +2,9 @@
 
 X402MW_WEBHOOK_SECRET=whsec_... python examples/webhook_receiver.py
 
-(``PORT`` changes its port, 8001.)
+It takes deliveries at ``POST /webhooks/x402mw``: register http://127.0.0.1:8001/webhooks/x402mw
+(your public host in production) as a webhook endpoint of the platform, with that endpoint's secret
+in ``X402MW_WEBHOOK_SECRET``. (``PORT`` changes its port, 8001.)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ the sellers answer a paid request made by ``examples/agent.py``, which names the
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import json
@@ -24,6 +25,7 @@ import pytest
 
 from tests.harness import PlatformHarness, Serve, serving
 from tests.waiting import eventually
+from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.devchain import DEV_CHAIN_ID
 from x402mw.platform.server import free_port
@@ -124,6 +126,33 @@ class Shop:
             funded = api.post("/sandbox/faucet", json=body | {"amount": "1"})
             assert funded.status_code == 200, funded.text
 
+    def new_endpoint(self, resource_url: str = "http://127.0.0.1/weather") -> str:
+        """Another agent endpoint at 0.01 USDC, for a test that changes it or needs its payments alone."""
+        with self.api() as api:
+            reply = api.post(
+                "/agent/endpoints",
+                json={
+                    "name": "Weather " + resource_url,
+                    "resourceUrl": resource_url,
+                    "chainId": DEV_CHAIN_ID,
+                    "currency": "USDC",
+                    "payoutAddress": self.payout,
+                    "pricingMode": "fixed",
+                    "amountMinor": "10000",
+                },
+            )
+        assert reply.status_code == 201, reply.text
+        return str(reply.json()["endpoint"]["id"])
+
+    def new_agent(self) -> str:
+        """A fresh agent key with 1 USDC: one that has paid nothing yet."""
+        key = "0x" + new_private_key().hex()
+        body = {"network": NETWORK, "currency": "USDC", "address": address_of(bytes.fromhex(key[2:])), "amount": "1"}
+        with self.api() as api:
+            funded = api.post("/sandbox/faucet", json=body)
+        assert funded.status_code == 200, funded.text
+        return key
+
     def api(self) -> httpx.Client:
         return httpx.Client(base_url=self.serve.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=60)
 
@@ -152,10 +181,12 @@ def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 24
 
 
 @contextlib.contextmanager
-def _server(command: list[str], cwd: Path, env: dict[str, str], path: str = "/health") -> Iterator[str]:
-    """An example server started as its docstring says, on a free ``PORT``; its URL once ``path``
-    answers (any status)."""
-    port = free_port()
+def _server(
+    command: list[str], cwd: Path, env: dict[str, str], path: str = "/health", port: int | None = None
+) -> Iterator[str]:
+    """An example server started as its docstring says, on a free ``PORT`` (or ``port``); its URL once
+    ``path`` answers (any status)."""
+    port = port or free_port()
     with subprocess.Popen(
         command + (["127.0.0.1:" + str(port), "--noreload"] if "runserver" in command else []),
         cwd=cwd,
@@ -260,3 +291,141 @@ def test_the_webhook_subscription_checkout_and_metrics_examples_start_anywhere(s
     for from_root in (True, False):
         said = _run([sys.executable, str(EXAMPLES / "metrics_summary.py"), metrics], shop.cwd(from_root), shop.env())
         assert "settlement" in said.lower(), said
+
+
+# -- the examples of sign-in-with-x, the paywall, discovery and payment identifiers -------------------
+
+
+def test_the_sign_in_example_lets_a_payer_back_in_without_paying(shop: Shop) -> None:
+    env = shop.env(X402MW_ENDPOINT_ID=shop.new_endpoint())
+    with _server([sys.executable, str(EXAMPLES / "signin_seller.py")], shop.elsewhere, env) as url:
+        unpaid = httpx.get(url + "/report", timeout=30)
+        assert unpaid.status_code == 402 and "sign-in-with-x" in unpaid.json()["extensions"]
+        auth = X402Auth(Wallet(shop.new_agent()), max_amount="0.10")
+        with httpx.Client(auth=auth, timeout=60) as client:
+            first, second = client.get(url + "/report"), client.get(url + "/report")
+    assert first.status_code == 200 and first.json()["signedIn"] is False, first.text
+    assert second.status_code == 200 and second.json()["signedIn"] is True, second.text
+    assert len(auth.payments) == 1 and auth.signed_in == 1  # paid once, let back in once
+
+
+def test_the_paywall_example_shows_its_brand_to_a_browser(shop: Shop) -> None:
+    env = shop.env(X402MW_ENDPOINT_ID=shop.endpoint)
+    with _server([sys.executable, str(EXAMPLES / "paywall_seller.py")], shop.elsewhere, env) as url:
+        page = httpx.get(url + "/forecast", headers={"Accept": "text/html,*/*;q=0.8"}, timeout=30)
+        assert page.status_code == 402 and page.headers["content-type"].startswith("text/html")
+        assert "PAYMENT-REQUIRED" in page.headers
+        for shown in ("Fjord Weather", "Forecasts by the fjord", "/static/logo.svg", "Pay with wallet"):
+            assert shown in page.text, shown
+        assert httpx.get(url + "/static/logo.svg", timeout=30).headers["content-type"].startswith("image/svg+xml")
+        agents = httpx.get(url + "/forecast", timeout=30)
+        assert agents.status_code == 402 and agents.headers["content-type"].startswith("application/json")
+        _agent_pays(shop, url + "/forecast", shop.elsewhere)
+
+
+def test_the_discovery_example_declares_its_routes_and_is_catalogued(shop: Shop) -> None:
+    port = free_port()
+    endpoint = shop.new_endpoint(f"http://127.0.0.1:{port}/weather")
+    env = shop.env(X402MW_ENDPOINT_ID=endpoint)
+    with _server([sys.executable, str(EXAMPLES / "discovery_seller.py")], shop.elsewhere, env, port=port) as url:
+        unpaid = httpx.get(url + "/weather", params={"city": "Oslo"}, timeout=30)
+        assert unpaid.status_code == 402
+        bazaar = unpaid.json()["extensions"]["bazaar"]
+        assert bazaar["info"]["input"]["queryParams"] == {"city": "Paris"}, bazaar
+        listed = httpx.get(url + "/.well-known/x402", timeout=30).json()
+        assert {item["input"]["routeTemplate"] for item in listed["items"]} == {"/weather", "/translate"}
+        with shop.api() as api:
+            assert api.patch(f"/agent/endpoints/{endpoint}", json={"discoverable": True}).status_code == 200
+        _agent_pays(shop, url + "/weather?city=Oslo", shop.elsewhere)
+    catalogue = f"{shop.serve.url}/x402/discovery/resources"
+    found = eventually(
+        lambda: [i for i in httpx.get(catalogue, timeout=30).json()["items"] if str(port) in i["resource"]],
+        what="the discovery example's route in the platform's catalogue",
+    )
+    assert found[0]["resource"].startswith(f"http://127.0.0.1:{port}/weather"), found
+
+
+def test_the_payment_identifier_example_is_answered_once_and_charged_once(shop: Shop) -> None:
+    endpoint = shop.new_endpoint()
+    env = shop.env(X402MW_ENDPOINT_ID=endpoint)
+    with _server([sys.executable, str(EXAMPLES / "starlette_seller.py")], shop.elsewhere, env) as url:
+        agent = shop.env(X402MW_PRIVATE_KEY=shop.new_agent())
+        said = _run([sys.executable, str(EXAMPLES / "payment_identifier_replay.py"), url + "/weather"], ROOT, agent)
+    assert "charged once: yes" in said and "409, payment_identifier_conflict" in said, said
+    transactions = re.findall(r"transaction (0x[0-9a-f]{64})", said)
+    assert len(transactions) == 2 and transactions[0] == transactions[1], said
+    with shop.api() as api:
+        payments = [p for p in api.get("/agent/payments").json()["data"] if p["endpointId"] == endpoint]
+    assert [p["status"] for p in payments] == ["settled"]  # one payment, whatever was sent again
+
+
+# -- the smaller defects: each example says what it does and works from any folder ------------------
+
+
+def test_the_fastapi_example_without_a_dynamic_endpoint_sells_the_report_at_the_fixed_price(shop: Shop) -> None:
+    env = shop.env(X402MW_ENDPOINT_ID=shop.endpoint)
+    assert "X402MW_DYNAMIC_ENDPOINT_ID" not in env
+    with _server([sys.executable, str(EXAMPLES / "fastapi_seller.py")], shop.elsewhere, env) as url:
+        unpaid = httpx.get(url + "/report", params={"days": "3"}, timeout=30)
+        assert unpaid.status_code == 402
+        assert [offer["amount"] for offer in unpaid.json()["accepts"]] == ["10000"]  # the endpoint's, not 3 days'
+        _agent_pays(shop, url + "/report?days=3", shop.elsewhere)
+
+
+def test_the_fastapi_example_says_so_when_it_has_no_dynamic_endpoint(shop: Shop) -> None:
+    env = shop.env(X402MW_ENDPOINT_ID=shop.endpoint, PORT=str(free_port()))
+    with subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "fastapi_seller.py")],
+        cwd=shop.elsewhere,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            assert process.stderr is not None
+            first = process.stderr.readline()
+        finally:
+            os.killpg(process.pid, 15)
+            process.wait(timeout=30)
+    assert "X402MW_DYNAMIC_ENDPOINT_ID is not set" in first and "fixed price" in first, first
+
+
+def test_the_webhook_receiver_s_docstring_names_the_route_it_serves(shop: Shop) -> None:
+    source = (EXAMPLES / "webhook_receiver.py").read_text()
+    module_doc = ast.get_docstring(ast.parse(source)) or ""
+    routes = re.findall(r'Route\("([^"]+)"', source)
+    assert routes and all(route in module_doc for route in routes), (routes, module_doc)
+    with _server([sys.executable, str(EXAMPLES / "webhook_receiver.py")], shop.elsewhere, shop.env(), "/") as url:
+        unsigned = httpx.post(url + routes[0], content=b"{}", timeout=30)
+    assert unsigned.status_code == 400  # the route is there, and refuses what is not signed
+
+
+def test_the_django_example_is_served_by_uvicorn_from_any_folder(shop: Shop) -> None:
+    module_doc = ast.get_docstring(ast.parse((EXAMPLES / "django_seller.py").read_text())) or ""
+    assert "python examples/django_seller.py asgi" in module_doc
+    env = shop.env(X402MW_ENDPOINT_ID=shop.endpoint)
+    with _server([sys.executable, str(EXAMPLES / "django_seller.py"), "asgi"], shop.elsewhere, env) as url:
+        assert httpx.get(url + "/weather", timeout=30).status_code == 402
+        _agent_pays(shop, url + "/weather", shop.elsewhere)
+
+
+def test_the_agent_says_in_one_line_that_a_server_is_down_or_does_not_start(tmp_path: Path) -> None:
+    env = {**os.environ, "X402MW_PRIVATE_KEY": "0x" + "11" * 32}
+    down = _mcp_run(_agent(f"http://127.0.0.1:{free_port()}/mcp", "Lisbon"), tmp_path, env)
+    assert down.returncode == 1 and down.stdout == ""
+    assert len(down.stderr.strip().splitlines()) == 1 and "cannot reach the MCP server" in down.stderr, down.stderr
+    for broken in [f"{sys.executable} {tmp_path / 'missing.py'}", "no-such-command --stdio"]:
+        failed = _mcp_run(_agent(broken, "Lisbon", stdio=True), tmp_path, env)
+        assert failed.returncode == 1 and failed.stdout == ""
+        assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+        assert "did not answer over stdio" in failed.stderr, failed.stderr
+
+
+def _agent(server: str, tool_argument: str, *, stdio: bool = False) -> list[str]:
+    call = [server, "forecast", json.dumps({"city": tool_argument})]
+    return [sys.executable, str(EXAMPLES / "mcp_agent.py"), *(["--stdio"] if stdio else []), *call]
+
+
+def _mcp_run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)

@@ -79,3 +79,18 @@ def test_the_examples_pay_a_metered_tool_for_what_it_used(dev_platform: Platform
     assert "paid 0.0003 USDC" in paid.stdout and "(of at most 0.005)" in paid.stdout, paid.stdout
     assert "receipt verified: True" in paid.stdout
     assert dev_platform.balance(deployment.payout) == 300
+
+
+def test_the_agent_s_stdio_command_as_documented_works_from_any_folder(
+    dev_platform: PlatformHarness, tmp_path: Path
+) -> None:
+    # the docstring's command names the seller as examples/mcp_seller.py, from outside the repository
+    deployment = dev_platform.deploy(resource_url="mcp://tool/forecast")
+    env = environment(X402MW_PRIVATE_KEY="0x" + deployment.agent_key.hex())
+    seller = ["examples/mcp_seller.py", "--stdio", "--platform-url", deployment.harness.url]
+    command = " ".join([sys.executable, *seller, "--api-key", deployment.api_key, "--endpoint", deployment.endpoint_id])
+    assert not (tmp_path / "examples").exists()
+    paid = run(_agent(command, "Faro", stdio=True), tmp_path, env)
+    assert paid.returncode == 0, paid.stdout + paid.stderr
+    assert "Sunny in Faro tomorrow" in paid.stdout and "paid 0.01 " in paid.stdout
+
