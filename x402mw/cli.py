@@ -220,6 +220,19 @@ def _configure_logs(settings: PlatformSettings) -> dict[str, Any] | None:
     return logs
 
 
+def _data_dir_in_git(settings: PlatformSettings) -> str | None:
+    """The warning for a data dir (the platform's keys) inside a git work tree, or None."""
+    from x402mw.platform.keys import git_work_tree
+
+    tree = git_work_tree(settings.data_dir)
+    if tree is None:
+        return None
+    return (
+        f"warning: the data dir {settings.data_dir} (the platform's keys) is inside the git work tree {tree}; "
+        "it holds a .gitignore of '*', but keep it out of commits, or move it with --data-dir"
+    )
+
+
 @platform.command(epilog=_ENVIRONMENT_ONLY)
 @settings_options(ServerSettings, *PROCESS_GROUPS)
 def serve(settings: PlatformSettings) -> None:
@@ -235,12 +248,17 @@ def serve(settings: PlatformSettings) -> None:
     # command with its message, where inside uvicorn it would be a traceback; and several workers
     # do not race to create the key files (each would make its own keys).
     started = _start_and_stop_or_exit(settings)
+    inside = _data_dir_in_git(settings)
     if logs is None:
         click.echo(started)
+        if inside:
+            click.echo(inside, err=True)
     else:  # JSON lines: where the platform is, as one record
         import logging
 
         logging.getLogger("x402mw.platform").info(started)
+        if inside:
+            logging.getLogger("x402mw.platform").warning(inside)
     settings = settings.model_copy(update={"migrate": False})
     if settings.workers == 1:
         with _metrics_served(settings):

@@ -389,18 +389,16 @@ async def test_the_gates_hold_capture_and_release_against_the_platform(dev_platf
             missing = await http.post(f"/agent/settlements/{unknown}/release")
             assert missing.status_code == 404, missing.text
 
-        # A hold nobody settles nor releases (the seller stopped) is dropped once its authorization expired.
+        # A hold nobody settles nor releases (the seller stopped) fails once its authorization expired.
         payload = await signed()
         stuck = await hold(payload)
         assert isinstance(stuck, Held)
         valid_before = int(payload["payload"]["authorization"]["validBefore"])
         writes = dev_platform.platform.settlement.writes
-        assert await asyncio.to_thread(dev_platform.server.call, lambda p: writes.drop_expired_holds(valid_before)) == 0
+        assert await asyncio.to_thread(dev_platform.server.call, lambda p: writes.expire_holds(valid_before)) == 0
         assert await status(stuck.payment_id) == "held"
-        dropped = await asyncio.to_thread(
-            dev_platform.server.call, lambda p: writes.drop_expired_holds(valid_before + 1)
-        )
-        assert dropped == 1 and await status(stuck.payment_id) == 404
+        expired = await asyncio.to_thread(dev_platform.server.call, lambda p: writes.expire_holds(valid_before + 1))
+        assert expired == 1 and await status(stuck.payment_id) == "failed"
 
 
 async def test_agent_endpoints_accept_mcp_tool_urls_and_refuse_others(dev_platform: PlatformHarness) -> None:

@@ -163,7 +163,7 @@ def test_the_facilitator_verifies_and_settles_upto(dev_platform: PlatformHarness
     assert harness.balance(pay_to) == 777
 
 
-async def test_a_hold_its_seller_never_settles_lapses_into_an_unpaid_challenge(dev_platform: PlatformHarness) -> None:
+async def test_a_hold_its_seller_never_settles_lapses_into_a_failed_payment(dev_platform: PlatformHarness) -> None:
     harness = dev_platform
     deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=30_000)
     await asyncio.to_thread(approve_permit2, harness, deployment.agent_key)
@@ -197,12 +197,15 @@ async def test_a_hold_its_seller_never_settles_lapses_into_an_unpaid_challenge(d
         deadline = payload.payload.permit2_authorization.deadline
         assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline - 1)) == 0
         assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline)) == 1
-        assert (await http.get("/agent/payments")).json()["data"] == []  # nothing was, nor can be, charged
+        lapsed_payments = (await http.get("/agent/payments")).json()["data"]  # nothing was, nor can be, charged
+        assert [(p["status"], p["errorReason"]) for p in lapsed_payments] == [("failed", "permit2_deadline_expired")]
         lapsed, other = await recorded(held_id), await recorded(unpaid_id)
         assert lapsed is not None and other is not None
-        fields = ("status", "endpointId", "network", "asset", "payTo", "amountMinor", "resource", "livemode")
+        fields = ("endpointId", "network", "asset", "payTo", "amountMinor", "resource", "livemode")
         assert {k: lapsed[k] for k in fields} == {k: other[k] for k in fields}, (lapsed, other)
-        assert lapsed["payment"] is None and lapsed["amountMinor"] == "30000"
+        assert lapsed["amountMinor"] == "30000" and other["status"] == "open"
+        # the challenge reads as its payment does: failed, its permit expired
+        assert lapsed["status"] == "failed" and lapsed["payment"]["errorReason"] == "permit2_deadline_expired"
         # done once: a second round finds nothing to close
         assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline)) == 0
 

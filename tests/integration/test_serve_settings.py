@@ -4,6 +4,7 @@ no secret."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,23 @@ def test_problems_from_the_environment_and_the_options_end_the_process_listed(tm
         "  - X402MW_SIMULATE must be true or false, not '2'\n"
     )
     assert not (tmp_path / "relayer.key").exists()  # nothing started
+
+
+def test_serve_warns_of_a_data_dir_inside_a_git_work_tree(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    data_dir = tmp_path / ".x402mw"
+    command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(free_port())]
+    env = _environment() | {"X402MW_DATA_DIR": str(data_dir)}
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as served:
+        try:
+            assert served.stdout is not None and served.stderr is not None
+            started = served.stdout.readline()  # where the platform is: printed once it started
+            warning = served.stderr.readline()
+        finally:
+            served.terminate()
+            served.wait(timeout=60)
+    assert started.strip(), started
+    assert warning.startswith("warning: the data dir ") and f"git work tree {tmp_path.resolve()}" in warning, warning
+    assert (data_dir / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert {p.name for p in data_dir.glob("*.key")} >= {"relayer.key", "receipt.key"}
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in [*data_dir.glob("*.key"), data_dir / "deposit.seed"])

@@ -501,7 +501,7 @@ def test_the_well_known_manifest_lists_the_paid_routes(seller: Seller, platform:
         reply = seller.get(where)
         assert reply.status == 200, reply.body
         assert reply.headers["Content-Type"] == "application/json"
-        assert reply.headers["Cache-Control"] == "public, max-age=60"
+        assert reply.headers["Cache-Control"] == "private, max-age=60" and reply.headers["Vary"] == "Host"
         manifest = reply.json()
         assert manifest["x402Version"] == 2 and isinstance(manifest["lastUpdated"], int)
         items = {item["resource"]["url"]: item for item in manifest["items"]}
@@ -737,7 +737,7 @@ async def test_django_async_unpaid_then_paid(platform: FakePlatform) -> None:
         garbage = await client.get("/async/weather", headers={"Payment-Signature": "%%%"})
         assert_challenge(Reply(garbage.status_code, garbage.headers, [], [garbage.content]), error="invalid_payload")
         manifest = await client.get("/.well-known/x402")  # served in async mode too
-        assert manifest.status_code == 200 and manifest.headers["Cache-Control"] == "public, max-age=60"
+        assert manifest.status_code == 200 and manifest.headers["Cache-Control"] == "private, max-age=60"
         listed = {item["resource"]["url"] for item in manifest.json()["items"]}
         assert {"http://testserver/async/weather", "http://testserver/items/:item"} <= listed
     assert len(platform.settlements) == 1
@@ -837,3 +837,51 @@ def test_wsgi_headers_are_appended_to_the_apps_list(platform: FakePlatform) -> N
     assert names[:3] == ["Content-Type", "Set-Cookie", "Set-Cookie"]
     assert names[3:] == ["PAYMENT-RESPONSE", "Access-Control-Expose-Headers"]
     middleware.close()
+
+
+def _host_answers(framework: str, platform: FakePlatform, origin: str | None) -> list[tuple[int, Any, Any]]:
+    """The well-known list and the 402 of ``/weather`` for requests with ``Host: evil.test``, from
+    ``framework`` configured with ``origin``: each answer's status, headers and JSON."""
+    options = {} if origin is None else {"origin": origin}
+    found = []
+    if framework == "django":
+        with django_settings(platform, **{k.upper(): v for k, v in options.items()}):
+            client = DjangoClient()
+            for where in ("/.well-known/x402", "/weather"):
+                response = client.get(where, headers={"Host": "evil.test"})
+                found.append((response.status_code, response.headers, json.loads(response.content)))
+        return found
+    app = flask_app(platform, **options) if framework == "flask" else wsgi_app(platform, **options)
+    werkzeug = WerkzeugClient(app)
+    for where in ("/.well-known/x402", "/weather"):
+        reply = werkzeug.get(where, headers={"Host": "evil.test"})
+        found.append((reply.status_code, reply.headers, reply.get_json()))
+    return found
+
+
+@pytest.mark.parametrize("framework", ["flask", "wsgi", "django"])
+def test_published_urls_are_under_the_configured_origin_whatever_the_host(
+    framework: str, platform: FakePlatform
+) -> None:
+    (status, headers, manifest), (paid_status, _, challenge) = _host_answers(
+        framework, platform, "https://Shop.example"
+    )
+    assert status == 200 and manifest["items"], manifest
+    urls = [item["resource"]["url"] for item in manifest["items"]]
+    assert all(url.startswith("https://shop.example/") for url in urls), urls
+    assert headers["Cache-Control"] == "public, max-age=60" and "Vary" not in headers
+    assert paid_status == 402 and challenge["resource"]["url"] == "https://shop.example/weather"
+
+    # without an origin: the request's own, and no shared cache keeps the list
+    (status, headers, manifest), (_, _, challenge) = _host_answers(framework, platform, None)
+    assert all(item["resource"]["url"].startswith("http://evil.test/") for item in manifest["items"])
+    assert headers["Cache-Control"] == "private, max-age=60" and headers["Vary"] == "Host"
+    assert challenge["resource"]["url"] == "http://evil.test/weather"
+
+
+def test_an_origin_that_is_not_one_is_refused(platform: FakePlatform) -> None:
+    for bad in ("shop.example", "https://shop.example/path", "ftp://shop.example", "https://u@shop.example"):
+        with pytest.raises(ConfigurationError, match="origin must be"):
+            wsgi_app(platform, origin=bad)
+        with pytest.raises(ImproperlyConfigured, match="origin must be"), django_settings(platform, ORIGIN=bad):
+            DjangoClient().get("/weather")

@@ -17,6 +17,7 @@ from starlette.routing import Route
 from x402.extensions.bazaar.facilitator import validate_discovery_extension
 from x402.extensions.bazaar.types import parse_discovery_extension
 
+from x402mw.adapters.asgi import PaymentMiddleware as ASGIPaymentMiddleware
 from x402mw.adapters.starlette import PaymentMiddleware, paid
 from x402mw.errors import ConfigurationError
 from x402mw.seller import Discovery, PaidRoute, Paywall, SignIn
@@ -130,3 +131,32 @@ async def test_the_402_is_the_same_json_for_agents_and_a_page_for_browsers() -> 
     async with httpx.AsyncClient(transport=off, base_url="http://testserver") as client:
         browser = await client.get("/weather", headers={"Accept": "text/html"})
         assert browser.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize("plain_asgi", [False, True])
+async def test_published_urls_are_under_the_configured_origin_whatever_the_host(plain_asgi: bool) -> None:
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        await JSONResponse({"plain": True})(scope, receive, send)
+
+    def app(**options: Any) -> Any:
+        if not plain_asgi:
+            return _app(**options)
+        transport = httpx.MockTransport(_platform)
+        return ASGIPaymentMiddleware(
+            inner, api_key="sk_test_x", transport=transport, routes={"/cheap": "ep1"}, **options
+        )
+
+    evil = {"Host": "evil.test"}
+    transport = httpx.ASGITransport(app(origin="https://shop.example:8443"))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+        listed = await client.get("/.well-known/x402", headers=evil)
+        challenge = await client.get("/cheap?x=1", headers=evil)
+    urls = {item["resource"]["url"] for item in listed.json()["items"]}
+    assert "https://shop.example:8443/cheap" in urls and all(u.startswith("https://shop.example:8443/") for u in urls)
+    assert listed.headers["Cache-Control"] == "public, max-age=60" and "Vary" not in listed.headers
+    assert challenge.status_code == 402 and challenge.json()["resource"]["url"] == "https://shop.example:8443/cheap?x=1"
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app()), base_url="http://testserver") as client:
+        listed = await client.get("/.well-known/x402", headers=evil)
+    assert {item["resource"]["url"] for item in listed.json()["items"]} >= {"http://evil.test/cheap"}
+    assert listed.headers["Cache-Control"] == "private, max-age=60" and listed.headers["Vary"] == "Host"

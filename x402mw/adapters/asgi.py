@@ -34,7 +34,7 @@ from x402mw.seller.drivers import AsyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
-from x402mw.seller.setup import build_gate, is_well_known, origin_of
+from x402mw.seller.setup import build_gate, is_well_known
 
 __all__ = ["PaymentMiddleware", "encode_headers", "request_view", "send_answer"]
 
@@ -122,7 +122,9 @@ class PaymentMiddleware:
     """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms).
 
     ``paywall`` sets what browsers see on the 402 page (`Paywall`); ``well_known=False`` stops
-    serving ``/.well-known/x402`` (the list of paid routes for agents)."""
+    serving ``/.well-known/x402`` (the list of paid routes for agents). ``origin`` is the app's
+    public origin (``https://api.example.com``): the URLs it publishes (402s, ``/.well-known/x402``)
+    are under it whatever ``Host`` a request carries (see `x402mw.seller.origins`)."""
 
     def __init__(
         self,
@@ -135,6 +137,7 @@ class PaymentMiddleware:
         transport: httpx.AsyncBaseTransport | None = None,
         paywall: Paywall | None = None,
         well_known: bool = True,
+        origin: str | None = None,
     ) -> None:
         self.app = app
         self.gate, self.routes = build_gate(
@@ -144,6 +147,7 @@ class PaymentMiddleware:
             settle_timeout=settle_timeout,
             refuse_async=False,
             paywall=paywall,
+            origin=origin,
         )
         self.well_known = bool(well_known)
         self.seller = AsyncSeller(self.gate, transport=transport)
@@ -239,9 +243,8 @@ class PaymentMiddleware:
             return []
 
     async def _send_well_known(self, scope: Scope, send: Send) -> None:
-        origin = origin_of(request_view(scope).url)
         try:
-            answer = await self.seller.run(self.gate.well_known(self.paid_routes(scope), origin))
+            answer = await self.seller.run(self.gate.well_known(self.paid_routes(scope), request_view(scope).url))
         except Exception:
             logger.exception("the well-known manifest failed unexpectedly")
             answer = internal_error_answer()

@@ -47,14 +47,14 @@ from x402mw.seller.discovery import Discovery
 from x402mw.seller.drivers import AsyncSeller, SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
-from x402mw.seller.setup import build_gate, is_well_known, origin_of
+from x402mw.seller.setup import build_gate, is_well_known
 from x402mw.seller.sign_in import SignIn
 
 __all__ = ["PaymentMiddleware", "require_payment"]
 
 logger = logging.getLogger("x402mw.seller")
 F = TypeVar("F", bound=Callable[..., Any])
-SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT", "PAYWALL", "WELL_KNOWN")
+SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPORT", "PAYWALL", "WELL_KNOWN", "ORIGIN")
 _MARK = "x402_route"
 _HEADERS = "_x402mw_headers"
 _METERED = "_x402mw_metered"  # the MeteredPayment of a request to a metered route
@@ -152,7 +152,9 @@ class PaymentMiddleware:
 
     Keys: ``API_KEY`` (required), ``PLATFORM_URL``, ``ROUTES`` (``{"GET /path": "<endpoint id>"}``
     matched against ``request.path_info``), ``SETTLE_TIMEOUT`` (seconds), ``PAYWALL`` (a `Paywall`),
-    ``WELL_KNOWN`` (False: no ``/.well-known/x402``) and ``TRANSPORT`` (an ``httpx`` transport, for
+    ``WELL_KNOWN`` (False: no ``/.well-known/x402``), ``ORIGIN`` (the site's public origin,
+    ``https://api.example.com``: its published URLs are under it whatever ``Host`` a request
+    carries) and ``TRANSPORT`` (an ``httpx`` transport, for
     tests). A bad configuration raises `ImproperlyConfigured` listing every
     problem when Django loads the middleware. Serves both WSGI (sync) and ASGI (async) stacks.
     """
@@ -179,6 +181,7 @@ class PaymentMiddleware:
                 settle_timeout=config.get("SETTLE_TIMEOUT", 30.0),
                 refuse_async=not self.is_async,
                 paywall=config.get("PAYWALL"),
+                origin=config.get("ORIGIN"),
             )
         except ConfigurationError as exc:
             problems.extend(exc.problems)
@@ -237,7 +240,7 @@ class PaymentMiddleware:
     def _manifest(self, request: HttpRequest) -> Generator[Any, Any, Answer]:
         """The ``/.well-known/x402`` answer: ``ROUTES``, then the marked views of the URLconf."""
         routes = self.routes.entries() + _marked(get_resolver(getattr(request, "urlconf", None)).url_patterns, "/")
-        return self.gate.well_known(routes, origin_of(request_view(request).url))
+        return self.gate.well_known(routes, request_view(request).url)
 
     def _route(self, request: HttpRequest, view: Callable[..., Any]) -> PaidRoute | None:
         found = self.routes.match(request.method or "GET", request.path_info)

@@ -49,7 +49,7 @@ from x402mw.seller.gate import DEFAULT_PLATFORM_URL, PaymentGate
 from x402mw.seller.metering import ServeMetered
 from x402mw.seller.paywall import Paywall
 from x402mw.seller.routes import RouteTable
-from x402mw.seller.setup import ASYNC_AMOUNT_PROBLEM, build_gate, is_async_callable, is_well_known, origin_of
+from x402mw.seller.setup import ASYNC_AMOUNT_PROBLEM, build_gate, is_async_callable, is_well_known
 from x402mw.seller.sign_in import SignIn
 
 __all__ = ["X402", "X402State", "require_payment"]
@@ -78,9 +78,10 @@ class X402State:
 class X402:
     """The Flask extension. Arguments given here win over the app's ``X402_*`` config keys:
     ``X402_API_KEY``, ``X402_PLATFORM_URL``, ``X402_ROUTES`` (``{"GET /path": "<endpoint id>"}``),
-    ``X402_SETTLE_TIMEOUT``, ``X402_PAYWALL`` (a `Paywall`) and ``X402_WELL_KNOWN`` (False: no
-    ``/.well-known/x402``). `init_app` checks the configuration and raises `ConfigurationError`
-    listing every problem."""
+    ``X402_SETTLE_TIMEOUT``, ``X402_PAYWALL`` (a `Paywall`), ``X402_WELL_KNOWN`` (False: no
+    ``/.well-known/x402``) and ``X402_ORIGIN`` (the app's public origin, ``https://api.example.com``:
+    its published URLs are under it whatever ``Host`` a request carries). `init_app` checks the
+    configuration and raises `ConfigurationError` listing every problem."""
 
     def __init__(
         self,
@@ -93,6 +94,7 @@ class X402:
         transport: httpx.BaseTransport | None = None,
         paywall: Paywall | None = None,
         well_known: bool | None = None,
+        origin: str | None = None,
     ) -> None:
         self._options: dict[str, Any] = {
             "api_key": api_key,
@@ -100,6 +102,7 @@ class X402:
             "routes": routes,
             "settle_timeout": settle_timeout,
             "paywall": paywall,
+            "origin": origin,
         }
         self._well_known = well_known
         self._transport = transport
@@ -110,7 +113,13 @@ class X402:
         return "X402(api_key=<hidden>)"
 
     def init_app(self, app: Flask) -> None:
-        defaults = {"platform_url": DEFAULT_PLATFORM_URL, "routes": None, "settle_timeout": 30.0, "paywall": None}
+        defaults = {
+            "platform_url": DEFAULT_PLATFORM_URL,
+            "routes": None,
+            "settle_timeout": 30.0,
+            "paywall": None,
+            "origin": None,
+        }
         config = {
             name: value if value is not None else app.config.get(f"X402_{name.upper()}", defaults.get(name))
             for name, value in self._options.items()
@@ -238,7 +247,7 @@ def _check_payment() -> Response | None:
     route = _route_for_request(state)
     if route is None:
         if state.well_known and is_well_known(request.method, request.path):
-            manifest = state.gate.well_known(_paid_routes(state), origin_of(request_url(request.environ)))
+            manifest = state.gate.well_known(_paid_routes(state), request_url(request.environ))
             return _response(well_known_answer(state.seller, manifest))
         return None
     view = wsgi_request_view(request.environ)

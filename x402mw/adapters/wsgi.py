@@ -29,7 +29,7 @@ from x402mw.seller.drivers import SyncSeller
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.paywall import Paywall
-from x402mw.seller.setup import build_gate, is_well_known, origin_of
+from x402mw.seller.setup import build_gate, is_well_known
 
 __all__ = ["SETTLEMENT_KEY", "PaymentMiddleware", "request_view", "well_known_answer"]
 
@@ -96,7 +96,9 @@ class PaymentMiddleware:
 
     Amount callbacks receive the WSGI ``environ`` and must be plain functions. ``paywall`` sets what
     browsers see on the 402 page (`Paywall`); ``well_known=False`` stops serving
-    ``/.well-known/x402``. Configuration is checked here: `ConfigurationError` lists every problem.
+    ``/.well-known/x402``; ``origin`` is the app's public origin (``https://api.example.com``), under
+    which it publishes its URLs whatever ``Host`` a request carries (see `x402mw.seller.origins`).
+    Configuration is checked here: `ConfigurationError` lists every problem.
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class PaymentMiddleware:
         transport: httpx.BaseTransport | None = None,
         paywall: Paywall | None = None,
         well_known: bool = True,
+        origin: str | None = None,
     ) -> None:
         self.app = app
         self.gate, self.routes = build_gate(
@@ -119,6 +122,7 @@ class PaymentMiddleware:
             settle_timeout=settle_timeout,
             refuse_async=True,
             paywall=paywall,
+            origin=origin,
         )
         self.well_known = bool(well_known)
         self.seller = SyncSeller(self.gate, transport=transport)
@@ -135,7 +139,7 @@ class PaymentMiddleware:
         route = self.routes.match(method, path)
         if route is None:
             if self.well_known and is_well_known(method, path):
-                manifest = self.gate.well_known(self.routes.entries(), origin_of(request_url(environ)))
+                manifest = self.gate.well_known(self.routes.entries(), request_url(environ))
                 answer = well_known_answer(self.seller, manifest)
                 start_response(status_line(answer.status), list(answer.headers))
                 return [answer.body]

@@ -28,7 +28,7 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db.engine import create_engine_for, migrate
 from x402mw.platform.emails.mailers import transport_for
 from x402mw.platform.emails.outbox import EmailOutbox
-from x402mw.platform.keys import load_or_create_key, parse_private_key
+from x402mw.platform.keys import load_or_create_key, parse_private_key, prepare_data_dir
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.api_requests import ApiRequestLog
 from x402mw.platform.services.catalogue import Catalogue
@@ -93,6 +93,7 @@ class Platform:
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
         clock = clock or Clock()
+        prepare_data_dir(settings.data_dir)
         relayer_key = _key(settings.relayer_key, settings.data_dir / "relayer.key")
         receipt_key = _key(settings.receipt_key, settings.data_dir / "receipt.key")
         treasury_key = _key(settings.treasury_key, settings.data_dir / "treasury.key")

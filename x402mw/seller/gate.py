@@ -20,6 +20,7 @@ sign-in-with-x exchange with the platform in `x402mw.seller.sign_in`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -73,6 +74,7 @@ from x402mw.seller.decisions import (
 from x402mw.seller.discovery import well_known_manifest
 from x402mw.seller.manifest import manifest_item
 from x402mw.seller.metering import MeteredPayment, ServeMetered
+from x402mw.seller.origins import origin_of, public_origin, published_url
 from x402mw.seller.paywall import Paywall
 from x402mw.seller.sign_in import admit
 
@@ -120,6 +122,7 @@ class PaymentGate:
         refresh_seconds: float = TERMS_REFRESH_SECONDS,
         clock: Callable[[], float] = time.time,
         paywall: Paywall | None = None,
+        origin: str | None = None,
     ) -> None:
         problems = []
         if not isinstance(api_key, str) or not api_key.startswith(("sk_test_", "sk_live_")):
@@ -130,6 +133,10 @@ class PaymentGate:
             problems.append("settle_timeout must be positive")
         if paywall is not None and not isinstance(paywall, Paywall):
             problems.append("paywall must be a Paywall")
+        if origin is not None:
+            origin = public_origin(origin)
+            if origin is None:
+                problems.append("origin must be the seller's public origin, such as https://api.example.com")
         if problems:
             raise ConfigurationError(problems)
         self.api_key = api_key
@@ -138,6 +145,7 @@ class PaymentGate:
         self.refresh_seconds = refresh_seconds
         self._clock = clock
         self.paywall = paywall if paywall is not None else Paywall()
+        self.origin = origin
         self._sealer = Sealer(api_key)
         # Challenge ids: unique per process by a counter, across processes by a random prefix.
         self._id_prefix = secrets.token_hex(8)
@@ -156,8 +164,16 @@ class PaymentGate:
 
     # -- the request path -------------------------------------------------------------------
 
+    def _published(self, request: RequestView) -> RequestView:
+        """``request`` with its URL under the configured origin (`published_url`): what its 402,
+        its payment's resource and the platform's records name."""
+        if self.origin is None:
+            return request
+        return dataclasses.replace(request, url=published_url(self.origin, request.url))
+
     def process(self, route: PaidRoute, request: RequestView, native: Any = None) -> Step:
         """Decide for one request. ``native`` is the framework's request, given to amount callbacks."""
+        request = self._published(request)
         decision = yield from self._paid(route, request, native, hold=False)
         assert not isinstance(decision, Held)
         return decision
@@ -174,7 +190,7 @@ class PaymentGate:
         terms = known[0]
         if terms.amount is None or _priced_per_request(route, terms):
             return None
-        return self._render(route, terms, request, terms.amount, None, None)
+        return self._render(route, terms, self._published(request), terms.amount, None, None)
 
     def hold(
         self, route: PaidRoute, request: RequestView, native: Any = None
@@ -183,6 +199,7 @@ class PaymentGate:
         `Held`: the payment is verified and claimed, nothing taken; run the tool, then `capture` or
         `release` it. `ServeMetered` for an ``upto`` payment of a metered endpoint (held the same way;
         settled by `finish`)."""
+        request = self._published(request)
         decision = yield from self._paid(route, request, native, hold=True)
         assert not isinstance(decision, Serve)
         return decision
@@ -625,10 +642,16 @@ class PaymentGate:
 
     # -- the well-known manifest -------------------------------------------------------------------
 
-    def well_known(self, routes: list[tuple[str, str, PaidRoute]], origin: str) -> AnswerStep:
+    def well_known(self, routes: list[tuple[str, str, PaidRoute]], request_url: str) -> AnswerStep:
         """The ``/.well-known/x402`` answer listing ``routes`` (``(method or "*", path template,
-        route)``) under ``origin``: each route's terms (advisory; the live 402 is authoritative)
-        and its discovery declaration. Endpoints whose terms cannot be fetched are left out."""
+        route)``): each route's terms (advisory; the live 402 is authoritative) and its discovery
+        declaration. Endpoints whose terms cannot be fetched are left out.
+
+        The items' URLs are under the configured origin, and the answer may be cached by anyone
+        (``public, max-age=60``). Without one they are under the origin of ``request_url`` (the
+        request's own: its ``Host``), and the answer says so to caches: ``Vary: Host``, and no shared
+        cache keeps it (``private``), so that a request with another ``Host`` cannot have its URLs
+        served to others."""
         items = []
         for method, path, route in routes:
             known = self._terms.get(route.endpoint)
@@ -641,9 +664,13 @@ class PaymentGate:
             else:
                 terms = known[0]
             items.append(manifest_item(method, path, route, terms, _priced_per_request(route, terms)))
+        origin = self.origin or origin_of(request_url)
         manifest = well_known_manifest(origin, items, int(self._clock()))
         raw = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()
-        return Answer(200, [("Content-Type", "application/json"), ("Cache-Control", "public, max-age=60")], raw)
+        if self.origin is not None:
+            return Answer(200, [("Content-Type", "application/json"), ("Cache-Control", "public, max-age=60")], raw)
+        headers = [("Content-Type", "application/json"), ("Cache-Control", "private, max-age=60"), ("Vary", "Host")]
+        return Answer(200, headers, raw)
 
     # -- terms and background work ------------------------------------------------------------
 

@@ -19,15 +19,6 @@ def is_well_known(method: str, path: str) -> bool:
     return path in WELL_KNOWN_PATHS and method in ("GET", "HEAD")
 
 
-def origin_of(url: str) -> str:
-    """The scheme and host of an absolute URL (the manifest's items are under the request's origin)."""
-    start = url.find("//")
-    if start < 0:
-        return url
-    end = url.find("/", start + 2)
-    return url if end < 0 else url[:end]
-
-
 ASYNC_AMOUNT_PROBLEM = (
     "the amount callback is an async function; this framework runs synchronously, give a plain function"
 )
@@ -46,9 +37,12 @@ def build_gate(
     settle_timeout: object,
     refuse_async: bool,
     paywall: object = None,
+    origin: object = None,
 ) -> tuple[PaymentGate, RouteTable]:
     """Validate a seller's configuration and build its gate and route table.
 
+    ``origin`` is the seller's public origin (``https://api.example.com``): the URLs it publishes
+    are under it, whatever ``Host`` a request carries (see `x402mw.seller.origins`).
     Raises `ConfigurationError` listing every problem. With ``refuse_async``, amount callbacks
     that are coroutine functions are refused: a sync framework cannot await them.
     """
@@ -76,6 +70,7 @@ def build_gate(
             platform_url=platform_url if isinstance(platform_url, str) else "",
             settle_timeout=float(settle_timeout),
             paywall=paywall,  # type: ignore[arg-type]  # checked by the gate
+            origin=origin,  # type: ignore[arg-type]  # checked by the gate
         )
     except ConfigurationError as exc:
         problems = exc.problems + problems

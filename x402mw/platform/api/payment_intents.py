@@ -23,7 +23,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PAYMENT_PREFIX, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.fields import NO_NUL, Email, HttpUrl, amount_schema, http_url
+from x402mw.platform.http.fields import NAME_PATTERN, NO_NUL, Email, HttpUrl, amount_schema, http_url
 from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, TEXT, ApiRoute, Operation, query
@@ -142,7 +142,7 @@ class CustomerIn(BaseModel):
         description="exactly one email address (`local@domain.example`; no list, group or display name), at "
         "most 320 characters",
     )
-    name: str | None = Field(default=None, max_length=200, description="at most 200 characters")
+    name: str | None = Field(default=None, max_length=200, pattern=NAME_PATTERN, description="at most 200 characters")
 
 
 class PaymentMethodsIn(BaseModel):
@@ -207,6 +207,7 @@ class PaymentIntentCreate(BaseModel):
     customerName: str | None = Field(
         default=None,
         max_length=200,
+        pattern=NAME_PATTERN,
         description="legacy form of `customer.name`; must agree with it when both are sent",
     )
     description: str | None = Field(default=None, min_length=1, max_length=1000)

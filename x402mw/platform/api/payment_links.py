@@ -30,7 +30,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.fields import UUID_PATTERN, HttpUrl, http_url, is_uuid
+from x402mw.platform.http.fields import NAME_PATTERN, UUID_PATTERN, HttpUrl, http_url, is_uuid
 from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation
@@ -76,7 +76,7 @@ class PaymentLinkCreate(BaseModel):
     name: str = Field(
         min_length=1,
         max_length=200,
-        pattern=r"^[^\x00]*$",
+        pattern=NAME_PATTERN,
         description="what the link sells, shown to the merchant (1–200 characters)",
     )
     amount: OrderAmount = Field(description="decimal amount, as for payment intents; answered as sent")
@@ -107,9 +107,7 @@ class PaymentLinkCreate(BaseModel):
 class PaymentLinkUpdate(PatchBody):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(
-        default=None, min_length=1, max_length=200, pattern=r"^[^\x00]*$", description="a new name"
-    )
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN, description="a new name")
     active: StrictBool | None = Field(
         default=None, description="false: the link opens no new orders (orders already opened stay payable)"
     )

@@ -13,7 +13,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.fields import HttpUrl, amount_schema, http_url
+from x402mw.platform.http.fields import NAME_PATTERN, HttpUrl, amount_schema, http_url
 from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, ApiRoute, Operation, enum, query
@@ -35,6 +35,7 @@ class PlanCreate(BaseModel):
     name: str = Field(
         min_length=1,
         max_length=200,
+        pattern=NAME_PATTERN,
         description="shown to customers on the subscribe page and in emails, 1–200 characters",
     )
     amount: Amount = Field(
@@ -65,7 +66,9 @@ class PlanUpdate(PatchBody):
     CLEARABLE = frozenset({"graceDays", "returnUrl"})  # null: the platform's grace period; no return link
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, min_length=1, max_length=200, description="1–200 characters")
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=NAME_PATTERN, description="1–200 characters"
+    )
     amount: Amount | None = Field(
         default=None,
         description="decimal amount per period, greater than 0, at most 6 decimals and 1,000,000,000; a string "

@@ -98,8 +98,13 @@ async def sync(request: Request) -> ModelResponse:
         raise HttpError(
             409, "unsupported_chain", f"This payment cannot be made on {body.network[:80]!r}", param="network"
         )
-    with contextlib.suppress(TimeoutError):  # not mined yet: answer what is known; polling keeps looking
-        await chain.relayer.wait_for_receipt(body.txHash.lower(), timeout=SYNC_WAIT_SECONDS)
+    tx_hash = body.txHash.lower()
+    # Only a transaction the chain knows (pending or mined) is waited for: a hash it does not know
+    # (zeros, another chain's, made up) is answered at once, as a public request cannot be held
+    # waiting for a transaction that may never come.
+    if await chain.rpc.request("eth_getTransactionByHash", [tx_hash]):
+        with contextlib.suppress(TimeoutError):  # not mined yet: answer what is known; polling keeps looking
+            await chain.relayer.wait_for_receipt(tx_hash, timeout=SYNC_WAIT_SECONDS)
     await look_for_payment(platform, order, [chain])
     return await _answer(platform, raw_id)
 

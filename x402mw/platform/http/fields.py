@@ -8,6 +8,7 @@ calls valid is accepted, what it calls invalid is refused (400, or 404 for an id
   can say;
 - URLs (`HttpUrl`): absolute http(s) URLs with a host, as the pattern spells them;
 - amounts (`amount_schema`): `x402mw.protocol.prices.AmountFormat`'s pattern, or a JSON number;
+- names: no control character (`NAME_PATTERN`);
 - text: no string in a request may hold a NUL character (`NO_NUL`; PostgreSQL text cannot);
   `x402mw.platform.openapi.schemas` adds that rule to every string the models leave free.
 """
@@ -28,6 +29,12 @@ from x402mw.protocol.prices import AmountFormat
 NO_NUL = r"^[^\x00]*$"
 """The pattern of free text: anything but NUL."""
 
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
+"""The pattern of every name the API takes (an endpoint's, a link's, a plan's, a customer's): any
+text but control characters (C0, DEL, C1; no line break nor tab), as a name is shown on one line
+(dashboards, emails, the checkout page). Give it as the field's ``pattern``: pydantic enforces it
+and the OpenAPI document publishes it."""
+
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 """A hyphenated UUID in either case: the form of every id the platform makes."""
 _UUID = re.compile(UUID_PATTERN)
@@ -35,16 +42,21 @@ _UUID = re.compile(UUID_PATTERN)
 ADDRESS_PATTERN = r"^0[xX](?:[0-9a-f]{40}|[0-9A-F]{40})$"
 """An EVM address as the document states it (checksummed mixed case is accepted besides)."""
 
-# Control characters, white space (both Python's and ECMAScript's idea of it) and backslash,
-# spelled out: a pattern's \s means different things to different regex engines.
-_CONTROL = r"\x00-\x20\x7f-\x9f\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff\\"
-_USERINFO = rf"[^{_CONTROL}/?#@\[\]]*@"
-_HOST = rf"(?:[^{_CONTROL}/?#@\[\]:]+|\[[0-9A-Fa-f:.]+\])"
+# RFC 3986's characters, spelled out (a pattern's \w or \s means different things to different
+# regex engines): a URI is ASCII; anything else in it is percent-encoded (a host, in punycode).
+_UNRESERVED_SUB = r"A-Za-z0-9\-._~!$&'()*+,;="
+_PCT = r"%[0-9A-Fa-f]{2}"
+_USERINFO = rf"(?:[{_UNRESERVED_SUB}:]|{_PCT})*@"
+_HOST = rf"(?:(?:[{_UNRESERVED_SUB}]|{_PCT})+|\[[0-9A-Fa-f:.]+\])"
 _PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
-URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://(?:{_USERINFO})?{_HOST}(?::{_PORT})?(?:[/?#][^{_CONTROL}]*)?$"
-"""An absolute http(s) URL: optional user info, a host (a name, or an IPv6 address in brackets), an
-optional port (0-65535), then a path, query or fragment; no white space, backslash or control
-character anywhere."""
+_PCHARS = rf"(?:[{_UNRESERVED_SUB}:@/?]|{_PCT})*"
+URL_PATTERN = (
+    rf"^[Hh][Tt][Tt][Pp][Ss]?://(?:{_USERINFO})?{_HOST}(?::{_PORT})?(?:/{_PCHARS})?(?:\?{_PCHARS})?(?:#{_PCHARS})?$"
+)
+"""An absolute http(s) URL, a URI as RFC 3986 spells it (the OpenAPI document's ``format: uri``):
+optional user info, a host (a name, or an IPv6 address in brackets), an optional port (0-65535),
+then a path, query and fragment; ASCII only, anything else percent-encoded (``%C3%A9``), a
+host name in punycode; no white space, backslash or control character anywhere."""
 _URL = re.compile(URL_PATTERN)
 _URL_HOST = re.compile(rf"[^:]+://(?:{_USERINFO})?({_HOST})")
 MAX_URL = 2048

@@ -16,7 +16,14 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentEndpoint, utcnow
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.fields import MINOR_SCHEMA, NonZeroAddress, ResourceUrl, minor_units, resource_url
+from x402mw.platform.http.fields import (
+    MINOR_SCHEMA,
+    NAME_PATTERN,
+    NonZeroAddress,
+    ResourceUrl,
+    minor_units,
+    resource_url,
+)
 from x402mw.platform.http.pagination import list_answer
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import ETAG, IF_NONE_MATCH, LIST_PARAMS, NOT_MODIFIED, ApiRoute, Operation
@@ -56,6 +63,7 @@ METERED_NEEDS_CEILING: dict[str, Any] = {  # a ceiling (maxAmountMinor) for mete
 
 
 # The descriptions EndpointCreate and EndpointUpdate share: one text per field in the OpenAPI document.
+_NAME = "1–200 characters, no control characters"
 _RESOURCE_URL = "absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool"
 _PAYOUT_ADDRESS = "EVM address receiving the funds; snapshotted in each challenge"
 _PRICING_MODE = (
@@ -71,7 +79,7 @@ _DISCOVERABLE = "list the endpoint's settled resources in the public discovery c
 class EndpointCreate(_EndpointFields):
     model_config = ConfigDict(json_schema_extra={"allOf": [FIXED_NEEDS_AMOUNT, METERED_NEEDS_CEILING]})
 
-    name: str = Field(min_length=1, max_length=200, description="1–200 characters")
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN, description=_NAME)
     resourceUrl: ResourceUrl = Field(description=_RESOURCE_URL)
     chainId: StrictInt = Field(description="EVM chain id settled by this platform (see `GET /v1/x402/supported`)")
     currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})] = Field(
@@ -113,7 +121,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     )
     CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
 
-    name: str | None = Field(default=None, min_length=1, max_length=200, description="1–200 characters")
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN, description=_NAME)
     resourceUrl: ResourceUrl | None = Field(default=None, description=_RESOURCE_URL)
     payoutAddress: NonZeroAddress | None = Field(default=None, description=_PAYOUT_ADDRESS)
     pricingMode: Literal["fixed", "dynamic", "metered"] | None = Field(default=None, description=_PRICING_MODE)

@@ -308,8 +308,10 @@ routes = [
             "payment (`held`) for its amount, a metered route's (`authorized`, the `upto` scheme) for the "
             "usage its handler reported, from 0 (settled with no transaction) to the signed ceiling. "
             "Answers as a settlement does. A payment is captured once: a capture sent again, or another, "
-            "answers the outcome of the first. A held payment whose authorization ran out is not sent "
-            "(`failed`; a tool's hold is given up). 404 for a payment that was never held or was released.",
+            "answers the outcome of the first. A held payment whose authorization ran out is not sent: it is "
+            "recorded `failed` (`invalid_exact_evm_payload_authorization_valid_before`, or "
+            "`permit2_deadline_expired`), and every capture of it answers so. 404 for a payment that was "
+            "never held or was released.",
             answer=objects.SettlementResult,
             body=CaptureBody,
             errors=(400, 404),

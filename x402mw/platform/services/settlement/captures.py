@@ -10,8 +10,10 @@ releases it as any settlement (`SettlementService.execute`). The payment's row k
 the transfer needs (`transfer_of`), so a capture carries nothing but the id and the amount.
 
 One capture settles a payment: a capture sent again, or a second one, gets the outcome of the first
-(whatever amount it names). A held payment whose authorization ran out meanwhile is not sent: an
-``exact`` hold is given up (its claim deleted), an ``upto`` one is left to lapse.
+(whatever amount it names). A held payment whose authorization ran out meanwhile is not sent: it is
+recorded ``failed`` (``..._valid_before`` for an ``exact`` hold, ``permit2_deadline_expired`` for an
+``upto`` one), as the worker records those nobody captured (`Recovery.finish_left`), so that a
+capture answers the same whichever of the two came first.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class Captures:
         ``amount`` atomic units: an upto payment's usage (required, at most its ceiling), or an exact
         payment's held amount (None, or that amount). Its outcome, waited for up to
         ``wait_seconds`` (pending after that); None when the merchant has no such payment (never
-        held, or released). `PaymentRefusal` for an amount it cannot take: nothing was done."""
+        held, or released). A held payment whose authorization ran out is recorded failed, and
+        answered so (as a payment the worker recorded failed is). `PaymentRefusal` for an amount it
+        cannot take: nothing was done."""
         service = self.service
         started = time.perf_counter()
         valid_until = int(service.clock.time()) + MIN_VALIDITY_SECONDS
@@ -91,12 +95,21 @@ class Captures:
         return await service.run_settlement(_key(row), row.id, network, wait_seconds, work)
 
     async def _expired(self, row: Claimed, network: str) -> SettleOutcome:
-        if row.scheme == "upto":  # left authorized: recovery deletes it once it lapsed
-            return failed(network, reasons.PERMIT2_DEADLINE_EXPIRED, "the permit expired before its usage was settled")
-        await self.service.writes.release(row.id, status="held")
-        return failed(
-            network, reasons.INVALID_VALID_BEFORE, "the authorization expired before the tool's payment was settled"
-        )
+        """The answer for a held payment whose authorization ran out: recorded failed (as the worker
+        records those it finds first), so that this capture and any later one answer the same."""
+        if row.scheme == "upto":
+            reason, message = reasons.PERMIT2_DEADLINE_EXPIRED, "the permit expired before its usage was settled"
+        else:
+            reason, message = (
+                reasons.INVALID_VALID_BEFORE,
+                "the authorization expired before the tool's payment was settled",
+            )
+        if not await self.service.writes.expire_hold(row.id, row.status, reason):
+            found = await self.service.writes.find(row.id)  # captured, released or expired meanwhile
+            if found is None:
+                return failed(network, reason, message)
+            return await self.service.join(found, network, 0)
+        return failed(network, reason, message, payment_id=row.id)
 
 
 def _network(service: SettlementService, row: Claimed) -> str:

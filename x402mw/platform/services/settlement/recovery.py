@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from sqlalchemy import delete, select
+from sqlalchemy import select, update
 
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.chain.token import authorization_state, find_authorization_use
@@ -98,10 +98,10 @@ class SettlementRecovery:
     async def finish_left(self) -> int:
         """One look at every payment still unfinished `takeover_after` after its claim that this
         process is not settling; how many became final. Held payments (paid MCP tools) whose
-        authorization expired are dropped: their seller never settled nor released them."""
-        dropped = await self.writes.drop_expired_holds(int(self.clock.time()))
-        if dropped:
-            logger.warning("dropped %d held payments whose authorization expired unsettled", dropped)
+        authorization expired are recorded failed: their seller never settled nor released them."""
+        expired = await self.writes.expire_holds(int(self.clock.time()))
+        if expired:
+            logger.warning("%d held payments failed: their authorization expired unsettled", expired)
         finished = await self.close_lapsed_holds(int(self.clock.time()))
         for row in await self._left():
             try:
@@ -115,12 +115,17 @@ class SettlementRecovery:
         return finished
 
     async def close_lapsed_holds(self, now: int) -> int:
-        """Drop the upto payments held for a request that never settled them (its seller stopped)
-        whose permit expired before ``now`` (Unix seconds): nothing was or can be charged. Each
-        leaves what any challenge that was not paid leaves, its challenge recorded without a payment
-        (recorded with the hold; here for a hold made before holds recorded theirs). How many."""
+        """Record the upto payments held for a request that never settled them (its seller stopped)
+        whose permit expired before ``now`` (Unix seconds) as failed (``permit2_deadline_expired``,
+        what a capture of one answers): nothing was or can be charged. Each leaves what any
+        challenge that was not paid leaves, its challenge recorded without a payment (recorded with
+        the hold; here for a hold made before holds recorded theirs). How many."""
         table = tables.agent_payments
-        lapsed = delete(table).where(table.c.status == "authorized", table.c.valid_before <= now)
+        lapsed = (
+            update(table)
+            .where(table.c.status == "authorized", table.c.valid_before <= now, table.c.transaction.is_(None))
+            .values(status="failed", error_reason=reasons.PERMIT2_DEADLINE_EXPIRED, locked_until=None)
+        )
         columns = [
             table.c[name]
             for name in ("challenge_id", "merchant_id", "endpoint_id", "livemode", "chain_id", "asset", "pay_to")

@@ -14,7 +14,8 @@ their round trips to the database. There are three groups:
   got there first. A batch of records is one transaction. A settled payment stays settled: a
   later ``settled`` or ``failed`` record of it changes nothing.
 
-A claim given up before anything was sent is deleted (`SettlementWrites.release`); a process that
+A claim given up before anything was sent is deleted (`SettlementWrites.release`); a held payment
+whose authorization ran out is recorded failed (`SettlementWrites.expire_hold`); a process that
 takes over an unfinished payment holds it for a while (`SettlementWrites.take_over`).
 """
 
@@ -36,6 +37,7 @@ from x402mw.platform.db.engine import HeldConnection, quick_read
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.outbox import insert_events
 from x402mw.platform.services.settlement.outcomes import Claimed
+from x402mw.protocol import reasons
 
 _payments, _challenges = tables.agent_payments, tables.agent_challenges
 CLAIM_FLUSHES = 2  # claim batches written at once
@@ -211,14 +213,30 @@ class SettlementWrites:
             )
         return bool(gone.rowcount == 1)
 
-    async def drop_expired_holds(self, now: int) -> int:
-        """Delete held payments whose authorization expired before ``now`` (Unix seconds): their
-        seller stopped between the hold and the tool's end. Nothing was sent, and nothing can be."""
+    async def expire_hold(self, payment_id: str, status: str, reason: str) -> bool:
+        """Record the held payment ``payment_id`` (still in ``status``: ``held`` or ``authorized``),
+        whose authorization ran out, as failed for ``reason``: nothing was sent, nor can be. It stays
+        on record, so that a capture of it, sent now or again later, answers that failure. False if
+        it was no longer held (captured or released meanwhile)."""
         async with self.engine.begin() as conn:
-            gone = await conn.execute(
-                delete(_payments).where(_payments.c.status == "held", _payments.c.valid_before < now)
+            done = await conn.execute(
+                update(_payments)
+                .where(_payments.c.id == payment_id, _payments.c.status == status, _payments.c.transaction.is_(None))
+                .values(status="failed", error_reason=reason, locked_until=None)
             )
-        return int(gone.rowcount or 0)
+        return bool(done.rowcount == 1)
+
+    async def expire_holds(self, now: int) -> int:
+        """Record the held payments (paid tools') whose authorization expired before ``now`` (Unix
+        seconds) as failed (`reasons.INVALID_VALID_BEFORE`): their seller stopped between the hold
+        and the tool's end. Nothing was sent, and nothing can be. How many."""
+        async with self.engine.begin() as conn:
+            done = await conn.execute(
+                update(_payments)
+                .where(_payments.c.status == "held", _payments.c.valid_before < now)
+                .values(status="failed", error_reason=reasons.INVALID_VALID_BEFORE, locked_until=None)
+            )
+        return int(done.rowcount or 0)
 
     async def take_over(self, payment_id: str, now: datetime, until: datetime) -> bool:
         """Hold an unfinished payment until ``until`` for this process to finish (send it again);
