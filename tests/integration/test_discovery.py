@@ -136,7 +136,8 @@ async def test_the_catalogue_holds_only_opted_in_endpoints_and_the_sdk_reads_it(
     with bazaar(dev_platform) as client:
         page = await asyncio.to_thread(client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(limit=100))
         mine = [item for item in page.items if listed.payout.lower() in json.dumps(item.accepts).lower()]
-        assert [item.resource for item in mine] == [f"{ORIGIN}/weather?city=Oslo"]
+        # the endpoint's own URL: the query (the payer's choice) is not listed
+        assert [item.resource for item in mine] == [f"{ORIGIN}/weather"]
         assert mine[0].type == "http" and mine[0].x402_version == 2 and mine[0].description == "Weather"
         assert mine[0].accepts[0]["amount"] == "10000" and "seal" not in mine[0].accepts[0]["extra"]
         assert mine[0].extensions is not None and mine[0].extensions["bazaar"]["info"]["input"]["method"] == "GET"
@@ -147,11 +148,11 @@ async def test_the_catalogue_holds_only_opted_in_endpoints_and_the_sdk_reads_it(
         filtered = await asyncio.to_thread(
             client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=listed.payout, type="http")
         )
-        assert [item.resource for item in filtered.items] == [f"{ORIGIN}/weather?city=Oslo"]
+        assert [item.resource for item in filtered.items] == [f"{ORIGIN}/weather"]
         found = await asyncio.to_thread(
-            client.extensions.bazaar.search, SearchDiscoveryResourcesParams(query="weather Oslo", pay_to=listed.payout)
+            client.extensions.bazaar.search, SearchDiscoveryResourcesParams(query="weather", pay_to=listed.payout)
         )
-        assert [item.resource for item in found.resources] == [f"{ORIGIN}/weather?city=Oslo"]
+        assert [item.resource for item in found.resources] == [f"{ORIGIN}/weather"]
         nothing = await asyncio.to_thread(
             client.extensions.bazaar.search, SearchDiscoveryResourcesParams(query="weather", pay_to=hidden.payout)
         )
@@ -526,14 +527,13 @@ async def test_settlements_through_the_facilitator_api_are_catalogued(dev_platfo
         page = await asyncio.to_thread(
             client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=listed.payout)
         )
-        # the declared route only (the extension says so), under the discoverable endpoint
-        assert [item.resource for item in page.items] == [f"{ORIGIN}/weather?city=Oslo"]
+        # the discoverable endpoint, as its merchant declared it (its URL and name) with the seller's
+        # terms; the payload's resource and bazaar extension are the payer's echo, and not listed
+        assert [item.resource for item in page.items] == [f"{ORIGIN}/weather"]
         item = page.items[0]
-        assert item.description == "Forecasts by city" and item.type == "http"
+        assert item.description == "Weather" and item.type == "http"
         assert item.accepts[0]["payTo"] == listed.payout and item.accepts[0]["amount"] == "10000"
-        assert item.extensions is not None
-        declared = parse_discovery_extension(item.extensions["bazaar"])
-        assert validate_discovery_extension(declared).valid and declared.info.input.method == "GET"
+        assert item.extensions is None
         nothing = await asyncio.to_thread(
             client.extensions.bazaar.list_resources, ListDiscoveryResourcesParams(pay_to=hidden.payout)
         )
@@ -552,17 +552,26 @@ def test_a_search_ranks_names_first_then_the_most_settled(deployment: Deployment
         "description, settled once": ("?y=2", f"{word} too", 1),
     }
 
+    # the catalogue lists an endpoint under its own URL: one endpoint each
+    endpoint_ids = []
+    with deployment.api() as api:
+        for query, _, _ in resources.values():
+            body = {"name": "Weather", "chainId": harness.chain.chain_id, "currency": "USDC", "amountMinor": "10000"}
+            body |= {"resourceUrl": f"{ORIGIN}/weather{query}", "payoutAddress": deployment.payout}
+            reply = api.post("/agent/endpoints", json=body | {"discoverable": True})
+            assert reply.status_code == 201, reply.text
+            endpoint_ids.append(reply.json()["endpoint"]["id"])
+
     async def record(platform: Any) -> None:
-        endpoint = await platform.endpoints.get(deployment.merchant_id, False, deployment.endpoint_id, fresh=True)
-        for query, description, times in resources.values():
+        for endpoint_id, (_, description, times) in zip(endpoint_ids, resources.values(), strict=True):
+            endpoint = await platform.endpoints.get(deployment.merchant_id, False, endpoint_id, fresh=True)
             for _ in range(times):  # each as another process would (a catalogue writes a resource once a minute)
                 await Catalogue(platform.engine).record(
                     endpoint,
-                    resource=f"{ORIGIN}/weather{query}",
                     accepted={"scheme": "exact", "network": harness.network, "amount": "10000"},
                     description=description,
                     mime_type=None,
-                    extensions=None,
+                    seller_extensions=None,
                     settled_at=datetime.now(UTC),
                 )
 

@@ -7,10 +7,11 @@ seller middleware issues them) belong to the merchant whose middleware issued it
 key gets 404 for them, and nothing is verified or settled. A payment settled here is recorded
 under the caller, linked to its challenge when it has one.
 
-An ``exact`` payment settled here whose payload names its resource (``resource.url``) and carries
-the ``bazaar`` extension (which the seller declared and the payer echoed, as the extension says)
-enters the discovery catalogue, under the caller's discoverable endpoint for it
-(`Catalogue.endpoint_for`), as the seller middleware's settlements do.
+An ``exact`` payment settled here enters the discovery catalogue under the caller's discoverable
+endpoint for it (`Catalogue.endpoint_for`), as the seller middleware's settlements do, with what the
+seller said: the endpoint (its URL and name) and the terms (``paymentRequirements``). Nothing of
+the payload is listed: its ``resource`` and ``extensions`` (a ``bazaar`` declaration among them)
+are the payer's echo, which the payer may change at will.
 """
 
 from __future__ import annotations
@@ -171,8 +172,6 @@ async def settle(request: Request) -> ModelResponse:
 
 async def _catalogue(request: Request, caller: Caller, challenge_id: str | None, body: FacilitatorBody) -> None:
     payload, requirements = body.paymentPayload, body.paymentRequirements
-    if payload.resource is None or not isinstance((payload.extensions or {}).get("bazaar"), dict):
-        return
     chain = requirements.network.removeprefix("eip155:")
     if not chain.isdigit():
         return
@@ -181,7 +180,7 @@ async def _catalogue(request: Request, caller: Caller, challenge_id: str | None,
         merchant_id=caller.merchant_id,
         livemode=caller.livemode,
         challenge_id=challenge_id,
-        resource=payload.resource.url,
+        resource=payload.resource.url if payload.resource else "",  # picks one of the caller's endpoints
         pay_to=requirements.pay_to,
         chain_id=int(chain),
     )
@@ -189,11 +188,10 @@ async def _catalogue(request: Request, caller: Caller, challenge_id: str | None,
         return
     await platform.catalogue.record(
         endpoint,
-        resource=payload.resource.url,
         accepted=requirements.to_wire(),
-        description=payload.resource.description,
-        mime_type=payload.resource.mime_type,
-        extensions=payload.extensions,
+        description=endpoint.name,
+        mime_type=None,
+        seller_extensions=None,  # the standard facilitator call carries no declaration of the seller's
         settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
     )
 

@@ -1,11 +1,13 @@
 """The discovery catalogue: the resources the platform settled for, of endpoints marked
 ``discoverable``, as the Bazaar extension lists them.
 
-A settlement of a discoverable endpoint records (or refreshes) its resource: the URL (kept only
-when it is on the endpoint's own origin, so that a client's ``Host`` cannot plant another site in
-the catalogue), the offered terms without their one-time challenge fields, the description and the
-route's ``bazaar`` declaration when it validates. Listing joins the endpoints, so an endpoint that
-stops being discoverable leaves the catalogue at once.
+A settlement of a discoverable endpoint records (or refreshes) its resource, as the seller declared
+it and nothing the payer sent: the endpoint's own ``resourceUrl`` (not the URL requested, whose
+path parameters and query a payer chooses), the offered terms without their one-time challenge
+fields, the seller's description, and the route's ``bazaar`` declaration as the seller sent it,
+when it has the extension's shape (`x402mw.platform.services.declarations`). One row per endpoint,
+and per MCP tool the seller declared. Listing joins the endpoints, so an endpoint that stops being
+discoverable leaves the catalogue at once.
 
 A search ranks what it finds: first by where the words matched (a word found in the URL, the MCP
 tool's name or the endpoint's name counts twice what a word found only in the description counts),
@@ -15,7 +17,6 @@ resource's id settles ties, so the order is total and pages do not overlap.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -24,18 +25,17 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import jsonschema  # type: ignore[import-untyped]
 from sqlalchemy import ColumnElement, Select, and_, case, false, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.services.declarations import declared_tool, seller_declaration
 
 logger = logging.getLogger("x402mw.platform.catalogue")
 _REFRESH_SECONDS = 60.0  # a resource settled again within this is not written again
 _EXTRA_KEPT = ("name", "version")
-_MAX_EXTENSION_BYTES = 32_768
 _HALF_LIFE_SECONDS = 7 * 86_400.0
 _MAX_WORDS = 8
 
@@ -66,22 +66,22 @@ class Catalogue:
         self,
         endpoint: Any,
         *,
-        resource: str,
         accepted: dict[str, Any],
         description: str | None,
         mime_type: str | None,
-        extensions: dict[str, Any] | None,
+        seller_extensions: dict[str, Any] | None,
         settled_at: datetime,
     ) -> None:
-        """Record a settled resource of ``endpoint`` (its row) if the endpoint is discoverable."""
+        """Record a settled resource of ``endpoint`` (its row) if the endpoint is discoverable.
+        Everything given is the seller's: ``accepted`` the terms it offered, ``description`` and
+        ``mime_type`` its route's, ``seller_extensions`` the extensions its route declares (never
+        a payment payload's ``extensions``, which the payer writes)."""
         if not getattr(endpoint, "discoverable", False):
             return
-        url = _own_url(resource, endpoint.resource_url)
-        bazaar = _bazaar(extensions)
-        tool = ""
-        kind = "http"
-        if bazaar is not None and bazaar["info"]["input"].get("type") == "mcp":
-            kind, tool = "mcp", str(bazaar["info"]["input"].get("toolName", ""))[:200]
+        url = endpoint.resource_url
+        bazaar = seller_declaration(seller_extensions)
+        tool = declared_tool(bazaar) or ""
+        kind = "mcp" if tool else "http"
         key = (endpoint.id, url, tool)
         now = time.monotonic()
         self._unwritten[key] = self._unwritten.get(key, 0) + 1  # counted for popularity when next written
@@ -134,7 +134,9 @@ class Catalogue:
         is catalogued under: its challenge's endpoint when it carries an x402mw challenge; otherwise the
         merchant's endpoint on ``resource``'s origin and chain that pays ``pay_to`` (of several, the one
         whose URL shares the longest path with ``resource``). None when there is none: an SDK seller's
-        resources are listed only once the merchant has such an endpoint and made it discoverable."""
+        resources are listed only once the merchant has such an endpoint and made it discoverable.
+        ``resource`` (the payload's, which the payer echoes) only chooses among the caller's own
+        endpoints; what is listed is the chosen endpoint's."""
         endpoints, challenges = tables.agent_endpoints, tables.agent_challenges
         owned = [
             endpoints.c.merchant_id == merchant_id,
@@ -270,42 +272,3 @@ def _shared_segments(one: str, other: str) -> int:
             break
         shared += 1
     return shared
-
-
-def _own_url(resource: str, endpoint_url: str) -> str:
-    """``resource`` when it is on the endpoint's origin, else the endpoint's own URL."""
-    given, own = urlsplit(resource or ""), urlsplit(endpoint_url)
-    if given.scheme == own.scheme and given.netloc.lower() == own.netloc.lower() and len(resource) <= 2048:
-        return resource.split("#", 1)[0]
-    return endpoint_url
-
-
-def _bazaar(extensions: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The ``bazaar`` declaration when it has the extension's shape and validates against its own
-    schema (no external references followed); None otherwise."""
-    declared = (extensions or {}).get("bazaar")
-    if not isinstance(declared, dict):
-        return None
-    info, schema = declared.get("info"), declared.get("schema")
-    if not isinstance(info, dict) or not isinstance(schema, dict) or not isinstance(info.get("input"), dict):
-        return None
-    if info["input"].get("type") not in ("http", "mcp"):
-        return None
-    if len(json.dumps(declared)) > _MAX_EXTENSION_BYTES:
-        return None
-    if any(not ref.startswith("#") for ref in _refs(schema)):  # only same-document references
-        return None
-    try:
-        jsonschema.Draft202012Validator(schema).validate(info)
-    except (jsonschema.ValidationError, jsonschema.SchemaError, RecursionError, ValueError, TypeError):
-        return None
-    return {"info": info, "schema": schema}
-
-
-def _refs(node: Any) -> list[str]:
-    if isinstance(node, dict):
-        found = [str(v) for k, v in node.items() if k in ("$ref", "$id")]
-        return found + [r for v in node.values() for r in _refs(v)]
-    if isinstance(node, list):
-        return [r for v in node for r in _refs(v)]
-    return []

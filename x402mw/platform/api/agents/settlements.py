@@ -66,7 +66,9 @@ class SettleBody(BaseModel):
         default=None, max_length=200, description="what the resource answers, for the discovery catalogue"
     )
     extensions: dict[str, Any] | None = Field(
-        default=None, description="the route's `bazaar` declaration, for the discovery catalogue"
+        default=None,
+        description="the route's own `bazaar` declaration, for the discovery catalogue (the payment payload's "
+        "`extensions` are the payer's and are never listed)",
     )
 
 
@@ -173,13 +175,13 @@ async def settle(request: Request) -> ModelResponse:
     except IdentifierConflict as conflict:
         raise conflict_error(conflict) from None
     if outcome.status == "settled" and endpoint.discoverable:
+        # The seller's word only: the payload's resource and extensions are the payer's to write.
         await platform.catalogue.record(
             endpoint,
-            resource=body.resource,
             accepted=body.accepted,
-            description=body.description or (payload.resource.description if payload.resource else None),
+            description=body.description,
             mime_type=body.mimeType,
-            extensions=body.extensions if body.extensions is not None else payload.extensions,
+            seller_extensions=body.extensions,
             settled_at=datetime.fromtimestamp(platform.clock.time(), UTC),
         )
     return _reply(outcome)
