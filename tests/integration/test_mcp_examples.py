@@ -93,4 +93,3 @@ def test_the_agent_s_stdio_command_as_documented_works_from_any_folder(
     paid = run(_agent(command, "Faro", stdio=True), tmp_path, env)
     assert paid.returncode == 0, paid.stdout + paid.stderr
     assert "Sunny in Faro tomorrow" in paid.stdout and "paid 0.01 " in paid.stdout
-
