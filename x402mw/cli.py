@@ -296,6 +296,8 @@ def _started(platform: Any) -> str:
     lines = [
         f"x402mw platform: API at {settings.base_url}",
         f"  checkout pages at {settings.checkout_url_base}/pi_<paymentId>",
+        f"  dashboard at {settings.base_url.rstrip('/').removesuffix('/v1')}/dashboard "
+        "(its first user: x402mw platform users create --merchant <id> --email <email>)",
         f"  data dir: {settings.data_dir}",
         f"  receipts signed by {platform.receipt_address} (GET /v1/health: receiptSigner)",
     ]
