@@ -303,7 +303,7 @@ def _start_and_stop_or_exit(settings: PlatformSettings) -> str:
         finally:
             await platform.aclose()
 
-    with _configuration_errors_exit():
+    with _start_up_failures_exit():
         return asyncio.run(start_and_stop())
 
 
@@ -314,6 +314,8 @@ def _started(platform: Any) -> str:
     lines = [
         f"x402mw platform: API at {settings.base_url}",
         f"  checkout pages at {settings.checkout_url_base}/pi_<paymentId>",
+        f"  dashboard at {settings.base_url.rstrip('/').removesuffix('/v1')}/dashboard "
+        "(its first user: x402mw platform users create --merchant <id> --email <email>)",
         f"  data dir: {settings.data_dir}",
         f"  receipts signed by {platform.receipt_address} (GET /v1/health: receiptSigner)",
     ]
@@ -348,6 +350,27 @@ def _configuration_errors_exit() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
 
 
+@contextlib.contextmanager
+def _start_up_failures_exit() -> Iterator[None]:
+    """Any failure to start (a configuration problem, a chain's node or the database that does not
+    answer) ends the command with one line and exit status 1; the traceback goes to the log at
+    debug level (``--log-level debug``)."""
+    import logging
+
+    from x402mw.errors import ConfigurationError
+
+    with _configuration_errors_exit():
+        try:
+            yield
+        except (click.ClickException, ConfigurationError):
+            raise
+        except Exception as exc:
+            logging.getLogger("x402mw.platform").debug("the platform could not start", exc_info=True)
+            reason = (str(exc).strip().splitlines() or [""])[0][:300]
+            described = f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
+            raise click.ClickException(f"the platform could not start: {described}") from None
+
+
 def worker_app() -> Any:
     """The app of one ``platform serve --workers N`` process (a uvicorn factory), configured from the
     environment `serve` sets before starting the workers (it has migrated the database)."""
@@ -365,7 +388,8 @@ def worker(settings: PlatformSettings) -> None:
     _configure_logs(settings)
 
     async def run() -> None:
-        platform = await start_platform(settings)
+        with _start_up_failures_exit():
+            platform = await start_platform(settings)
         try:
             click.echo(f"worker running on {', '.join(c.network.caip2 for c in platform.chains)}")
             await asyncio.Event().wait()
@@ -408,10 +432,23 @@ async def _with_engine(settings: PlatformSettings, action: Callable[[Any], Await
 @click.option("--size", type=click.IntRange(1, 1000), required=True, help="How many relayer accounts it has.")
 def relayer_pool_command(settings: PlatformSettings, chain_id: int, size: int) -> None:
     """Size a chain's pool of relayer accounts (X402MW_RELAYER_POOL_SIZE) while the platform runs:
-    every process follows within a few seconds, without a restart."""
-    from x402mw.platform.services.relayer_leases import set_pool_size
+    every process follows within a few seconds, without a restart. The chain must have a pool: the
+    platform started with X402MW_RELAYER_POOL_SIZE on it (chains reached over JSON-RPC only)."""
+    from x402mw.platform.chain.devchain import DEV_CHAIN_ID
+    from x402mw.platform.services.relayer_leases import resize_pool
 
-    asyncio.run(_with_engine(settings, lambda engine: set_pool_size(engine, chain_id, size)))
+    if chain_id == DEV_CHAIN_ID:
+        raise click.ClickException(
+            f"chain {chain_id} is the in-process dev chain: it has one relayer account, and pools are for "
+            "chains reached over JSON-RPC"
+        )
+    pooled = asyncio.run(_with_engine(settings, lambda engine: resize_pool(engine, chain_id, size)))
+    if pooled is not None:
+        having = f"the chains with one: {', '.join(map(str, pooled))}" if pooled else "no chain has one"
+        raise click.ClickException(
+            f"chain {chain_id} has no relayer pool on this platform ({having}); start the platform on it with "
+            "X402MW_RELAYER_POOL_SIZE first"
+        )
     click.echo(f"the relayer pool of chain {chain_id} has {size} accounts")
 
 
@@ -582,7 +619,10 @@ def status_command(settings: PlatformSettings, overdue_seconds: float, as_json: 
     else:
         click.echo(f"data dir: {report['dataDir']}")
         for chain in report["chains"]:
-            click.echo(f"chain {chain['network']} ({chain['name']}): {chain['state']}")
+            if chain["network"] is None:  # the node did not answer: what is configured
+                click.echo(f"chain at {chain['rpcUrl']} (chain id unknown until it answers): {chain['state']}")
+            else:
+                click.echo(f"chain {chain['network']} ({chain['name']}): {chain['state']}")
             for symbol, address in chain["tokens"].items():
                 click.echo(f"  token {symbol}: {address}")
             click.echo(f"  head block: {_shown(chain['head'])}")

@@ -68,6 +68,12 @@ async def _balances(server: PlatformServer, token: str, names: dict[str, str]) -
     return await asyncio.to_thread(server.call, read)
 
 
+NEXT_STEP = (
+    "Next: run your own platform and see these payments in its dashboard (x402mw platform serve, then "
+    "http://127.0.0.1:4402/dashboard): docs/quickstart.md"
+)
+
+
 async def run_demo(requests: int = 3) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="x402mw-demo-"))
     try:
@@ -190,6 +196,7 @@ async def _story(server: PlatformServer, agent: Wallet, payout: str, requests: i
         f"{format_amount(after['payout'][0] - before['payout'][0])} USDC; the agent spent no gas; "
         f"the payment order was {'paid and refunded' if ordered else 'NOT paid and refunded'}."
     )
+    _say(NEXT_STEP)
     return 0 if good else 1
 
 

@@ -67,6 +67,7 @@ def test_serve_says_where_it_is_and_its_faucet_command_funds_an_agent(served: Se
     assert f"API at {served.url}" in said
     assert f"checkout pages at http://127.0.0.1:{served.port}/checkout/pi_<paymentId>" in said
     assert f"data dir: {served.data_dir}" in said
+    assert f"dashboard at http://127.0.0.1:{served.port}/dashboard " in said
     assert re.search(r"receipts signed by 0x[0-9a-fA-F]{40} \(GET /v1/health: receiptSigner\)", said)
     assert f"chain {NETWORK} (chainId {DEV_CHAIN_ID}, x402mw dev chain, test):" in said
     tokens = dict(re.findall(r"^    (USDC|EURC) (0x[0-9a-fA-F]{40})$", said, re.MULTILINE))
@@ -176,6 +177,8 @@ def test_the_demo_removes_its_folder(tmp_path: Path) -> None:
         timeout=240,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.rstrip().splitlines()[-1].startswith("Next: run your own platform")  # a next step
+    assert "/dashboard" in done.stdout.rstrip().splitlines()[-1] and "docs/quickstart.md" in done.stdout
     made = re.search(r"workdir: (\S+) \(removed at the end\)", done.stdout)
     assert made is not None and made[1].startswith(str(tmp_path)), done.stdout
     assert list(tmp_path.iterdir()) == []

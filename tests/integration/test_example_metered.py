@@ -65,6 +65,8 @@ def test_the_metered_example_charges_per_token(dev_platform: PlatformHarness, tm
         )  # fmt: skip
         assert text.returncode == 0, text.stdout + text.stderr
         assert "charged: 0 of at most 0.05 " in text.stdout  # the token by symbol, or its address
+        assert "transaction: none (nothing was charged, so nothing was sent)" in text.stdout
+        assert "unknown" not in text.stdout
     finally:
         seller.terminate()
         seller.wait(timeout=10)

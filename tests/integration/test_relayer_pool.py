@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +24,7 @@ from tests.rpc_proxy import RpcProxy
 from x402mw.cli import main
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess
+from x402mw.platform.chain.devchain import DEV_CHAIN_ID
 from x402mw.platform.chain.pool import RelayerPool
 from x402mw.platform.chain.relayer import Relayer, RelayerBusy
 from x402mw.platform.chain.rpc import HttpJsonRpc
@@ -176,19 +179,33 @@ async def _rounds(*processes: RelayerLeases, times: int = 1) -> None:
 
 
 def test_the_pool_is_sized_from_the_command_line(database_url: str, tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        main,
-        ["platform", "relayer-pool", "--chain-id", "31337", "--size", "12", "--data-dir", str(tmp_path)],
-        env={"X402MW_DATABASE_URL": database_url},
-    )
-    assert result.exit_code == 0, result.output
-    assert "has 12 accounts" in result.output
+    def resize(chain_id: int, size: int) -> Any:
+        arguments = ["platform", "relayer-pool", "--chain-id", str(chain_id), "--size", str(size)]
+        return CliRunner().invoke(
+            main, [*arguments, "--data-dir", str(tmp_path)], env={"X402MW_DATABASE_URL": database_url}
+        )
+
+    def pools() -> list[Any]:
+        with engine.connect() as conn:
+            return list(conn.execute(select(tables.relayer_pools.c.chain_id, tables.relayer_pools.c.size)).all())
+
     engine = sa.create_engine(sync_url(database_url))
     try:
-        with engine.connect() as conn:
-            assert conn.execute(select(tables.relayer_pools.c.chain_id, tables.relayer_pools.c.size)).all() == [
-                (31337, 12)
-            ]
+        # a chain the platform has no pool on, and the dev chain: one line each, exit status 1, nothing written
+        unknown, dev = resize(8453, 16), resize(DEV_CHAIN_ID, 16)
+        assert unknown.exit_code == 1 and unknown.output.count("\n") == 1, unknown.output
+        assert "chain 8453 has no relayer pool on this platform (no chain has one)" in unknown.output
+        assert dev.exit_code == 1 and dev.output.count("\n") == 1, dev.output
+        assert "in-process dev chain" in dev.output
+        assert pools() == []
+        with engine.begin() as conn:  # as a platform started with a pool on anvil writes it
+            conn.execute(sa.insert(tables.relayer_pools).values(chain_id=31337, size=4, updated_at=datetime.now(UTC)))
+        result = resize(31337, 12)
+        assert result.exit_code == 0, result.output
+        assert "has 12 accounts" in result.output
+        assert pools() == [(31337, 12)]
+        still_unknown = resize(8453, 16)
+        assert still_unknown.exit_code == 1 and "(the chains with one: 31337)" in still_unknown.output
     finally:
         engine.dispose()
     refused = CliRunner().invoke(main, ["platform", "relayer-pool", "--chain-id", "31337", "--size", "0"])

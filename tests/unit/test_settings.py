@@ -88,7 +88,13 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "smtp_sender": ("Shop <billing@shop.example>", "Shop <billing@shop.example>"),
 }
 # What some settings need beside them to be valid.
-NEEDS = {"tokens": "rpc_url", "minter_key": "rpc_url", "workers": "rpc_url"}
+NEEDS = {
+    "tokens": "rpc_url",
+    "minter_key": "rpc_url",
+    "workers": "rpc_url",
+    "relayer_pool_size": "rpc_url",
+    "relayer_pool_keys": "rpc_url",
+}
 
 
 def _revealed(value: object) -> object:

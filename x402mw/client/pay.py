@@ -153,7 +153,12 @@ def pay_command(
             click.echo(f"payment: {payment['amount']} {payment['asset']} on {payment['network']}")
             if payment["maxAmount"] is not None:  # a metered route: charged, of the most signed for
                 click.echo(f"charged: {payment['amount']} of at most {payment['maxAmount']} {payment['asset']}")
-            click.echo(f"transaction: {payment['transaction'] or 'unknown'}")
+            if payment["transaction"]:
+                click.echo(f"transaction: {payment['transaction']}")
+            elif payment["atomicAmount"] == "0":  # a metered call that used nothing: nothing moved
+                click.echo("transaction: none (nothing was charged, so nothing was sent)")
+            else:
+                click.echo("transaction: unknown (the seller's answer did not name it)")
             click.echo(f"receipt verified: {verified[payment['receiptVerified']]}")
     if response.status_code >= 400:
         if not as_json:

@@ -34,6 +34,8 @@ What is measured:
   ``{network, address}``) and ``x402mw_relayer_account_lease{network, address, holder}``: each
   relayer account's gas, its transactions sent and not yet mined, and which process holds it.
 - ``x402mw_rpc_provider_up{network, provider}``: 1 while an RPC provider is in, 0 while it is out.
+- ``x402mw_request_log_skipped_total{kind}``: requests of the seller middleware's own upkeep
+  (``terms_revalidation``, ``challenge_registration``) kept out of the API request log.
 - ``x402mw_webhook_attempts_total{result}`` and ``x402mw_webhook_attempt_duration_seconds``: webhook
   delivery attempts, ``delivered``, ``retrying`` or ``failed`` (given up).
 """
@@ -130,6 +132,12 @@ RPC_PROVIDER_UP = Gauge(
 )
 WEBHOOK_ATTEMPTS = Counter(
     "x402mw_webhook_attempts", "Webhook delivery attempts, by result (delivered, retrying, failed).", ["result"]
+)
+REQUEST_LOG_SKIPPED = Counter(
+    "x402mw_request_log_skipped",
+    "Requests of the seller middleware's own upkeep kept out of the API request log, by kind "
+    "(terms_revalidation, challenge_registration).",
+    ["kind"],
 )
 WEBHOOK_SECONDS = _seconds("x402mw_webhook_attempt_duration_seconds", "Time of one webhook delivery attempt.")
 

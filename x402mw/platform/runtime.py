@@ -273,13 +273,13 @@ async def _providers(chain: ChainSettings) -> tuple[JsonRpc, int]:
             break
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
             error = error or exc
-            if len(providers) == 1:
-                raise
     else:
         for provider in providers:
             await provider.aclose()
         assert error is not None
-        raise error
+        where = ", ".join(shown_url(url) for url in urls)
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigurationError(f"cannot reach the chain's JSON-RPC at {where}: {reason}") from error
     if len(providers) == 1:
         return providers[0], chain_id
     names = [f"{n}:{shown_url(url)}" for n, url in enumerate(urls)]

@@ -1,13 +1,23 @@
 """How the platform writes an instant: ISO 8601 in UTC with milliseconds, ``2026-11-21T23:25:16.464Z``.
 
 Every timestamp the API answers, every event and every receipt is written by `iso`. A naive
-datetime is UTC (SQLite gives stored instants back without their zone).
+datetime is UTC: SQLite keeps instants without their zone, and the tables' `UtcDateTime` columns
+give them back through `aware`, so that a read compares with the clock's instants on every database.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import overload
+
+
+def aware(value: datetime) -> datetime:
+    """``value`` with its zone: a naive datetime is UTC.
+
+    >>> aware(datetime(2026, 11, 21, 23, 25)).tzinfo
+    datetime.timezone.utc
+    """
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 @overload
@@ -26,6 +36,4 @@ def iso(value: datetime | None) -> str | None:
     """
     if value is None:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return aware(value).astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

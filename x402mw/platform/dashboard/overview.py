@@ -1,20 +1,19 @@
-"""The overview: balances per chain and coin, volume and count per day (an SVG drawn here), and the
-month's agent settlements with the fee they would cost."""
+"""The overview: balances per chain and coin, agent income paid to the payout addresses, volume and
+count per day of every kind of payment (an SVG drawn here), and the month's agent settlements with
+the fee they would cost."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
 from markupsafe import Markup, escape
-from sqlalchemy import func, select
 from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw.platform.dashboard.web import Ctx, page
-from x402mw.platform.db import tables
 from x402mw.platform.services.metering import monthly_usage
+from x402mw.platform.services.payments import overview_figures
 from x402mw.protocol.prices import format_amount
 
 DAYS = 14
@@ -47,37 +46,14 @@ def chart_svg(days: list[tuple[str, int, int]], coin: str) -> Markup:
 @page()
 async def overview(ctx: Ctx) -> Response:
     now = ctx.platform.clock.now()
-    b, p = tables.balances, tables.payment_intents
     start = (now - timedelta(days=DAYS - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    async with ctx.platform.engine.connect() as conn:
-        query = select(b).where(b.c.merchant_id == ctx.merchant_id, b.c.livemode == ctx.livemode)
-        balances = list(await conn.execute(query.order_by(b.c.chain_id, b.c.currency)))
-        paid = await conn.execute(
-            select(p.c.paid_at, p.c.amount_received_minor, p.c.paid_currency, p.c.currency).where(
-                p.c.merchant_id == ctx.merchant_id,
-                p.c.livemode == ctx.livemode,
-                p.c.paid_at.is_not(None),
-                p.c.paid_at >= start,
-            )
-        )
-        per_day: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-        for paid_at, amount, paid_currency, currency in paid:
-            day = per_day[(paid_currency or currency, paid_at.strftime("%Y-%m-%d"))]
-            day[0] += int(amount)
-            day[1] += 1
-        total = (
-            await conn.execute(
-                select(func.count())
-                .select_from(p)
-                .where(p.c.merchant_id == ctx.merchant_id, p.c.livemode == ctx.livemode)
-            )
-        ).scalar_one()
+    figures = await overview_figures(ctx.platform.engine, ctx.merchant_id, ctx.livemode, start)
     charts = []
-    for coin in sorted({c for c, _ in per_day}) or ["USDC"]:
+    for coin in sorted({c for c, _ in figures.per_day}) or ["USDC"]:
         days = []
         for i in range(DAYS):
             key = (start + timedelta(days=i)).strftime("%Y-%m-%d")
-            volume, count = per_day.get((coin, key), [0, 0])
+            volume, count = figures.per_day.get((coin, key), [0, 0])
             days.append((key, volume, count))
         charts.append((coin, chart_svg(days, coin)))
     month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -85,10 +61,12 @@ async def overview(ctx: Ctx) -> Response:
     chains: dict[int, Any] = {c.network.chain_id: c.network for c in ctx.platform.chains}
     return ctx.page(
         "overview.html",
-        balances=balances,
+        balances=figures.balances,
+        agent_income=figures.agent_income,
         charts=charts,
         usage=usage,
-        total=total,
+        counts=figures.counts,
+        total=sum(figures.counts.values()),
         chains=chains,
         fmt=lambda v: format_amount(int(v), 6),
     )

@@ -1,12 +1,14 @@
-"""Payments: the list (filters, search, cursor pages), one payment with its events, refunds."""
+"""Payments: the list of every kind (orders, subscription payments, agent payments: filters, search,
+cursor pages), one payment with its events (an order) or its receipt (an agent payment), refunds."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from sqlalchemy import Select, literal, or_, select, tuple_
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 from starlette.routing import Route
@@ -16,10 +18,18 @@ from x402mw.platform.db import tables
 from x402mw.platform.http.fields import is_uuid
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
+from x402mw.platform.services.payments import (
+    AGENT_STATUSES,
+    KINDS,
+    ORDER_STATUSES,
+    PAGE_SIZE,
+    PaymentFilters,
+    find_agent_payment,
+    list_payments,
+)
 from x402mw.protocol.prices import format_amount
 
-PAGE_SIZE = 25
-STATUSES = ("requires_payment", "processing", "succeeded", "refunded", "canceled", "expired")
+STATUSES = ORDER_STATUSES + tuple(s for s in AGENT_STATUSES if s not in ORDER_STATUSES)
 _STAGES = {
     "payment_intent.created": 0,
     "payment_intent.processing": 10,
@@ -39,65 +49,6 @@ EXPLORERS = {
     137: "https://polygonscan.com",
     42161: "https://arbiscan.io",
 }
-
-
-def payments_query(
-    merchant_id: str,
-    livemode: bool,
-    *,
-    status: str | None = None,
-    currency: str | None = None,
-    chain_id: int | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    link_id: str | None = None,
-    customer: str | None = None,
-    search: str | None = None,
-    after: tuple[datetime, str] | None = None,
-    limit: int = PAGE_SIZE,
-) -> Select[Any]:
-    """One page of the merchant's payments, newest first, keyed by (created_at, id) so a page deep
-    in the list costs what the first does (the indexes ``ix_payment_intents_mode_*``)."""
-    t = tables.payment_intents
-    where = [t.c.merchant_id == merchant_id, t.c.livemode == livemode]
-    if status:
-        where.append(t.c.status == status)
-    if currency:
-        where.append(t.c.currency == currency)
-    if chain_id is not None:
-        where.append(t.c.chain_id == chain_id)
-    if since is not None:
-        where.append(t.c.created_at >= since)
-    if until is not None:
-        where.append(t.c.created_at < until)
-    if link_id:
-        where.append(t.c.payment_link_id == link_id)
-    if customer:
-        where.append(t.c.customer_email == customer.lower())
-    if search:
-        matches = [t.c.order_id == search]
-        if search.startswith("0x") and len(search) == 42:
-            matches.append(t.c.payer == search.lower())
-        if search.startswith("0x") and len(search) == 66:
-            matches.append(t.c.tx_hash == search.lower())
-        if is_uuid(search):
-            matches.append(t.c.id == search.lower())
-        where.append(or_(*matches))
-    if after is not None:
-        where.append(tuple_(t.c.created_at, t.c.id) < tuple_(literal(after[0], t.c.created_at.type), after[1]))
-    columns = (
-        t.c.id,
-        t.c.order_id,
-        t.c.status,
-        t.c.amount_minor,
-        t.c.amount_text,
-        t.c.currency,
-        t.c.chain_id,
-        t.c.customer_email,
-        t.c.payer,
-        t.c.created_at,
-    )
-    return select(*columns).where(*where).order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
 
 
 def _day(value: str) -> datetime | None:
@@ -124,27 +75,23 @@ async def payments(ctx: Ctx) -> Response:
     q = ctx.request.query_params
     filters = {
         name: q.get(name, "").strip()[:200]
-        for name in ("status", "coin", "network", "since", "until", "link", "customer", "q")
+        for name in ("kind", "status", "coin", "network", "since", "until", "link", "customer", "q")
     }
-    chain_id = int(filters["network"]) if filters["network"].isdigit() else None
     since, until = _day(filters["since"]), _day(filters["until"])
-    query = payments_query(
-        ctx.merchant_id,
-        ctx.livemode,
+    kind = next((k for k in KINDS if k == filters["kind"]), None)
+    chosen = PaymentFilters(
+        kind=kind,
         status=filters["status"] if filters["status"] in STATUSES else None,
         currency=filters["coin"] or None,
-        chain_id=chain_id,
+        chain_id=int(filters["network"]) if filters["network"].isdigit() else None,
         since=since,
         until=until + timedelta(days=1) if until else None,
         link_id=filters["link"] if is_uuid(filters["link"]) else None,
         customer=filters["customer"] or None,
         search=filters["q"] or None,
-        after=_cursor(q.get("after", "")),
     )
-    async with ctx.platform.engine.connect() as conn:
-        rows = list(await conn.execute(query))
-    more = len(rows) > PAGE_SIZE
-    rows = rows[:PAGE_SIZE]
+    after = _cursor(q.get("after", ""))
+    rows, more = await list_payments(ctx.platform.engine, ctx.merchant_id, ctx.livemode, chosen, after=after)
     next_url = None
     if more:
         last = rows[-1]
@@ -156,11 +103,12 @@ async def payments(ctx: Ctx) -> Response:
         "payments.html",
         rows=rows,
         filters=filters,
+        kinds=KINDS,
         statuses=STATUSES,
         coins=coins,
         networks=networks,
         next_url=next_url,
-        amount=amount_text,
+        page_size=PAGE_SIZE,
     )
 
 
@@ -176,8 +124,39 @@ async def _payment(ctx: Ctx, conn: AsyncConnection) -> Any:
     return row
 
 
+async def _agent_payment(ctx: Ctx) -> Response | None:
+    """The agent payment the path names, as its page; None when there is none of the merchant's."""
+    payment_id = str(ctx.request.path_params["payment_id"]).lower()
+    if not is_uuid(payment_id):
+        return None
+    row = await find_agent_payment(ctx.platform.engine, ctx.merchant_id, ctx.livemode, payment_id)
+    if row is None:
+        return None
+    chain = ctx.platform.chains.get(int(row["chain_id"]))
+    return ctx.page(
+        "agent_payment.html",
+        p=row,
+        explorer=EXPLORERS.get(int(row["chain_id"])),
+        network=f"{chain.network.name} ({chain.network.caip2})" if chain else f"eip155:{row['chain_id']}",
+        amount=format_amount(int(row["amount_minor"]), 6),
+        ceiling=format_amount(int(row["ceiling_minor"]), 6) if row["ceiling_minor"] is not None else None,
+        receipt=json.dumps(row["receipt"], indent=2, sort_keys=True) if row["receipt"] else "",
+    )
+
+
 @page()
 async def payment(ctx: Ctx) -> Response:
+    """An order's page, or an agent payment's (their ids are UUIDs alike: one list links to both)."""
+    try:
+        return await _order_page(ctx)
+    except PageError:
+        agent = await _agent_payment(ctx)
+        if agent is None:
+            raise
+        return agent
+
+
+async def _order_page(ctx: Ctx) -> Response:
     events, refunds = tables.events, tables.refunds
     async with ctx.platform.engine.connect() as conn:
         row = await _payment(ctx, conn)

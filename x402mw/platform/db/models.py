@@ -17,7 +17,6 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
-    DateTime,
     Float,
     Index,
     LargeBinary,
@@ -27,6 +26,8 @@ from sqlalchemy import (
     true,
 )
 from sqlmodel import Field, SQLModel
+
+from x402mw.platform.db.types import UtcDateTime
 
 
 def new_id() -> str:
@@ -41,7 +42,7 @@ class Merchant(SQLModel, table=True):
     __tablename__ = "merchants"
     id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
     name: str = Field(max_length=200)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
 
 class ApiKey(SQLModel, table=True):
@@ -51,10 +52,10 @@ class ApiKey(SQLModel, table=True):
     key_hash: str = Field(max_length=64, unique=True)
     prefix: str = Field(max_length=24)
     livemode: bool = False
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    revoked_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
     # when a request last authenticated with the key, to the minute (KEY_USE_PRECISION)
-    last_used_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    last_used_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
 
 class AgentEndpoint(SQLModel, table=True):
@@ -72,8 +73,8 @@ class AgentEndpoint(SQLModel, table=True):
     amount_minor: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     release_policy: str = Field(default="included", max_length=16)
     max_timeout_seconds: int = 300
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
     # Listed in the public discovery catalogue once settled for (the merchant's choice).
     discoverable: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
 
@@ -93,9 +94,9 @@ class AgentChallenge(SQLModel, table=True):
     pay_to: str = Field(max_length=42)
     amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
     resource: str = Field(default="", max_length=2048)
-    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    expires_at: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False))
     payment_id: str | None = Field(default=None, max_length=36)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
 
 class AgentPayment(SQLModel, table=True):
@@ -124,8 +125,8 @@ class AgentPayment(SQLModel, table=True):
     receipt: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     chain_micros: int | None = None  # time from handing the transfer to the relayer to its inclusion
     platform_micros: int | None = None  # the rest of the platform's time on this settlement
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    settled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    settled_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
     # The signed authorization, kept so that any process can send it again should its transaction
     # vanish (with from = payer, to = pay_to, value = amount_minor and the nonce above).
     # A key's 65 bytes, or a smart account's signature (EIP-1271; ERC-6492 with its factory call).
@@ -133,7 +134,7 @@ class AgentPayment(SQLModel, table=True):
     valid_after: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     valid_before: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     locked_until: datetime | None = Field(  # a process finishing a payment it took over holds it until then
-        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+        default=None, sa_column=Column(UtcDateTime(), nullable=True)
     )
     # ``upto`` (Permit2): the nonce above is the Permit2 nonce (uint256, as 32-byte hex), valid_after
     # the witness's and valid_before the permit's deadline; amount_minor is what was settled (0
@@ -159,9 +160,9 @@ class Event(SQLModel, table=True):
     livemode: bool = False
     type: str = Field(max_length=64)
     data: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
     # set once the webhook worker has made this event's deliveries (x402mw.platform.webhooks)
-    fanned_out_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    fanned_out_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
     __table_args__ = (
         Index("ix_events_merchant_created", "merchant_id", "created_at"),
@@ -182,9 +183,9 @@ class IdempotencyKey(SQLModel, table=True):
     response_status: int | None = None
     response_headers: list[list[str]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     response_body: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
     # In flight: the claim's lease, renewed while its request runs; once past, a retry may take it over.
-    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
     __table_args__ = (
         UniqueConstraint("merchant_id", "livemode", "key", name="uq_idempotency_keys_scope"),
@@ -203,9 +204,9 @@ class PaymentIdentifier(SQLModel, table=True):
     fingerprint: str = Field(max_length=64)  # SHA-256 of the payment payload, its terms and its route
     status: str = Field(max_length=16)  # in_flight -> answered (an answer that is not final deletes the row)
     answer: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
     # In flight: until when its first request is believed to be settling it.
-    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
     __table_args__ = (Index("ix_payment_identifiers_created", "created_at"),)
 
@@ -234,16 +235,16 @@ class PaymentIntent(SQLModel, table=True):
     transfer_hold: str | None = Field(default=None, max_length=500)
     exceptions: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     tx_hash: str | None = Field(default=None, max_length=66)
-    paid_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    paid_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
     # where and how it was paid: set by the first transfer that counts (x402mw.platform.services.deposits)
     deposit_address: str | None = Field(default=None, max_length=42, index=True)
     chain_id: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     paid_currency: str | None = Field(default=None, max_length=8)
     payer: str | None = Field(default=None, max_length=42)
-    swept_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    expires_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    swept_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    expires_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
     # ``amount`` as the merchant sent it (``"25.00"``), answered as sent; NULL: a JSON number was sent
     amount_text: str | None = Field(default=None, max_length=32)
     payment_link_id: str | None = Field(default=None, max_length=36, index=True)  # the link a buyer opened
@@ -251,7 +252,7 @@ class PaymentIntent(SQLModel, table=True):
     # The signed authorization being relayed for this order (its payload hash, x402mw.platform.checkout.relay):
     # one at a time, so that two wallets or agents cannot both pay it.
     relay_hash: str | None = Field(default=None, max_length=64)
-    relay_claimed_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    relay_claimed_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
     __table_args__ = (
         UniqueConstraint("merchant_id", "livemode", "order_id", name="uq_payment_intents_order"),
@@ -287,8 +288,8 @@ class PaymentLink(SQLModel, table=True):
     cancel_url: str | None = Field(default=None, max_length=2048)
     link_metadata: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     active: bool = True
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("merchant_id", "slug", name="uq_payment_links_merchant_slug"),
@@ -310,8 +311,8 @@ class WebhookEndpoint(SQLModel, table=True):
     status: str = Field(default="enabled", max_length=16)  # enabled | disabled
     secret: str = Field(max_length=255)  # sealed (x402mw.platform.sealing)
     previous_secrets: list[dict[str, str]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (Index("ix_webhook_endpoints_merchant_created", "merchant_id", "created_at"),)
 
@@ -330,12 +331,12 @@ class WebhookDelivery(SQLModel, table=True):
     attempt_count: int = 0
     attempts: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     last_status_code: int | None = None
-    next_attempt_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
-    delivered_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    next_attempt_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    expires_at: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False))
+    delivered_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("event_id", "endpoint_id", name="uq_webhook_deliveries_event_endpoint"),
@@ -354,7 +355,7 @@ class DepositAddress(SQLModel, table=True):
     merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
     livemode: bool = False
     customer_key: str | None = Field(default=None, max_length=500)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("merchant_id", "livemode", "customer_key", name="uq_deposit_addresses_customer"),
@@ -380,7 +381,7 @@ class IncomingTransfer(SQLModel, table=True):
     amount_minor: int = Field(sa_column=Column(BigInteger, nullable=False))
     payment_intent_id: str | None = Field(default=None, max_length=36, index=True)
     status: str = Field(max_length=16)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("chain_id", "tx_hash", "log_index", "block_hash", name="uq_incoming_transfers_log"),
@@ -395,7 +396,7 @@ class ChainCursor(SQLModel, table=True):
     chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
     block_number: int = Field(sa_column=Column(BigInteger, nullable=False))
     block_hash: str | None = Field(default=None, max_length=66)
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
 
 class Balance(SQLModel, table=True):
@@ -409,7 +410,7 @@ class Balance(SQLModel, table=True):
     currency: str = Field(primary_key=True, max_length=8)
     available_minor: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     reserved_minor: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         CheckConstraint("available_minor >= 0", name="ck_balances_available"),
@@ -431,7 +432,7 @@ class LedgerEntry(SQLModel, table=True):
     reference_id: str = Field(max_length=36)
     available_delta: int = Field(sa_column=Column(BigInteger, nullable=False))
     reserved_delta: int = Field(sa_column=Column(BigInteger, nullable=False))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("kind", "reference_id", name="uq_ledger_entries_reference"),
@@ -461,10 +462,10 @@ class Refund(SQLModel, table=True):
     failure_reason: str | None = Field(default=None, max_length=500)
     tx_hash: str | None = Field(default=None, max_length=66)
     attempts: int = 0
-    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    completed_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    completed_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
     __table_args__ = (
         Index("ix_refunds_merchant_created", "merchant_id", "created_at"),
@@ -481,7 +482,7 @@ class EmbeddedChain(SQLModel, table=True):
     chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
     genesis_hash: str = Field(max_length=66)
     tokens: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))  # symbol -> address
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
 
 class SubscriptionPlan(SQLModel, table=True):
@@ -505,8 +506,8 @@ class SubscriptionPlan(SQLModel, table=True):
     grace_days: int | None = None
     # where the customer returns to the shop: after paying an invoice, and from the customer page
     return_url: str | None = Field(default=None, max_length=2048)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("merchant_id", "slug", name="uq_subscription_plans_merchant_slug"),
@@ -523,9 +524,9 @@ class TestClock(SQLModel, table=True):
     id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
     merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
     livemode: bool = False
-    frozen_time: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    frozen_time: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (Index("ix_test_clocks_merchant_created", "merchant_id", "created_at"),)
 
@@ -552,21 +553,19 @@ class Subscription(SQLModel, table=True):
     open_key: str | None = Field(default=None, max_length=500)
     status: str = Field(max_length=16)  # incomplete | active | past_due | canceled | expired
     cancel_at_period_end: bool = False
-    anchor_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    anchor_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
     periods_paid: int = 0
-    current_period_start: datetime | None = Field(
-        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
-    )
-    current_period_end: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    current_period_start: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    current_period_end: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
     open_invoice_id: str | None = Field(default=None, max_length=36)
-    past_due_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    canceled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    ended_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    past_due_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    canceled_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    ended_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
     test_clock_id: str | None = Field(default=None, foreign_key="test_clocks.id", max_length=36)
     next_action: str | None = Field(default=None, max_length=24)
-    due_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    due_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("plan_id", "open_key", name="uq_subscriptions_open_customer"),
@@ -591,13 +590,13 @@ class SubscriptionInvoice(SQLModel, table=True):
     amount_text: str | None = Field(default=None, max_length=32)  # the plan's, when the invoice opened
     currency: str = Field(max_length=8)
     payment_intent_id: str = Field(foreign_key="payment_intents.id", max_length=36, unique=True)
-    period_start: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    period_end: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    reminded_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    paid_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    voided_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    period_start: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    period_end: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    reminded_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    paid_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    voided_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         UniqueConstraint("subscription_id", "period", name="uq_subscription_invoices_period"),
@@ -622,7 +621,7 @@ class DiscoveryResource(SQLModel, table=True):
     mime_type: str = Field(default="", max_length=200)
     accepts: list[Any] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     extensions: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
     # How much it is settled for lately, as a search ranks it: see x402mw.platform.services.catalogue.popularity
     popularity: float = Field(default=0.0, sa_column=Column(Float, nullable=False, server_default="0"))
 
@@ -638,7 +637,7 @@ class SignInNonce(SQLModel, table=True):
 
     __tablename__ = "sign_in_nonces"
     nonce: str = Field(primary_key=True, max_length=128)
-    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+    expires_at: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False, index=True))
 
 
 class FormTokenUse(SQLModel, table=True):
@@ -647,7 +646,7 @@ class FormTokenUse(SQLModel, table=True):
 
     __tablename__ = "form_token_uses"
     token_hash: str = Field(primary_key=True, max_length=64)
-    used_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, index=True))
+    used_at: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False, index=True))
 
 
 class SubscriptionEmail(SQLModel, table=True):
@@ -666,10 +665,10 @@ class SubscriptionEmail(SQLModel, table=True):
     status: str = Field(max_length=16)  # pending -> sent | failed
     attempts: int = 0
     last_error: str | None = Field(default=None, max_length=500)
-    next_attempt_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
-    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    sent_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    next_attempt_at: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    sent_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (Index("ix_subscription_emails_due", "status", "next_attempt_at"),)
 
@@ -682,7 +681,7 @@ class RelayerPool(SQLModel, table=True):
     __tablename__ = "relayer_pools"
     chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
     size: int
-    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
 
 class RelayerAccount(SQLModel, table=True):
@@ -695,7 +694,7 @@ class RelayerAccount(SQLModel, table=True):
     slot: int = Field(primary_key=True, ge=0)
     address: str = Field(max_length=42)
     holder: str | None = Field(default=None, max_length=100)
-    locked_until: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    locked_until: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
 
 class RelayerHolder(SQLModel, table=True):
@@ -705,7 +704,7 @@ class RelayerHolder(SQLModel, table=True):
     __tablename__ = "relayer_holders"
     chain_id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
     holder: str = Field(primary_key=True, max_length=100)
-    seen_until: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    seen_until: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False))
 
 
 class DashboardUser(SQLModel, table=True):
@@ -721,8 +720,8 @@ class DashboardUser(SQLModel, table=True):
     totp_secret: str | None = Field(default=None, max_length=255)
     totp_enabled: bool = False
     totp_last_step: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    disabled_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    disabled_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
 
 class DashboardSession(SQLModel, table=True):
@@ -735,10 +734,10 @@ class DashboardSession(SQLModel, table=True):
     csrf_token: str = Field(max_length=64)
     livemode: bool = False
     two_factor_passed: bool = False
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    last_seen_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
-    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
-    revoked_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    last_seen_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    expires_at: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
 
 class DashboardInvitation(SQLModel, table=True):
@@ -751,9 +750,9 @@ class DashboardInvitation(SQLModel, table=True):
     email: str = Field(max_length=320)
     role: str = Field(max_length=16)
     invited_by: str = Field(max_length=36)
-    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
-    used_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    expires_at: datetime = Field(sa_column=Column(UtcDateTime(), nullable=False))
+    used_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
 
 class DashboardAudit(SQLModel, table=True):
@@ -769,7 +768,7 @@ class DashboardAudit(SQLModel, table=True):
     outcome: str = Field(max_length=16)  # ok | refused
     address: str | None = Field(default=None, max_length=64)
     detail: str | None = Field(default=None, max_length=500)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (Index("ix_dashboard_audit_merchant_created", "merchant_id", "created_at"),)
 
@@ -787,7 +786,7 @@ class ApiRequest(SQLModel, table=True):
     status: int
     request_id: str = Field(max_length=64)
     duration_ms: int = 0
-    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
 
     __table_args__ = (
         Index("ix_api_requests_merchant_created", "merchant_id", "livemode", "created_at"),

@@ -71,6 +71,20 @@ async def set_pool_size(engine: AsyncEngine, chain_id: int, size: int) -> None:
         )
 
 
+async def resize_pool(engine: AsyncEngine, chain_id: int, size: int) -> list[int] | None:
+    """Make chain ``chain_id``'s pool ``size`` accounts, if the chain has a pool (the platform
+    started one there: `set_pool_size`); None when it has, else the chains that have one (a
+    process that started without a pool holds no leases, and would never follow a size)."""
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        changed = await conn.execute(
+            update(_POOLS).where(_POOLS.c.chain_id == chain_id).values(size=size, updated_at=now)
+        )
+        if changed.rowcount:
+            return None
+        return [int(c) for c in await conn.scalars(select(_POOLS.c.chain_id).order_by(_POOLS.c.chain_id))]
+
+
 class RelayerLeases:
     """Keeps ``pool`` holding this process's share of chain ``chain_id``'s accounts (see the
     module's docstring). The accounts are derived from ``relayer_key`` (`pool_key`), or are

@@ -25,7 +25,7 @@ from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.db import tables
 from x402mw.platform.keys import parse_private_key
 from x402mw.platform.services.embedded_chain import start_embedded_chain
-from x402mw.platform.settings import ChainSettings, PlatformSettings
+from x402mw.platform.settings import ChainSettings, PlatformSettings, shown_url
 from x402mw.protocol.networks import get_network
 
 OVERDUE = timedelta(seconds=60)
@@ -51,7 +51,8 @@ def _eth(wei: int) -> str:
 
 
 async def chain_status(settings: PlatformSettings, engine: AsyncEngine) -> list[dict[str, Any]]:
-    """One entry per configured chain: network, chain id, tokens (symbol to address), head block,
+    """One entry per configured chain: network, chain id, name, ``rpcUrl`` (its first provider's
+    scheme, host and port; None for the embedded chain), tokens (symbol to address), head block,
     the relayer's address and gas (in ETH), and ``state``: ``ok``, ``running`` (the dev chain is held
     by a running platform), ``new`` (the dev chain has not been made yet) or ``unreachable: ...``."""
     relayer = _relayer_address(settings)
@@ -69,6 +70,7 @@ async def _embedded(data_dir: Path, engine: AsyncEngine, relayer: str | None) ->
         "network": f"eip155:{DEV_CHAIN_ID}",
         "chainId": DEV_CHAIN_ID,
         "name": "x402mw dev chain (embedded)",
+        "rpcUrl": None,
         "tokens": dict(row.tokens) if row is not None else {},
         "relayer": relayer,
         "relayerGas": None,
@@ -93,7 +95,15 @@ async def _embedded(data_dir: Path, engine: AsyncEngine, relayer: str | None) ->
 async def _remote(chain: ChainSettings, relayer: str | None) -> dict[str, Any]:
     assert chain.rpc_url is not None
     rpc = HttpJsonRpc(chain.rpc_url.get_secret_value(), timeout=5.0)
-    entry: dict[str, Any] = {"network": None, "chainId": None, "name": None, "tokens": {}, "relayer": relayer}
+    configured = {s.upper(): a for s, a in chain.tokens.items()}
+    entry: dict[str, Any] = {  # what is configured, where the node does not say more
+        "network": None,
+        "chainId": None,
+        "name": None,
+        "rpcUrl": shown_url(chain.rpc_url),
+        "tokens": configured,
+        "relayer": relayer,
+    }
     try:
         chain_id = int(await rpc.request("eth_chainId", []), 16)
         head = int(await rpc.request("eth_blockNumber", []), 16)
@@ -103,9 +113,7 @@ async def _remote(chain: ChainSettings, relayer: str | None) -> dict[str, Any]:
     finally:
         await rpc.aclose()
     known = get_network(chain_id)
-    tokens = {s.upper(): a for s, a in chain.tokens.items()} or (
-        {a.symbol: a.address for a in known.assets.values()} if known else {}
-    )
+    tokens = configured or ({a.symbol: a.address for a in known.assets.values()} if known else {})
     return entry | {
         "network": f"eip155:{chain_id}",
         "chainId": chain_id,

@@ -180,6 +180,21 @@ class ChainAccessSettings(SettingsGroup):
             raise relation("needs {rpc_url}: the in-process dev chain has tokens of its own", rpc_url="rpc_url")
         return value
 
+    @field_validator("relayer_pool_size", "relayer_pool_keys")
+    @classmethod
+    def _on_a_chain_reached_over_json_rpc(cls, value: Any, info: ValidationInfo) -> Any:
+        # Refused rather than ignored: pools apply to chains reached over JSON-RPC only, and a pool
+        # asked for on the in-process dev chain alone would silently leave one relayer account.
+        if value and "rpc_url" in info.data and "chains" in info.data:
+            urls = info.data["rpc_url"] or [chain.rpc_url for chain in info.data["chains"]]
+            if all(url is None for url in urls):
+                raise relation(
+                    "needs {rpc_url}: a relayer pool is for chains reached over JSON-RPC; the in-process dev "
+                    "chain has one relayer account",
+                    rpc_url="rpc_url",
+                )
+        return value
+
     @field_validator("chains", mode="before")
     @classmethod
     def _from_json(cls, value: Any) -> Any:
