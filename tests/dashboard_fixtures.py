@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
 from tests.harness import PlatformHarness
 from x402mw.platform.dashboard.accounts import User, create_user
+from x402mw.platform.db import tables
 
 PASSWORD = "correct horse battery staple"
 ROLES = ("owner", "developer", "support", "viewer")
@@ -69,6 +71,18 @@ def make_team(harness: PlatformHarness, name: str = "Dashboard shop") -> Team:
         for role in ROLES
     }
     return Team(harness, merchant_id, key, users)
+
+
+def audited(team: Team, action: str) -> list[Any]:
+    """The merchant's audit log rows of ``action``."""
+    t = tables.dashboard_audit
+
+    async def read(p: Any) -> list[Any]:
+        async with p.engine.connect() as conn:
+            query = select(t).where(t.c.merchant_id == team.merchant_id, t.c.action == action)
+            return list(await conn.execute(query))
+
+    return team.harness.server.call(read)
 
 
 def csrf_of(html: str) -> str:

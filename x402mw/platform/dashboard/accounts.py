@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id, utcnow
+from x402mw.protocol.constant_time import same_secret
 
 Role = Literal["owner", "developer", "support", "viewer"]
 ROLES: tuple[Role, ...] = ("owner", "developer", "support", "viewer")
@@ -325,13 +326,13 @@ def verify_totp(secret: str, code: str, unix_time: float, last_step: int | None 
     """The time step ``code`` matches (the current one or either neighbour), or None; a step at or
     before ``last_step`` (already used) does not match again."""
     code = code.strip().replace(" ", "")
-    if not (len(code) == 6 and code.isdigit()):
+    if not (len(code) == 6 and code.isascii() and code.isdigit()):
         return None
     now_step = int(unix_time // 30)
     for step in (now_step - 1, now_step, now_step + 1):
         if last_step is not None and step <= last_step:
             continue
-        if hmac.compare_digest(totp_code(secret, step), code):
+        if same_secret(code, totp_code(secret, step)):
             return step
     return None
 

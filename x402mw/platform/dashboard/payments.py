@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from sqlalchemy import Select, literal, or_, select, tuple_
@@ -14,11 +15,13 @@ from starlette.routing import Route
 from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, see
 from x402mw.platform.db import tables
 from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.http.values import calendar_day, moment, whole_number
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
 from x402mw.protocol.prices import format_amount
 
 PAGE_SIZE = 25
+T = TypeVar("T")
 STATUSES = ("requires_payment", "processing", "succeeded", "refunded", "canceled", "expired")
 _STAGES = {
     "payment_intent.created": 0,
@@ -100,19 +103,20 @@ def payments_query(
     return select(*columns).where(*where).order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
 
 
-def _day(value: str) -> datetime | None:
-    try:
-        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
-    except ValueError:
+def _filter(ctx: Ctx, name: str, value: str, read: Callable[[str], T | None]) -> T | None:
+    """A filter's value read by ``read``: None when it is empty; a 400 when ``read`` does not take it."""
+    if not value:
         return None
+    found = read(value)
+    if found is None:
+        raise PageError(400, f"The {name} filter is not one this page can use.", action="bad_request")
+    return found
 
 
 def _cursor(value: str) -> tuple[datetime, str] | None:
     stamp, _, ident = value.partition("_")
-    try:
-        return datetime.fromisoformat(stamp), ident
-    except ValueError:
-        return None
+    when = moment(stamp)
+    return None if when is None or not is_uuid(ident) else (when, ident.lower())
 
 
 def _stamp(value: datetime) -> str:
@@ -126,8 +130,10 @@ async def payments(ctx: Ctx) -> Response:
         name: q.get(name, "").strip()[:200]
         for name in ("status", "coin", "network", "since", "until", "link", "customer", "q")
     }
-    chain_id = int(filters["network"]) if filters["network"].isdigit() else None
-    since, until = _day(filters["since"]), _day(filters["until"])
+    chain_id = _filter(ctx, "network", filters["network"], whole_number)
+    since = _filter(ctx, "from", filters["since"], calendar_day)
+    until = _filter(ctx, "to", filters["until"], calendar_day)
+    after = _filter(ctx, "page", q.get("after", ""), _cursor)
     query = payments_query(
         ctx.merchant_id,
         ctx.livemode,
@@ -139,7 +145,7 @@ async def payments(ctx: Ctx) -> Response:
         link_id=filters["link"] if is_uuid(filters["link"]) else None,
         customer=filters["customer"] or None,
         search=filters["q"] or None,
-        after=_cursor(q.get("after", "")),
+        after=after,
     )
     async with ctx.platform.engine.connect() as conn:
         rows = list(await conn.execute(query))

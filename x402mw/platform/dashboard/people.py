@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import secrets
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +23,7 @@ from x402mw.platform.dashboard.web import (
     PageError,
     address_of,
     error_page,
+    form_refusal,
     page,
     render,
     see,
@@ -31,6 +31,7 @@ from x402mw.platform.dashboard.web import (
 )
 from x402mw.platform.db import tables
 from x402mw.platform.http.state import platform_of
+from x402mw.protocol.constant_time import same_secret
 
 
 class SignInLimits:
@@ -78,9 +79,14 @@ def _with_form_token(request: Request, response: Response, token: str) -> Respon
 async def _form_refused(request: Request, form: Any) -> Response | None:
     """403 when a sign-in or invitation form does not carry the browser's form token."""
     sent, kept = form.get("csrf"), request.cookies.get(FORM_COOKIE, "")
-    if isinstance(sent, str) and kept and hmac.compare_digest(sent, kept):
-        return None
     platform = platform_of(request)
+    unstorable = form_refusal(form)
+    if unstorable is not None:
+        now, address = platform.clock.now(), address_of(request)
+        await accounts.audit(platform.engine, now, "bad_request", outcome="refused", address=address, detail=unstorable)
+        return error_page(400, unstorable)
+    if isinstance(sent, str) and kept and same_secret(sent, kept):
+        return None
     await accounts.audit(
         platform.engine,
         platform.clock.now(),
