@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
 from tests.harness import PlatformHarness
-from x402mw.platform.dashboard.accounts import User, create_user
+from x402mw.platform.dashboard.accounts import User, create_user, totp_code
+from x402mw.platform.db import tables
 
 PASSWORD = "correct horse battery staple"
 ROLES = ("owner", "developer", "support", "viewer")
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+_SECRET = re.compile(r'id="totp-secret">([A-Z2-7]+)<')
+_RECOVERY = re.compile(r"<li><code>([0-9a-f]{5}-[0-9a-f]{5})</code></li>")
 
 
 @dataclass
@@ -69,6 +74,34 @@ def make_team(harness: PlatformHarness, name: str = "Dashboard shop") -> Team:
         for role in ROLES
     }
     return Team(harness, merchant_id, key, users)
+
+
+def audited(team: Team, action: str) -> list[Any]:
+    """The merchant's audit log rows of ``action``."""
+    t = tables.dashboard_audit
+
+    async def read(p: Any) -> list[Any]:
+        async with p.engine.connect() as conn:
+            query = select(t).where(t.c.merchant_id == team.merchant_id, t.c.action == action)
+            return list(await conn.execute(query))
+
+    return team.harness.server.call(read)
+
+
+def enable_two_factor(client: httpx.Client) -> tuple[str, int, list[str]]:
+    """Turn on two-factor sign-in for the signed-in user: its TOTP secret, the time step of the code
+    that turned it on (used: the next code to use is of the step after), its recovery codes."""
+    home = client.get("/dashboard/account")
+    started = client.post("/dashboard/account/two-factor", data={"csrf": csrf_of(home.text), "action": "start"})
+    assert started.status_code == 303, started.text
+    setup = client.get("/dashboard/account?setup=1").text
+    found = _SECRET.search(setup)
+    assert found is not None, "the set-up page shows no secret"
+    step = int(time.time() // 30)
+    data = {"csrf": csrf_of(setup), "action": "confirm", "code": totp_code(found.group(1), step)}
+    on = client.post("/dashboard/account/two-factor", data=data)
+    assert on.status_code == 200, on.text
+    return found.group(1), step, _RECOVERY.findall(on.text)
 
 
 def csrf_of(html: str) -> str:

@@ -134,6 +134,16 @@ async def test_tampered_terms_are_refused_before_settlement(deployment: Deployme
     await _refused(seller, forge(offer, deployment.agent_key, accepted=change), reasons.INVALID_REQUIREMENTS)
 
 
+@pytest.mark.parametrize(
+    "seal", ["é" * 32, "ｆ" * 32, "\u2028" * 43, "é" * 43], ids=["latin", "fullwidth", "legacy", "legacy-latin"]
+)
+async def test_a_seal_in_other_characters_is_an_altered_seal(deployment: Deployment, seal: str) -> None:
+    seller = Seller(deployment)
+    offer = await seller.offer()
+    accepted = {"extra": offer.extra | {"seal": seal}}  # the challenge's own id and expiry
+    await _refused(seller, forge(offer, deployment.agent_key, accepted=accepted), reasons.INVALID_REQUIREMENTS)
+
+
 async def test_wrong_scheme_is_refused(deployment: Deployment) -> None:
     seller = Seller(deployment)
     offer = await seller.offer()

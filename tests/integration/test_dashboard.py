@@ -422,7 +422,7 @@ def test_owners_need_two_factor_for_live_mode_and_sign_in_with_it(team: Team) ->
             "/dashboard/account/two-factor",
             data={"csrf": csrf_of(setup), "action": "confirm", "code": accounts.totp_code(secret.group(1), step)},
         )
-        assert on.status_code == 303
+        assert on.status_code == 200 and 'id="recovery-codes"' in on.text  # shown once, as it turns on
         live = client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
         assert live.status_code == 303
     with team.browser() as client:
@@ -675,6 +675,10 @@ def test_sandbox(team: Team) -> None:
         assert again.status_code == 409
         made = client.post("/dashboard/sandbox/test-clocks", data={"csrf": csrf, "frozen_time": "2026-12-01T00:00:00Z"})
         assert made.status_code == 303
+        home = client.get("/dashboard/")
+        refused = client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
+        assert refused.status_code == 403  # developers turn on two-factor sign-in first
+    with team.sign_in("support") as client:
         home = client.get("/dashboard/")
         client.post("/dashboard/mode", data={"csrf": csrf_of(home.text), "mode": "live"})
         assert client.get("/dashboard/sandbox").status_code == 404

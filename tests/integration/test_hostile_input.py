@@ -17,6 +17,7 @@ import httpx
 
 from tests.harness import PlatformHarness
 from x402mw.platform.openapi.document import build_document
+from x402mw.protocol import PaymentRequirements
 
 VALUES: list[Any] = [
     None,
@@ -258,3 +259,39 @@ def test_a_patch_takes_null_exactly_where_the_document_says(dev_platform: Platfo
                         "requestId": "",
                     }
     assert cleared == 2  # a dynamic endpoint's amountMinor, a webhook endpoint's description
+
+
+def test_a_seal_in_other_characters_is_a_seal_of_another_merchant(dev_platform: PlatformHarness) -> None:
+    # the facilitator checks the seal of a challenge it has no record of: any text is merely a wrong seal
+    deployment = dev_platform.deploy()
+    extra = {"name": "USD Coin", "version": "2", "challengeId": "c" * 32, "expiresAt": 4_000_000_000}
+    with deployment.api() as api:
+        for seal in ("é" * 32, "\u2028" * 43, "ｆ" * 32):
+            requirements = {
+                "scheme": "exact",
+                "network": dev_platform.network,
+                "amount": "5000",
+                "asset": dev_platform.usdc,
+                "payTo": deployment.payout,
+                "maxTimeoutSeconds": 120,
+                "extra": extra | {"seal": seal},
+            }
+            payload = deployment.agent.sign_payment(PaymentRequirements.model_validate(requirements)).to_wire()
+            body = {"x402Version": 2, "paymentPayload": payload, "paymentRequirements": requirements}
+            for operation in ("/x402/verify", "/x402/settle"):
+                refused = api.post(operation, json=body)
+                assert refused.status_code == 404, (operation, seal, refused.text)
+                assert refused.json()["error"]["param"] == "paymentRequirements.extra.challengeId"
+    assert dev_platform.balance(deployment.payout) == 0
+
+
+def test_a_month_of_usage_is_one_with_a_next_month(dev_platform: PlatformHarness) -> None:
+    _merchant, key, _ = dev_platform.merchant("Usage months")
+    with httpx.Client(base_url=dev_platform.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+        for month in ("9999-12", "9999-01", "２０２６-01", "٢٠٢٦-01", "2026-13", "0000-01"):
+            refused = api.get("/agent/usage", params={"month": month})
+            assert refused.status_code == 400, (month, refused.text)
+            assert refused.json()["error"]["param"] == "month"
+        for month in ("9998-12", "0001-01", "2026-11"):
+            answered = api.get("/agent/usage", params={"month": month})
+            assert answered.status_code == 200 and answered.json()["usage"]["month"] == month

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 
 from x402mw.errors import X402Error
 from x402mw.protocol import bounded_json
+from x402mw.protocol.constant_time import same_secret
 from x402mw.protocol.webhook_signatures import digest, secret_key, sign_payload
 
 __all__ = [
@@ -115,7 +115,7 @@ def construct_event(
             offered.append(base64.b64decode(value, validate=True))
         except (binascii.Error, ValueError):
             continue
-    if not any(hmac.compare_digest(e, o) for e in expected for o in offered):
+    if not any(same_secret(o, e) for e in expected for o in offered):
         raise WebhookVerificationError("no webhook-signature matches the secret")
     try:
         data = bounded_json.loads(body)

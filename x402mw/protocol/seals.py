@@ -9,6 +9,8 @@ import hashlib
 import hmac
 from hashlib import blake2b
 
+from x402mw.protocol.constant_time import same_secret
+
 
 class Sealer:
     """Seals a challenge's terms with a key derived from the merchant's API key: a keyed BLAKE2b
@@ -39,8 +41,8 @@ class Sealer:
         message = _message(terms)
         if len(seal) == _LEGACY_LENGTH:
             legacy = base64.urlsafe_b64encode(hmac.digest(self._key, message, "sha256")).rstrip(b"=").decode("ascii")
-            return hmac.compare_digest(seal, legacy)
-        return hmac.compare_digest(seal, self._mac(message))
+            return same_secret(seal, legacy)
+        return same_secret(seal, self._mac(message))
 
     def _mac(self, message: bytes) -> str:
         return blake2b(message, key=self._key, digest_size=16).hexdigest()

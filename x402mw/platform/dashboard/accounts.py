@@ -20,12 +20,13 @@ from typing import Any, Literal
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id, utcnow
+from x402mw.protocol.constant_time import same_secret
 
 Role = Literal["owner", "developer", "support", "viewer"]
 ROLES: tuple[Role, ...] = ("owner", "developer", "support", "viewer")
@@ -325,13 +326,13 @@ def verify_totp(secret: str, code: str, unix_time: float, last_step: int | None 
     """The time step ``code`` matches (the current one or either neighbour), or None; a step at or
     before ``last_step`` (already used) does not match again."""
     code = code.strip().replace(" ", "")
-    if not (len(code) == 6 and code.isdigit()):
+    if not (len(code) == 6 and code.isascii() and code.isdigit()):
         return None
     now_step = int(unix_time // 30)
     for step in (now_step - 1, now_step, now_step + 1):
         if last_step is not None and step <= last_step:
             continue
-        if hmac.compare_digest(totp_code(secret, step), code):
+        if same_secret(code, totp_code(secret, step)):
             return step
     return None
 
@@ -346,6 +347,44 @@ async def use_totp_step(engine: AsyncEngine, user_id: str, step: int) -> bool:
             .values(totp_last_step=step)
         )
     return bool(result.rowcount)
+
+
+RECOVERY_CODES = 10
+
+
+def _recovery_digest(code: str) -> str:
+    return _digest(code.strip().lower().replace("-", "").replace(" ", "")[:40])
+
+
+async def new_recovery_codes(engine: AsyncEngine, user_id: str, now: datetime) -> list[str]:
+    """`RECOVERY_CODES` fresh recovery codes for ``user_id`` (shown once: only their SHA-256 is
+    kept), in place of any the user had."""
+    codes = [secrets.token_hex(5) for _ in range(RECOVERY_CODES)]
+    codes = [f"{code[:5]}-{code[5:]}" for code in codes]
+    table = tables.dashboard_recovery_codes
+    async with engine.begin() as conn:
+        await conn.execute(delete(table).where(table.c.user_id == user_id))
+        rows = [{"id": _recovery_digest(c), "user_id": user_id, "created_at": now} for c in codes]
+        await conn.execute(insert(table), rows)
+    return codes
+
+
+async def drop_recovery_codes(engine: AsyncEngine, user_id: str) -> None:
+    table = tables.dashboard_recovery_codes
+    async with engine.begin() as conn:
+        await conn.execute(delete(table).where(table.c.user_id == user_id))
+
+
+async def use_recovery_code(engine: AsyncEngine, user_id: str, code: str, now: datetime) -> bool:
+    """Whether ``code`` is one of the user's recovery codes not used yet; it is used up."""
+    table = tables.dashboard_recovery_codes
+    async with engine.begin() as conn:
+        used = await conn.execute(
+            update(table)
+            .where(table.c.id == _recovery_digest(code), table.c.user_id == user_id, table.c.used_at.is_(None))
+            .values(used_at=now)
+        )
+    return bool(used.rowcount)
 
 
 async def totp_last_step(engine: AsyncEngine, user_id: str) -> int | None:

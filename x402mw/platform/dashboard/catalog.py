@@ -21,6 +21,7 @@ from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, problem
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.http.values import whole_number
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text
 from x402mw.platform.services.payment_links import create_payment_link, payment_link_of
@@ -110,13 +111,15 @@ async def plans(ctx: Ctx) -> Response:
 async def plans_create(ctx: Ctx) -> Response:
     def plan() -> tuple[str, dict[str, Any]]:
         grace = ctx.field("grace_days")
+        days = whole_number(grace)
         body = PlanCreate(
             name=ctx.field("name"),
             amount=ctx.field("amount"),
             currency=ctx.field("currency"),  # type: ignore[arg-type]
             interval=ctx.field("interval"),  # type: ignore[arg-type]
             slug=ctx.field("slug") or None,
-            graceDays=int(grace) if grace.isdigit() else None,
+            # a number only when it is one (ASCII digits); else the text, which the model refuses
+            graceDays=(grace or None) if days is None else days,  # type: ignore[arg-type]
         )
         return body.name, _row(ctx, body, interval=body.interval, grace_days=body.graceDays)
 

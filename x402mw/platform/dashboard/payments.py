@@ -4,8 +4,9 @@ cursor pages), one payment with its events (an order) or its receipt (an agent p
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from sqlalchemy import or_, select
@@ -16,6 +17,7 @@ from starlette.routing import Route
 from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, see
 from x402mw.platform.db import tables
 from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.http.values import calendar_day, moment, whole_number
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
 from x402mw.platform.services.payments import (
@@ -29,6 +31,7 @@ from x402mw.platform.services.payments import (
 )
 from x402mw.protocol.prices import format_amount
 
+T = TypeVar("T")
 STATUSES = ORDER_STATUSES + tuple(s for s in AGENT_STATUSES if s not in ORDER_STATUSES)
 _STAGES = {
     "payment_intent.created": 0,
@@ -51,19 +54,20 @@ EXPLORERS = {
 }
 
 
-def _day(value: str) -> datetime | None:
-    try:
-        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
-    except ValueError:
+def _filter(ctx: Ctx, name: str, value: str, read: Callable[[str], T | None]) -> T | None:
+    """A filter's value read by ``read``: None when it is empty; a 400 when ``read`` does not take it."""
+    if not value:
         return None
+    found = read(value)
+    if found is None:
+        raise PageError(400, f"The {name} filter is not one this page can use.", action="bad_request")
+    return found
 
 
 def _cursor(value: str) -> tuple[datetime, str] | None:
     stamp, _, ident = value.partition("_")
-    try:
-        return datetime.fromisoformat(stamp), ident
-    except ValueError:
-        return None
+    when = moment(stamp)
+    return None if when is None or not is_uuid(ident) else (when, ident.lower())
 
 
 def _stamp(value: datetime) -> str:
@@ -77,20 +81,22 @@ async def payments(ctx: Ctx) -> Response:
         name: q.get(name, "").strip()[:200]
         for name in ("kind", "status", "coin", "network", "since", "until", "link", "customer", "q")
     }
-    since, until = _day(filters["since"]), _day(filters["until"])
+    chain_id = _filter(ctx, "network", filters["network"], whole_number)
+    since = _filter(ctx, "from", filters["since"], calendar_day)
+    until = _filter(ctx, "to", filters["until"], calendar_day)
+    after = _filter(ctx, "page", q.get("after", ""), _cursor)
     kind = next((k for k in KINDS if k == filters["kind"]), None)
     chosen = PaymentFilters(
         kind=kind,
         status=filters["status"] if filters["status"] in STATUSES else None,
         currency=filters["coin"] or None,
-        chain_id=int(filters["network"]) if filters["network"].isdigit() else None,
+        chain_id=chain_id,
         since=since,
         until=until + timedelta(days=1) if until else None,
         link_id=filters["link"] if is_uuid(filters["link"]) else None,
         customer=filters["customer"] or None,
         search=filters["q"] or None,
     )
-    after = _cursor(q.get("after", ""))
     rows, more = await list_payments(ctx.platform.engine, ctx.merchant_id, ctx.livemode, chosen, after=after)
     next_url = None
     if more:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import secrets
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -24,6 +24,7 @@ from x402mw.platform.dashboard.web import (
     PageError,
     address_of,
     error_page,
+    form_refusal,
     page,
     render,
     see,
@@ -31,6 +32,7 @@ from x402mw.platform.dashboard.web import (
 )
 from x402mw.platform.db import tables
 from x402mw.platform.http.state import platform_of
+from x402mw.protocol.constant_time import same_secret
 
 
 class SignInLimits:
@@ -61,6 +63,8 @@ def _limits(request: Request) -> SignInLimits:
     return limits
 
 
+LIVE_NEEDS_2FA = ("owner", "developer")
+"""The roles that turn on two-factor sign-in before they may switch to live mode (they handle keys or money)."""
 FORM_COOKIE = "x402mw_dashboard_form"  # the CSRF token of the forms sent before a session exists
 
 
@@ -78,9 +82,14 @@ def _with_form_token(request: Request, response: Response, token: str) -> Respon
 async def _form_refused(request: Request, form: Any) -> Response | None:
     """403 when a sign-in or invitation form does not carry the browser's form token."""
     sent, kept = form.get("csrf"), request.cookies.get(FORM_COOKIE, "")
-    if isinstance(sent, str) and kept and hmac.compare_digest(sent, kept):
-        return None
     platform = platform_of(request)
+    unstorable = form_refusal(form)
+    if unstorable is not None:
+        now, address = platform.clock.now(), address_of(request)
+        await accounts.audit(platform.engine, now, "bad_request", outcome="refused", address=address, detail=unstorable)
+        return error_page(400, unstorable)
+    if isinstance(sent, str) and kept and same_secret(sent, kept):
+        return None
     await accounts.audit(
         platform.engine,
         platform.clock.now(),
@@ -154,22 +163,39 @@ async def two_factor_form(ctx: Ctx) -> Response:
 
 @page(two_factor=False)
 async def two_factor(ctx: Ctx) -> Response:
-    engine, now = ctx.platform.engine, ctx.platform.clock.now()
     if not ctx.user.totp_enabled or ctx.user.totp_secret is None:
         return see("/dashboard/")
-    if not await _limits(ctx.request).allow(ctx.user.email + "#totp", address_of(ctx.request)):
-        await ctx.audit("two_factor_throttled", outcome="refused")
-        return ctx.page("two_factor.html", 429, error="Too many attempts. Wait a few minutes and try again.")
-    secret = ctx.platform.secrets.open(ctx.user.totp_secret)
-    last = await accounts.totp_last_step(engine, ctx.user.id)
-    step = accounts.verify_totp(secret, ctx.field("code"), ctx.platform.clock.time(), last)
-    if step is None or not await accounts.use_totp_step(engine, ctx.user.id, step):
-        await _limits(ctx.request).failed(ctx.user.email + "#totp", address_of(ctx.request))
-        await ctx.audit("two_factor_failed", outcome="refused")
-        return ctx.page("two_factor.html", 403, error="That code is not right. Enter the current one.")
-    await accounts.update_session(engine, ctx.session.id, two_factor_passed=True, last_seen_at=now)
+    refused = await _second_factor(ctx, "sign_in")
+    if refused is not None:
+        return ctx.page("two_factor.html", refused[0], error=refused[1])
+    now = ctx.platform.clock.now()
+    await accounts.update_session(ctx.platform.engine, ctx.session.id, two_factor_passed=True, last_seen_at=now)
     await ctx.audit("two_factor")
     return see("/dashboard/")
+
+
+async def _second_factor(ctx: Ctx, purpose: str) -> tuple[int, str] | None:
+    """None when the form's ``code`` proves the user's second factor: their current TOTP code (of
+    a time step not used before) or one of their recovery codes not used yet (then used up); else
+    the refusal's status and message (429 throttled, 403 wrong). Every attempt is audited (its
+    target the ``purpose``), and each wrong one counted by the throttle."""
+    engine, code = ctx.platform.engine, ctx.field("code")
+    key, address = ctx.user.email + "#totp", address_of(ctx.request)
+    if not await _limits(ctx.request).allow(key, address):
+        await ctx.audit("two_factor_throttled", purpose, outcome="refused")
+        return 429, "Too many attempts. Wait a few minutes and try again."
+    if ctx.user.totp_secret is not None:
+        secret = ctx.platform.secrets.open(ctx.user.totp_secret)
+        last = await accounts.totp_last_step(engine, ctx.user.id)
+        step = accounts.verify_totp(secret, code, ctx.platform.clock.time(), last)
+        if step is not None and await accounts.use_totp_step(engine, ctx.user.id, step):
+            return None
+    if code and await accounts.use_recovery_code(engine, ctx.user.id, code, ctx.platform.clock.now()):
+        await ctx.audit("two_factor_recovery_code_used", purpose)
+        return None
+    await _limits(ctx.request).failed(key, address)
+    await ctx.audit("two_factor_failed", purpose, outcome="refused")
+    return 403, "That code is not right. Enter the current one, or a recovery code."
 
 
 @page(two_factor=False)
@@ -184,9 +210,11 @@ async def sign_out(ctx: Ctx) -> Response:
 @page()
 async def switch_mode(ctx: Ctx) -> Response:
     live = ctx.field("mode") == "live"
-    if live and ctx.user.role == "owner" and not ctx.user.totp_enabled:
+    if live and ctx.user.role in LIVE_NEEDS_2FA and not ctx.user.totp_enabled:
         raise PageError(
-            403, "Owners turn on two-factor sign-in (Account) before using live mode.", action="live_needs_2fa"
+            403,
+            "Owners and developers turn on two-factor sign-in (Account) before using live mode.",
+            action="live_needs_2fa",
         )
     await accounts.update_session(ctx.platform.engine, ctx.session.id, livemode=live)
     await ctx.audit("switch_mode", "live" if live else "test")
@@ -205,24 +233,40 @@ async def account(ctx: Ctx) -> Response:
 
 @page()
 async def account_two_factor(ctx: Ctx) -> Response:
-    engine = ctx.platform.engine
+    """``start`` sets two-factor sign-in up (again), ``confirm`` turns it on with a first code (and
+    shows the recovery codes, once), ``disable`` turns it off. While it is on, changing it takes
+    the second factor itself (a current code or a recovery code), as signing in does."""
+    engine, user, now = ctx.platform.engine, ctx.user, ctx.platform.clock.now()
     action = ctx.field("action")
-    if action == "start":
-        secret = accounts.new_totp_secret()
-        await accounts.set_totp(engine, ctx.user.id, ctx.platform.secrets.seal(secret), False)
-        return see("/dashboard/account?setup=1")
-    if action == "confirm" and ctx.user.totp_secret is not None and not ctx.user.totp_enabled:
-        secret = ctx.platform.secrets.open(ctx.user.totp_secret)
+    if action == "confirm" and user.totp_secret is not None and not user.totp_enabled:
+        secret = ctx.platform.secrets.open(user.totp_secret)
         step = accounts.verify_totp(secret, ctx.field("code"), ctx.platform.clock.time())
         if step is None:
             await ctx.audit("two_factor_setup_failed", outcome="refused")
             return ctx.page("account.html", 400, secret=secret, error="That code is not right. Enter the current one.")
-        await accounts.use_totp_step(engine, ctx.user.id, step)
-        await accounts.set_totp(engine, ctx.user.id, ctx.user.totp_secret, True)
+        await accounts.use_totp_step(engine, user.id, step)
+        await accounts.set_totp(engine, user.id, user.totp_secret, True)
+        codes = await accounts.new_recovery_codes(engine, user.id, now)
         await accounts.update_session(engine, ctx.session.id, two_factor_passed=True)
         await ctx.audit("two_factor_enabled")
-        return see("/dashboard/account?notice=" + quote("Two-factor sign-in is on."))
-    raise PageError(400, "Nothing to do.", action="bad_request")
+        user = replace(user, totp_enabled=True)
+        return ctx.page("account.html", user=user, secret=None, error="", recovery_codes=codes)
+    if action not in ("start", "disable") or (action == "disable" and not user.totp_enabled):
+        raise PageError(400, "Nothing to do.", action="bad_request")
+    if user.totp_enabled:
+        refused = await _second_factor(ctx, action)
+        if refused is not None:
+            return ctx.page("account.html", refused[0], secret=None, error=refused[1])
+        await accounts.drop_recovery_codes(engine, user.id)
+        if user.role in LIVE_NEEDS_2FA:  # off (or not yet on again): back to test mode
+            await accounts.update_session(engine, ctx.session.id, livemode=False)
+    if action == "disable":
+        await accounts.set_totp(engine, user.id, None, False)
+        await ctx.audit("two_factor_disabled")
+        return see("/dashboard/account?notice=" + quote("Two-factor sign-in is off."))
+    await accounts.set_totp(engine, user.id, ctx.platform.secrets.seal(accounts.new_totp_secret()), False)
+    await ctx.audit("two_factor_restarted" if user.totp_enabled else "two_factor_setup_started")
+    return see("/dashboard/account?setup=1")
 
 
 @page()

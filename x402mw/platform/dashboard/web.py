@@ -9,7 +9,6 @@ each refusal is an error page with nothing changed, written to the audit log.
 from __future__ import annotations
 
 import functools
-import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,8 +24,10 @@ from x402mw.platform.dashboard import accounts
 from x402mw.platform.dashboard.accounts import Session, User
 from x402mw.platform.dashboard.assets import asset_digest
 from x402mw.platform.http.state import platform_of
+from x402mw.platform.http.values import unstorable_field
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.templates import template_environment
+from x402mw.protocol.constant_time import same_secret
 
 if TYPE_CHECKING:
     from x402mw.platform.runtime import Platform
@@ -215,7 +216,7 @@ def page(
                     raise PageError(403, "Enter your two-factor code first.", action="two_factor_missing")
                 if form is not None:
                     sent = form.get("csrf")
-                    if not isinstance(sent, str) or not hmac.compare_digest(sent, session.csrf_token):
+                    if not isinstance(sent, str) or not same_secret(sent, session.csrf_token):
                         raise PageError(
                             403,
                             "This form has expired or was not sent by the dashboard. Reload the page and try again.",
@@ -223,6 +224,9 @@ def page(
                         )
                 if not ctx.can(permission):
                     raise PageError(403, f"Your role ({session.user.role}) does not allow this.", action="role_refused")
+                refused = form_refusal(form)
+                if refused is not None:
+                    raise PageError(400, refused, action="bad_request")
                 return await handler(ctx)
             except PageError as refusal:
                 await ctx.audit(refusal.action, request.url.path, outcome="refused", detail=refusal.message)
@@ -234,6 +238,13 @@ def page(
         return endpoint
 
     return decorate
+
+
+def form_refusal(form: FormData | None) -> str | None:
+    """What to say of a form holding a field that no stored text can hold (a NUL character, a lone
+    surrogate), or None: such a form is refused whole, before any handler reads it."""
+    found = unstorable_field(form.multi_items()) if form is not None else None
+    return None if found is None else f"The {found[0]} field contains {found[1]}. Nothing was changed."
 
 
 def missing(kind: str) -> PageError:

@@ -740,6 +740,17 @@ class DashboardSession(SQLModel, table=True):
     revoked_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
 
 
+class DashboardRecoveryCode(SQLModel, table=True):
+    """A recovery code of a user's two-factor sign-in, each used once in place of a TOTP code: the
+    user sees the codes once, when two-factor sign-in is turned on; this row keeps the SHA-256 (``id``)."""
+
+    __tablename__ = "dashboard_recovery_codes"
+    id: str = Field(primary_key=True, max_length=64)
+    user_id: str = Field(foreign_key="dashboard_users.id", max_length=36, index=True)
+    used_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+
+
 class DashboardInvitation(SQLModel, table=True):
     """An invitation to join a merchant's dashboard: the link carries a random token, this row its
     SHA-256 (``id``); it expires and is used once."""

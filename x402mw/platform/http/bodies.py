@@ -13,6 +13,7 @@ from pydantic_core import CoreSchema
 from starlette.requests import Request
 
 from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.values import unstorable
 from x402mw.protocol import bounded_json
 from x402mw.protocol.prices import json_number
 
@@ -67,25 +68,15 @@ async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
 _UNSTORABLE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 
 
-def _problem(text: str) -> str | None:
-    if "\x00" in text:
-        return "a NUL character"
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return "an unpaired surrogate (\\ud800-\\udfff), which is not text"
-    return None
-
-
 def _unstorable_at(value: Any, path: tuple[str, ...]) -> tuple[tuple[str, ...], str] | None:
     """Where in ``value`` the first key or string that no stored text can hold sits, and why."""
     if isinstance(value, str):
-        what = _problem(value)
+        what = unstorable(value)
         return None if what is None else (path, what)
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         here = (*path, str(key))
-        what = _problem(key) if isinstance(key, str) else None
+        what = unstorable(key) if isinstance(key, str) else None
         found = (here, what) if what is not None else _unstorable_at(item, here)
         if found is not None:
             return found

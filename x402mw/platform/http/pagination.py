@@ -17,6 +17,7 @@ from starlette.requests import Request
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import is_uuid
 from x402mw.platform.http.responses import ModelResponse
+from x402mw.platform.http.values import whole_number
 from x402mw.platform.objects.base import ListPage
 
 M = TypeVar("M", bound=BaseModel)
@@ -25,10 +26,10 @@ M = TypeVar("M", bound=BaseModel)
 def page_params(request: Request) -> tuple[int, str | None, str | None]:
     """``limit`` (1-100, default 10) and the cursors, which are ids (UUIDs): 400 naming the first
     one that is malformed."""
-    raw = request.query_params.get("limit", "10")
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 100:
+    limit = whole_number(request.query_params.get("limit", "10"), high=100)
+    if not limit:
         raise HttpError(400, "parameter_invalid", "limit must be an integer from 1 to 100", param="limit")
-    return int(raw), query_id(request, "starting_after"), query_id(request, "ending_before")
+    return limit, query_id(request, "starting_after"), query_id(request, "ending_before")
 
 
 def query_id(request: Request, name: str, *, prefix: str = "") -> str | None:

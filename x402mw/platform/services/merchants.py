@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import quick_read
 from x402mw.platform.db.models import ApiKey, Merchant, utcnow
+from x402mw.protocol.constant_time import same_secret
 
 KEY_USE_PRECISION = timedelta(minutes=1)
 """How precisely a key's ``last_used_at`` is kept: it is written when a lookup finds it older than
@@ -88,7 +88,7 @@ async def lookup_key(engine: AsyncEngine, key: str) -> Caller | None:
         return None
     wanted = hash_key(key)
     row = await quick_read(engine, lambda conn: conn.execute(_BY_HASH, {"key_hash": wanted}).first())
-    if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, wanted):
+    if row is None or row.revoked_at is not None or not same_secret(row.key_hash, wanted):
         return None
     now = utcnow()
     if row.last_used_at is None or _aware(row.last_used_at) < now - KEY_USE_PRECISION:

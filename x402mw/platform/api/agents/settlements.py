@@ -10,7 +10,6 @@ taken; the same authorization may be used again)."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +28,7 @@ from x402mw.platform.http.pagination import list_answer, query_id
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import LIST_PARAMS, STRING, UUID, ApiRoute, Operation, query
 from x402mw.platform.http.state import platform_of
+from x402mw.platform.http.values import MONTH_PATTERN, calendar_month
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.metering import monthly_usage
 from x402mw.platform.services.settlement.checks import EndpointPolicy, PaymentRefusal
@@ -36,9 +36,6 @@ from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRe
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
-
-MONTH = re.compile(r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:0[1-9]|1[0-2])")
-"""A month of ``GET /agent/usage``: ``YYYY-MM`` (the OpenAPI document quotes this pattern)."""
 
 
 class SettleBody(BaseModel):
@@ -264,14 +261,11 @@ async def retrieve_payment(request: Request) -> ModelResponse:
 async def usage(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     platform = platform_of(request)
-    month = request.query_params.get("month")
-    if month is None:
-        now = platform.clock.now()
-        start = datetime(now.year, now.month, 1, tzinfo=UTC)
-    elif MONTH.fullmatch(month):
-        start = datetime(int(month[:4]), int(month[5:]), 1, tzinfo=UTC)
-    else:
-        raise HttpError(400, "parameter_invalid", "month must look like 2026-11", param="month")
+    now = platform.clock.now()
+    month = request.query_params.get("month", f"{now.year:04d}-{now.month:02d}")
+    start = calendar_month(month)
+    if start is None:
+        raise HttpError(400, "parameter_invalid", "month must look like 2026-11 (years 0001 to 9998)", param="month")
     answer = await monthly_usage(platform.engine, caller.merchant_id, caller.livemode, start)
     return ModelResponse(objects.AgentUsageEnvelope(usage=answer))
 
@@ -372,9 +366,7 @@ routes = [
             "free, then per settlement the larger of 0.005 and 0.3 % of its amount. Nothing is billed "
             "during the beta.",
             answer=objects.AgentUsageEnvelope,
-            parameters=[
-                query("month", "`YYYY-MM`; default the current month", STRING | {"pattern": f"^{MONTH.pattern}$"})
-            ],
+            parameters=[query("month", "`YYYY-MM`; default the current month", STRING | {"pattern": MONTH_PATTERN})],
             errors=(400,),
         ),
     ),

@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
+from x402mw.protocol.constant_time import same_secret
 from x402mw.protocol.customer_signatures import customer_signature
 
 FORM_LIFETIME = timedelta(hours=2)
@@ -66,7 +67,7 @@ class CustomerLinks:
         if len(raw) != 16 + _MAC_BYTES or base64.urlsafe_b64encode(raw).decode().rstrip("=") != token:
             return None  # one spelling per token: not another with the last character's spare bits set
         ident, mac = raw[:16], raw[16:]
-        if not hmac.compare_digest(mac, self._mac(b"page:" + ident)[:_MAC_BYTES]):
+        if not same_secret(mac, self._mac(b"page:" + ident)[:_MAC_BYTES]):
             return None
         return str(uuid.UUID(bytes=ident))
 
@@ -87,7 +88,7 @@ class CustomerLinks:
         age = now.timestamp() - int(stamp)
         if not -300 <= age <= FORM_LIFETIME.total_seconds():
             return False
-        return hmac.compare_digest(token.encode(), self._form_token(purpose, stamp, nonce).encode())
+        return same_secret(token, self._form_token(purpose, stamp, nonce))
 
 
 async def spend_form_token(engine: AsyncEngine, token: str, now: datetime) -> bool:
@@ -124,5 +125,5 @@ async def merchant_signed(
         )
     found = False
     for key in hashes:  # every key: the time taken does not say which one signed
-        found |= hmac.compare_digest(customer_signature(key, customer, int(expires)).encode(), signature.encode())
+        found |= same_secret(signature, customer_signature(key, customer, int(expires)))
     return found
