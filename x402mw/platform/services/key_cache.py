@@ -51,6 +51,7 @@ BEAT = 0.2  # seconds between two beats of a listening connection
 LEASE = 0.9  # seconds after a beat was sent during which the entries may be served
 LEASE_MARGIN = 0.01  # added to a revocation's wait: clocks of other hosts may run slightly slower
 RETRY = 0.5  # seconds before a lost listening connection is opened again
+SILENT = 10.0  # seconds a beat may take before its connection is taken for dead (its lease ran out long before)
 MAX_ENTRIES = 10_000  # a full cache is emptied rather than grown
 
 V = TypeVar("V")
@@ -199,5 +200,5 @@ class KeyCache(Generic[V]):
             came_back.clear()
             sent[str(number)] = time.monotonic()
             await conn.execute("SELECT pg_notify($1, $2)", beat_channel, str(number))
-            await asyncio.wait_for(came_back.wait(), LEASE)
+            await asyncio.wait_for(came_back.wait(), SILENT)  # a slow beat only lets the lease lapse meanwhile
             await asyncio.sleep(BEAT)
