@@ -8,7 +8,11 @@ same run on the same platform, interleaved, best of several rounds:
   baseline: what the API path cost when revocations took up to 2 s to be seen elsewhere);
 - ``version``: that cache, each hit checked against a shared version row that a revocation would
   bump (read here from the one-row ``alembic_version`` table, the same kind of read);
-- ``lookup``: no cache, the key's row read by its hash on each request (what the platform does).
+- ``lookup``: no cache, the key's row read by its hash on each request (what the platform did
+  from issue 21 until issue 33);
+- ``cache``: the platform's own key ring (`x402mw.platform.services.key_cache`): a key seen before
+  served from the process's cache, kept current by ``PRAGMA data_version`` (SQLite) or
+  ``LISTEN``/``NOTIFY`` under a lease (PostgreSQL); what the platform does.
 
 Each is timed on the API path, a merchant's ``GET /v1/agent/endpoints`` through the platform's
 ASGI app in-process (no sockets), and on the key check alone. Also timed, with the key read each
@@ -107,11 +111,15 @@ async def _measure(kind: str, url: str, workdir: Path, n: int, rounds: int) -> d
         _, key = await create_api_key(platform.engine, merchant.id)
         app = create_app(platform=platform)
         app.state.platform = platform  # the app's lifespan would set it; ASGITransport runs none
+        started = platform.keys  # its cache's listening connection runs (PostgreSQL)
         rings: dict[str, KeyRing] = {
             "ttl": CachedRing(platform.engine),
             "version": VersionedRing(platform.engine),
-            "lookup": KeyRing(platform.engine),
+            "lookup": KeyRing(platform.engine),  # never started: every lookup reads the row
+            "cache": started,
         }
+        while not started.cache.current():  # the listening connection's first beat
+            await asyncio.sleep(0.01)
         best = {name: (float("inf"), float("inf")) for name in rings}
         headers = {"Authorization": f"Bearer {key}"}
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://bench/v1") as client:
@@ -140,6 +148,7 @@ async def _measure(kind: str, url: str, workdir: Path, n: int, rounds: int) -> d
                 for _ in range(n):
                     assert (await client.get(path, headers=conditional)).status_code == 304
                 revalidation = min(revalidation, (time.perf_counter() - start) / n)
+        platform.keys = started
         return best | {"revalidation": (revalidation, revalidation)}
     finally:
         await platform.aclose()

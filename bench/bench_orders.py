@@ -13,7 +13,9 @@ of a bare insert's throughput survives authentication, validation, idempotency a
 Target: >= 1,000 requests/s with p99 <= 50 ms. PostgreSQL is the server at
 ``X402MW_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``)::
 
-    python -m bench.bench_orders [SECONDS] [CONCURRENCY] [WORKERS]    # defaults: 10 64 2
+    python -m bench.bench_orders [SECONDS] [CONCURRENCY] [WORKERS] [DATABASE]    # defaults: 10 64 2 postgresql
+
+``DATABASE`` ``sqlite`` runs both apps on fresh SQLite files instead.
 
 ``WORKERS`` server processes serve each app: ours with ``platform serve --workers`` (a listening
 socket per process, which the kernel balances), the baseline with uvicorn's ``--workers`` (one
@@ -133,7 +135,10 @@ class Measured:
 
 
 @contextlib.contextmanager
-def _fresh_database() -> Iterator[str]:
+def _fresh_database(database: str, directory: Path) -> Iterator[str]:
+    if database == "sqlite":
+        yield f"sqlite:///{directory / uuid.uuid4().hex[:12]}.sqlite3"
+        return
     import psycopg
     from sqlalchemy.engine import make_url
 
@@ -288,19 +293,23 @@ def _anvil_options(stack: contextlib.ExitStack) -> list[str]:
     return ["--rpc-url", anvil.url, *(f"--token={symbol}={address}" for symbol, address in tokens.items())]
 
 
-def run(seconds: float = 10.0, concurrency: int = 64, workers: int = 2) -> dict[str, float]:
+def run(
+    seconds: float = 10.0, concurrency: int = 64, workers: int = 2, database: str = "postgresql"
+) -> dict[str, float]:
+    if database not in ("postgresql", "sqlite"):
+        raise SystemExit(f"the database is postgresql or sqlite, not {database!r}")
     workdir = Path(tempfile.mkdtemp(prefix="x402mw-bench-orders-"))
     try:
         with contextlib.ExitStack() as stack:
             ours_env = dict(
                 os.environ,
                 X402MW_DATA_DIR=str(workdir / "ours"),
-                X402MW_DATABASE_URL=stack.enter_context(_fresh_database()),
+                X402MW_DATABASE_URL=stack.enter_context(_fresh_database(database, workdir)),
                 ETH_HASH_BACKEND="pysha3",
             )
             merchant = _cli("platform", "merchants", "create", "--name", "bench", env=ours_env)["id"]
             api_key = _cli("platform", "keys", "create", "--merchant", merchant, env=ours_env)["key"]
-            base_url = stack.enter_context(_fresh_database())
+            base_url = stack.enter_context(_fresh_database(database, workdir))
             base_env = dict(ours_env, X402MW_DATA_DIR=str(workdir / "baseline"), X402MW_DATABASE_URL=base_url)
             base_merchant = _cli("platform", "merchants", "create", "--name", "baseline", env=base_env)["id"]
             base_env.update(X402MW_BENCH_DATABASE_URL=base_url, X402MW_BENCH_MERCHANT=base_merchant)
@@ -318,7 +327,8 @@ def run(seconds: float = 10.0, concurrency: int = 64, workers: int = 2) -> dict[
         shutil.rmtree(workdir, ignore_errors=True)
     ratio = ours.per_second / baseline.per_second
     print(
-        f"payment-order creation on PostgreSQL through uvicorn ({workers} server process(es), uvloop + httptools), "
+        f"payment-order creation on {'SQLite' if database == 'sqlite' else 'PostgreSQL'} through uvicorn "
+        f"({workers} server process(es), uvloop + httptools), "
         f"concurrency {concurrency}, {seconds:.0f} s after {WARMUP_SECONDS:.0f} s of warm-up:"
     )
     print("  " + ours.line())
@@ -355,4 +365,5 @@ if __name__ == "__main__":
         float(arguments[0]) if arguments else 10.0,
         int(arguments[1]) if len(arguments) > 1 else 64,
         int(arguments[2]) if len(arguments) > 2 else 2,
+        arguments[3] if len(arguments) > 3 else "postgresql",
     )

@@ -47,6 +47,7 @@ POSTGRES_URL = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres
 TARGET_SECONDS, TARGET_RATIO = 15.0, 2.0
 IDLE_PASSES = 200
 BASE = "http://127.0.0.1:4402/checkout"
+RETURN_URL = "https://shop.example.com/account"  # the plan's returnUrl: its invoices' orders lead back there
 # Shares of the due subscriptions, by action.
 MIX = {"open_renewal": 0.4, "remind": 0.2, "period_end": 0.2, "expire": 0.2}
 
@@ -123,6 +124,7 @@ def populate(url: str, total: int, due: int, now: datetime) -> None:
                 "interval": "monthly",
                 "active": True,
                 "grace_days": None,
+                "return_url": RETURN_URL,
                 "created_at": now - timedelta(days=60),
                 "updated_at": now - timedelta(days=60),
             },
@@ -157,6 +159,7 @@ def populate(url: str, total: int, due: int, now: datetime) -> None:
                     amount=9_990_000,
                     amount_text="9.99",
                     currency="USDC",
+                    return_url=RETURN_URL,
                     at=now,
                 )
                 invoice = invoice_row(

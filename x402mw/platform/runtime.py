@@ -146,6 +146,7 @@ class Platform:
             ApiRequestLog(engine),
             WebhookSender(engine, clock, secrets, settings.takeover_seconds, settings.private_webhooks_allowed),
         )
+        platform.keys.start()
         try:
             await watcher.start()
         except BaseException:
@@ -165,6 +166,7 @@ class Platform:
         await self.payment_intents.aclose()
         await self.idempotency.aclose()
         await self.api_requests.aclose()
+        await self.keys.aclose()
         await self.webhooks.aclose()
         await self.chains.aclose()
         await self.engine.dispose()

@@ -9,10 +9,16 @@ from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.services.merchants import Caller, KeyRing
 
+CHECKED = "x402mw.checked_caller"  # a caller found by middleware before the endpoint (idempotency)
+
 
 async def authenticate(request: Request) -> Caller:
-    """The calling merchant; 401 ``authentication_error`` when the key is missing, invalid or revoked."""
-    caller = await caller_for(request.headers, platform_of(request).keys)
+    """The calling merchant; 401 ``authentication_error`` when the key is missing, invalid or revoked.
+    A key already checked for this request (`CHECKED`, by `IdempotencyMiddleware`) is not looked up
+    again."""
+    caller = request.scope.get(CHECKED)
+    if not isinstance(caller, Caller):
+        caller = await caller_for(request.headers, platform_of(request).keys)
     request.scope["x402mw.caller"] = caller  # for the request log (x402mw.platform.api.request_log)
     return caller
 

@@ -33,7 +33,7 @@ from sqlalchemy import Row, select
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from x402mw.platform.api.auth import caller_for
+from x402mw.platform.api.auth import CHECKED, caller_for
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.bodies import MAX_BODY_BYTES
@@ -76,6 +76,7 @@ class IdempotencyMiddleware:
         except HttpError:
             await self.app(scope, receive, send)  # the endpoint answers its own 401
             return
+        scope[CHECKED] = caller  # the endpoint's `authenticate` takes it from here
         try:
             if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
                 raise HttpError(

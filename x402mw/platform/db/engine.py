@@ -300,6 +300,17 @@ async def quick_read(engine: AsyncEngine, work: Callable[[Connection], T]) -> T:
         return await conn.run_sync(work)
 
 
+def read_now(engine: AsyncEngine, work: Callable[[Connection], T]) -> tuple[T] | None:
+    """``work`` on the event loop, on ``engine``'s `SQLiteReader`: its result (in a 1-tuple), or None
+    when the database is not a SQLite file or that connection cannot serve it at this instant. For a
+    check too cheap to be worth a trip anywhere (``PRAGMA data_version``)."""
+    reader = SQLiteReader.of(engine)
+    if reader is None:
+        return None
+    result = reader.read(work)
+    return None if isinstance(result, _Locked) else (result,)
+
+
 class SQLiteReader:
     """A connection of the process's own to a SQLite file, for `quick_read`: one per engine, made on
     first use and closed when the engine is disposed. It only reads (``query_only``), never waits

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Column,
     Float,
     Index,
+    Integer,
     LargeBinary,
     String,
     UniqueConstraint,
@@ -56,6 +57,15 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
     # when a request last authenticated with the key, to the minute (KEY_USE_PRECISION)
     last_used_at: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+
+
+class ApiKeyRevision(SQLModel, table=True):
+    """One row (``id`` 1): bumped in the transaction of every revocation, so that a process caching
+    key lookups sees the change (`x402mw.platform.services.key_cache`)."""
+
+    __tablename__ = "api_key_revisions"
+    id: int = Field(sa_column=Column(Integer, primary_key=True, autoincrement=False))
+    revision: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
 class AgentEndpoint(SQLModel, table=True):

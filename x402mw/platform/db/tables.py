@@ -9,6 +9,7 @@ import x402mw.platform.db.models  # noqa: F401  (defines the tables)
 _tables = SQLModel.metadata.tables
 merchants = _tables["merchants"]
 api_keys = _tables["api_keys"]
+api_key_revisions = _tables["api_key_revisions"]
 agent_endpoints = _tables["agent_endpoints"]
 agent_challenges = _tables["agent_challenges"]
 agent_payments = _tables["agent_payments"]

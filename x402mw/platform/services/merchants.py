@@ -17,6 +17,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import quick_read
 from x402mw.platform.db.models import ApiKey, Merchant, utcnow
+from x402mw.platform.services.key_cache import KeyCache, announce_key_change, await_key_change_seen
 from x402mw.protocol.constant_time import same_secret
 
 KEY_USE_PRECISION = timedelta(minutes=1)
@@ -65,13 +66,21 @@ async def create_api_key(engine: AsyncEngine, merchant_id: str, *, livemode: boo
 
 
 async def revoke_api_key(engine: AsyncEngine, key_id: str) -> bool:
+    """Revoke the key; False when there is no such active key. When it returns, every platform
+    process refuses the key (`x402mw.platform.services.key_cache`: on PostgreSQL that takes
+    `LEASE` seconds)."""
     async with engine.begin() as conn:
         result = await conn.execute(
             update(tables.api_keys)
             .where(tables.api_keys.c.id == key_id, tables.api_keys.c.revoked_at.is_(None))
             .values(revoked_at=utcnow())
         )
-        return bool(result.rowcount)
+        revoked = bool(result.rowcount)
+        if revoked:
+            await announce_key_change(conn)
+    if revoked:
+        await await_key_change_seen(engine)
+    return revoked
 
 
 _keys = tables.api_keys
@@ -81,22 +90,37 @@ _BY_HASH = select(
 ).where(_keys.c.key_hash == bindparam("key_hash"))
 
 
-async def lookup_key(engine: AsyncEngine, key: str) -> Caller | None:
+@dataclass(slots=True)
+class _Found:
+    caller: Caller
+    last_used_at: datetime | None
+
+
+async def lookup_key(engine: AsyncEngine, key: str, cache: KeyCache[_Found] | None = None) -> Caller | None:
     """The caller for a presented key, or None when it is unknown or revoked. A key found has its
-    ``last_used_at`` brought up to date (to `KEY_USE_PRECISION`)."""
+    ``last_used_at`` brought up to date (to `KEY_USE_PRECISION`). With ``cache``, a key found there
+    while it is current costs no read (`x402mw.platform.services.key_cache`)."""
     if not key.startswith(("sk_test_", "sk_live_")) or len(key) > 100:
         return None
     wanted = hash_key(key)
-    row = await quick_read(engine, lambda conn: conn.execute(_BY_HASH, {"key_hash": wanted}).first())
-    if row is None or row.revoked_at is not None or not same_secret(row.key_hash, wanted):
-        return None
+    found = cache.get(wanted) if cache is not None and cache.current() else None
+    if found is None:
+        epoch = cache.epoch if cache is not None else 0
+        row = await quick_read(engine, lambda conn: conn.execute(_BY_HASH, {"key_hash": wanted}).first())
+        if row is None or row.revoked_at is not None or not same_secret(row.key_hash, wanted):
+            return None
+        caller = Caller(merchant_id=row.merchant_id, livemode=bool(row.livemode), key_id=row.id)
+        found = _Found(caller, row.last_used_at and _aware(row.last_used_at))
+        if cache is not None:
+            cache.put(wanted, found, epoch)
     now = utcnow()
-    if row.last_used_at is None or _aware(row.last_used_at) < now - KEY_USE_PRECISION:
+    if found.last_used_at is None or found.last_used_at < now - KEY_USE_PRECISION:
+        found.last_used_at = now
         # advisory: a write that fails (a busy SQLite file) must not refuse the caller, whose key is good
         with contextlib.suppress(SQLAlchemyError):
             async with engine.begin() as conn:
-                await conn.execute(update(_keys).where(_keys.c.id == row.id).values(last_used_at=now))
-    return Caller(merchant_id=row.merchant_id, livemode=bool(row.livemode), key_id=row.id)
+                await conn.execute(update(_keys).where(_keys.c.id == found.caller.key_id).values(last_used_at=now))
+    return found.caller
 
 
 def _aware(value: datetime) -> datetime:
@@ -165,15 +189,23 @@ async def list_api_keys(engine: AsyncEngine, merchant_id: str) -> list[dict[str,
 
 
 class KeyRing:
-    """Key lookups for the API. Every lookup reads the key's row (one indexed read, about the cost of
-    reading a shared version counter that a cache would have to check anyway: `bench.bench_keys`),
-    so a revocation takes effect in every process, and for the CLI's too, as soon as it returns."""
+    """Key lookups for the API, through the process's `KeyCache`: a key seen before costs no read
+    while the cache is current, and a revocation, by this process or any other (another ``serve``,
+    the CLI), takes effect everywhere as soon as it returns. `start` (on the running loop) opens what
+    keeps the cache current on PostgreSQL; without it every lookup there reads the key's row."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self.cache: KeyCache[_Found] = KeyCache(engine)
+
+    def start(self) -> None:
+        self.cache.start()
+
+    async def aclose(self) -> None:
+        await self.cache.aclose()
 
     async def lookup(self, key: str) -> Caller | None:
-        return await lookup_key(self.engine, key)
+        return await lookup_key(self.engine, key, self.cache)
 
     async def revoke(self, key_id: str) -> bool:
         return await revoke_api_key(self.engine, key_id)
