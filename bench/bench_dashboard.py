@@ -4,7 +4,8 @@ The payments are written by one ``INSERT ... SELECT FROM generate_series`` (with
 and live-mode rows beside them, which every query must skip), then ``ANALYZE``. Four pages, each
 requested through the platform's ASGI app in-process (a signed-in session: the session read and its
 idle-clock write are part of every page) and, beside it in the same run, the bare ``SELECT`` of the
-same page (`x402mw.platform.dashboard.payments.payments_query`) through the same engine:
+same page's read (`x402mw.platform.services.payments.list_payments`, the page's own query without
+the session, the page's template and HTTP) through the same engine:
 
 - ``first``: the newest 25;
 - ``filtered``: status succeeded, coin USDC;
@@ -33,9 +34,9 @@ from sqlalchemy import text
 
 from x402mw.platform.app import create_app
 from x402mw.platform.dashboard.accounts import create_user
-from x402mw.platform.dashboard.payments import payments_query
 from x402mw.platform.runtime import Platform
 from x402mw.platform.services.merchants import create_merchant
+from x402mw.platform.services.payments import PaymentFilters, list_payments
 from x402mw.platform.settings import PlatformSettings
 
 POSTGRES_URL = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -139,11 +140,11 @@ async def _measure(
             for name, (params, query_args) in cases.items():
                 page = await client.get("/dashboard/payments", params=params)
                 assert page.status_code == 200 and "/dashboard/payments/" in page.text, page.text[:300]
-                query = payments_query(merchant.id, False, **query_args)  # type: ignore[arg-type]
+                after = query_args.pop("after", None)
+                chosen = PaymentFilters(**query_args)  # type: ignore[arg-type]
 
-                async def bare(query: object = query) -> None:
-                    async with platform.engine.connect() as conn:
-                        list(await conn.execute(query))  # type: ignore[call-overload]
+                async def bare(chosen: PaymentFilters = chosen, after: object = after) -> None:
+                    await list_payments(platform.engine, merchant.id, False, chosen, after=after)  # type: ignore[arg-type]
 
                 async def through_app(params: dict[str, str] = params) -> None:
                     reply = await client.get("/dashboard/payments", params=params)
