@@ -149,7 +149,9 @@ def test_two_factor_sign_in(browsing: Browsing, dev_platform: PlatformHarness) -
     step = int(time.time() // 30)
     page.get_by_label("Code").fill(accounts.totp_code(secret, step))
     page.get_by_role("button", name="Turn on").click()
-    page.wait_for_url(re.compile(r"/dashboard/account\?notice="))
+    page.locator("#recovery-codes").wait_for()  # shown once, on the answer to turning it on
+    assert len(page.locator("#recovery-codes li").all()) == 10
+    _check(browsing, page, "two-factor-recovery-codes")
     page.get_by_role("button", name="Switch to live").click()
     assert "Live mode" in page.locator(".mode-badge").inner_text()
     page.get_by_role("button", name="Sign out").click()

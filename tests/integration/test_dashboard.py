@@ -522,11 +522,15 @@ def test_webhook_endpoints_create_rotate_disable(team: Team) -> None:
         csrf = csrf_of(page.text)
         refused = client.post("/dashboard/developers/webhooks", data={"csrf": csrf, "url": "ftp://files.example.com/x"})
         assert refused.status_code == 400 and "url" in refused.text
+        not_a_uri = client.post(  # RFC 3986 has no place for '<' unencoded
+            "/dashboard/developers/webhooks", data={"csrf": csrf, "url": "https://hooks.example.com/<i>"}
+        )
+        assert not_a_uri.status_code == 400 and "url" in not_a_uri.text
         made = client.post(
             "/dashboard/developers/webhooks",
             data={
                 "csrf": csrf,
-                "url": "https://hooks.example.com/<i>",
+                "url": "https://hooks.example.com/%3Ci%3E",
                 "events": ["refund.completed"],
                 "description": "<b>d</b>",
             },

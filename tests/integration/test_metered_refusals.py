@@ -257,8 +257,9 @@ async def test_only_the_facilitator_may_settle_a_permit(
 
 async def test_a_hold_never_settled_is_closed_once_its_permit_expired(dev_platform: PlatformHarness) -> None:
     """A request whose process stopped between holding the payment and settling it: nothing was
-    charged; once the permit's deadline passed, the worker's recovery drops it (its challenge, had
-    it one, is recorded unpaid: see test_metered.py)."""
+    charged; once the permit's deadline passed, the worker's recovery records it failed, with the
+    permit's reason (a capture then answers that, as it does before the sweep: see
+    test_capture_expiry.py)."""
     from x402mw.platform.services.settlement.outcomes import SettleRequest
 
     deployment = await asyncio.to_thread(metered_deployment, dev_platform)
@@ -287,7 +288,9 @@ async def test_a_hold_never_settled_is_closed_once_its_permit_expired(dev_platfo
     assert row is not None and row.status == "authorized"  # still valid: held for its request
     await anyio.sleep(deadline - dev_platform.platform.clock.time() + 1)
     dev_platform.server.call(lambda p: p.settlement.recovery.finish_left())  # (the worker may have, already)
-    assert dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or "")) is None
+    lapsed = dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
+    assert lapsed is not None
+    assert (lapsed.status, lapsed.error_reason) == ("failed", reasons.PERMIT2_DEADLINE_EXPIRED)
     # the authorization cannot be held again: its permit has expired
     again = dev_platform.server.call(lambda p: p.upto.authorize(request))
     assert (again.status, again.response.error_reason) == ("failed", reasons.PERMIT2_DEADLINE_EXPIRED)

@@ -120,7 +120,12 @@ def test_names_with_line_breaks_reach_the_subject_as_one_line_and_the_envelope_h
     mailbox = subs.mailbox
     assert mailbox is not None
     shop = subs.shop("Acme\r\nBcc: eve@evil.test\u2029Streaming")
-    plan = shop.plan(name="Pro\r\nBcc: eve@evil.test\u2028Gold\x85\x0bplus", amount="3")
+    # the API refuses control characters in a plan's name (CR, LF, NEL, VT); the line and paragraph
+    # separators it takes must still reach the subject as spaces
+    body = {"name": "Pro\r\nBcc: x", "amount": "3", "currency": "USDC", "interval": "monthly"}
+    refused = shop.api.post("/subscription-plans", json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "name"
+    plan = shop.plan(name="Pro\u2028Bcc: eve@evil.test\u2028Gold\u2029plus", amount="3")
     to = f"ada-{time.monotonic_ns()}@example.com"
     sub_id = _renewal_email(subs, shop, plan, to)
     assert _send(shop) == 1

@@ -123,7 +123,8 @@ class Ctx:
             "csrf": self.session.csrf_token,
             "livemode": self.livemode,
             "can": self.can,
-            "path": self.request.url.path,
+            # where the mode switch comes back to: a page answered to a form post has no GET of its own
+            "path": self.request.url.path if self.request.method == "GET" else "/dashboard/",
             "notice": self.request.query_params.get("notice", "")[:200],
         }
 
