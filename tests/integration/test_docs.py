@@ -98,6 +98,7 @@ def blocks(page: str) -> list[Block]:
 
 
 CHECKED = [
+    "README.md",
     "docs/quickstart.md",
     "docs/agents.md",
     "docs/mcp.md",
