@@ -147,7 +147,7 @@ def run(seconds: float = 10.0, concurrency: int = 64, workers: int = 2, orders: 
             env = dict(
                 os.environ,
                 X402MW_DATA_DIR=str(workdir),
-                X402MW_DATABASE_URL=stack.enter_context(_fresh_database()),
+                X402MW_DATABASE_URL=stack.enter_context(_fresh_database("postgresql", workdir)),
                 ETH_HASH_BACKEND="pysha3",
             )
             merchant = _cli("platform", "merchants", "create", "--name", "Bench Books", env=env)["id"]
