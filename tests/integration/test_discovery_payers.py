@@ -242,6 +242,7 @@ async def test_a_payers_extension_neither_stalls_other_merchants_nor_enters_the_
     # A payer's regular expression stalled these for 25 s and more. Unloaded, their p99 is some 50 ms
     # here; a shared machine under heavy load makes the platform's ordinary work alone take 100-400 ms.
     measured = f"p99 {poller.p99():.3f} s, slowest {max(poller.latencies):.3f} s of {len(poller.latencies)}"
+    print(f"/healthz while the hostile payments settled: {measured}")  # shown with -s
     assert poller.p99() < 1.0, measured
 
     listed = catalogue(dev_platform, victim.payout)
