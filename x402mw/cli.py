@@ -673,4 +673,13 @@ def users_create(
     _emit({"id": user.id, "merchant": user.merchant_id, "email": user.email, "role": user.role}, as_json)
 
 
+def _register_merchant_day() -> None:
+    from x402mw.cli_day import endpoints, users_invite, users_list
+
+    platform.add_command(endpoints, "endpoints")
+    users.add_command(users_list, "list")
+    users.add_command(users_invite, "invite")
+
+
 _register_pay()
+_register_merchant_day()

@@ -212,18 +212,30 @@ async def set_totp(engine: AsyncEngine, user_id: str, sealed_secret: str | None,
 
 async def invite(engine: AsyncEngine, inviter: User, email: str, role: str, now: datetime) -> str:
     """An invitation to ``inviter``'s merchant; returns the token for its link (shown once)."""
+    return await invite_to(engine, inviter.merchant_id, inviter.id, email, role, now)
+
+
+async def invite_to(
+    engine: AsyncEngine, merchant_id: str, invited_by: str, email: str, role: str, now: datetime
+) -> str:
+    """An invitation to ``merchant_id``'s dashboard from ``invited_by`` (a user's id, or ``cli``);
+    returns the token for its link (shown once). AccountError: an unknown merchant or role, a
+    malformed email."""
     if role not in ROLES:
         raise AccountError(f"role is one of {', '.join(ROLES)}")
     email = normal_email(email)
     token = secrets.token_urlsafe(32)
     async with engine.begin() as conn:
+        merchant = await conn.execute(select(tables.merchants.c.id).where(tables.merchants.c.id == merchant_id))
+        if merchant.first() is None:
+            raise AccountError(f"no merchant {merchant_id}")
         await conn.execute(
             insert(tables.dashboard_invitations).values(
                 id=_digest(token),
-                merchant_id=inviter.merchant_id,
+                merchant_id=merchant_id,
                 email=email,
                 role=role,
-                invited_by=inviter.id,
+                invited_by=invited_by,
                 expires_at=now + INVITATION_LIFETIME,
                 created_at=now,
             )

@@ -1,14 +1,19 @@
-"""Agent endpoints as the settlement path reads them: one indexed read, cached briefly."""
+"""Agent endpoints: as the settlement path reads them (one indexed read, cached briefly), and made,
+changed and listed by the API, the dashboard and the CLI."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.platform.db import tables
+from x402mw.platform.db.models import AgentEndpoint, utcnow
 from x402mw.platform.services.cache import TTLCache
+from x402mw.platform.services.errors import ServiceError
+from x402mw.protocol.networks import Network
 
 
 async def find_endpoint(conn: AsyncConnection, merchant_id: str, livemode: bool, endpoint_id: str) -> Row[Any] | None:
@@ -44,3 +49,187 @@ class EndpointDirectory:
 
     def invalidate(self) -> None:
         self._cache.invalidate()
+
+
+def _livemode(network: Network) -> bool:
+    return not (network.testnet or network.local)
+
+
+def _network_for(networks: Iterable[Network], livemode: bool, chain_id: int, currency: str) -> Network:
+    """The network an endpoint of ``currency`` on ``chain_id`` settles on, or the ServiceError saying why not."""
+    symbol = currency.upper()
+    if symbol == "USDT":
+        raise ServiceError(
+            400,
+            "unsupported_currency",
+            "USDT cannot be used for agent payments: it has no EIP-3009 transferWithAuthorization. Use USDC or EURC.",
+            param="currency",
+        )
+    if symbol not in ("USDC", "EURC"):
+        raise ServiceError(400, "parameter_invalid", "currency must be USDC or EURC", param="currency")
+    served = {network.chain_id: network for network in networks}
+    network = served.get(chain_id)
+    if network is None:
+        supported = ", ".join(str(c) for c in served)
+        raise ServiceError(
+            400,
+            "unsupported_chain",
+            f"chainId {chain_id} is not settled by this platform (supported: {supported})",
+            param="chainId",
+        )
+    if _livemode(network) != livemode:
+        kind = "live" if _livemode(network) else "test"
+        raise ServiceError(
+            400,
+            "livemode_mismatch",
+            f"chainId {chain_id} is a {kind} network; use a {kind} API key for it",
+            param="chainId",
+        )
+    if network.asset(symbol) is None:
+        raise ServiceError(
+            400, "unsupported_currency", f"{symbol} is not available on chainId {chain_id}", param="currency"
+        )
+    return network
+
+
+def _amount_of(pricing: str, amount: int | None, ceiling: int | None) -> int | None:
+    """What the ``amount_minor`` column holds: the fixed amount, or a metered endpoint's ceiling."""
+    if pricing == "metered":
+        if ceiling is None:
+            raise ServiceError(
+                400, "parameter_missing", "maxAmountMinor is required with metered pricing", param="maxAmountMinor"
+            )
+        if amount is not None:
+            raise ServiceError(
+                400,
+                "parameter_invalid",
+                "a metered endpoint has no fixed amount: send maxAmountMinor only",
+                param="amountMinor",
+            )
+        return ceiling
+    if ceiling is not None:
+        raise ServiceError(
+            400, "parameter_invalid", "maxAmountMinor is for pricingMode 'metered' only", param="maxAmountMinor"
+        )
+    return amount
+
+
+async def create_endpoint(
+    engine: AsyncEngine, networks: Iterable[Network], merchant_id: str, livemode: bool, fields: Mapping[str, Any]
+) -> AgentEndpoint:
+    """A new agent endpoint of the merchant's, from ``fields`` as the API's create body names them
+    (already parsed: the API's and the dashboard's ``EndpointCreate``, the CLI's options).
+    ServiceError: a chain or currency the platform does not settle in this mode, a price that does
+    not fit the pricing mode."""
+    pricing = fields.get("pricingMode", "fixed")
+    _network_for(networks, livemode, fields["chainId"], fields["currency"])
+    if pricing == "fixed" and fields.get("amountMinor") is None:
+        raise ServiceError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
+    amount = _amount_of(pricing, fields.get("amountMinor"), fields.get("maxAmountMinor"))
+    now = utcnow()
+    row = AgentEndpoint(
+        merchant_id=merchant_id,
+        livemode=livemode,
+        name=fields["name"],
+        resource_url=fields["resourceUrl"],
+        chain_id=fields["chainId"],
+        currency=fields["currency"].upper(),
+        payout_address=fields["payoutAddress"],
+        payout_history=[fields["payoutAddress"]],
+        pricing_mode=pricing,
+        amount_minor=amount,
+        release_policy=fields.get("releasePolicy", "included"),
+        max_timeout_seconds=fields.get("maxTimeoutSeconds", 300),
+        discoverable=fields.get("discoverable", False),
+        created_at=now,
+        updated_at=now,
+    )
+    async with engine.begin() as conn:
+        await conn.execute(tables.agent_endpoints.insert(), row.model_dump())
+    return row
+
+
+def _missing(endpoint_id: str) -> ServiceError:
+    return ServiceError(404, "resource_missing", f"No such agent endpoint: '{endpoint_id[:80]}'", param="id")
+
+
+_COLUMNS = {
+    "name": "name",
+    "resourceUrl": "resource_url",
+    "pricingMode": "pricing_mode",
+    "amountMinor": "amount_minor",
+    "releasePolicy": "release_policy",
+    "maxTimeoutSeconds": "max_timeout_seconds",
+    "payoutAddress": "payout_address",
+    "discoverable": "discoverable",
+}
+
+
+async def update_endpoint(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, endpoint_id: str, asked: Mapping[str, Any]
+) -> Row[Any]:
+    """The endpoint's row with the changes ``asked`` (as the API's update body names them; only what
+    was sent). A refusal the changes alone explain is a 400, one they explain only with what the
+    endpoint already is a 409; an endpoint the merchant does not have in this mode a 404."""
+    table = tables.agent_endpoints
+    changes = dict(asked)
+    async with engine.begin() as conn:
+        row = await find_endpoint(conn, merchant_id, livemode, endpoint_id)
+        if row is None:
+            raise _missing(endpoint_id)
+        pricing = changes.get("pricingMode", row.pricing_mode)
+        was_metered = row.pricing_mode == "metered"  # its amount_minor is a ceiling, not an amount
+        amount = changes.get("amountMinor", None if was_metered else row.amount_minor)
+        if pricing == "metered":
+            ceiling = changes.get("maxAmountMinor", row.amount_minor if was_metered else None)
+            if ceiling is None:
+                message = "A metered endpoint needs a ceiling: send maxAmountMinor too"
+                raise ServiceError(409, "endpoint_needs_ceiling", message, param="maxAmountMinor")
+            if changes.get("amountMinor") is not None:
+                status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_is_metered")
+                message = "a metered endpoint has no fixed amount: send maxAmountMinor only"
+                raise ServiceError(status, code, message, param="amountMinor")
+            changes["amountMinor"] = ceiling
+        elif "maxAmountMinor" in changes:
+            status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_not_metered")
+            message = "maxAmountMinor is for pricingMode 'metered' only"
+            raise ServiceError(status, code, message, param="maxAmountMinor")
+        elif was_metered and "amountMinor" not in changes:
+            changes["amountMinor"] = None  # the ceiling is no amount
+        changes.pop("maxAmountMinor", None)
+        if pricing == "fixed" and amount is None:
+            if "pricingMode" in asked and "amountMinor" in asked:  # the request contradicts itself
+                raise ServiceError(
+                    400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor"
+                )
+            # the request is fine, but not with what the endpoint already is
+            raise ServiceError(
+                409,
+                "endpoint_needs_amount",
+                "With fixed pricing the endpoint needs an amount: send amountMinor too, or pricingMode 'dynamic'",
+                param="amountMinor",
+            )
+        values: dict[str, Any] = {"updated_at": utcnow()}
+        for key, value in changes.items():
+            values[_COLUMNS[key]] = value
+        if "payoutAddress" in changes:
+            history = list(row.payout_history or [])
+            if changes["payoutAddress"] not in history:
+                history.append(changes["payoutAddress"])
+            values["payout_history"] = history
+        await conn.execute(table.update().where(table.c.id == row.id).values(**values))
+        updated = await find_endpoint(conn, merchant_id, livemode, row.id)
+    assert updated is not None
+    return updated
+
+
+async def list_endpoints(engine: AsyncEngine, merchant_id: str, livemode: bool) -> list[Row[Any]]:
+    """The merchant's endpoints in this mode, newest first."""
+    table = tables.agent_endpoints
+    query = (
+        select(table)
+        .where(table.c.merchant_id == merchant_id, table.c.livemode == livemode)
+        .order_by(table.c.created_at.desc(), table.c.id.desc())
+    )
+    async with engine.connect() as conn:
+        return list((await conn.execute(query)).all())

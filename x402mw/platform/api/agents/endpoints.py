@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, field_validator
@@ -13,7 +15,6 @@ from starlette.responses import Response
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
-from x402mw.platform.db.models import AgentEndpoint, utcnow
 from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import (
@@ -30,7 +31,8 @@ from x402mw.platform.http.routing import ETAG, IF_NONE_MATCH, LIST_PARAMS, NOT_M
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.chains import ChainHandle
-from x402mw.platform.services.endpoints import find_endpoint
+from x402mw.platform.services.endpoints import create_endpoint, find_endpoint, update_endpoint
+from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.merchants import Caller
 
 if TYPE_CHECKING:
@@ -136,61 +138,13 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     discoverable: StrictBool | None = Field(default=None, description=_DISCOVERABLE)
 
 
-def _chain_for(platform: Platform, caller: Caller, chain_id: int, currency: str) -> ChainHandle:
-    symbol = currency.upper()
-    if symbol == "USDT":
-        raise HttpError(
-            400,
-            "unsupported_currency",
-            "USDT cannot be used for agent payments: it has no EIP-3009 transferWithAuthorization. Use USDC or EURC.",
-            param="currency",
-        )
-    if symbol not in ("USDC", "EURC"):
-        raise HttpError(400, "parameter_invalid", "currency must be USDC or EURC", param="currency")
-    chain = platform.chains.get(chain_id)
-    if chain is None:
-        supported = ", ".join(str(c.chain_id) for c in platform.chains)
-        raise HttpError(
-            400,
-            "unsupported_chain",
-            f"chainId {chain_id} is not settled by this platform (supported: {supported})",
-            param="chainId",
-        )
-    if chain.livemode != caller.livemode:
-        kind = "live" if chain.livemode else "test"
-        raise HttpError(
-            400,
-            "livemode_mismatch",
-            f"chainId {chain_id} is a {kind} network; use a {kind} API key for it",
-            param="chainId",
-        )
-    if chain.asset(symbol) is None:
-        raise HttpError(
-            400, "unsupported_currency", f"{symbol} is not available on chainId {chain_id}", param="currency"
-        )
-    return chain
-
-
-def _amount_of(pricing: str, amount: int | None, ceiling: int | None) -> int | None:
-    """What the ``amount_minor`` column holds: the fixed amount, or a metered endpoint's ceiling."""
-    if pricing == "metered":
-        if ceiling is None:
-            raise HttpError(
-                400, "parameter_missing", "maxAmountMinor is required with metered pricing", param="maxAmountMinor"
-            )
-        if amount is not None:
-            raise HttpError(
-                400,
-                "parameter_invalid",
-                "a metered endpoint has no fixed amount: send maxAmountMinor only",
-                param="amountMinor",
-            )
-        return ceiling
-    if ceiling is not None:
-        raise HttpError(
-            400, "parameter_invalid", "maxAmountMinor is for pricingMode 'metered' only", param="maxAmountMinor"
-        )
-    return amount
+@contextlib.contextmanager
+def _answered() -> Iterator[None]:
+    """A service's refusal as the API answers it (the dashboard shows its message)."""
+    try:
+        yield
+    except ServiceError as exc:
+        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
 
 
 def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
@@ -244,30 +198,16 @@ async def create(request: Request) -> ModelResponse:
 
 async def create_agent_endpoint(platform: Platform, caller: Caller, body: EndpointCreate) -> tuple[Any, ChainHandle]:
     """A new agent endpoint of the caller's (the API's create, and the dashboard's)."""
-    chain = _chain_for(platform, caller, body.chainId, body.currency)
-    if body.pricingMode == "fixed" and body.amountMinor is None:
-        raise HttpError(400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor")
-    amount = _amount_of(body.pricingMode, body.amountMinor, body.maxAmountMinor)
-    now = utcnow()
-    row = AgentEndpoint(
-        merchant_id=caller.merchant_id,
-        livemode=caller.livemode,
-        name=body.name,
-        resource_url=body.resourceUrl,
-        chain_id=body.chainId,
-        currency=body.currency.upper(),
-        payout_address=body.payoutAddress,
-        payout_history=[body.payoutAddress],
-        pricing_mode=body.pricingMode,
-        amount_minor=amount,
-        release_policy=body.releasePolicy,
-        max_timeout_seconds=body.maxTimeoutSeconds,
-        discoverable=body.discoverable,
-        created_at=now,
-        updated_at=now,
-    )
-    async with platform.engine.begin() as conn:
-        await conn.execute(tables.agent_endpoints.insert(), row.model_dump())
+    with _answered():
+        row = await create_endpoint(
+            platform.engine,
+            (chain.network for chain in platform.chains),
+            caller.merchant_id,
+            caller.livemode,
+            body.model_dump(),
+        )
+    chain = platform.chains.get(row.chain_id)
+    assert chain is not None
     return row, chain
 
 
@@ -297,63 +237,8 @@ async def update(request: Request) -> ModelResponse:
 
 async def update_agent_endpoint(platform: Platform, caller: Caller, endpoint_id: str, body: EndpointUpdate) -> Any:
     """The endpoint with ``body``'s changes (the API's update, and the dashboard's)."""
-    table = tables.agent_endpoints
-    asked = body.changes()  # what the request says; a refusal it alone explains is a 400, else a 409
-    changes = dict(asked)
-    async with platform.engine.begin() as conn:
-        row = await load_endpoint(conn, caller, endpoint_id)
-        pricing = changes.get("pricingMode", row.pricing_mode)
-        was_metered = row.pricing_mode == "metered"  # its amount_minor is a ceiling, not an amount
-        amount = changes.get("amountMinor", None if was_metered else row.amount_minor)
-        if pricing == "metered":
-            ceiling = changes.get("maxAmountMinor", row.amount_minor if was_metered else None)
-            if ceiling is None:
-                message = "A metered endpoint needs a ceiling: send maxAmountMinor too"
-                raise HttpError(409, "endpoint_needs_ceiling", message, param="maxAmountMinor")
-            if changes.get("amountMinor") is not None:
-                status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_is_metered")
-                message = "a metered endpoint has no fixed amount: send maxAmountMinor only"
-                raise HttpError(status, code, message, param="amountMinor")
-            changes["amountMinor"] = ceiling
-        elif "maxAmountMinor" in changes:
-            status, code = (400, "parameter_invalid") if "pricingMode" in asked else (409, "endpoint_not_metered")
-            message = "maxAmountMinor is for pricingMode 'metered' only"
-            raise HttpError(status, code, message, param="maxAmountMinor")
-        elif was_metered and "amountMinor" not in changes:
-            changes["amountMinor"] = None  # the ceiling is no amount
-        changes.pop("maxAmountMinor", None)
-        if pricing == "fixed" and amount is None:
-            if "pricingMode" in asked and "amountMinor" in asked:  # the request contradicts itself
-                raise HttpError(
-                    400, "parameter_missing", "amountMinor is required with fixed pricing", param="amountMinor"
-                )
-            # the request is fine, but not with what the endpoint already is
-            raise HttpError(
-                409,
-                "endpoint_needs_amount",
-                "With fixed pricing the endpoint needs an amount: send amountMinor too, or pricingMode 'dynamic'",
-                param="amountMinor",
-            )
-        values: dict[str, Any] = {"updated_at": utcnow()}
-        names = {
-            "name": "name",
-            "resourceUrl": "resource_url",
-            "pricingMode": "pricing_mode",
-            "amountMinor": "amount_minor",
-            "releasePolicy": "release_policy",
-            "maxTimeoutSeconds": "max_timeout_seconds",
-            "payoutAddress": "payout_address",
-            "discoverable": "discoverable",
-        }
-        for key, value in changes.items():
-            values[names[key]] = value
-        if "payoutAddress" in changes:
-            history = list(row.payout_history or [])
-            if changes["payoutAddress"] not in history:
-                history.append(changes["payoutAddress"])
-            values["payout_history"] = history
-        await conn.execute(table.update().where(table.c.id == row.id).values(**values))
-        row = await load_endpoint(conn, caller, row.id)
+    with _answered():
+        row = await update_endpoint(platform.engine, caller.merchant_id, caller.livemode, endpoint_id, body.changes())
     platform.endpoints.invalidate()
     return row
 
