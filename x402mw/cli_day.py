@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from x402mw.cli import (
+from x402mw.cli_options import (
     _configuration_errors_exit,
     _emit,
     _table,
@@ -20,8 +20,6 @@ from x402mw.cli import (
     settings_options,
 )
 from x402mw.platform.settings import ChainAccessSettings, PlatformSettings, ServerSettings, StorageSettings
-
-__all__ = ["endpoints", "users_invite", "users_list"]
 
 
 class _Refused(click.ClickException):

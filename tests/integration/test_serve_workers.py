@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import postgres_database
 from tests.waiting import eventually
-from x402mw.cli import _settings, main
+from x402mw.cli import main
+from x402mw.cli_options import _settings
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc

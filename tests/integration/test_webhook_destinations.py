@@ -22,7 +22,7 @@ from sqlalchemy import update
 from tests.harness import PlatformHarness
 from tests.integration.test_webhook_delivery import Receiver
 from tests.waiting import eventually
-from x402mw.cli import _settings
+from x402mw.cli_options import _settings
 from x402mw.platform.db import tables
 from x402mw.platform.server import free_port
 from x402mw.platform.services.merchants import create_api_key

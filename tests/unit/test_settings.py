@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from x402mw.cli import _settings, main
+from x402mw.cli import main
+from x402mw.cli_options import _settings
 from x402mw.errors import ConfigurationError
 from x402mw.platform.logs import JsonFormatter
 from x402mw.platform.settings import (
