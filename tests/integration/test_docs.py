@@ -99,6 +99,7 @@ def blocks(page: str) -> list[Block]:
 
 CHECKED = [
     "README.md",
+    "docs/index.md",
     "docs/quickstart.md",
     "docs/agents.md",
     "docs/mcp.md",
