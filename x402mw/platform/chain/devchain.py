@@ -101,6 +101,7 @@ class DevChainRpc:
             "evm_mine": self._mine,
             "evm_snapshot": lambda p: hex(self._tester.take_snapshot()),
             "evm_revert": self._revert,
+            "evm_setNextBlockTimestamp": self._set_next_block_timestamp,
         }
 
     @property
@@ -300,6 +301,11 @@ class DevChainRpc:
         self._tester.mine_blocks(int(params[0], 16) if params else 1)
         self._commit()
         return "0x0"
+
+    def _set_next_block_timestamp(self, params: list[Any]) -> None:
+        # As anvil's: the next block gets this time (later ones no earlier); for tests of delays.
+        value = params[0]
+        self._backend.date_next_block(int(value, 16) if isinstance(value, str) else int(value))
 
     def _revert(self, params: list[Any]) -> bool:
         self._tester.revert_to_snapshot(int(params[0], 16))
