@@ -63,6 +63,7 @@ from x402mw.platform.chain.channels import (
 )
 from x402mw.platform.chain.contracts import CANONICAL_CONTRACTS, runtime_code
 from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import balance_of, permit_nonce
 from x402mw.platform.chain.transactions import TxReceipt
 
@@ -957,3 +958,11 @@ async def test_the_escrows_invariants_hold_for_any_sequence_of_operations(
             event(outcome)
 
     await anyio.to_thread.run_sync(check)
+
+
+async def test_the_chains_clock_moves_forward_for_delays_and_never_back(chain: ChainUnderTest) -> None:
+    now = await chain_now(chain)
+    await _advance(chain, 3_600)
+    assert await chain_now(chain) >= now + 3_600
+    with pytest.raises(RpcError, match="lower than previous block's timestamp"):
+        await chain.rpc.request("evm_setNextBlockTimestamp", [hex(now)])

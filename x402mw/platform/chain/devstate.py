@@ -194,7 +194,7 @@ class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
         earlier (anvil's ``evm_setNextBlockTimestamp``: a test moves the chain's clock forward)."""
         parent = self.chain.get_canonical_head()
         if timestamp < parent.timestamp:
-            raise ValueError(f"timestamp {timestamp} is before the latest block's ({parent.timestamp})")
+            raise ValueError(f"Timestamp error: {timestamp} is lower than previous block's timestamp")  # anvil's words
         self.chain.header = self.chain.header.copy(timestamp=timestamp)
 
     def genesis_hash(self) -> str:
