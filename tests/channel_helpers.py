@@ -14,7 +14,7 @@ import pytest
 from eth_abi.abi import encode as abi_encode
 from eth_account import Account
 
-from tests.chain_fixtures import RECEIVE, ChainUnderTest, sign_authorization
+from tests.chain_fixtures import RECEIVE, ChainUnderTest, authorization_message
 from tests.contract_helpers import call_error, chain_now, error_selector, funded_key
 from x402mw.evm.batch_settlement import (
     BATCH_SETTLEMENT_ADDRESS,
@@ -72,7 +72,9 @@ def collect_calldata(payer: str, token: str, amount: int, channel: bytes, data: 
 @dataclass
 class Channel:
     """One channel on ``chain``: the payer's key (and, if any, its voucher-signing authorizer's), the
-    receiver and its authorizer's key; the receiver side's keys have gas."""
+    receiver and its authorizer's key; the receiver side's keys have gas. ``payer_wallet`` and
+    ``authorizer_wallet`` make the payer or the receiver authorizer an EIP-1271 wallet (an
+    ``X402SmartWallet``) whose owner is ``payer_key`` or ``authorizer_key``."""
 
     chain: ChainUnderTest
     payer_key: bytes
@@ -81,10 +83,12 @@ class Channel:
     payer_authorizer_key: bytes | None = None
     delay: int = DELAY
     salt: bytes = field(default_factory=lambda: os.urandom(32))
+    payer_wallet: str | None = None
+    authorizer_wallet: str | None = None
 
     @property
     def payer(self) -> str:
-        return address_of_key(self.payer_key)
+        return self.payer_wallet or address_of_key(self.payer_key)
 
     @property
     def receiver(self) -> str:
@@ -103,7 +107,7 @@ class Channel:
             self.payer,
             payer_authorizer,
             self.receiver,
-            address_of_key(self.authorizer_key),
+            self.authorizer_wallet or address_of_key(self.authorizer_key),
             self.chain.usdc,
             self.delay,
             self.salt,
@@ -162,8 +166,8 @@ async def eip3009_deposit_calldata(channel: Channel, sender: bytes, amount: int,
     salt = random_uint()
     valid_before = await chain_now(channel.chain) + 3600
     nonce = erc3009_deposit_nonce(changes.get("nonce_channel", channel.id), salt)
-    signature = sign_authorization(
-        channel.payer_key,
+    message = authorization_message(
+        channel.payer,
         channel.chain.domain(),
         to=changes.get("to", ERC3009_DEPOSIT_COLLECTOR_ADDRESS),
         value=changes.get("value", amount),
@@ -172,6 +176,8 @@ async def eip3009_deposit_calldata(channel: Channel, sender: bytes, amount: int,
         nonce=nonce,
         primary_type=RECEIVE,
     )
+    # A wallet payer's owner signs the same digest (X402SmartWallet's EIP-1271 takes it as it is).
+    signature = bytes(Account.sign_typed_data(channel.payer_key, full_message=message).signature)
     collector_data = erc3009_collector_data(0, valid_before, salt, signature)
     return deposit_calldata(channel.config, amount, ERC3009_DEPOSIT_COLLECTOR_ADDRESS, collector_data)
 

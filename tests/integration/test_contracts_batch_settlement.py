@@ -65,7 +65,13 @@ from x402mw.platform.chain.channels import (
     refund_with_signature_calldata,
     settle_calldata,
 )
-from x402mw.platform.chain.contracts import CANONICAL_CONTRACTS, runtime_code
+from x402mw.platform.chain.contracts import (
+    CANONICAL_CONTRACTS,
+    deploy_contract,
+    runtime_code,
+    smart_wallet_address,
+    wallet_deploy_calldata,
+)
 from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import balance_of, permit_nonce
 
@@ -340,6 +346,55 @@ async def test_what_a_claim_refuses(
     await transact(chain.rpc, receiver_keys[0], BATCH_SETTLEMENT_ADDRESS, claim_calldata(good), gas=GAS)
     assert (await channel.state()).total_claimed == 400_000
     assert (await delegated.state()).total_claimed == 300_000
+
+
+async def test_eip1271_wallets_as_payer_and_as_receiver_authorizer(
+    chain: ChainUnderTest, relayer_key: bytes, receiver_keys: tuple[bytes, bytes]
+) -> None:
+    # A payer whose channel names no payer authorizer may be a contract wallet: its vouchers (and its
+    # EIP-3009 deposit) are checked with EIP-1271. A receiver authorizer may be one too.
+    factory = await deploy_contract(chain.rpc, relayer_key, "X402SmartWalletFactory")
+    wallets = []
+    for _ in range(2):
+        owner_key, salt = new_key(), os.urandom(32)
+        calldata = wallet_deploy_calldata(address_of_key(owner_key), salt)
+        await transact(chain.rpc, relayer_key, factory, calldata, gas=GAS)
+        wallets.append((owner_key, smart_wallet_address(factory, address_of_key(owner_key), salt)))
+    (payer_owner, payer_wallet), (authorizer_owner, authorizer_wallet) = wallets
+    await chain.mint(payer_wallet, 1_000_000)
+    channel = Channel(
+        chain,
+        payer_owner,
+        receiver_keys[0],
+        authorizer_owner,
+        payer_wallet=payer_wallet,
+        authorizer_wallet=authorizer_wallet,
+    )
+    await deposit_eip3009(channel, relayer_key, 1_000_000)
+    assert (await channel.state()).balance == 1_000_000
+    assert await balance_of(chain.rpc, chain.usdc, payer_wallet) == 0
+
+    stranger = [channel.claim(400_000, 400_000, key=new_key())]
+    await refused(
+        chain,
+        relayer_key,
+        claim_with_signature_calldata(stranger, batch_signature([channel], stranger)),
+        "InvalidSignature()",
+    )
+    claims = [channel.claim(400_000, 400_000)]
+    not_the_owner = batch_signature([channel], claims, new_key())
+    await refused(chain, relayer_key, claim_with_signature_calldata(claims, not_the_owner), "InvalidSignature()")
+    await transact(
+        chain.rpc,
+        relayer_key,
+        BATCH_SETTLEMENT_ADDRESS,
+        claim_with_signature_calldata(claims, batch_signature([channel], claims)),
+        gas=GAS,
+    )
+    assert (await channel.state()).total_claimed == 400_000
+    data = refund_with_signature_calldata(channel.config, 600_000, 0, channel.refund_signature(0, 600_000))
+    await transact(chain.rpc, relayer_key, BATCH_SETTLEMENT_ADDRESS, data, gas=GAS)
+    assert await balance_of(chain.rpc, chain.usdc, payer_wallet) == 600_000
 
 
 # --- refunds ---------------------------------------------------------------------------------
