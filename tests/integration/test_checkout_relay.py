@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 from eth_account import Account
 from x402 import x402Client
 from x402.http.clients.httpx import x402AsyncTransport
@@ -335,6 +336,7 @@ def test_an_x402_payment_of_the_wrong_amount_gets_a_new_offer_and_moves_nothing(
     assert _relayed_payments(dev_platform, order["id"]) == []
 
 
+@pytest.mark.both_databases  # concurrent sends: each database's locking
 def test_concurrent_sends_of_one_authorization_and_of_two_pay_the_order_once(dev_platform: PlatformHarness) -> None:
     _, key, _ = dev_platform.merchant()
     order = _order(dev_platform, key, amount="1")

@@ -469,6 +469,7 @@ def test_bad_updates_and_rotations(dev_platform: PlatformHarness) -> None:
         _error(api.get("/events/not-an-event"), 404, "resource_missing")
 
 
+@pytest.mark.both_databases  # the outbox's claims of thousands of rows: each database's locking
 def test_one_round_fans_out_thousands_of_events_exactly_once(database: str, tmp_path: Any) -> None:
     """A round used to fan out 100 events (50/s at one round every 2 s); it takes them in batches of
     a few statements each, so one round catches up with thousands, and nothing is owed twice. Events
