@@ -1,5 +1,5 @@
 """Orders paid by a signed EIP-3009 authorization that the platform relays, on a real platform and
-the dev chain (SQLite and PostgreSQL): a browser wallet's gasless payment through
+the dev chain (SQLite; concurrent sends on PostgreSQL too): a browser wallet's gasless payment through
 ``POST /checkout/v1/payment-intents/:id/authorizations``, and agents paying an order's ``x402Url``
 with our ``X402Auth`` and with the x402 Foundation's Python client. Every payer here holds the coin
 and no ETH at all: the relayer pays the gas."""

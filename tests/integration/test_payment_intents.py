@@ -1,5 +1,5 @@
-"""Payment orders through the merchant API of real platforms (on SQLite and on PostgreSQL): creation and
-validation, reads, tenant isolation, cancel, expiry, events."""
+"""Payment orders through the merchant API of real platforms (on SQLite; concurrent creations on
+PostgreSQL too): creation and validation, reads, tenant isolation, cancel, expiry, events."""
 
 from __future__ import annotations
 

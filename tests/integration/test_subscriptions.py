@@ -1,4 +1,4 @@
-"""Subscriptions against a real platform (dev chain, SQLite and PostgreSQL, the worker running): every
+"""Subscriptions against a real platform (dev chain, SQLite, the worker running; the races on PostgreSQL too): every
 row of the transition table of spec 3.3, each driven by a test clock and by real payments (transfers
 on the dev chain to the invoice's deposit address), each checking the webhook it sends with
 `construct_event`. The reorg row runs on anvil in test_subscription_reorg.py."""
