@@ -1,5 +1,5 @@
 """``x402mw platform endpoints list|create|show|update`` and ``users list|invite`` against a real
-``x402mw platform serve`` on SQLite and PostgreSQL: prices as decimals of their coin in and out,
+``x402mw platform serve`` on SQLite: prices as decimals of their coin in and out,
 the API agreeing in minor units, bad prices refused in one line with exit status 2, and an
 invitation link the running dashboard opens."""
 
