@@ -13,12 +13,14 @@ from pathlib import Path
 
 import click
 
-__all__ = ["anvil_command", "rpc_relay_command"]
+from x402mw.cli_options import settings_options
+from x402mw.platform.settings import PlatformSettings, StorageSettings
 
 _PORT = click.IntRange(1, 65535)
 
 
 @click.command(name="anvil")
+@settings_options(StorageSettings)
 @click.option("--port", type=_PORT, default=8545, show_default=True, help="Where the chain answers JSON-RPC.")
 @click.option(
     "--provider",
@@ -28,18 +30,10 @@ _PORT = click.IntRange(1, 65535)
     help="Another address of this chain (an `rpc-relay`) for the platform to try before this one; repeatable.",
 )
 @click.option("--block-time", type=click.FloatRange(min=0.01), default=None, help="Seconds between blocks.")
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="X402MW_DATA_DIR",
-    default=".x402mw",
-    show_default=True,
-    help="Where anvil.env, the platform's settings for this chain, is written.",
-)
-def anvil_command(port: int, providers: tuple[str, ...], block_time: float | None, data_dir: Path) -> None:
+def anvil_command(settings: PlatformSettings, port: int, providers: tuple[str, ...], block_time: float | None) -> None:
     """Run anvil with USDC and EURC (our EIP-3009 token) and our contracts at their canonical
-    addresses, and write anvil.env: the settings of a platform on it (its chain, tokens, faucet and
-    relayer keys). Runs until stopped; its port answers once the chain is ready."""
+    addresses, and write anvil.env in the data dir: the settings of a platform on it (its chain,
+    tokens, faucet and relayer keys). Runs until stopped; its port answers once the chain is ready."""
     import uvicorn
 
     from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
@@ -65,13 +59,14 @@ def anvil_command(port: int, providers: tuple[str, ...], block_time: float | Non
         url = f"http://127.0.0.1:{port}"
         rpc_url: list[str] | str = [*providers, url] if providers else url
         chain = {"rpc_url": rpc_url, "tokens": tokens, "minter_key": "0x" + minter.hex()}
-        settings = {"X402MW_CHAINS": json.dumps([chain]), "X402MW_RELAYER_KEY": "0x" + relayer.hex()}
+        written = {"X402MW_CHAINS": json.dumps([chain]), "X402MW_RELAYER_KEY": "0x" + relayer.hex()}
+        data_dir = Path(settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         env_file = data_dir / "anvil.env"
         # anvil's well-known development keys, but keys all the same: readable by this user alone
         descriptor = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as handle:
-            handle.writelines(f"{name}={shlex.quote(value)}\n" for name, value in settings.items())
+            handle.writelines(f"{name}={shlex.quote(value)}\n" for name, value in written.items())
         click.echo(f"anvil: chain eip155:{node.chain_id} at {url}, USDC {tokens['USDC']}, EURC {tokens['EURC']}")
         click.echo(f"settings: {env_file} (set -a; . {shlex.quote(str(env_file))}; set +a)")
         uvicorn.run(relay_app(node.url), host="127.0.0.1", port=port, log_level="warning")

@@ -20,8 +20,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-__all__ = ["relay_app"]
-
 _MAX_BODY = 4 * 1024 * 1024  # a batch of signed transactions fits; a runaway body does not
 
 
