@@ -26,6 +26,7 @@ from x402mw.cli_options import (
     _with_engine,
     settings_options,
 )
+from x402mw.gateway.commands import register as register_gateway
 from x402mw.platform.settings import (
     ChainAccessSettings,
     LogSettings,
@@ -563,3 +564,4 @@ def _register_merchant_day() -> None:
 
 _register_pay()
 _register_merchant_day()
+register_gateway(main)

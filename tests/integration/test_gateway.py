@@ -1,0 +1,193 @@
+"""The gateway (`x402mw gateway`) in front of a real upstream in another process, selling its routes
+through the real platform on the dev chain: free routes pass through untouched, paid ones are held,
+forwarded and settled only when the upstream answered successfully."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.gateway_fixtures import Gateway, running_gateway, upstream_process
+from tests.harness import PlatformHarness, sqlite_only
+from tests.waiting import eventually
+from x402mw.client import X402Auth
+from x402mw.platform.server import free_port
+
+pytestmark = sqlite_only
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[str]:
+    with upstream_process() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def gateway(dev_platform: PlatformHarness, upstream: str) -> Iterator[Gateway]:
+    deployment = dev_platform.deploy()
+    with running_gateway(dev_platform, upstream, deployment) as running:
+        yield running
+
+
+def _agent(gateway: Gateway, **options: object) -> httpx.Client:
+    auth = X402Auth(gateway.deployment.agent, max_amount="0.10", **options)  # type: ignore[arg-type]
+    return httpx.Client(base_url=gateway.url, auth=auth, timeout=60)
+
+
+def _balance(platform: PlatformHarness, gateway: Gateway) -> int:
+    return platform.balance(gateway.deployment.payout)
+
+
+def _settlement(response: httpx.Response) -> dict[str, object]:
+    decoded: dict[str, object] = json.loads(base64.b64decode(response.headers["PAYMENT-RESPONSE"]))
+    return decoded
+
+
+def test_a_free_route_passes_through_with_forwarding_headers_set(gateway: Gateway) -> None:
+    response = httpx.get(
+        gateway.url + "/echo?x=1&y=%2F",
+        headers={
+            "X-Forwarded-For": "6.6.6.6",
+            "X-Forwarded-Host": "evil.example",
+            "Forwarded": "for=6.6.6.6",
+            "Connection": "keep-alive, X-Hop",
+            "X-Hop": "dropped",
+            "X-Custom": "kept",
+            "PAYMENT-SIGNATURE": "never-forwarded",
+        },
+    )
+    assert response.status_code == 200
+    assert response.headers["X-Upstream"] == "yes"
+    seen = response.json()
+    headers = dict(seen["headers"])
+    assert seen["query"] == "x=1&y=%2F"
+    assert headers["x-forwarded-for"] == "127.0.0.1"
+    assert headers["x-forwarded-host"] == gateway.url.removeprefix("http://")
+    assert headers["x-forwarded-proto"] == "http"
+    assert headers["x-custom"] == "kept"
+    for absent in ("forwarded", "x-hop", "payment-signature"):
+        assert absent not in headers
+    assert [v for k, v in seen["headers"] if k == "x-forwarded-for"] == ["127.0.0.1"]  # replaced, not added to
+
+
+def test_an_unpaid_request_gets_the_402_and_never_reaches_the_upstream(gateway: Gateway) -> None:
+    before = gateway.calls().get("/weather/oslo", 0)
+    response = httpx.get(gateway.url + "/weather/oslo")
+    assert response.status_code == 402
+    offer = json.loads(base64.b64decode(response.headers["PAYMENT-REQUIRED"]))
+    assert offer["x402Version"] == 2
+    assert offer["accepts"][0]["amount"] == "10000"
+    assert offer["resource"]["url"] == gateway.url + "/weather/oslo"
+    assert gateway.calls().get("/weather/oslo", 0) == before
+    page = httpx.get(gateway.url + "/weather/oslo", headers={"Accept": "text/html"})
+    assert page.status_code == 402 and page.headers["content-type"].startswith("text/html")
+    listed = httpx.get(gateway.url + "/.well-known/x402").json()
+    urls = {item["resource"]["url"] for item in listed["items"]}
+    assert gateway.url + "/weather/:city" in urls and len(urls) == 9
+
+
+def test_a_paid_request_is_forwarded_without_its_payment_and_settled(
+    dev_platform: PlatformHarness, gateway: Gateway
+) -> None:
+    before = _balance(dev_platform, gateway)
+    with _agent(gateway) as agent:
+        response = agent.get("/weather/paris")
+    assert response.status_code == 200, response.text
+    seen = response.json()
+    assert seen["path"] == "/weather/paris"
+    assert "payment-signature" not in dict(seen["headers"])
+    settlement = _settlement(response)
+    assert settlement["success"] is True and settlement["transaction"]
+    eventually(lambda: _balance(dev_platform, gateway) == before + 10_000, what="the payout to be paid")
+
+
+def test_a_metered_route_charges_the_usage_the_upstream_reports(
+    dev_platform: PlatformHarness, gateway: Gateway
+) -> None:
+    before = _balance(dev_platform, gateway)
+    with _agent(gateway) as agent:
+        response = agent.post("/usage?units=7", json={})
+    assert response.status_code == 200, response.text
+    assert response.headers.get_list("set-cookie") == ["a=1; Path=/; SameSite=lax", "b=2; Path=/; SameSite=lax"]
+    settlement = _settlement(response)
+    assert settlement["success"] is True
+    assert int(str(settlement["amount"])) == 7_000  # 7 units of 0.001 USDC
+    eventually(lambda: _balance(dev_platform, gateway) == before + 7_000, what="the usage to be paid")
+
+
+def test_streamed_and_sse_responses_pass_through_in_pieces(gateway: Gateway) -> None:
+    with _agent(gateway) as agent:
+        streamed = agent.get("/stream")
+        assert streamed.status_code == 200 and streamed.text == "piece0\npiece1\npiece2\n"
+        with agent.stream("GET", "/events") as events:
+            assert events.status_code == 200
+            assert events.headers["content-type"].startswith("text/event-stream")
+            assert "PAYMENT-RESPONSE" in events.headers
+            pieces = [chunk for chunk in events.iter_raw() if chunk]
+    assert b"".join(pieces).count(b"event: tick") == 3
+    assert len(pieces) >= 2  # sent on as they came, not gathered into one body
+
+
+def test_a_failing_upstream_charges_nothing(dev_platform: PlatformHarness, gateway: Gateway) -> None:
+    before = _balance(dev_platform, gateway)
+    with _agent(gateway, pending_retries=0) as agent:
+        failed = agent.get("/fail")
+        assert failed.status_code == 502
+        assert failed.json()["error"]["code"] == "upstream_error"
+        slow = agent.get("/slow?seconds=5")
+        assert slow.status_code == 504
+        assert slow.json()["error"]["code"] == "upstream_timeout"
+        gone = agent.get("/gone")
+        assert gone.status_code == 404 and gone.json() == {"error": "no such thing"}  # its answer, uncharged
+        assert "PAYMENT-RESPONSE" not in gone.headers
+        # the payments were released: a route that succeeds is then paid once, as usual
+        assert agent.get("/weather/rome").status_code == 200
+    assert _balance(dev_platform, gateway) == before + 10_000
+
+
+def test_unauthorized_to_402_lets_the_upstreams_customers_through_and_agents_pay(
+    dev_platform: PlatformHarness, gateway: Gateway
+) -> None:
+    customer = httpx.get(gateway.url + "/private", headers={"Authorization": "Bearer upstream-secret"})
+    assert customer.status_code == 200 and customer.json() == {"private": True}
+    assert "PAYMENT-RESPONSE" not in customer.headers
+    stranger = httpx.get(gateway.url + "/private")
+    assert stranger.status_code == 402
+    assert json.loads(base64.b64decode(stranger.headers["PAYMENT-REQUIRED"]))["accepts"][0]["amount"] == "20000"
+    before = _balance(dev_platform, gateway)
+    with _agent(gateway) as agent:
+        paid = agent.get("/private")
+    assert paid.status_code == 200 and paid.json() == {"private": True}
+    eventually(lambda: _balance(dev_platform, gateway) == before + 20_000, what="the payout to be paid")
+
+
+def test_request_bodies_stream_and_an_oversized_one_is_refused(gateway: Gateway) -> None:
+    def pieces() -> Iterator[bytes]:
+        for _ in range(9):
+            yield b"x" * 100
+
+    with _agent(gateway) as agent:
+        uploaded = agent.post("/upload", content=b"y" * 900)
+        assert uploaded.status_code == 200 and uploaded.json()["size"] == 900
+    assert httpx.post(gateway.url + "/upload", content=b"z" * 1001).status_code == 413
+    assert httpx.post(gateway.url + "/free/big", content=b"z" * 1001).status_code == 413
+    chunked = httpx.post(gateway.url + "/free/chunked", content=pieces())
+    assert chunked.status_code == 200 and len(chunked.json()["body"]) == 900
+    too_many = httpx.post(gateway.url + "/free/chunked", content=iter([b"x" * 600, b"x" * 600]))
+    assert too_many.status_code == 413
+
+
+def test_an_upstream_that_is_down_charges_nothing(dev_platform: PlatformHarness) -> None:
+    deployment = dev_platform.deploy()
+    dead = f"http://127.0.0.1:{free_port()}"
+    with running_gateway(dev_platform, dead, deployment) as gateway:
+        free = httpx.get(gateway.url + "/echo")
+        assert free.status_code == 502 and free.json()["error"]["code"] == "upstream_unavailable"
+        with _agent(gateway, pending_retries=0) as agent:
+            paid = agent.get("/weather/paris")
+        assert paid.status_code == 502
+    assert dev_platform.balance(deployment.payout) == 0
