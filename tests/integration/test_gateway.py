@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.gateway_fixtures import Gateway, running_gateway, upstream_process
+from tests.gateway_fixtures import ROOT, Gateway, running_gateway, upstream_process
 from tests.harness import PlatformHarness, sqlite_only
 from tests.waiting import eventually
 from x402mw.client import X402Auth
@@ -191,3 +195,101 @@ def test_an_upstream_that_is_down_charges_nothing(dev_platform: PlatformHarness)
             paid = agent.get("/weather/paris")
         assert paid.status_code == 502
     assert dev_platform.balance(deployment.payout) == 0
+
+
+def _command(tmp_path: Path, platform: PlatformHarness, api_key: str, text: str, upstream: str, port: int) -> list[str]:
+    config = tmp_path / "gateway.toml"
+    config.write_text(text)
+    return [
+        sys.executable,
+        "-m",
+        "x402mw",
+        "gateway",
+        "--config",
+        str(config),
+        "--upstream",
+        upstream,
+        "--port",
+        str(port),
+    ]
+
+
+def _env(platform: PlatformHarness, api_key: str, payout: str) -> dict[str, str]:
+    return dict(
+        os.environ,
+        X402MW_API_KEY=api_key,
+        X402MW_PLATFORM_URL=platform.url,
+        X402MW_PAYOUT_ADDRESS=payout,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "upstream_up", "said"),
+    [
+        (
+            '[[routes]]\npath = "/a"\nprice = "0.01"\ncoin = "DOGE"\nnetwork = "{network}"\n',
+            True,
+            "unknown coin 'DOGE'",
+        ),
+        ('[[routes]]\npath = "/a"\nprice = "0.01"\ncoin = "USDC"\nnetwork = "eip155:1"\n', True, "not settled by"),
+        ('[[routes]]\npath = "/a"\nprice = "0.0000001"\ncoin = "USDC"\nnetwork = "{network}"\n', True, "smallest unit"),
+        (
+            'coin = "USDC"\nnetwork = "{network}"\n[[routes]]\npath = "/a/{{x}}"\nprice = "0.01"\n'
+            '[[routes]]\npath = "/a/b"\nprice = "0.01"\n',
+            True,
+            "overlap",
+        ),
+        ('[[routes]]\npath = "/a"\nprice = "0.01"\ncoin = "USDC"\nnetwork = "{network}"\n', False, "does not answer"),
+    ],
+)
+def test_the_command_refuses_a_bad_start_in_one_line(
+    tmp_path: Path, dev_platform: PlatformHarness, upstream: str, text: str, upstream_up: bool, said: str
+) -> None:
+    deployment = dev_platform.deploy(fund="")
+    target = upstream if upstream_up else f"http://127.0.0.1:{free_port()}"
+    command = _command(
+        tmp_path, dev_platform, deployment.api_key, text.format(network=dev_platform.network), target, free_port()
+    )
+    done = subprocess.run(
+        command,
+        env=_env(dev_platform, deployment.api_key, deployment.payout),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("x402mw gateway: ") and said in lines[0], done.stderr
+
+
+def test_the_command_sells_the_upstream(tmp_path: Path, dev_platform: PlatformHarness, upstream: str) -> None:
+    deployment = dev_platform.deploy()
+    port = free_port()
+    text = (
+        f'coin = "USDC"\nnetwork = "{dev_platform.network}"\n'
+        '[[routes]]\nmethod = "GET"\npath = "/weather/{city}"\nprice = "0.03"\n'
+    )
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            _command(tmp_path, dev_platform, deployment.api_key, text, upstream, port),
+            env=_env(dev_platform, deployment.api_key, deployment.payout),
+            stdout=out,
+            stderr=out,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        eventually(
+            lambda: process.poll() is not None or httpx.get(url + "/echo", timeout=2).status_code == 200,
+            what=lambda: f"the gateway to answer:\n{log.read_text()}",
+        )
+        assert process.poll() is None, log.read_text()
+        assert httpx.get(url + "/weather/lima").status_code == 402
+        with httpx.Client(base_url=url, auth=X402Auth(deployment.agent, max_amount="0.05"), timeout=60) as agent:
+            paid = agent.get("/weather/lima")
+        assert paid.status_code == 200 and paid.json()["path"] == "/weather/lima"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    eventually(lambda: dev_platform.balance(deployment.payout) == 30_000, what="the payout to be paid")

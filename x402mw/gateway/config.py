@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from x402mw.errors import ConfigurationError, PriceError
 from x402mw.protocol.networks import get_network, parse_caip2
-from x402mw.protocol.prices import parse_decimal, to_atomic
+from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
 
 COINS = ("USDC", "EURC")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -230,9 +230,8 @@ def _route(index: int, entry: dict[str, Any], problems: list[str]) -> GatewayRou
             price = parse_decimal(str(price_value), field="price")
             amount = to_atomic(str(price_value), decimals=decimals, symbol=coin)
         except PriceError as exc:
-            problems.append(
-                f"{where}: price {price_value!r}: {exc} (one unit of {coin} is {Decimal(1).scaleb(-decimals)})"
-            )
+            unit = format_amount(1, decimals)
+            problems.append(f"{where}: price {price_value!r} is refused: {exc} (the smallest unit of {coin} is {unit})")
     usage_header = entry.get("usage_header")
     unit_atomic = None
     if scheme == "upto":
