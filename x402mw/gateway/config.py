@@ -230,22 +230,24 @@ def _route(index: int, entry: dict[str, Any], problems: list[str]) -> GatewayRou
             price = parse_decimal(str(price_value), field="price")
             amount = to_atomic(str(price_value), decimals=decimals, symbol=coin)
         except PriceError as exc:
-            unit = format_amount(1, decimals)
-            problems.append(f"{where}: price {price_value!r} is refused: {exc} (the smallest unit of {coin} is {unit})")
+            smallest = format_amount(1, decimals)
+            problems.append(
+                f"{where}: price {price_value!r} is refused: {exc} (the smallest unit of {coin} is {smallest})"
+            )
     usage_header = entry.get("usage_header")
     unit_atomic = None
     if scheme == "upto":
         if not isinstance(usage_header, str) or not _HEADER_NAME.match(usage_header):
             problems.append(f"{where}: an upto route needs usage_header, the response header saying what was used")
             usage_header = None
-        unit = entry.get("unit_price")
-        if unit is not None:
+        unit_price = entry.get("unit_price")
+        if isinstance(unit_price, float):
+            problems.append(f'{where}: unit_price must be a string such as "0.0001", not a float')
+        elif unit_price is not None:
             try:
-                unit_atomic = to_atomic(str(unit), decimals=decimals, symbol=coin) if not isinstance(unit, float) else 0
-                if isinstance(unit, float):
-                    raise PriceError('must be a string such as "0.0001", not a float')
+                unit_atomic = to_atomic(str(unit_price), decimals=decimals, symbol=coin)
             except PriceError as exc:
-                problems.append(f"{where}: unit_price {unit!r}: {exc}")
+                problems.append(f"{where}: unit_price {unit_price!r}: {exc}")
     elif usage_header is not None or "unit_price" in entry:
         problems.append(f"{where}: usage_header and unit_price are for scheme = 'upto' only")
     flag = entry.get("unauthorized_to_402", False)
