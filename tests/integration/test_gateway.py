@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -293,3 +294,88 @@ def test_the_command_sells_the_upstream(tmp_path: Path, dev_platform: PlatformHa
         process.terminate()
         process.wait(timeout=10)
     eventually(lambda: dev_platform.balance(deployment.payout) == 30_000, what="the payout to be paid")
+
+
+@pytest.mark.anyio
+async def test_the_x402_foundation_sdk_agent_pays_through_the_gateway(
+    dev_platform: PlatformHarness, gateway: Gateway
+) -> None:
+    from eth_account import Account
+    from x402 import x402Client
+    from x402.http.clients.httpx import x402AsyncTransport
+    from x402.mechanisms.evm.exact import ExactEvmScheme
+    from x402.mechanisms.evm.signers import EthAccountSigner
+
+    client = x402Client()
+    signer = EthAccountSigner(Account.from_key(gateway.deployment.agent_key))
+    client.register("eip155:*", ExactEvmScheme(signer=signer))
+    allowed = {"network": dev_platform.network, "asset": dev_platform.usdc, "max_amount_per_payment": "50000"}
+    client.set_spend_controls({"allowed_assets": [allowed]})
+    before = await anyio.to_thread.run_sync(_balance, dev_platform, gateway)
+    transport = x402AsyncTransport(client, httpx.AsyncHTTPTransport())
+    async with httpx.AsyncClient(transport=transport, base_url=gateway.url, timeout=60) as agent:
+        response = await agent.get("/weather/berlin")
+    assert response.status_code == 200, response.text
+    assert response.json()["path"] == "/weather/berlin"
+    assert _settlement(response)["success"] is True
+    after = await anyio.to_thread.run_sync(_balance, dev_platform, gateway)
+    assert after == before + 10_000
+
+
+NODE_ROUTES = """
+[[routes]]
+method = "GET"
+path = "/weather/{city}"
+price = "0.01"
+
+[[routes]]
+method = "GET"
+path = "/events"
+price = "0.01"
+
+[[routes]]
+method = "GET"
+path = "/usage"
+scheme = "upto"
+price = "0.05"
+usage_header = "X-Usage"
+"""
+
+
+@pytest.fixture
+def node_upstream() -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        ["node", str(ROOT / "tests" / "interop" / "gateway_upstream.mjs"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        eventually(
+            lambda: process.poll() is not None or httpx.get(url + "/echo", timeout=2).status_code == 200,
+            what="the node upstream to answer",
+        )
+        assert process.poll() is None
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_a_node_upstream_is_sold_the_same_way(dev_platform: PlatformHarness, node_upstream: str) -> None:
+    deployment = dev_platform.deploy()
+    with running_gateway(dev_platform, node_upstream, deployment, NODE_ROUTES) as gateway:
+        free = httpx.get(gateway.url + "/echo", headers={"X-Forwarded-For": "6.6.6.6"})
+        assert free.status_code == 200 and free.headers["X-Upstream"] == "node"
+        assert free.json()["headers"]["x-forwarded-for"] == "127.0.0.1"
+        with _agent(gateway) as agent:
+            weather = agent.get("/weather/quito")
+            assert weather.status_code == 200 and weather.json() == {"city": "quito", "forecast": "sunny"}
+            assert weather.headers.get_list("set-cookie") == ["a=1", "b=2"]
+            with agent.stream("GET", "/events") as events:
+                pieces = [chunk for chunk in events.iter_raw() if chunk]
+            assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n" and len(pieces) >= 2
+            metered = agent.get("/usage?units=0.0042")
+            assert metered.status_code == 200 and int(str(_settlement(metered)["amount"])) == 4_200
+    eventually(lambda: dev_platform.balance(deployment.payout) == 20_000 + 4_200, what="the three payments to be paid")
