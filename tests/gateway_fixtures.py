@@ -134,6 +134,8 @@ def running_gateway(
     harness: PlatformHarness, upstream: str, deployment: Deployment, text: str = ROUTES, **extra: Any
 ) -> Iterator[Gateway]:
     port = free_port()
+    if extra.get("origin") == "self":  # the gateway's own URL, known once its port is
+        extra["origin"] = f"http://127.0.0.1:{port}"
     config = gateway_config(harness, deployment.payout, text, **extra)
     endpoints = provision(
         config, api_key=deployment.api_key, platform_url=harness.url, public_base=f"http://127.0.0.1:{port}"

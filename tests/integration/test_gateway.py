@@ -325,6 +325,11 @@ async def test_the_x402_foundation_sdk_agent_pays_through_the_gateway(
 NODE_ROUTES = """
 [[routes]]
 method = "GET"
+path = "/reset"
+price = "0.01"
+
+[[routes]]
+method = "GET"
 path = "/weather/{city}"
 price = "0.01"
 
@@ -378,4 +383,37 @@ def test_a_node_upstream_is_sold_the_same_way(dev_platform: PlatformHarness, nod
             assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n" and len(pieces) >= 2
             metered = agent.get("/usage?units=0.0042")
             assert metered.status_code == 200 and int(str(_settlement(metered)["amount"])) == 4_200
+        with _agent(gateway, pending_retries=0) as agent:
+            reset = agent.get("/reset")  # the upstream hangs up: nothing charged
+            assert reset.status_code == 502 and reset.json()["error"]["code"] == "upstream_unavailable"
     eventually(lambda: dev_platform.balance(deployment.payout) == 20_000 + 4_200, what="the three payments to be paid")
+
+
+DECLARED_ROUTES = """
+[[routes]]
+method = "GET"
+path = "/weather/{city}"
+price = "0.01"
+sign_in = 3600
+
+[routes.discovery]
+query = {units = "metric"}
+output = {forecast = "sunny"}
+"""
+
+
+def test_discovery_and_sign_in_work_as_in_process(dev_platform: PlatformHarness, upstream: str) -> None:
+    deployment = dev_platform.deploy()
+    with running_gateway(dev_platform, upstream, deployment, DECLARED_ROUTES, origin="self") as gateway:
+        offer = json.loads(base64.b64decode(httpx.get(gateway.url + "/weather/nice").headers["PAYMENT-REQUIRED"]))
+        assert offer["extensions"]["bazaar"]["info"]["input"]["queryParams"] == {"units": "metric"}
+        assert "sign-in-with-x" in offer["extensions"]
+        (item,) = httpx.get(gateway.url + "/.well-known/x402").json()["items"]
+        assert item["requires"] == ["sign-in-with-x"] and item["output"]["example"] == {"forecast": "sunny"}
+        with _agent(gateway) as agent:
+            assert agent.get("/weather/nice").status_code == 200
+        with _agent(gateway) as again:  # the same wallet, a new client: signed in, not charged again
+            back = again.get("/weather/nice")
+            assert back.status_code == 200 and back.json()["path"] == "/weather/nice"
+            assert again.auth.payments == []  # type: ignore[union-attr]
+    eventually(lambda: dev_platform.balance(deployment.payout) == 10_000, what="the one payment to be paid")

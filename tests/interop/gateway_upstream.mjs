@@ -1,6 +1,7 @@
 // An upstream for the gateway's tests written on node's own http module: node PORT
 // GET /echo answers what it received; GET /weather/:city a JSON body in chunks (chunked encoding);
-// GET /events server-sent events; GET /usage sets X-Usage from ?units; anything else 404.
+// GET /events server-sent events; GET /usage sets X-Usage from ?units; GET /reset resets the
+// connection without an answer; anything else 404.
 import http from "node:http";
 
 const port = Number(process.argv[2]);
@@ -26,6 +27,8 @@ http
         await sleep(200);
       }
       res.end();
+    } else if (url.pathname === "/reset") {
+      req.socket.destroy(); // the connection reset, no answer at all
     } else if (url.pathname === "/usage") {
       res.writeHead(200, { "Content-Type": "application/json", "X-Usage": url.searchParams.get("units") || "0" });
       res.end("{}");

@@ -83,6 +83,8 @@ def test_a_usage_header_without_unit_price_is_a_decimal_of_the_coin() -> None:
         ('path = "/a"\nprice = "0.01"\nmethod = "FETCH"', "method must be one of"),
         ('path = "/a"\nprice = "0.01"\nprise = "1"', "unknown setting 'prise'"),
         ('path = "/a"\nprice = "0.01"\nupstream_authorization = "env:X402MW_NOT_SET_ANYWHERE"', "is not set"),
+        ('path = "/a"\nprice = "0.01"\nsign_in = true', "sign_in needs origin"),
+        ('path = "/a"\nprice = "0.01"\ndiscovery = {qery = {a = "1"}}', "discovery takes"),
     ],
 )
 def test_a_bad_route_is_named(route: str, problem: str) -> None:

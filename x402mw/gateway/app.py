@@ -83,7 +83,13 @@ class GatewayApp(PaymentMiddleware):
         routes: dict[str, PaidRoute | str] = {}
         by_route: dict[int, GatewayRoute] = {}
         for route in config.routes:
-            paid = PaidRoute(endpoint=endpoints[route.key], description=route.description, mime_type=route.mime_type)
+            paid = PaidRoute(
+                endpoint=endpoints[route.key],
+                description=route.description,
+                mime_type=route.mime_type,
+                discovery=route.discovery,
+                sign_in=route.sign_in,
+            )
             routes[route.key] = paid
             by_route[id(paid)] = route
         super().__init__(

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from x402mw.errors import ConfigurationError, PriceError
 from x402mw.protocol.networks import get_network, parse_caip2
 from x402mw.protocol.prices import format_amount, parse_decimal, to_atomic
+from x402mw.seller import Discovery, SignIn
 
 COINS = ("USDC", "EURC")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -60,8 +61,11 @@ _ROUTE_KEYS = frozenset(
         "mime_type",
         "endpoint",
         "upstream_authorization",
+        "discovery",
+        "sign_in",
     }
 )
+_DISCOVERY_KEYS = frozenset({"query", "query_schema", "body", "body_schema", "body_type", "output", "output_schema"})
 _TOP_KEYS = frozenset(
     {"upstream", "payout_address", "coin", "network", "origin", "timeout", "max_request_body", "routes"}
 )
@@ -90,6 +94,8 @@ class GatewayRoute:
     mime_type: str | None = None
     endpoint: str | None = None
     upstream_authorization: str | None = field(default=None, repr=False)  # sent upstream with a paid request
+    discovery: Discovery | None = None
+    sign_in: SignIn | None = None
 
     @property
     def key(self) -> str:
@@ -138,6 +144,7 @@ def load_config(path: str | Path) -> GatewayConfig:
 
 
 def parse_config(data: dict[str, Any]) -> GatewayConfig:
+    """Check a configuration read from TOML (see the module's docstring for its shape)."""
     problems: list[str] = [f"unknown setting {key!r}" for key in data if key not in _TOP_KEYS]
     upstream = data.get("upstream")
     if upstream is not None and not (isinstance(upstream, str) and upstream.startswith(("http://", "https://"))):
@@ -169,7 +176,7 @@ def parse_config(data: dict[str, Any]) -> GatewayConfig:
         if not isinstance(entry, dict):
             problems.append(f"route {index} must be a table")
             continue
-        route = _route(index, {**defaults, **entry}, problems)
+        route = _route(index, {**defaults, **entry}, problems, origin)
         if route is not None:
             routes.append(route)
     problems.extend(_overlaps(routes))
@@ -185,7 +192,7 @@ def parse_config(data: dict[str, Any]) -> GatewayConfig:
     )
 
 
-def _route(index: int, entry: dict[str, Any], problems: list[str]) -> GatewayRoute | None:
+def _route(index: int, entry: dict[str, Any], problems: list[str], origin: str | None) -> GatewayRoute | None:
     where = f"route {index}"
     before = len(problems)
     problems.extend(f"{where}: unknown setting {key!r}" for key in entry if key not in _ROUTE_KEYS)
@@ -263,6 +270,8 @@ def _route(index: int, entry: dict[str, Any], problems: list[str]) -> GatewayRou
     authorization = entry.get("upstream_authorization")
     if authorization is not None:
         authorization = _secret(authorization, f"{where}: upstream_authorization", problems)
+    discovery = _discovery(entry.get("discovery"), where, problems)
+    sign_in = _sign_in(entry.get("sign_in"), origin, where, problems)
     if len(problems) > before or network is None:
         return None
     return GatewayRoute(
@@ -281,7 +290,44 @@ def _route(index: int, entry: dict[str, Any], problems: list[str]) -> GatewayRou
         mime_type=strings["mime_type"],
         endpoint=strings["endpoint"],
         upstream_authorization=authorization,
+        discovery=discovery,
+        sign_in=sign_in,
     )
+
+
+def _discovery(value: object, where: str, problems: list[str]) -> Discovery | None:
+    """``[routes.discovery]``: the route's call contract for the Bazaar extension (`Discovery`)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not set(value) <= _DISCOVERY_KEYS:
+        problems.append(f"{where}: discovery takes {', '.join(sorted(_DISCOVERY_KEYS))}")
+        return None
+    try:
+        return Discovery(**value)
+    except (ConfigurationError, TypeError) as exc:
+        problems.append(f"{where}: discovery: {exc}")
+        return None
+
+
+def _sign_in(value: object, origin: str | None, where: str, problems: list[str]) -> SignIn | None:
+    """``sign_in = true`` (a payment lets its wallet back in for good) or a number of seconds."""
+    if value is None or value is False:
+        return None
+    if origin is None:
+        problems.append(f"{where}: sign_in needs origin, the gateway's public origin")
+        return None
+    if value is True:
+        duration = None
+    elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        duration = value
+    else:
+        problems.append(f"{where}: sign_in must be true or a number of seconds")
+        return None
+    try:
+        return SignIn(origin=origin, duration=duration)
+    except ConfigurationError as exc:
+        problems.append(f"{where}: sign_in: {exc}")
+        return None
 
 
 def _secret(value: object, where: str, problems: list[str]) -> str | None:
