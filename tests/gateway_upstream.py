@@ -4,7 +4,8 @@ It knows nothing of payments. ``/echo`` answers what it received (method, path, 
 client); ``/usage`` sets ``X-Usage`` to the ``units`` it was asked for; ``/stream`` and ``/events``
 send their body in timed pieces; ``/fail`` answers 500, ``/slow`` sleeps ``?seconds``; ``/private``
 answers 401 without ``Authorization: Bearer upstream-secret``; ``/upload`` counts the body it read
-as it arrived; ``/calls`` counts the requests each path received.
+as it arrived; ``/calls`` counts the requests each path received; ``/openapi.json`` prices
+``/weather/{city}`` with ``x-payment-info``.
 """
 
 from __future__ import annotations
@@ -99,6 +100,29 @@ async def calls(request: Request) -> JSONResponse:
     return JSONResponse(dict(CALLS))
 
 
+DOCUMENT = {
+    "openapi": "3.1.0",
+    "info": {"title": "Weather", "version": "1"},
+    "paths": {
+        "/weather/{city}": {
+            "get": {
+                "summary": "Today's weather",
+                "x-payment-info": {
+                    "price": {"mode": "fixed", "currency": "USD", "amount": "0.04"},
+                    "protocols": [{"x402": {}}],
+                },
+                "responses": {"200": {"description": "OK"}},
+            }
+        },
+        "/echo": {"get": {"summary": "free", "responses": {"200": {"description": "OK"}}}},
+    },
+}
+
+
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(DOCUMENT)
+
+
 async def missing(request: Request) -> Response:
     CALLS[request.url.path] += 1
     return JSONResponse({"error": "no such thing"}, status_code=404)
@@ -118,6 +142,7 @@ app = Starlette(
         Route("/upload", upload, methods=["POST"]),
         Route("/calls", calls),
         Route("/gone", missing),
+        Route("/openapi.json", openapi),
     ]
 )
 

@@ -417,3 +417,42 @@ def test_discovery_and_sign_in_work_as_in_process(dev_platform: PlatformHarness,
             assert back.status_code == 200 and back.json()["path"] == "/weather/nice"
             assert again.auth.payments == []  # type: ignore[union-attr]
     eventually(lambda: dev_platform.balance(deployment.payout) == 10_000, what="the one payment to be paid")
+
+
+def test_prices_come_from_the_upstreams_openapi_document_and_are_published(
+    tmp_path: Path, dev_platform: PlatformHarness, upstream: str
+) -> None:
+    deployment = dev_platform.deploy(fund="")
+    port = free_port()
+    text = f'network = "{dev_platform.network}"\ncoin = "USDC"\nopenapi = "/openapi.json"\npublish = true\n'
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            _command(tmp_path, dev_platform, deployment.api_key, text, upstream, port),
+            env=_env(dev_platform, deployment.api_key, deployment.payout),
+            stdout=out,
+            stderr=out,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        eventually(
+            lambda: process.poll() is not None or httpx.get(url + "/echo", timeout=2).status_code == 200,
+            what=lambda: f"the gateway to answer:\n{log.read_text()}",
+        )
+        assert process.poll() is None, log.read_text()
+        challenge = httpx.get(url + "/weather/lima")
+        assert challenge.status_code == 402
+        offer = json.loads(base64.b64decode(challenge.headers["PAYMENT-REQUIRED"]))
+        assert offer["accepts"][0]["amount"] == "40000"
+        assert offer["resource"]["description"] == "Today's weather"
+        document = httpx.get(url + "/openapi.json").json()
+        info = document["paths"]["/weather/{city}"]["get"]["x-payment-info"]
+        assert info["price"] == {"mode": "fixed", "currency": "USDC", "amount": "0.04"}
+        assert "402" in document["paths"]["/weather/{city}"]["get"]["responses"]
+        assert "x-payment-info" not in document["paths"]["/echo"]["get"]
+        llms = httpx.get(url + "/llms.txt")
+        assert llms.headers["content-type"].startswith("text/markdown")
+        assert f"- [GET /weather/{{city}}]({url}/weather/{{city}}): 0.04 USDC on {dev_platform.network}" in llms.text
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

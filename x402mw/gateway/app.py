@@ -36,9 +36,11 @@ from x402mw.adapters.asgi import (
 )
 from x402mw.errors import PriceError
 from x402mw.gateway.config import GatewayConfig, GatewayRoute
+from x402mw.gateway.openapi import LLMS_PATH, OPENAPI_PATH, encoded, llms_txt, published_document
 from x402mw.gateway.proxy import BodyTooLarge, Upstream, UpstreamError, response_headers
 from x402mw.seller import Answer, Decision, Held, PaidRoute, Serve, ServeMetered, UsageError, internal_error_answer
 from x402mw.seller.answers import error_answer
+from x402mw.seller.origins import origin_of
 from x402mw.seller.setup import is_well_known
 
 __all__ = ["GatewayApp"]
@@ -79,6 +81,7 @@ class GatewayApp(PaymentMiddleware):
         transport: httpx.AsyncBaseTransport | None = None,
         upstream_transport: httpx.AsyncBaseTransport | None = None,
         settle_timeout: float = 30.0,
+        openapi_document: Any = None,
     ) -> None:
         routes: dict[str, PaidRoute | str] = {}
         by_route: dict[int, GatewayRoute] = {}
@@ -106,6 +109,7 @@ class GatewayApp(PaymentMiddleware):
         self.upstream = Upstream.create(
             upstream_url, timeout=config.timeout, max_body=config.max_request_body, transport=upstream_transport
         )
+        self._openapi = encoded(published_document(config, openapi_document)) if config.publish else None
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         while True:
@@ -124,6 +128,15 @@ class GatewayApp(PaymentMiddleware):
         if scope["type"] != "http":
             await send_answer(error_answer(404, "not_found", "this gateway serves HTTP only"), send)
             return
+        if self._openapi is not None and scope["method"] in ("GET", "HEAD"):
+            if scope["path"] == OPENAPI_PATH:
+                await send_answer(Answer(200, [("Content-Type", "application/json")], self._openapi), send)
+                return
+            if scope["path"] == LLMS_PATH:
+                origin = self.config.origin or origin_of(request_view(scope).url)
+                text = llms_txt(self.config, origin).encode()
+                await send_answer(Answer(200, [("Content-Type", "text/markdown; charset=utf-8")], text), send)
+                return
         route = self.resolve(scope)
         if route is None:
             if self.well_known and is_well_known(scope["method"], scope["path"]):

@@ -29,6 +29,19 @@ def _upstream_answers(url: str) -> str | None:
     return None
 
 
+def _upstream_document(url: str) -> Any:
+    """The upstream's OpenAPI document (exit 2 when it cannot be read)."""
+    try:
+        with httpx.Client(timeout=10, trust_env=False) as client:
+            reply = client.get(url)
+        if reply.status_code == 200:
+            return reply.json()
+        _fail(f"the upstream's OpenAPI document {url} answered {reply.status_code}")
+    except (httpx.HTTPError, ValueError) as exc:
+        _fail(f"the upstream's OpenAPI document {url} cannot be read: {exc}")
+    return None
+
+
 @click.command(name="gateway")
 @click.option(
     "--upstream", envvar="X402MW_UPSTREAM", help="The API to sell, e.g. http://127.0.0.1:9000 (or in the file)."
@@ -52,13 +65,15 @@ def gateway_command(upstream: str | None, config_path: str, host: str, port: int
     file sets no payout_address, pays out the endpoints the gateway creates. A configuration error
     is one line on standard error, exit status 2."""
     from x402mw.gateway.app import GatewayApp
-    from x402mw.gateway.config import load_config
+    from x402mw.gateway.config import parse_config, read_toml
     from x402mw.gateway.endpoints import provision
+    from x402mw.gateway.openapi import merge_routes
 
     api_key = os.environ.get("X402MW_API_KEY", "")
     platform_url = os.environ.get("X402MW_PLATFORM_URL") or os.environ.get("X402MW_BASE_URL") or PLATFORM_URL
     try:
-        config = load_config(config_path)
+        data = read_toml(config_path)
+        config = parse_config(data)
     except ConfigurationError as exc:
         _fail(f"{config_path}: {exc}")
         return
@@ -71,6 +86,16 @@ def gateway_command(upstream: str | None, config_path: str, host: str, port: int
     down = _upstream_answers(target)
     if down is not None:
         _fail(down)
+    document = None
+    if config.openapi is not None:
+        document = _upstream_document(target.rstrip("/") + config.openapi)
+        data, problems = merge_routes(data, document)
+        try:
+            config = parse_config(data)
+        except ConfigurationError as exc:
+            problems.extend(exc.problems)
+        if problems:
+            _fail(f"{config_path}: {'; '.join(problems)}")
     if config.payout_address is None and os.environ.get("X402MW_PAYOUT_ADDRESS"):
         from dataclasses import replace
 
@@ -84,7 +109,14 @@ def gateway_command(upstream: str | None, config_path: str, host: str, port: int
             public_base=public,
             default_endpoint=os.environ.get("X402MW_ENDPOINT_ID") or None,
         )
-        app = GatewayApp(config, upstream_url=target, api_key=api_key, platform_url=platform_url, endpoints=endpoints)
+        app = GatewayApp(
+            config,
+            upstream_url=target,
+            api_key=api_key,
+            platform_url=platform_url,
+            endpoints=endpoints,
+            openapi_document=document,
+        )
     except ConfigurationError as exc:
         _fail(str(exc))
         return

@@ -67,7 +67,18 @@ _ROUTE_KEYS = frozenset(
 )
 _DISCOVERY_KEYS = frozenset({"query", "query_schema", "body", "body_schema", "body_type", "output", "output_schema"})
 _TOP_KEYS = frozenset(
-    {"upstream", "payout_address", "coin", "network", "origin", "timeout", "max_request_body", "routes"}
+    {
+        "upstream",
+        "payout_address",
+        "coin",
+        "network",
+        "origin",
+        "timeout",
+        "max_request_body",
+        "routes",
+        "openapi",
+        "publish",
+    }
 )
 
 Scheme = Literal["exact", "upto"]
@@ -129,18 +140,24 @@ class GatewayConfig:
     origin: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     max_request_body: int = DEFAULT_MAX_BODY
+    openapi: str | None = None  # the upstream's OpenAPI document's path, read for prices
+    publish: bool = False  # serve /openapi.json and /llms.txt naming the paid routes
 
 
-def load_config(path: str | Path) -> GatewayConfig:
-    """Read and check a configuration file; `ConfigurationError` listing every problem."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A configuration file's settings, unchecked; `ConfigurationError` when it cannot be read."""
     try:
         with open(path, "rb") as file:
-            data = tomllib.load(file)
+            return tomllib.load(file)
     except OSError as exc:
         raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{path} is not valid TOML: {exc}") from None
-    return parse_config(data)
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and check a configuration file; `ConfigurationError` listing every problem."""
+    return parse_config(read_toml(path))
 
 
 def parse_config(data: dict[str, Any]) -> GatewayConfig:
@@ -166,6 +183,14 @@ def parse_config(data: dict[str, Any]) -> GatewayConfig:
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
         problems.append("max_request_body must be a number of bytes (0 or more)")
         max_body = DEFAULT_MAX_BODY
+    openapi = data.get("openapi")
+    if openapi is not None and not (isinstance(openapi, str) and openapi.startswith("/")):
+        problems.append("openapi must be the path of the upstream's OpenAPI document, such as /openapi.json")
+        openapi = None
+    publish = data.get("publish", False)
+    if not isinstance(publish, bool):
+        problems.append("publish must be true or false")
+        publish = False
     defaults: dict[str, Any] = {key: data[key] for key in ("coin", "network") if key in data}
     entries = data.get("routes", [])
     routes: list[GatewayRoute] = []
@@ -189,6 +214,8 @@ def parse_config(data: dict[str, Any]) -> GatewayConfig:
         origin=origin.rstrip("/") if origin else None,
         timeout=float(timeout),
         max_request_body=max_body,
+        openapi=openapi,
+        publish=publish,
     )
 
 
