@@ -43,8 +43,6 @@ from x402mw.seller.answers import error_answer
 from x402mw.seller.origins import origin_of
 from x402mw.seller.setup import is_well_known
 
-__all__ = ["GatewayApp"]
-
 logger = logging.getLogger("x402mw.gateway")
 
 
@@ -125,8 +123,11 @@ class GatewayApp(PaymentMiddleware):
         if scope["type"] == "lifespan":
             await super().__call__(scope, receive, send)
             return
+        if scope["type"] == "websocket":  # not proxied: refused at the handshake
+            await receive()
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
-            await send_answer(error_answer(404, "not_found", "this gateway serves HTTP only"), send)
             return
         if self._openapi is not None and scope["method"] in ("GET", "HEAD"):
             if scope["path"] == OPENAPI_PATH:

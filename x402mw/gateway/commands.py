@@ -44,18 +44,29 @@ def _upstream_document(url: str) -> Any:
 
 @click.command(name="gateway")
 @click.option(
-    "--upstream", envvar="X402MW_UPSTREAM", help="The API to sell, e.g. http://127.0.0.1:9000 (or in the file)."
+    "--upstream",
+    envvar="X402MW_UPSTREAM",
+    show_envvar=True,
+    help="The API to sell, e.g. http://127.0.0.1:9000 (or in the file).",
 )
 @click.option(
     "--config",
     "config_path",
     envvar="X402MW_GATEWAY_CONFIG",
+    show_envvar=True,
     required=True,
     type=click.Path(dir_okay=False),
     help="The TOML file naming the priced routes (see docs/gateway.md).",
 )
-@click.option("--host", envvar="X402MW_GATEWAY_HOST", default="127.0.0.1", show_default=True)
-@click.option("--port", envvar="X402MW_GATEWAY_PORT", default=8402, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--host", envvar="X402MW_GATEWAY_HOST", show_envvar=True, default="127.0.0.1", show_default=True)
+@click.option(
+    "--port",
+    envvar="X402MW_GATEWAY_PORT",
+    show_envvar=True,
+    default=8402,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+)
 def gateway_command(upstream: str | None, config_path: str, host: str, port: int) -> None:
     """Sell an existing HTTP API: a reverse proxy that charges x402 payments for the routes the file
     prices and passes every other route through.
