@@ -456,3 +456,12 @@ def test_prices_come_from_the_upstreams_openapi_document_and_are_published(
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_the_upstreams_cookies_are_never_kept_for_other_clients(gateway: Gateway) -> None:
+    first = httpx.get(gateway.url + "/usage?units=1")  # GET /usage is free (only POST is sold)
+    assert first.status_code == 200 and len(first.headers.get_list("set-cookie")) == 2
+    later = httpx.get(gateway.url + "/echo").json()
+    assert "cookie" not in dict(later["headers"])
+    own = httpx.get(gateway.url + "/echo", headers={"Cookie": "mine=1"}).json()
+    assert dict(own["headers"])["cookie"] == "mine=1"

@@ -120,27 +120,31 @@ def _has_body(scope: Scope) -> bool:
 
 @dataclass
 class Upstream:
-    """The upstream and a kept-alive pool of connections to it."""
+    """The upstream and a kept-alive pool of connections to it.
+
+    Requests go straight to httpx's connection pool (`httpx.AsyncHTTPTransport`), not through an
+    `httpx.AsyncClient`: a client would keep the upstream's cookies in its jar and send them with
+    the next client's requests, and add its own default headers (``User-Agent``,
+    ``Accept-Encoding``...) to requests that had none. A proxy sends what it was sent."""
 
     url: str
-    client: httpx.AsyncClient
+    transport: httpx.AsyncBaseTransport
+    timeout: dict[str, float | None]
     max_body: int
 
     @classmethod
     def create(
         cls, url: str, *, timeout: float, max_body: int, transport: httpx.AsyncBaseTransport | None = None
     ) -> Upstream:
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+        pool = transport or httpx.AsyncHTTPTransport(
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30),
-            follow_redirects=False,
-            transport=transport,
-            trust_env=False,
+            retries=0,
         )
-        return cls(url.rstrip("/"), client, max_body)
+        limits = httpx.Timeout(timeout, connect=min(timeout, 10.0)).as_dict()
+        return cls(url.rstrip("/"), pool, limits, max_body)
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.transport.aclose()
 
     def _body(self, receive: Receive) -> AsyncIterator[bytes]:
         limit = self.max_body
@@ -174,11 +178,15 @@ class Upstream:
         if query:
             url += "?" + query.decode("latin-1")
         content = self._body(receive) if _has_body(scope) else None
-        request = self.client.build_request(
-            scope["method"], url, headers=request_headers(scope, authorization), content=content
+        request = httpx.Request(
+            scope["method"],
+            url,
+            headers=request_headers(scope, authorization),
+            content=content,
+            extensions={"timeout": self.timeout},
         )
         try:
-            return await self.client.send(request, stream=True)
+            return await self.transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"the upstream did not answer in time ({type(exc).__name__})", timeout=True) from None
         except httpx.HTTPError as exc:
