@@ -465,3 +465,11 @@ def test_the_upstreams_cookies_are_never_kept_for_other_clients(gateway: Gateway
     assert "cookie" not in dict(later["headers"])
     own = httpx.get(gateway.url + "/echo", headers={"Cookie": "mine=1"}).json()
     assert dict(own["headers"])["cookie"] == "mine=1"
+
+
+@pytest.mark.parametrize("path", ["/echo/%2e%2e/weather/paris", "//weather/paris", "/echo/%2E/x", "/free/a%5C..%5Cb"])
+def test_a_path_spelled_two_ways_is_refused(gateway: Gateway, path: str) -> None:
+    before = gateway.calls()
+    refused = httpx.get(gateway.url + path)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_path"
+    assert gateway.calls() == before  # the upstream was not asked: no paid route reached by a free spelling

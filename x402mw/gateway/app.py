@@ -60,6 +60,9 @@ def _upstream_error(status: int) -> Answer:
     return error_answer(502, "upstream_error", f"the upstream answered {status}; nothing was charged")
 
 
+_ODD_PATH = error_answer(
+    400, "invalid_path", "the path has an empty, '.' or '..' segment or a backslash: spell it plainly"
+)
 _TOO_LARGE = error_answer(413, "request_too_large", "the request body is larger than this gateway accepts")
 
 
@@ -128,6 +131,9 @@ class GatewayApp(PaymentMiddleware):
             await send({"type": "websocket.close", "code": 1008})
             return
         if scope["type"] != "http":
+            return
+        if not _plain_path(scope["path"]):
+            await send_answer(_ODD_PATH, send)
             return
         if self._openapi is not None and scope["method"] in ("GET", "HEAD"):
             if scope["path"] == OPENAPI_PATH:
@@ -315,6 +321,16 @@ class GatewayApp(PaymentMiddleware):
                 await self.seller.run(self.gate.release(held))
             except Exception:
                 logger.exception("could not release held payment %s", held.payment_id)
+
+
+def _plain_path(path: str) -> bool:
+    """Whether ``path`` (decoded) names one resource one way. A path with dot segments or empty
+    ones would be matched against the priced routes as written and then normalised on the way
+    upstream (httpx resolves ``/free/../paid`` to ``/paid``; many servers merge ``//``): a paid
+    route reached by a free spelling. Such paths are refused."""
+    if "\\" in path or "//" in path:
+        return False
+    return not any(segment in (".", "..") for segment in path.split("/"))
 
 
 def _where(scope: Scope) -> tuple[str, str]:
