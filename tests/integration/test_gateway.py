@@ -473,3 +473,18 @@ def test_a_path_spelled_two_ways_is_refused(gateway: Gateway, path: str) -> None
     refused = httpx.get(gateway.url + path)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_path"
     assert gateway.calls() == before  # the upstream was not asked: no paid route reached by a free spelling
+
+
+def test_a_payment_sent_again_gets_its_first_answer_and_is_not_charged_twice(
+    dev_platform: PlatformHarness, gateway: Gateway
+) -> None:
+    before = _balance(dev_platform, gateway)
+    with _agent(gateway) as agent:
+        first = agent.get("/weather/kyiv")
+    assert first.status_code == 200
+    signature = first.request.headers["PAYMENT-SIGNATURE"]
+    again = httpx.get(gateway.url + "/weather/kyiv", headers={"PAYMENT-SIGNATURE": signature}, timeout=60)
+    assert again.status_code == 200 and again.json()["path"] == "/weather/kyiv"
+    assert _settlement(again)["transaction"] == _settlement(first)["transaction"]
+    eventually(lambda: _balance(dev_platform, gateway) == before + 10_000, what="the one payment to be paid")
+    assert _balance(dev_platform, gateway) == before + 10_000

@@ -38,6 +38,7 @@ from x402mw.errors import PriceError
 from x402mw.gateway.config import GatewayConfig, GatewayRoute
 from x402mw.gateway.openapi import LLMS_PATH, OPENAPI_PATH, encoded, llms_txt, published_document
 from x402mw.gateway.proxy import BodyTooLarge, Upstream, UpstreamError, response_headers
+from x402mw.protocol import reasons
 from x402mw.seller import Answer, Decision, Held, PaidRoute, Serve, ServeMetered, UsageError, internal_error_answer
 from x402mw.seller.answers import error_answer
 from x402mw.seller.origins import origin_of
@@ -176,7 +177,12 @@ class GatewayApp(PaymentMiddleware):
                 if challenge is not None:
                     return challenge
                 return await self.seller.run(self.gate.process(route, view))
-            return await self.seller.run(self.gate.hold(route, view))
+            decision = await self.seller.run(self.gate.hold(route, view))
+            if isinstance(decision, Answer) and decision.reason == reasons.NONCE_USED:
+                # Used already: by this very payment (its answer was lost, the agent sends it
+                # again), the settle path answers its first outcome, never a second charge.
+                return await self.seller.run(self.gate.process(route, view))
+            return decision
         except Exception:
             logger.exception("payment check failed unexpectedly for %s %s", scope["method"], scope["path"])
             return internal_error_answer()
@@ -196,8 +202,8 @@ class GatewayApp(PaymentMiddleware):
             await self._serve_held(config, decision, scope, receive, send)
         elif isinstance(decision, ServeMetered):
             await self._serve_usage(config, decision, scope, receive, send)
-        else:  # signed in: an earlier payment lets the wallet in; nothing to settle
-            await self._serve_signed_in(decision, scope, receive, send)
+        else:  # signed in, or this payment sent again: settled already, nothing more to settle
+            await self._serve_settled(decision, scope, receive, send)
 
     async def _try_unpaid(self, route: PaidRoute, scope: Scope, receive: Receive, send: Send) -> None:
         """``unauthorized_to_402``: the request as it came; the upstream's 401 becomes the 402."""
@@ -284,7 +290,7 @@ class GatewayApp(PaymentMiddleware):
             return
         await _relay(response, status, [*response_headers(response), *encode_headers(finished)], send)
 
-    async def _serve_signed_in(self, decision: Serve, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve_settled(self, decision: Serve, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             response = await self.upstream.send(scope, receive)
         except BodyTooLarge:
