@@ -18,7 +18,7 @@ export ETH_HASH_BACKEND := pysha3
 export X402MW_ANVIL := $(abspath $(ANVIL))
 export X402MW_AXE := $(abspath $(AXE))
 
-.PHONY: demo test lint typecheck unit bench bench-check contracts clean
+.PHONY: demo test lint typecheck unit bench bench-check contracts dist clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -81,8 +81,16 @@ bench: $(STAMP) $(ANVIL)
 bench-check: $(STAMP) $(ANVIL)
 	$(PY) -m tests.pg_cluster -- $(PY) -m bench.check
 
+# A wheel in dist/, for a machine without the checkout (no package index serves x402mw):
+# pip install "dist/x402mw-0.1.0-py3-none-any.whl[platform]". tests/integration/test_dist.py builds
+# it the same way and serves the platform from it.
+dist: $(STAMP)
+	rm -rf dist build/lib build/bdist.*
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	@ls dist/*.whl
+
 contracts:
 	cd contracts && ./build.sh
 
 clean:
-	rm -rf $(VENV) $(VENV_MCP1) $(TOOLS) build *.egg-info
+	rm -rf $(VENV) $(VENV_MCP1) $(TOOLS) build dist *.egg-info

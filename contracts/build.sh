@@ -26,6 +26,7 @@ const wanted = {
   "X402Permit2Proxies.sol": ["X402UptoPermit2Proxy", "X402ExactPermit2Proxy"],
   "X402SmartWallet.sol": ["X402SmartWallet", "X402SmartWalletFactory", "X402ERC6492Validator"],
   "X402BadWallets.sol": ["X402RevertingWallet", "X402GasBurningWallet", "X402BadWalletFactory"],
+  "X402BatchSettlement.sol": ["X402BatchSettlement", "X402ERC3009DepositCollector", "X402Permit2DepositCollector"],
 };
 const sources = {};
 for (const file of Object.keys(wanted)) sources[file] = { content: fs.readFileSync(path.join(dir, file), "utf8") };

@@ -1,10 +1,34 @@
 """Shared fixtures: real platforms (uvicorn on loopback) on the in-process dev chain and on anvil,
-each on SQLite and on PostgreSQL; merchants with API keys and agent endpoints; funded agent wallets.
+on SQLite or on PostgreSQL; merchants with API keys and agent endpoints; funded agent wallets.
 
-Every test that uses a platform fixture (``dev_platform``, ``anvil_platform``, ``any_chain_platform``,
-``deployment``) runs once per database: its ids end in ``sqlite`` and ``postgresql``. PostgreSQL is
-found at ``X402MW_TEST_POSTGRES_URL`` (``make test`` starts a throwaway cluster where none answers:
-see ``tests/pg_cluster.py``); each platform gets a fresh database there, dropped at the end.
+Which database a test runs on: every test that reaches the ``database`` fixture (``dev_platform``,
+``anvil_platform``, ``any_chain_platform``, ``deployment``, ``quiet_dev_platform`` and the
+fixtures of files that start platforms of their own) runs on **SQLite**, its id ending in
+``[sqlite]``, unless it is marked ``both_databases`` (on the test, or for a whole file as its
+``pytestmark``): then it runs once per database, ids ending in ``sqlite`` and ``postgresql``. The
+rule for marking: the test is about something the two databases do differently, and says why next
+to the mark:
+
+- concurrency and locking: races of requests or processes on one row (idempotency keys, one
+  authorization or order paid once, concurrent refunds, settlement recovery and takeover, the
+  workers' claims, relayer leases, the webhook outbox's fan-out);
+- the SQL dialect: what PostgreSQL refuses where SQLite stores it (NUL characters, numbers past a
+  column's range, time zones), and upserts;
+- PostgreSQL's own machinery: LISTEN/NOTIFY (the key cache and key revocation), its pooled and held
+  connections, migrations (tests/integration/test_schema.py, test_engine.py).
+
+A test that is about PostgreSQL alone pins it (``@pytest.mark.parametrize("database",
+["postgresql"], indirect=True)``); a test that never reaches its platform's database pins SQLite
+(`tests.harness.sqlite_only`). ``pytest --all-databases`` runs every test on both databases, as
+the suite did before this rule (for a change to the database layer).
+
+Which chain: ``any_chain_platform`` runs a test on the dev chain and on anvil. A test parametrised
+by something the chain never sees (the seller's web framework) pairs each value with one chain
+(`tests.harness.each_on_one_chain`), so that every value runs and both chains run.
+
+PostgreSQL is found at ``X402MW_TEST_POSTGRES_URL`` (``make test`` starts a throwaway cluster where
+none answers: see ``tests/pg_cluster.py``); each platform gets a fresh database there, dropped at
+the end.
 """
 
 from __future__ import annotations
@@ -64,10 +88,45 @@ def _platforms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Platforms]
         yield _Platforms(stack, tmp_path_factory)
 
 
-@pytest.fixture(scope="session", params=DATABASES)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all-databases",
+        action="store_true",
+        help="run every test that takes a database on SQLite and on PostgreSQL, marked both_databases or not",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "both_databases: run on SQLite and on PostgreSQL (what the two do differently: see tests/conftest.py)",
+    )
+
+
+def _parametrised(metafunc: pytest.Metafunc, name: str) -> bool:
+    """Whether the test's own ``parametrize`` marks already give ``name`` its values."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The ``database`` of each test: SQLite, or both where marked ``both_databases`` (the module's
+    docstring says which tests are)."""
+    if "database" not in metafunc.fixturenames or _parametrised(metafunc, "database"):
+        return
+    both = metafunc.config.getoption("--all-databases") or metafunc.definition.get_closest_marker("both_databases")
+    metafunc.parametrize("database", DATABASES if both else ["sqlite"], indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
 def database(request: pytest.FixtureRequest) -> str:
-    """The database under the platform fixtures: ``sqlite`` or ``postgresql``. Pin a test that never
-    reaches the database to one with `tests.harness.sqlite_only`."""
+    """The database under the platform fixtures: ``sqlite`` or ``postgresql`` (see the module's
+    docstring for which a test gets)."""
     return str(request.param)
 
 

@@ -36,6 +36,20 @@ DATABASES = ["sqlite", "postgresql"]
 sqlite_only = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 """For a test that takes a platform fixture but never reaches its database: run it on SQLite only."""
 
+CHAINS = ["dev", "anvil"]
+
+
+def each_on_one_chain(name: str, values: list[str]) -> pytest.MarkDecorator:
+    """Parametrise ``name`` by ``values`` for a test on ``any_chain_platform`` whose ``values`` the
+    chain never sees (a seller's web framework): each value runs once, on the chains in turn, so
+    every value runs and so does each chain (instead of every value on every chain)."""
+    pairs = [(value, CHAINS[i % len(CHAINS)]) for i, value in enumerate(values)]
+    return pytest.mark.parametrize(
+        (name, "any_chain_platform"),
+        [pytest.param(value, chain, id=f"{value}-{chain}") for value, chain in pairs],
+        indirect=["any_chain_platform"],
+    )
+
 
 @contextlib.contextmanager
 def serve_app(app: Any, log_level: str = "warning", port: int | None = None) -> Iterator[str]:

@@ -562,6 +562,14 @@ def _register_merchant_day() -> None:
     users.add_command(users_invite, "invite")
 
 
+def _register_local_chain() -> None:
+    from x402mw.cli_local import anvil_command, rpc_relay_command
+
+    platform.add_command(anvil_command, "anvil")
+    platform.add_command(rpc_relay_command, "rpc-relay")
+
+
 _register_pay()
 _register_merchant_day()
+_register_local_chain()
 register_gateway(main)

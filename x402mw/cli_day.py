@@ -31,9 +31,9 @@ class _Refused(click.ClickException):
 COIN_DECIMALS = 6  # USDC and EURC
 
 
-def _price(value: tuple[str, str] | None) -> tuple[int, str] | None:
-    """``--price AMOUNT COIN`` as minor units and the coin: a decimal greater than zero with at most
-    the coin's 6 decimals, in USDC or EURC."""
+def _price(value: tuple[str, str] | None, option: str = "--price") -> tuple[int, str] | None:
+    """``--price AMOUNT COIN`` (or ``--max-price``) as minor units and the coin: a decimal greater than
+    zero with at most the coin's 6 decimals, in USDC or EURC."""
     from decimal import Decimal
 
     from x402mw.errors import PriceError
@@ -43,16 +43,16 @@ def _price(value: tuple[str, str] | None) -> tuple[int, str] | None:
         return None
     text, coin = value
     try:
-        amount = parse_decimal(text, field="--price")
+        amount = parse_decimal(text, field=option)
     except PriceError as exc:
         raise _Refused(str(exc)) from None
     if amount <= 0:
-        raise _Refused(f"--price must be greater than zero: {text!r}")
+        raise _Refused(f"{option} must be greater than zero: {text!r}")
     minor = amount.scaleb(COIN_DECIMALS)
     if minor != minor.to_integral_value():
-        raise _Refused(f"--price has at most {COIN_DECIMALS} decimals ({coin.upper()}): {text!r}")
+        raise _Refused(f"{option} has at most {COIN_DECIMALS} decimals ({coin.upper()}): {text!r}")
     if coin.upper() not in ("USDC", "EURC"):
-        raise _Refused(f"--price is in USDC or EURC, not {coin[:20]!r}")
+        raise _Refused(f"{option} is in USDC or EURC, not {coin[:20]!r}")
     return int(minor.quantize(Decimal(1))), coin.upper()
 
 
@@ -134,6 +134,15 @@ _PRICE = click.option(
     metavar="AMOUNT COIN",
     help="A decimal amount and its coin, e.g. --price 0.01 USDC (at most 6 decimals).",
 )
+_MAX_PRICE = click.option(
+    "--max-price",
+    nargs=2,
+    type=str,
+    default=None,
+    metavar="AMOUNT COIN",
+    help="A metered endpoint's ceiling: the most one request may charge, e.g. --max-price 0.05 USDC.",
+)
+_PRICING_MODES = ["fixed", "dynamic", "metered"]
 
 
 @click.group()
@@ -149,8 +158,9 @@ def endpoints() -> None:
 @click.option("--resource-url", required=True, help="http(s) URL of the paid resource, or mcp://tool/<name>.")
 @click.option("--payout-address", required=True, help="EVM address receiving the funds.")
 @_PRICE
+@_MAX_PRICE
 @click.option("--chain-id", type=int, default=None, help="The chain it settles on (default: the mode's first).")
-@click.option("--pricing-mode", type=click.Choice(["fixed", "dynamic"]), default="fixed", show_default=True)
+@click.option("--pricing-mode", type=click.Choice(_PRICING_MODES), default="fixed", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def endpoints_create(
     settings: PlatformSettings,
@@ -160,18 +170,26 @@ def endpoints_create(
     resource_url: str,
     payout_address: str,
     price: tuple[str, str] | None,
+    max_price: tuple[str, str] | None,
     chain_id: int | None,
     pricing_mode: str,
     as_json: bool,
 ) -> None:
-    """Create an agent endpoint, priced as an amount and its coin: --price 0.01 USDC"""
+    """Create an agent endpoint, priced as an amount and its coin: --price 0.01 USDC (metered:
+    --pricing-mode metered --max-price 0.05 USDC)"""
     from x402mw.platform.api.agents.endpoints import EndpointCreate
     from x402mw.platform.services.endpoints import create_endpoint
     from x402mw.platform.services.merchants import find_merchant
 
     priced = _price(price)
+    ceiling = _price(max_price, "--max-price")
+    if ceiling is not None and pricing_mode != "metered":
+        raise _Refused("--max-price is for --pricing-mode metered only")
     if pricing_mode == "fixed" and priced is None:
         raise _Refused("a fixed-price endpoint needs --price AMOUNT COIN, e.g. --price 0.01 USDC")
+    if pricing_mode == "metered" and (ceiling is None or priced is not None):
+        raise _Refused("a metered endpoint takes --max-price AMOUNT COIN (its ceiling), not --price")
+    coin = (priced or ceiling or (0, "USDC"))[1]
     livemode = mode == "live"
 
     async def create(engine: Any) -> Any:
@@ -192,12 +210,13 @@ def endpoints_create(
                 "resourceUrl": resource_url,
                 "payoutAddress": payout_address,
                 "chainId": chosen,
-                "currency": priced[1] if priced else "USDC",
+                "currency": coin,
                 "pricingMode": pricing_mode,
                 "amountMinor": str(priced[0]) if priced else None,
+                "maxAmountMinor": str(ceiling[0]) if ceiling else None,
             },
         )
-        fields.setdefault("currency", priced[1] if priced else "USDC")
+        fields.setdefault("currency", coin)
         return await create_endpoint(engine, networks, merchant_id, livemode, fields)
 
     with _refusals_exit(), _configuration_errors_exit():
@@ -254,7 +273,8 @@ def endpoints_show(settings: PlatformSettings, endpoint_id: str, merchant_id: st
 @click.option("--resource-url", default=None)
 @click.option("--payout-address", default=None)
 @_PRICE
-@click.option("--pricing-mode", type=click.Choice(["fixed", "dynamic"]), default=None)
+@_MAX_PRICE
+@click.option("--pricing-mode", type=click.Choice(_PRICING_MODES), default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def endpoints_update(
     settings: PlatformSettings,
@@ -265,33 +285,40 @@ def endpoints_update(
     resource_url: str | None,
     payout_address: str | None,
     price: tuple[str, str] | None,
+    max_price: tuple[str, str] | None,
     pricing_mode: str | None,
     as_json: bool,
 ) -> None:
-    """Change an agent endpoint (its coin and chain stay), its price as --price 0.02 USDC"""
+    """Change an agent endpoint (its coin and chain stay), its price as --price 0.02 USDC (a metered
+    one's ceiling as --max-price 0.10 USDC)"""
     from x402mw.platform.api.agents.endpoints import EndpointUpdate
     from x402mw.platform.services.endpoints import find_endpoint, update_endpoint
 
     priced = _price(price)
+    ceiling = _price(max_price, "--max-price")
     given = {
         "name": name,
         "resourceUrl": resource_url,
         "payoutAddress": payout_address,
         "pricingMode": pricing_mode,
         "amountMinor": str(priced[0]) if priced else None,
+        "maxAmountMinor": str(ceiling[0]) if ceiling else None,
     }
     changes = _parsed(EndpointUpdate, {key: value for key, value in given.items() if value is not None})
     if not changes:
-        raise _Refused("nothing to change: give --price, --name, --resource-url, --payout-address or --pricing-mode")
+        raise _Refused(
+            "nothing to change: give --price, --max-price, --name, --resource-url, --payout-address or --pricing-mode"
+        )
     livemode = mode == "live"
 
     async def update(engine: Any) -> Any:
         async with engine.connect() as conn:
             row = await find_endpoint(conn, merchant_id, livemode, endpoint_id.lower())
-        if row is not None and priced is not None and priced[1] != row.currency:
-            raise _Refused(
-                f"the endpoint is priced in {row.currency}; its coin does not change (--price ... {row.currency})"
-            )
+        for option, asked in (("--price", priced), ("--max-price", ceiling)):
+            if row is not None and asked is not None and asked[1] != row.currency:
+                raise _Refused(
+                    f"the endpoint is priced in {row.currency}; its coin does not change ({option} ... {row.currency})"
+                )
         return await update_endpoint(engine, merchant_id, livemode, endpoint_id.lower(), changes)
 
     with _refusals_exit():

@@ -76,6 +76,13 @@ def test_a_browser_pays_then_signs_in_again(seller: Seller, browsing: Browsing, 
     assert len(answer.body()) < 50_000  # the whole page: styles and scripts inlined
     expect(page.locator("#price")).to_have_text("0.01")
     expect(page.locator(".merchant")).to_have_text("Fjord Weather")
+    expect(page.locator("#network")).to_have_text(f"on x402mw dev chain (eip155:{dev_platform.chain.chain_id})")
+    # the brand: the logo beside the seller's name, the description under it, apart from what is sold
+    logo, seller_name, about = (page.locator(s).bounding_box() for s in (".logo", ".merchant", ".description"))
+    sold = page.locator("#purchase").bounding_box()
+    assert logo and seller_name and about and sold
+    assert logo["x"] + logo["width"] <= seller_name["x"] and about["y"] >= seller_name["y"] + seller_name["height"]
+    assert sold["y"] >= about["y"] + about["height"] + 8  # not run together
     expect(page.locator("#purchase")).to_have_text("Today's forecast for Oslo")
     assert_accessible(page)
     browsing.shoot("1-paywall")

@@ -1,7 +1,7 @@
 """Gasless wallet payments in real Chromium: a browser wallet (EIP-1193, injected into the page and
 its frames) whose account holds USDC and no gas signs the EIP-3009 authorization that ``attempts``
 answers; the page posts it to the platform's relay, which pays the gas. On the hosted page and in the
-panel, on SQLite and PostgreSQL."""
+panel."""
 
 from __future__ import annotations
 

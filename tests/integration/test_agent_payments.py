@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import Deployment, PlatformHarness
+from tests.harness import Deployment, PlatformHarness, each_on_one_chain
 from tests.sellers import ASYNC_SELLERS, asgi_transport, starlette_app
 from tests.waiting import eventually_async
 from x402mw.client import X402Auth
@@ -25,7 +25,7 @@ async def _pay(app: Any, agent_auth: X402Auth, path: str = "/weather") -> httpx.
         return await client.get(path)
 
 
-@pytest.mark.parametrize("framework", sorted(ASYNC_SELLERS))
+@each_on_one_chain("framework", sorted(ASYNC_SELLERS))
 async def test_async_sellers_get_paid_on_every_chain(framework: str, any_chain_platform: PlatformHarness) -> None:
     deployment = await asyncio.to_thread(any_chain_platform.deploy)
     app = ASYNC_SELLERS[framework](deployment.api_key, any_chain_platform.url, deployment.endpoint_id)
@@ -136,6 +136,7 @@ async def test_unpaid_challenges_reach_the_platform_in_the_background(deployment
     assert found.json()["challenge"]["status"] == "open"
 
 
+@pytest.mark.both_databases  # concurrent sends: each database's locking
 async def test_fifty_concurrent_sends_of_one_signature_settle_once(
     any_chain_platform: PlatformHarness,
 ) -> None:

@@ -19,7 +19,10 @@ from x402mw.protocol import decode_payment_required
 from x402mw.protocol.codec import encode_header
 from x402mw.seller import Held, PaidRoute, PaymentGate, RequestView, ServeMetered, run_async
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.both_databases,
+    pytest.mark.anyio,
+]  # a capture racing the worker's sweep of the hold: each database's locking
 
 EXACT_EXPIRED = "invalid_exact_evm_payload_authorization_valid_before"
 UPTO_EXPIRED = "permit2_deadline_expired"

@@ -1,5 +1,5 @@
 """Rate limits of the public checkout endpoints, on real app instances served by uvicorn over one
-platform (SQLite and PostgreSQL): counted in each instance's memory by default, and across instances
+platform (SQLite): counted in each instance's memory by default, and across instances
 through the Redis that runs at 127.0.0.1:6379 (each test counts under a key prefix of its own)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Orders paid by a signed EIP-3009 authorization that the platform relays, on a real platform and
-the dev chain (SQLite and PostgreSQL): a browser wallet's gasless payment through
+the dev chain (SQLite; concurrent sends on PostgreSQL too): a browser wallet's gasless payment through
 ``POST /checkout/v1/payment-intents/:id/authorizations``, and agents paying an order's ``x402Url``
 with our ``X402Auth`` and with the x402 Foundation's Python client. Every payer here holds the coin
 and no ETH at all: the relayer pays the gas."""
@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 from eth_account import Account
 from x402 import x402Client
 from x402.http.clients.httpx import x402AsyncTransport
@@ -335,6 +336,7 @@ def test_an_x402_payment_of_the_wrong_amount_gets_a_new_offer_and_moves_nothing(
     assert _relayed_payments(dev_platform, order["id"]) == []
 
 
+@pytest.mark.both_databases  # concurrent sends: each database's locking
 def test_concurrent_sends_of_one_authorization_and_of_two_pay_the_order_once(dev_platform: PlatformHarness) -> None:
     _, key, _ = dev_platform.merchant()
     order = _order(dev_platform, key, amount="1")

@@ -1,7 +1,7 @@
 """A wallet's authorization and an agent's x402 payment while the chain's node is down: 503 with
 ``Retry-After``, nothing sent, the order's claim given back; once the node is back (anvil keeps its
-chain in a state file) the same signatures pay, once. A platform of its own on anvil, on SQLite and
-on PostgreSQL."""
+chain in a state file) the same signatures pay, once. A platform of its own on anvil, on
+SQLite."""
 
 from __future__ import annotations
 

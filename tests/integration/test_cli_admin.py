@@ -1,5 +1,6 @@
-"""A merchant's day on the command line, against a real ``x402mw platform serve`` on SQLite and on
-PostgreSQL: what ``serve`` says on start (and that the faucet command it prints works as printed),
+"""A merchant's day on the command line, against a real ``x402mw platform serve`` on SQLite (the
+queues' status on PostgreSQL too): what ``serve`` says on start (and that the faucet command it
+prints works as printed),
 ``merchants create|list|show|rename``, ``keys create|list|revoke`` with their ``--json``, and
 ``platform status`` while the platform runs and once it has stopped. And ``x402mw demo``, which
 leaves nothing behind."""
@@ -139,6 +140,7 @@ def test_merchants_and_keys(served: Serve) -> None:
     assert "no merchant" in _cli(served, "keys", "list", "--merchant", missing, status=1)
 
 
+@pytest.mark.both_databases  # the queues' ages: COUNT FILTER and time comparisons in each dialect
 def test_status_says_when_no_worker_does_the_work_due(database: str, tmp_path: Path) -> None:
     # a serve without the worker duties: an order past its expiry stays owed, and status says so
     with contextlib.ExitStack() as stack:

@@ -1,5 +1,5 @@
 """``x402mw platform endpoints list|create|show|update`` and ``users list|invite`` against a real
-``x402mw platform serve`` on SQLite and PostgreSQL: prices as decimals of their coin in and out,
+``x402mw platform serve`` on SQLite: prices as decimals of their coin in and out,
 the API agreeing in minor units, bad prices refused in one line with exit status 2, and an
 invitation link the running dashboard opens."""
 
@@ -100,6 +100,24 @@ def test_endpoints_priced_in_decimals(served: Serve) -> None:
     )
     assert [e["id"] for e in _json(served, "endpoints", "list", "--merchant", merchant, lines=True)] == [made["id"]]
     assert _json(served, "endpoints", "show", made["id"], "--merchant", merchant)["price"] == "0.000025 USDC"
+    # metered: a ceiling (--max-price) in place of a price, the API holding it as maxAmountMinor
+    metered = _json(
+        served, *base, "--resource-url", "https://api.weather.test/ask", "--pricing-mode", "metered",
+        "--max-price", "0.05", "USDC",
+    )  # fmt: skip
+    assert metered["pricingMode"] == "metered" and metered["maxPrice"] == "0.05 USDC" and metered["price"] is None
+    with httpx.Client(base_url=served.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+        seen = api.get(f"/agent/endpoints/{metered['id']}").json()["endpoint"]
+        assert (seen["pricingMode"], seen["maxAmountMinor"], seen["amountMinor"]) == ("metered", "50000", None)
+    raised = _json(served, "endpoints", "update", metered["id"], "--merchant", merchant, "--max-price", "0.1", "USDC")
+    assert raised["maxPrice"] == "0.10 USDC" or raised["maxPrice"] == "0.1 USDC", raised
+    metered_base = [*base, *url, "--pricing-mode", "metered"]
+    assert "takes --max-price" in _refused(served, *metered_base)
+    assert "takes --max-price" in _refused(served, *metered_base, "--price", "0.01", "USDC")
+    assert "for --pricing-mode metered only" in _refused(served, *base, *url, "--max-price", "0.05", "USDC")
+    assert "--max-price must be greater than zero" in _refused(served, *metered_base, "--max-price", "0", "USDC")
+    fixed_again = _run(served, "endpoints", "update", made["id"], "--merchant", merchant, "--max-price", "1", "USDC")
+    assert fixed_again.returncode == 1 and "metered" in fixed_again.stderr, fixed_again.stderr
     # what the service refuses: a live endpoint on the test chain; an endpoint of another merchant
     refused = _run(served, *base, *url, "--price", "1", "USDC", "--mode", "live")
     assert refused.returncode == 1 and "settles on no live chain" in refused.stderr, refused.stderr

@@ -1,4 +1,4 @@
-"""The dashboard over HTTP, on SQLite and PostgreSQL: sign-in (throttled), sessions (idle and
+"""The dashboard over HTTP, on SQLite: sign-in (throttled), sessions (idle and
 absolute expiry, revocation), CSRF on every form, each role's limits, another merchant's objects as
 404 on every route, escaping, invitations, two-factor, the API request log, and the audit log of
 each refusal."""

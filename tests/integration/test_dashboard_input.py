@@ -10,6 +10,8 @@ import pytest
 from tests.dashboard_fixtures import PASSWORD, Team, audited, csrf_of, make_team
 from tests.harness import PlatformHarness
 
+pytestmark = pytest.mark.both_databases  # NUL and numbers past a column: PostgreSQL refuses what SQLite stores
+
 
 @pytest.fixture
 def team(dev_platform: PlatformHarness) -> Team:

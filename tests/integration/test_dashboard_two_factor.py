@@ -1,4 +1,4 @@
-"""Two-factor sign-in in the dashboard, on SQLite and PostgreSQL: while it is on, turning it off or
+"""Two-factor sign-in in the dashboard, on SQLite: while it is on, turning it off or
 setting it up again takes the second factor itself (a current code or a recovery code), every
 change is in the audit log, recovery codes sign in once each, and developers, as owners, turn it
 on before live mode."""

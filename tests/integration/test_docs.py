@@ -99,6 +99,7 @@ def blocks(page: str) -> list[Block]:
 
 CHECKED = [
     "README.md",
+    "docs/index.md",
     "docs/quickstart.md",
     "docs/agents.md",
     "docs/mcp.md",
@@ -123,6 +124,7 @@ CHECKED = [
     "docs/sellers/paywall.md",
     "docs/sellers/sign-in.md",
     "docs/sellers/x402-sdk.md",
+    "docs/local-chain.md",
 ]
 """The pages run so far; the others of `pages` are still to be made to run as written (issue 36)."""
 

@@ -1,5 +1,5 @@
-"""The examples, run for real. First in-process against the platform fixtures (on SQLite and on
-PostgreSQL): the merchant quickstart (an order created through the typed client, paid in the sandbox,
+"""The examples, run for real. First in-process against the platform fixtures (on
+SQLite): the merchant quickstart (an order created through the typed client, paid in the sandbox,
 reported by verified webhooks and refunded, with the balance back where it was), the same over plain
 HTTP, payment links, an agent paying an order. Then each example as its docstring says to run it, a
 subprocess started from the repository root and from another folder (by the file's path), against a

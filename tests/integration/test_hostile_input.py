@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.harness import PlatformHarness
 from x402mw.platform.openapi.document import build_document
@@ -96,6 +97,7 @@ def _is_envelope(response: httpx.Response) -> bool:
     return isinstance(error, dict) and {"type", "code", "message", "requestId"} <= set(error)
 
 
+@pytest.mark.both_databases  # huge numbers and control characters: PostgreSQL refuses what SQLite stores
 def test_no_operation_answers_hostile_input_with_a_server_error(dev_platform: PlatformHarness) -> None:
     _, key, _ = dev_platform.merchant("Hostile input")
     document = build_document()
@@ -144,6 +146,7 @@ def test_no_operation_answers_hostile_input_with_a_server_error(dev_platform: Pl
     assert not failures, "\n".join(failures[:20])
 
 
+@pytest.mark.both_databases  # PostgreSQL refuses NUL in text, SQLite stores it
 def test_a_nul_character_is_refused_before_it_reaches_the_database(dev_platform: PlatformHarness) -> None:
     # PostgreSQL text cannot hold NUL: unrefused, each of these was a 500 there
     _, key, _ = dev_platform.merchant("NUL")
@@ -174,6 +177,7 @@ def test_a_nul_character_is_refused_before_it_reaches_the_database(dev_platform:
         assert written.json()["paymentIntent"]["orderId"] == "a\\u0000b"
 
 
+@pytest.mark.both_databases  # PostgreSQL refuses text that is not UTF-8, SQLite stores it
 def test_an_unpaired_surrogate_is_refused_before_it_is_stored(dev_platform: PlatformHarness) -> None:
     # JSON can spell half of a surrogate pair ("\ud800"), which no UTF-8 text can hold: stored as a
     # metadata key it made the creation itself answer 500, and every later read of the order.

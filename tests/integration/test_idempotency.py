@@ -28,6 +28,8 @@ from x402mw.platform.http.errors import RequestIdMiddleware
 from x402mw.platform.runtime import Platform
 from x402mw.platform.services.idempotency import purge_idempotency_keys
 
+pytestmark = pytest.mark.both_databases  # idempotency keys under concurrent first uses: each database's locking
+
 
 def _endpoint_body(harness: PlatformHarness, name: str = "Weather") -> dict[str, Any]:
     return {

@@ -22,6 +22,8 @@ from x402mw.platform.db.engine import create_engine_for
 from x402mw.platform.services.key_cache import LISTENER_NAME
 from x402mw.platform.services.merchants import KeyRing
 
+pytestmark = pytest.mark.both_databases  # the key cache follows revocations through PostgreSQL's LISTEN/NOTIFY
+
 
 def _status(harness: PlatformHarness, key: str) -> int:
     return httpx.get(f"{harness.url}/agent/endpoints", headers={"x-api-key": key}, timeout=30).status_code

@@ -21,6 +21,10 @@ from x402mw.cli import main
 from x402mw.platform.db.engine import create_engine_for
 from x402mw.platform.services.merchants import KeyRing
 
+pytestmark = (
+    pytest.mark.both_databases
+)  # a revocation reaches other processes: PostgreSQL's LISTEN/NOTIFY, SQLite's polling
+
 FORMS: dict[str, Callable[[str], dict[str, str]]] = {
     "bearer": lambda key: {"Authorization": f"Bearer {key}"},
     "x-api-key": lambda key: {"x-api-key": key},

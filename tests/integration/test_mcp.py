@@ -279,6 +279,7 @@ async def test_dynamic_price_and_caps(dev_platform: PlatformHarness) -> None:
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == before + 10_000
 
 
+@pytest.mark.both_databases  # one authorization sent twice at once: each database's locking
 async def test_bad_payments_are_refused_in_the_protocols_shape(dev_platform: PlatformHarness) -> None:
     deployment = await asyncio.to_thread(dev_platform.deploy, resource_url="mcp://tool/forecast")
     other = await asyncio.to_thread(dev_platform.deploy, resource_url="mcp://tool/other")

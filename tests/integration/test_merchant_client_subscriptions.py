@@ -1,5 +1,5 @@
 """The merchant client's plans, subscriptions, invoices and test clocks against a real platform (dev
-chain, SQLite and PostgreSQL), sync and async: typed answers, money as Decimal, pages, typed errors."""
+chain, SQLite), sync and async: typed answers, money as Decimal, pages, typed errors."""
 
 from __future__ import annotations
 

@@ -210,6 +210,7 @@ async def test_a_hold_its_seller_never_settles_lapses_into_a_failed_payment(dev_
         assert await asyncio.to_thread(harness.server.call, lambda _p: recovery.close_lapsed_holds(deadline)) == 0
 
 
+@pytest.mark.both_databases  # captures of one payment: each database's locking
 async def test_a_metered_payment_is_captured_by_its_id_once(dev_platform: PlatformHarness) -> None:
     harness = dev_platform
     deployment = await asyncio.to_thread(metered_deployment, harness, ceiling=30_000)

@@ -81,6 +81,7 @@ async def test_a_retry_of_a_settled_authorization_gets_its_outcome_and_is_not_ch
     assert await asyncio.to_thread(dev_platform.balance, deployment.payout) == 2_000
 
 
+@pytest.mark.both_databases  # two requests at once: each database's locking
 async def test_two_requests_with_one_authorization_at_once_serve_one(
     seller: tuple[Deployment, httpx.AsyncClient], dev_platform: PlatformHarness
 ) -> None:
@@ -182,6 +183,7 @@ async def test_a_payer_without_an_allowance_is_answered_412(dev_platform: Platfo
     assert offer["extensions"]["eip2612GasSponsoring"]["info"]["nonce"] == "0"
 
 
+@pytest.mark.both_databases  # two holds at once: each database's locking
 async def test_a_balance_that_fell_below_the_usage_fails_the_settlement_not_the_ceiling(
     dev_platform: PlatformHarness,
 ) -> None:

@@ -27,7 +27,10 @@ from x402mw.protocol.codec import encode_header
 from x402mw.protocol.models import PaymentPayload, PaymentRequired
 from x402mw.protocol.payment_identifier import CONFLICT, PAYMENT_IDENTIFIER, new_identifier, payload_extensions
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.both_databases,
+    pytest.mark.anyio,
+]  # concurrent sends under one id charge once: each database's locking
 
 _TRANSFER = "0x" + keccak256(b"Transfer(address,address,uint256)").hex()
 

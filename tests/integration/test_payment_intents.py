@@ -1,5 +1,5 @@
-"""Payment orders through the merchant API of real platforms (on SQLite and on PostgreSQL): creation and
-validation, reads, tenant isolation, cancel, expiry, events."""
+"""Payment orders through the merchant API of real platforms (on SQLite; concurrent creations on
+PostgreSQL too): creation and validation, reads, tenant isolation, cancel, expiry, events."""
 
 from __future__ import annotations
 
@@ -315,6 +315,7 @@ def test_order_id_conflict(dev_platform: PlatformHarness) -> None:
         ]
 
 
+@pytest.mark.both_databases  # concurrent creates: each database's unique constraints and locking
 def test_concurrent_creates_with_one_order_id(dev_platform: PlatformHarness) -> None:
     merchant_id, key, _ = dev_platform.merchant()
     body = _body(orderId="race-1")
@@ -454,6 +455,7 @@ def test_fixed_transfer_address_is_held_by_one_open_order(dev_platform: Platform
         _error(api.post("/payment-intents", json=_body(metadata=customer)), 409, "fixed_transfer_active_payment")
 
 
+@pytest.mark.both_databases  # concurrent creates: each database's locking
 def test_concurrent_creations_with_one_key_make_one_order(dev_platform: PlatformHarness) -> None:
     merchant_id, api = _merchant_api(dev_platform)
     body, headers = _body(), {"Idempotency-Key": f"create-{uuid.uuid4()}"}

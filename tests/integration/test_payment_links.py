@@ -1,4 +1,4 @@
-"""Payment links against a real platform (SQLite and PostgreSQL, the dev chain): the merchant API,
+"""Payment links against a real platform (SQLite, the dev chain): the merchant API,
 the link's page giving each buyer an order of their own (kept by a cookie while it can be paid),
 slugs, deactivation, and the orders paid, reported and refunded like any other."""
 

@@ -213,6 +213,7 @@ def _param(name: str) -> tuple[str, str]:
     return "parameter_invalid" if name != "amount" else "parameter_unknown", name
 
 
+@pytest.mark.both_databases  # concurrent refunds: each database's locking
 @pytest.mark.parametrize("shared_key", [False, True], ids=["distinct-keys", "one-key"])
 def test_concurrent_refunds_transfer_once(dev_platform: PlatformHarness, shared_key: bool) -> None:
     _, key, _ = dev_platform.merchant()
@@ -378,6 +379,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+@pytest.mark.both_databases  # the treasury's reservation: each database's locking
 def test_a_refund_the_treasury_cannot_cover_fails_and_releases_its_reservation(database: str, tmp_path: Any) -> None:
     # its own platform: this test empties the treasury, which the shared one's other tests rely on
     with contextlib.ExitStack() as stack:

@@ -28,6 +28,7 @@ from x402mw.platform.chain.devchain import DEV_CHAIN_ID
 from x402mw.platform.chain.pool import RelayerPool
 from x402mw.platform.chain.relayer import Relayer, RelayerBusy
 from x402mw.platform.chain.rpc import HttpJsonRpc
+from x402mw.platform.clock import Clock, ManualClock
 from x402mw.platform.db import tables
 from x402mw.platform.db.engine import create_engine_for, migrate, sync_url
 from x402mw.platform.services.relayer_leases import RelayerLeases, pool_key, set_pool_size
@@ -73,8 +74,10 @@ async def _fund(rpc: HttpJsonRpc, keys: list[bytes]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _pool(rpc: HttpJsonRpc, keys: list[bytes], **options: float) -> AsyncIterator[RelayerPool]:
-    pool = RelayerPool(rpc, Relayer(rpc, FUNDER, chain_id=31337), chain_id=31337, **options)  # type: ignore[arg-type]
+async def _pool(
+    rpc: HttpJsonRpc, keys: list[bytes], clock: Clock | None = None, **options: float
+) -> AsyncIterator[RelayerPool]:
+    pool = RelayerPool(rpc, Relayer(rpc, FUNDER, chain_id=31337), chain_id=31337, clock=clock, **options)  # type: ignore[arg-type]
     try:
         for key in keys:
             await pool.hold(key)
@@ -105,7 +108,8 @@ async def test_a_node_that_takes_no_more_from_an_account_is_busy_not_a_refusal(r
     keys = _funded_keys(2)
     await _fund(rpc, keys)
     # Our cap is above the node's: the node's refusal sends the work to the other account.
-    async with _pool(rpc, keys[:1], cap=64, wait=0.2) as pool:
+    clock = ManualClock()
+    async with _pool(rpc, keys[:1], clock, cap=64, wait=0.2) as pool:
         to = Account.create().address
         sent = [await pool.send(to, b"", gas=21_000) for _ in range(MAX_PENDING)]
         with pytest.raises(RelayerBusy):
@@ -118,7 +122,7 @@ async def test_a_node_that_takes_no_more_from_an_account_is_busy_not_a_refusal(r
         # The refused nonce was given back: the first account's next send is not stuck behind a gap.
         first = address_of(keys[0])
         assert int(await rpc.request("eth_getTransactionCount", [first, "latest"]), 16) == MAX_PENDING
-        await asyncio.sleep(1.0)  # past the time an account the node called full is left alone
+        clock.advance(1.0)  # past the time an account the node called full is left alone
         more = [await pool.send(to, b"", gas=21_000) for _ in range(2)]
         await rpc.request("evm_mine")
         for tx in more:
@@ -146,11 +150,13 @@ def relayer_key() -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def _process(rpc: HttpJsonRpc, database_url: str, relayer_key: bytes, name: str) -> AsyncIterator[RelayerLeases]:
+async def _process(
+    rpc: HttpJsonRpc, database_url: str, relayer_key: bytes, name: str, clock: Clock | None = None
+) -> AsyncIterator[RelayerLeases]:
     engine = create_engine_for(database_url)
     pool = RelayerPool(rpc, Relayer(rpc, relayer_key, chain_id=31337), chain_id=31337)
     leases = RelayerLeases(
-        engine, pool, chain_id=31337, relayer_key=relayer_key, lease=3.0, gas_floor=10**16, holder=name
+        engine, pool, chain_id=31337, relayer_key=relayer_key, lease=3.0, gas_floor=10**16, holder=name, clock=clock
     )
     try:
         yield leases
@@ -247,8 +253,9 @@ async def test_the_accounts_of_a_stopped_process_are_taken_over_once_their_lease
 ) -> None:
     await _fund(rpc, [relayer_key])
     mining = asyncio.create_task(_mine_while(rpc))
+    clock = ManualClock()  # b's: moved past a's leases instead of waiting for them
     try:
-        async with _process(rpc, database_url, relayer_key, "b") as b:
+        async with _process(rpc, database_url, relayer_key, "b", clock) as b:
             engine = create_engine_for(database_url)
             stopped = RelayerPool(rpc, Relayer(rpc, relayer_key, chain_id=31337), chain_id=31337)
             a = RelayerLeases(engine, stopped, chain_id=31337, relayer_key=relayer_key, lease=3.0, gas_floor=10**16)
@@ -263,7 +270,7 @@ async def test_the_accounts_of_a_stopped_process_are_taken_over_once_their_lease
             await engine.dispose()
             await b.round()
             assert b.pool.addresses == [], "the leases have not run out yet"
-            await asyncio.sleep(3.5)
+            clock.advance(3.5)  # a's leases (3 s) have run out
             await b.round()
             assert sorted(b.pool.addresses) == sorted(stopped.addresses or await _addresses(database_url))
             # b read the nonces from the node: its sends come after what a left, and both are mined

@@ -21,7 +21,10 @@ from x402mw.platform.db.models import AgentPayment, new_id
 from x402mw.platform.runtime import Platform
 from x402mw.platform.services.settlement.recovery import TAKEOVER_AFTER as RECOVER_AFTER
 
-pytestmark = pytest.mark.anyio
+pytestmark = [
+    pytest.mark.both_databases,
+    pytest.mark.anyio,
+]  # recovery takes stopped processes' settlements over once: each database's locking
 
 
 def _payment_row(harness: PlatformHarness, merchant_id: str, payer: str, pay_to: str, **fields: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Smart-account payers end to end, on the dev chain and anvil (SQLite and PostgreSQL): an
+"""Smart-account payers end to end, on the dev chain and anvil (SQLite): an
 ``X402SmartWallet`` (EIP-1271), deployed or not yet (ERC-6492), pays a real seller app through
 ``X402Auth`` and httpx, and a hosted checkout order; the receipt names the wallet; the wallets and
 factories that misbehave are refused with ``invalid_signature`` and nothing moves."""

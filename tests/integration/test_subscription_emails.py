@@ -3,7 +3,7 @@ API and the hosted subscribe form takes one RFC 5322 addr-spec and nothing else 
 display name, which would give the SMTP envelope several recipients or none); names with line
 breaks reach the Subject as one line; and an email that can never be built (an address stored
 before the rule) fails at once, with an ``email.failed`` webhook, instead of three days of retries.
-A real platform (dev chain, SQLite and PostgreSQL), a real SMTP server (aiosmtpd), the worker's
+A real platform (dev chain, SQLite), a real SMTP server (aiosmtpd), the worker's
 duties run where the test calls them, on a `ManualClock`."""
 
 from __future__ import annotations

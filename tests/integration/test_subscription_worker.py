@@ -22,6 +22,8 @@ from x402mw.platform.clock import ManualClock
 from x402mw.platform.db import tables
 from x402mw.platform.emails.outbox import LEASE
 
+pytestmark = pytest.mark.both_databases  # several workers run each action once: each database's claims
+
 START = "2026-01-31T10:00:00Z"
 
 

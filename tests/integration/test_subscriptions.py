@@ -1,4 +1,4 @@
-"""Subscriptions against a real platform (dev chain, SQLite and PostgreSQL, the worker running): every
+"""Subscriptions against a real platform (dev chain, SQLite, the worker running; the races on PostgreSQL too): every
 row of the transition table of spec 3.3, each driven by a test clock and by real payments (transfers
 on the dev chain to the invoice's deposit address), each checking the webhook it sends with
 `construct_event`. The reorg row runs on anvil in test_subscription_reorg.py."""
@@ -51,6 +51,7 @@ def _error(reply: httpx.Response, status: int, code: str, param: str | None = No
         assert error["param"] == param, error
 
 
+@pytest.mark.both_databases  # concurrent first opens: each database's locking
 def test_opening_makes_an_incomplete_subscription_and_opening_again_reuses_it(shop: Shop) -> None:
     plan = shop.plan(amount="12.5")
     opened = shop.open(plan, CUSTOMER, customerEmail="ada@example.com", testClock=shop.clock(START))
@@ -241,6 +242,7 @@ def test_cancelling_at_period_end_keeps_it_until_then(shop: Shop) -> None:
     assert shop.kinds(sub_id) == ["subscription.created", "subscription.canceled"]
 
 
+@pytest.mark.both_databases  # two payments at once: each database's locking
 def test_payments_of_one_invoice_count_once(shop: Shop) -> None:
     clock = shop.clock(START)
     opened = shop.open(shop.plan(amount="2"), "cus_twice", testClock=clock)

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import Deployment, PlatformHarness
+from tests.harness import Deployment, PlatformHarness, each_on_one_chain
 from tests.sync_sellers import SYNC_FRAMEWORKS, django_settings, sync_seller
 from x402mw.client import X402Auth
 from x402mw.protocol import decode_settlement_response
@@ -27,7 +27,7 @@ def _check(response: httpx.Response, deployment: Deployment) -> None:
     assert body["payer"].lower() == deployment.agent.address.lower() and body["amount"] == 10_000
 
 
-@pytest.mark.parametrize("framework", SYNC_FRAMEWORKS)
+@each_on_one_chain("framework", SYNC_FRAMEWORKS)
 def test_sync_sellers_get_paid(framework: str, any_chain_platform: PlatformHarness) -> None:
     deployment = any_chain_platform.deploy()
     auth = X402Auth(deployment.agent, max_amount="0.01", receipt_signer=any_chain_platform.platform.receipt_address)

@@ -160,3 +160,11 @@ async def test_published_urls_are_under_the_configured_origin_whatever_the_host(
         listed = await client.get("/.well-known/x402", headers=evil)
     assert {item["resource"]["url"] for item in listed.json()["items"]} >= {"http://evil.test/cheap"}
     assert listed.headers["Cache-Control"] == "private, max-age=60" and listed.headers["Vary"] == "Host"
+
+
+def test_the_paywall_names_the_network() -> None:
+    from x402mw.seller.paywall import network_text
+
+    assert network_text("eip155:8453") == "on Base (eip155:8453)"
+    assert network_text("eip155:84532") == "on Base Sepolia (eip155:84532)"
+    assert network_text("eip155:987654321987") == "on network eip155:987654321987"

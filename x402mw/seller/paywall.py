@@ -20,13 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from x402mw.errors import ConfigurationError
+from x402mw.protocol.networks import get_network
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _CHECKOUT_STATIC = _PACKAGE / "platform" / "checkout" / "static"
 _OWN_STATIC = Path(__file__).resolve().parent / "paywall_static"
 _EXTRA_CSS = """
-.logo{display:block;max-height:3rem;max-width:12rem;margin:0 0 .5rem}
-.description{margin:.25rem 0 0}
+.brand{display:flex;gap:.75rem;align-items:center;padding-bottom:.75rem;margin-bottom:.75rem;
+border-bottom:1px solid var(--line)}
+.brand .merchant{margin:0;color:var(--text);font-size:1.1rem}
+.logo{display:block;flex:none;max-height:3rem;max-width:6rem;margin:0}
+.description{margin:.15rem 0 0;font-size:.9rem}
+.network{margin:.25rem 0 0}
 .result pre{white-space:pre-wrap;word-break:break-word;overflow:auto;max-height:60vh;margin:0}
 .actions{display:flex;flex-wrap:wrap;gap:.5rem}
 """
@@ -96,6 +101,8 @@ class Paywall:
         name = self.name or ""
         logo = f'<img class="logo" src="{_e(self.logo)}" alt="{_e(name or "Seller")} logo">' if self.logo else ""
         description = f'<p class="description muted">{_e(self.description)}</p>' if self.description else ""
+        brand = f'<div class="brand">{logo}<div><p class="merchant">{_e(name)}</p>{description}</div></div>'
+        network = network_text(str(offer.get("network", "")))
         signs_in = "sign-in-with-x" in (required.get("extensions") or {})
         sign_in = (
             '<button type="button" class="button secondary" id="wallet-sign-in">I already paid</button>'
@@ -111,9 +118,10 @@ class Paywall:
             f"<title>Pay {_e(price)} {_e(currency)} for {_e(sold)}</title>"
             f"<style>{assets['css']}</style></head><body>"
             '<main class="card" id="paywall"><header class="header">'
-            f'{badge}{logo}<p class="merchant">{_e(name)}</p>{description}'
+            f"{badge}{brand if (name or logo or description) else ''}"
             f'<p class="purchase" id="purchase">{_e(sold)}</p>'
             f'<h1 class="amount"><span id="price">{_e(price)}</span> <span class="coin">{_e(currency)}</span></h1>'
+            f'<p class="network muted small" id="network">{_e(network)}</p>'
             "</header>"
             '<section class="panel" id="offer" aria-labelledby="offer-title">'
             '<h2 id="offer-title" class="visually-hidden">Payment</h2>'
@@ -131,6 +139,13 @@ class Paywall:
             f"<script>{assets['js']}</script></body></html>"
         )
         return page.encode()
+
+
+def network_text(network: str) -> str:
+    """Where the payment is made, for a person: ``on Base (eip155:8453)``, or the CAIP-2 id alone for
+    a chain this process has no name for."""
+    known = get_network(network) if network else None
+    return f"on {known.name} ({network})" if known else f"on network {network}"
 
 
 def _e(value: object) -> str:

@@ -7,6 +7,9 @@ at the canonical addresses on local chains, and the calldata the platform sends 
   genesis (:func:`canonical_genesis_accounts`) and on anvil with ``anvil_setCode``
   (:func:`place_canonical_contracts`), so that what a client signs for the canonical contracts (the
   EIP-712 domain names the verifying contract) verifies unchanged on every chain we run.
+- ``X402BatchSettlement`` (the escrow of the x402 ``batch-settlement`` scheme) and its deposit
+  collectors ``X402ERC3009DepositCollector`` and ``X402Permit2DepositCollector`` are placed the same
+  way at the scheme's canonical addresses; their calldata is :mod:`~x402mw.platform.chain.channels`.
 - ``X402SmartWallet`` (an EIP-1271 wallet with one owner key), its CREATE2
   ``X402SmartWalletFactory`` and the deployless ``X402ERC6492Validator`` serve smart-account payers;
   ``X402RevertingWallet``, ``X402GasBurningWallet`` and ``X402BadWalletFactory`` misbehave on purpose,
@@ -23,6 +26,11 @@ from typing import Any
 from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode as abi_encode
 
+from x402mw.evm.batch_settlement import (
+    BATCH_SETTLEMENT_ADDRESS,
+    ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
+    PERMIT2_DEPOSIT_COLLECTOR_ADDRESS,
+)
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import to_checksum_address
 from x402mw.platform.chain.relayer import transact
@@ -42,6 +50,9 @@ ARTIFACTS = frozenset(
         "X402RevertingWallet",
         "X402GasBurningWallet",
         "X402BadWalletFactory",
+        "X402BatchSettlement",
+        "X402ERC3009DepositCollector",
+        "X402Permit2DepositCollector",
     }
 )
 
@@ -49,6 +60,9 @@ CANONICAL_CONTRACTS: dict[str, str] = {
     PERMIT2_ADDRESS: "X402Permit2",
     UPTO_PERMIT2_PROXY_ADDRESS: "X402UptoPermit2Proxy",
     EXACT_PERMIT2_PROXY_ADDRESS: "X402ExactPermit2Proxy",
+    BATCH_SETTLEMENT_ADDRESS: "X402BatchSettlement",
+    ERC3009_DEPOSIT_COLLECTOR_ADDRESS: "X402ERC3009DepositCollector",
+    PERMIT2_DEPOSIT_COLLECTOR_ADDRESS: "X402Permit2DepositCollector",
 }
 """Canonical address => the artifact whose runtime code sits there on the dev chain and anvil."""
 
@@ -126,8 +140,9 @@ def canonical_genesis_accounts() -> dict[bytes, dict[str, Any]]:
 
 
 async def place_canonical_contracts(rpc: JsonRpc) -> None:
-    """Put Permit2 and the x402 proxies at their canonical addresses with ``anvil_setCode`` (anvil,
-    or any node that has it; never on a real network). Storage already there is kept."""
+    """Put Permit2, the x402 proxies and the batch-settlement escrow and its collectors at their
+    canonical addresses with ``anvil_setCode`` (anvil, or any node that has it; never on a real
+    network). Storage already there is kept."""
     await rpc.batch(
         [("anvil_setCode", [address, "0x" + runtime_code(name).hex()]) for address, name in CANONICAL_CONTRACTS.items()]
     )

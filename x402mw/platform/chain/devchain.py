@@ -39,6 +39,7 @@ from eth_utils.exceptions import ValidationError
 from hexbytes import HexBytes
 from rlp.exceptions import RLPException
 
+from x402mw.evm.batch_settlement import BATCH_SETTLEMENT_ADDRESS
 from x402mw.platform.chain.devstate import ChainIdentity, DevChainBackend, DevChainState
 from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
@@ -101,6 +102,7 @@ class DevChainRpc:
             "evm_mine": self._mine,
             "evm_snapshot": lambda p: hex(self._tester.take_snapshot()),
             "evm_revert": self._revert,
+            "evm_setNextBlockTimestamp": self._set_next_block_timestamp,
         }
 
     @property
@@ -301,6 +303,11 @@ class DevChainRpc:
         self._commit()
         return "0x0"
 
+    def _set_next_block_timestamp(self, params: list[Any]) -> None:
+        # As anvil's: the next block gets this time (later ones no earlier); for tests of delays.
+        value = params[0]
+        self._backend.date_next_block(int(value, 16) if isinstance(value, str) else int(value))
+
     def _revert(self, params: list[Any]) -> bool:
         self._tester.revert_to_snapshot(int(params[0], 16))
         self._commit()
@@ -375,6 +382,12 @@ async def start_dev_chain(
                 logger.warning(
                     "the dev chain in %s was made before x402mw put Permit2 in its genesis: payments through "
                     "Permit2 (the upto scheme) cannot settle on it; delete the data dir for a new chain",
+                    state.path,
+                )
+            elif await rpc.request("eth_getCode", [BATCH_SETTLEMENT_ADDRESS, "latest"]) in ("0x", b"", None):
+                logger.warning(
+                    "the dev chain in %s was made before x402mw put the batch-settlement escrow in its genesis: "
+                    "payment channels cannot open on it; delete the data dir for a new chain",
                     state.path,
                 )
             if await _gas(rpc, relayer_address) < _RELAYER_GAS // 10:

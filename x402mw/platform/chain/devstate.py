@@ -188,6 +188,15 @@ class DevChainBackend(PyEVMBackend):  # type: ignore[misc]
         if header.timestamp < now and not self.chain.get_block().transactions:
             self.chain.header = header.copy(timestamp=now)
 
+    def date_next_block(self, timestamp: int) -> None:
+        """Date the block being built (nothing in it yet: the caller sealed what was sent)
+        ``timestamp``, which must not be before its parent's; the blocks after it are dated no
+        earlier (anvil's ``evm_setNextBlockTimestamp``: a test moves the chain's clock forward)."""
+        parent = self.chain.get_canonical_head()
+        if timestamp < parent.timestamp:
+            raise ValueError(f"Timestamp error: {timestamp} is lower than previous block's timestamp")  # anvil's words
+        self.chain.header = self.chain.header.copy(timestamp=timestamp)
+
     def genesis_hash(self) -> str:
         return "0x" + bytes(self.chain.get_canonical_block_header_by_number(0).hash).hex()
 

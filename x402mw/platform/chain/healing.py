@@ -80,7 +80,7 @@ class Submission:
     valid_until: int | None  # unix time after which the call cannot succeed; None: always can
     tx: SignedTransaction  # the newest version
     hashes: list[str] = field(default_factory=list)  # every version, oldest first
-    sent_at: float = 0.0  # time.monotonic() of the newest version's (re)broadcast
+    sent_at: float = 0.0  # the healer's monotonic clock at the newest version's (re)broadcast
 
     @property
     def filler(self) -> bool:
@@ -104,7 +104,8 @@ class Healer:
     ``pending`` (by nonce) and ``nonces`` are the relayer's own, shared; ``displaced`` holds the
     submissions whose nonce went to another transaction until they are sent again. ``counts`` are
     the relayer's metrics by result (``rebroadcast``, ``replaced``, ``resent``, ``filler``,
-    ``dropped``); ``clock`` is the wall clock that ``valid_until`` is read against.
+    ``dropped``); ``clock`` is the wall clock that ``valid_until`` is read against, ``monotonic``
+    the one that times how long a transaction or a nonce has waited.
     """
 
     def __init__(
@@ -122,6 +123,7 @@ class Healer:
         reconcile_interval: float,
         stuck_after: float,
         clock: Callable[[], float],
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._rpc = rpc
         self._signer = signer
@@ -135,6 +137,7 @@ class Healer:
         self.reconcile_interval = reconcile_interval
         self.stuck_after = stuck_after
         self._clock = clock
+        self._monotonic = monotonic
         self.displaced: list[Submission] = []  # their nonce went to another transaction: to send again
         self._stalled: tuple[int, float] = (-1, 0.0)  # the mined nonce, and since when it has not moved
 
@@ -183,7 +186,7 @@ class Healer:
         """Submissions not mined yet: send again those the node lost (at the going fees if theirs
         are below: a node may evict a transaction the base fee outgrew), replace those that wait
         priced too low."""
-        now = time.monotonic()
+        now = self._monotonic()
         waiting = [
             s
             for nonce, s in sorted(self._pending.items())
@@ -231,7 +234,7 @@ class Healer:
         """A nonce nobody sent (a process of this account stopped between taking a nonce and
         sending it), with transactions of ours waiting behind it: fill it once it has been the
         lowest unmined nonce for a reconcile interval."""
-        now = time.monotonic()
+        now = self._monotonic()
         if self._stalled[0] != mined:
             self._stalled = (mined, now)
             return
@@ -282,7 +285,7 @@ class Healer:
             submission.tx = tx
             submission.hashes.append(tx.hash)
             self._sending.remember(tx.hash, submission)
-        submission.sent_at = time.monotonic()
+        submission.sent_at = self._monotonic()
         self._counts[result].inc()
 
     async def _resend_under_new_nonce(self, submission: Submission) -> None:

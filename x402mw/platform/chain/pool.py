@@ -21,18 +21,22 @@ settlement, refunds and sweeps use either alike.
 from __future__ import annotations
 
 import asyncio
-import time
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from x402mw.platform.chain.relayer import Relayer, RelayerBusy
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.platform.chain.transactions import TxReceipt
+from x402mw.platform.clock import Clock
 
 IN_FLIGHT_CAP = 16
 """Transactions one account may have in flight by default: geth's executable slots per sender."""
 _WAIT = 2.0
-_POLL = 0.02
+_RECHECK = 0.1
+"""Seconds a send waiting for room sleeps at most between looks: room this pool makes (a send
+done, a receipt seen, an account held) wakes it at once; this catches what it cannot see (the
+relayer's reconciler finding a transaction mined)."""
 _FULL_FOR = 1.0  # seconds an account the node called full gets no new work
 
 
@@ -42,7 +46,8 @@ class RelayerPool:
     ``reader`` is the funding account's relayer: it sends the top-ups, and the ``upto`` settlements
     (`x402mw.platform.services.chains.ChainHandle.facilitator`); simulations and receipts go
     through it while the process holds no account. :meth:`start` starts it. ``can_pay`` says whether an account's gas
-    balance, as last read, pays for a transaction (set by whoever reads balances)."""
+    balance, as last read, pays for a transaction (set by whoever reads balances; then call :meth:`changed`).
+    ``clock`` times the waits (`Clock.monotonic`)."""
 
     def __init__(
         self,
@@ -53,6 +58,7 @@ class RelayerPool:
         cap: int = IN_FLIGHT_CAP,
         wait: float = _WAIT,
         relayer: Callable[[bytes], Relayer] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.rpc = rpc
         self.reader = reader
@@ -65,9 +71,17 @@ class RelayerPool:
         self._sending: dict[str, int] = {}  # by address: sends chosen for it and not yet out
         self._full_until: dict[str, float] = {}
         self.can_pay: dict[str, bool] = {}
+        self.clock = clock or Clock()
+        self._room = asyncio.Event()  # set (and replaced) whenever an account may have room
 
     def __repr__(self) -> str:
         return f"RelayerPool(chain_id={self.chain_id}, held={list(self._held)!r})"
+
+    def changed(self) -> None:
+        """Wake the sends waiting for room: an account may have some now (one held, a send or a
+        transaction finished, ``can_pay`` set)."""
+        self._room.set()
+        self._room = asyncio.Event()
 
     # -- which accounts -----------------------------------------------------------------------------
 
@@ -97,11 +111,13 @@ class RelayerPool:
         relayer = self._make(key)
         if relayer.address in self._draining:
             self._held[relayer.address] = self._draining.pop(relayer.address)
+            self.changed()
             return self._held[relayer.address]
         if relayer.address in self._held:
             return self._held[relayer.address]
         await relayer.start()
         self._held[relayer.address] = relayer
+        self.changed()
         return relayer
 
     def drain(self, address: str) -> None:
@@ -135,7 +151,7 @@ class RelayerPool:
         return any(r.available and self.can_pay.get(a, True) for a, r in self._held.items())
 
     def _choose(self) -> Relayer | None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         best: tuple[int, Relayer] | None = None
         for address, relayer in self._held.items():
             if self._full_until.get(address, 0.0) > now or not self.can_pay.get(address, True):
@@ -150,7 +166,7 @@ class RelayerPool:
     ) -> str:
         """Send from the least-loaded account below its cap (see :meth:`Relayer.send`); wait up to
         ``wait`` seconds for room, then raise :class:`RelayerBusy` (nothing was sent)."""
-        deadline = time.monotonic() + self.wait
+        deadline = self.clock.monotonic() + self.wait
         while True:
             relayer = self._choose()
             if relayer is not None:
@@ -159,11 +175,13 @@ class RelayerPool:
                 try:
                     return await relayer.send(to, data, gas=gas, value=value, valid_until=valid_until)
                 except RelayerBusy:
-                    self._full_until[address] = time.monotonic() + _FULL_FOR  # the node's limit: try another
+                    self._full_until[address] = self.clock.monotonic() + _FULL_FOR  # the node's limit: try another
                 finally:
                     self._sending[address] -= 1
+                    self.changed()
                 continue
-            if time.monotonic() >= deadline:
+            now = self.clock.monotonic()
+            if now >= deadline:
                 held = len(self._held)
                 raise RelayerBusy(
                     f"every relayer account of chain {self.chain_id} this process holds ({held}) "
@@ -171,7 +189,9 @@ class RelayerPool:
                     if held
                     else f"this process holds no relayer account of chain {self.chain_id} yet"
                 )
-            await asyncio.sleep(_POLL)
+            room = self._room
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(room.wait(), min(_RECHECK, deadline - now))
 
     # -- as a single relayer ------------------------------------------------------------------------
 
@@ -202,7 +222,10 @@ class RelayerPool:
         return any(relayer.sending(tx_hash) for relayer in self._senders())
 
     async def wait_for_receipt(self, tx_hash: str, *, confirmations: int = 0, timeout: float = 60.0) -> TxReceipt:
-        return await self._owner(tx_hash).wait_for_receipt(tx_hash, confirmations=confirmations, timeout=timeout)
+        try:
+            return await self._owner(tx_hash).wait_for_receipt(tx_hash, confirmations=confirmations, timeout=timeout)
+        finally:
+            self.changed()  # mined: its account's room back
 
     async def nonces(self) -> tuple[int, int]:
         """The held accounts' nonces on the node, summed: ``(mined, pending)``."""

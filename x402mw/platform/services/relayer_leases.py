@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.evm.keys import address_of
 from x402mw.platform.chain.pool import RelayerPool
+from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.metrics import RELAYER_BALANCE, RELAYER_IN_FLIGHT, RELAYER_LEASE
 
@@ -89,7 +90,8 @@ class RelayerLeases:
     """Keeps ``pool`` holding this process's share of chain ``chain_id``'s accounts (see the
     module's docstring). The accounts are derived from ``relayer_key`` (`pool_key`), or are
     ``given_keys`` (the pool is then at most that many); ``relayer_key``'s account tops them up
-    to twice ``gas_floor``. ``holder`` names this process (default: host, pid and a random part)."""
+    to twice ``gas_floor``. ``holder`` names this process (default: host, pid and a random part).
+    ``clock`` says when leases are renewed to and when they have run out."""
 
     def __init__(
         self,
@@ -102,6 +104,7 @@ class RelayerLeases:
         lease: float = 30.0,
         gas_floor: int = 10**17,
         holder: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.engine = engine
         self.pool = pool
@@ -113,6 +116,7 @@ class RelayerLeases:
         self.every = min(lease / 3, 2.0)
         self.gas_floor = gas_floor
         self.holder = holder or holder_name()
+        self.clock = clock or Clock()
         self.size = 0
         self._keys: dict[str, bytes] = {}  # by address, the accounts held
         self._addresses: dict[int, str] = {}  # by slot
@@ -149,7 +153,7 @@ class RelayerLeases:
 
     async def round(self) -> None:
         """Renew what this process holds, take its share, let go of what is beyond it, read balances."""
-        now = datetime.now(UTC)
+        now = self.clock.now()
         until = now + self.lease
         insert = _insert(self.engine)
         async with self.engine.begin() as conn:
@@ -285,6 +289,7 @@ class RelayerLeases:
             self.pool.can_pay[address] = balance >= cost
             if balance < self.gas_floor:
                 low.append(address)
+        self.pool.changed()  # an account that can pay again has room
         if low and (self._funding is None or self._funding.done()):
             self._funding = asyncio.get_running_loop().create_task(self._fund_all(low))
 
@@ -310,6 +315,7 @@ class RelayerLeases:
         for (address, amount), receipt in zip(low.items(), receipts, strict=True):
             if receipt.status == 1:
                 self.pool.can_pay[address] = True
+                self.pool.changed()
                 logger.info(
                     "relayer pool of chain %d: topped %s up by %d wei (%s)",
                     self.chain_id,

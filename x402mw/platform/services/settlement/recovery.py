@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -82,14 +81,14 @@ class SettlementRecovery:
         """Bring ``row``'s payment as far as the chain allows within ``wait`` seconds (at least one
         look); its outcome then (pending while it is not final). ``owner``: the caller is the task
         settling it (which others leave to answer for it)."""
-        deadline = time.monotonic() + wait
+        deadline = self.clock.monotonic() + wait
         while True:
             outcome = await self._step(row, owner)
             if outcome is not None:
                 return outcome
-            if time.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline:
                 return outcome_for(row)
-            await asyncio.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(min(_POLL_SECONDS, max(0.0, deadline - self.clock.monotonic())))
             fresh = await self.writes.load(row.id)  # another process may have finished it meanwhile
             if fresh is None:
                 return outcome_for(row)
