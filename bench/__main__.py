@@ -5,6 +5,7 @@ from bench import (
     bench_checkout,
     bench_devchain,
     bench_e2e,
+    bench_gateway,
     bench_keys,
     bench_mcp,
     bench_metered,
@@ -23,4 +24,5 @@ bench_checkout.run()
 bench_keys.run()
 bench_devchain.run()
 bench_mcp.run()
+bench_gateway.run()
 bench_subscriptions.run()

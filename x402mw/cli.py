@@ -26,6 +26,7 @@ from x402mw.cli_options import (
     _with_engine,
     settings_options,
 )
+from x402mw.gateway.commands import register as register_gateway
 from x402mw.platform.settings import (
     ChainAccessSettings,
     LogSettings,
@@ -571,3 +572,4 @@ def _register_local_chain() -> None:
 _register_pay()
 _register_merchant_day()
 _register_local_chain()
+register_gateway(main)

@@ -105,6 +105,7 @@ CHECKED = [
     "docs/mcp.md",
     "docs/refunds.md",
     "docs/metered.md",
+    "docs/gateway.md",
     "docs/sellers/starlette.md",
     "docs/sellers/flask.md",
     "docs/sellers/wsgi.md",
