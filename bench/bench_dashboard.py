@@ -33,8 +33,8 @@ import httpx
 from sqlalchemy import text
 
 from x402mw.platform.app import create_app
-from x402mw.platform.dashboard.accounts import create_user
 from x402mw.platform.runtime import Platform
+from x402mw.platform.services.dashboard_users import create_user
 from x402mw.platform.services.merchants import create_merchant
 from x402mw.platform.services.payments import PaymentFilters, list_payments
 from x402mw.platform.settings import PlatformSettings

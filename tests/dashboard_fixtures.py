@@ -15,8 +15,8 @@ import httpx
 from sqlalchemy import select
 
 from tests.harness import PlatformHarness
-from x402mw.platform.dashboard.accounts import User, create_user, totp_code
 from x402mw.platform.db import tables
+from x402mw.platform.services.dashboard_users import User, create_user, totp_code
 
 PASSWORD = "correct horse battery staple"
 ROLES = ("owner", "developer", "support", "viewer")

@@ -537,7 +537,7 @@ def users_create(
     settings: PlatformSettings, merchant_id: str, email: str, role: str, password_stdin: bool, as_json: bool
 ) -> None:
     """Create a dashboard user, e.g. a merchant's first owner; others are invited from the dashboard."""
-    from x402mw.platform.dashboard.accounts import AccountError, create_user
+    from x402mw.platform.services.dashboard_users import AccountError, create_user
 
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")

@@ -177,7 +177,7 @@ def endpoints_create(
 ) -> None:
     """Create an agent endpoint, priced as an amount and its coin: --price 0.01 USDC (metered:
     --pricing-mode metered --max-price 0.05 USDC)"""
-    from x402mw.platform.api.agents.endpoints import EndpointCreate
+    from x402mw.platform.http.request_models.agent_endpoints import EndpointCreate
     from x402mw.platform.services.endpoints import create_endpoint
     from x402mw.platform.services.merchants import find_merchant
 
@@ -291,7 +291,7 @@ def endpoints_update(
 ) -> None:
     """Change an agent endpoint (its coin and chain stay), its price as --price 0.02 USDC (a metered
     one's ceiling as --max-price 0.10 USDC)"""
-    from x402mw.platform.api.agents.endpoints import EndpointUpdate
+    from x402mw.platform.http.request_models.agent_endpoints import EndpointUpdate
     from x402mw.platform.services.endpoints import find_endpoint, update_endpoint
 
     priced = _price(price)
@@ -332,7 +332,7 @@ def endpoints_update(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per user, one a line.")
 def users_list(settings: PlatformSettings, merchant_id: str, as_json: bool) -> None:
     """List a merchant's dashboard users (not the disabled ones)."""
-    from x402mw.platform.dashboard.accounts import list_users
+    from x402mw.platform.services.dashboard_users import list_users
 
     found = [
         {"id": u.id, "email": u.email, "role": u.role, "twoFactor": u.totp_enabled}
@@ -357,7 +357,7 @@ def users_invite(settings: PlatformSettings, merchant_id: str, email: str, role:
     """Invite someone to a merchant's dashboard: prints the invitation link (shown once; valid 3 days)."""
     from datetime import UTC, datetime
 
-    from x402mw.platform.dashboard.accounts import AccountError, invite_to
+    from x402mw.platform.services.dashboard_users import AccountError, invite_to
 
     try:
         token = asyncio.run(

@@ -107,7 +107,7 @@ settlement outcome, or by the worker that retries::
                                              simulation's revert becomes a RevertError
     SettingsError (settings/problems.py)     a ConfigurationError listing every problem with the settings:
                                              the CLI answers a usage error (exit status 2)
-    AccountError (dashboard/accounts.py)     a refused account operation: the dashboard shows it on its page
+    AccountError (services/dashboard_users.py)     a refused account operation: the dashboard shows it on its page
                                              (400; 404 for an unknown invitation), audited; the CLI exits 1
     PageError (dashboard/web.py)             a refused dashboard request (403 for a stale form or a role, 404
                                              for nothing there): the `page` decorator answers an error page with

@@ -15,7 +15,7 @@ from playwright.sync_api import Page
 from tests.browser.conftest import Browsing, assert_accessible, origin_of
 from tests.dashboard_fixtures import PASSWORD, Team, make_team
 from tests.harness import PlatformHarness
-from x402mw.platform.dashboard import accounts
+from x402mw.platform.services import dashboard_users as accounts
 
 WIDTHS = (1280, 390)
 

@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 from tests.dashboard_fixtures import PASSWORD, Team, csrf_of, make_team, post_sign_in
 from tests.harness import PlatformHarness
 from tests.waiting import eventually
-from x402mw.platform.dashboard import accounts
 from x402mw.platform.dashboard.web import PERMISSIONS
 from x402mw.platform.db import tables
+from x402mw.platform.services import dashboard_users as accounts
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from tests.dashboard_fixtures import PASSWORD, ROLES, Team
 from tests.harness import Deployment, PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
-from x402mw.platform.dashboard.accounts import create_user
+from x402mw.platform.services.dashboard_users import create_user
 from x402mw.protocol import decode_settlement_response
 
 pytestmark = pytest.mark.anyio

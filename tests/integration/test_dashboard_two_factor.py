@@ -13,8 +13,8 @@ from sqlalchemy import select
 
 from tests.dashboard_fixtures import PASSWORD, Team, audited, csrf_of, enable_two_factor, make_team, post_sign_in
 from tests.harness import PlatformHarness
-from x402mw.platform.dashboard import accounts
 from x402mw.platform.db import tables
+from x402mw.platform.services import dashboard_users as accounts
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from tests.harness import PlatformHarness, sqlite_only
 from x402mw import __version__
-from x402mw.platform.api.sandbox import FAUCET_AMOUNTS
 from x402mw.platform.app import create_app
 from x402mw.platform.http.fields import MINOR_SCHEMA, amount_schema
 from x402mw.platform.openapi.document import ServedChain, build_document
 from x402mw.platform.openapi.reference import render_markdown
 from x402mw.platform.services.payment_intents import ORDER_AMOUNTS
+from x402mw.platform.services.sandbox import FAUCET_AMOUNTS
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "api-reference.md"
 METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}

@@ -27,8 +27,8 @@ from x402mw.platform.db import tables
 from x402mw.platform.server import free_port
 from x402mw.platform.services.merchants import create_api_key
 from x402mw.platform.services.outbox import record_event
+from x402mw.platform.services.webhook_destinations import blocked_reason, resolved_blocked_reason
 from x402mw.platform.settings import ChainSettings, PlatformSettings
-from x402mw.platform.webhooks.destinations import blocked_reason, resolved_blocked_reason
 
 # Where no webhook may go in any mode: cloud metadata (link-local) however it is written, and the
 # unspecified addresses (0.0.0.0 reaches the platform's own host).

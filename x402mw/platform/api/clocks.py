@@ -8,16 +8,15 @@ every renewal, reminder, period end and expiry that fell due on it has run. Live
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
-from typing import Annotated
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from starlette.requests import Request
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
+from x402mw.platform.http.request_models.clocks import (
+    ClockAdvance,
+    ClockCreate,
+)
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
@@ -26,48 +25,6 @@ from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock
 from x402mw.platform.services.subscriptions.objects import clock_of
-
-FROZEN_TIME_PATTERN = (
-    r"^2[01][0-9]{2}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
-    r"(?:\.[0-9]{1,6})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
-)
-"""A test clock's time: an RFC 3339 timestamp with a timezone, in the years 2000-2199."""
-_FROZEN_TIME = re.compile(FROZEN_TIME_PATTERN)
-
-
-def _frozen_time(value: object) -> datetime:
-    if not isinstance(value, str) or not _FROZEN_TIME.fullmatch(value):
-        raise ValueError(
-            "must be an RFC 3339 timestamp with a timezone in the years 2000-2199, e.g. 2026-01-31T12:00:00Z"
-        )
-    try:
-        return datetime.fromisoformat(value.upper()).astimezone(UTC)
-    except ValueError:  # a day the month does not have
-        raise ValueError("must be a real date and time, e.g. 2026-01-31T12:00:00Z") from None
-
-
-FrozenTime = Annotated[
-    datetime,
-    BeforeValidator(_frozen_time),
-    WithJsonSchema({"type": "string", "format": "date-time", "pattern": FROZEN_TIME_PATTERN}),
-]
-
-
-class ClockCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    frozenTime: FrozenTime = Field(
-        description="the clock's time: RFC 3339 timestamp with a timezone, in the years 2000–2199"
-    )
-
-
-class ClockAdvance(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    frozenTime: FrozenTime = Field(
-        description="the clock's new time, not before its current one: RFC 3339 timestamp with a timezone, in "
-        "the years 2000–2199"
-    )
 
 
 async def _test_caller(request: Request) -> Caller:

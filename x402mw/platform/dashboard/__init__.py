@@ -1,8 +1,10 @@
 """The merchant dashboard, served at ``{api_host}/dashboard``: server-rendered pages (Jinja2) over the
-same services as the merchant API. See docs/dashboard.md. Its routes are HTML pages, not API
-operations: none is in the OpenAPI document (``include_in_schema=False``).
+same services as the merchant API, beside it: it imports nothing of the API, runs no SQL of its
+own (its people, sessions and audit log are `x402mw.platform.services.dashboard_users`), and reads
+its forms into the API's request models (`x402mw.platform.http.request_models`). See
+docs/dashboard.md. Its routes are HTML pages, not API operations: none is in the OpenAPI document
+(``include_in_schema=False``).
 
-- `accounts`: users, sessions, invitations, TOTP and the audit log;
 - `web`: the request plumbing (session cookie, CSRF, roles, refusals);
 - `people`, `overview`, `payments`, `catalog`, `agents`, `developers`, `sandbox`: the pages.
 """

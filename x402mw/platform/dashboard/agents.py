@@ -8,20 +8,15 @@ from typing import Any
 from urllib.parse import quote
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.agents.endpoints import (
-    EndpointCreate,
-    EndpointUpdate,
-    create_agent_endpoint,
-    update_agent_endpoint,
-)
 from x402mw.platform.dashboard.web import Ctx, missing, page, problem, see
-from x402mw.platform.db import tables
-from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.http.request_models.agent_endpoints import EndpointCreate, EndpointUpdate
+from x402mw.platform.services.endpoints import create_endpoint, list_endpoints, update_endpoint
+from x402mw.platform.services.errors import ServiceError
+from x402mw.platform.services.payments import endpoint_payments, endpoint_usage
 from x402mw.protocol.prices import format_amount
 
 
@@ -44,7 +39,8 @@ def _fields(ctx: Ctx) -> dict[str, Any]:
 
 @page("developers")
 async def endpoints_create(ctx: Ctx) -> Response:
-    chain = next((c for c in ctx.platform.chains if c.livemode == ctx.livemode), None)
+    chains = ctx.platform.chains
+    chain = next((c for c in chains if c.livemode == ctx.livemode), None)
     try:
         body = EndpointCreate.model_validate(
             {
@@ -53,9 +49,10 @@ async def endpoints_create(ctx: Ctx) -> Response:
                 "currency": ctx.field("currency") or "USDC",
             }
         )
-        row, _ = await create_agent_endpoint(ctx.platform, ctx.caller, body)
-    except (ValidationError, HttpError, ValueError) as exc:
-        message = problem(exc) if isinstance(exc, ValidationError | HttpError) else "chainId must be a number"
+        networks = (c.network for c in chains)
+        row = await create_endpoint(ctx.platform.engine, networks, ctx.merchant_id, ctx.livemode, body.model_dump())
+    except (ValidationError, ServiceError, ValueError) as exc:
+        message = problem(exc) if isinstance(exc, ValidationError | ServiceError) else "chainId must be a number"
         return await _list(ctx, 400, error=message)
     await ctx.audit("agent_endpoint_created", row.id)
     return see(f"/dashboard/agents/{row.id}")
@@ -68,13 +65,14 @@ async def endpoint_update(ctx: Ctx) -> Response:
         raise missing("agent endpoint")
     try:
         body = EndpointUpdate.model_validate(_fields(ctx))
-        await update_agent_endpoint(ctx.platform, ctx.caller, endpoint_id, body)
+        await update_endpoint(ctx.platform.engine, ctx.merchant_id, ctx.livemode, endpoint_id, body.changes())
     except ValidationError as exc:
         return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(problem(exc)))
-    except HttpError as exc:
+    except ServiceError as exc:
         if exc.status == 404:
             raise missing("agent endpoint") from None
         return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote(exc.message))
+    ctx.platform.endpoints.invalidate()
     await ctx.audit("agent_endpoint_updated", endpoint_id)
     return see(f"/dashboard/agents/{endpoint_id}?notice=" + quote("Saved."))
 
@@ -85,24 +83,9 @@ async def endpoints(ctx: Ctx) -> Response:
 
 
 async def _list(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
-    e, p = tables.agent_endpoints, tables.agent_payments
-    start = _month_start(ctx)
-    async with ctx.platform.engine.connect() as conn:
-        query = select(e).where(e.c.merchant_id == ctx.merchant_id, e.c.livemode == ctx.livemode)
-        rows = list(await conn.execute(query.order_by(e.c.created_at.desc())))
-        usage = {
-            r.endpoint_id: (r.count, int(r.total or 0))
-            for r in await conn.execute(
-                select(p.c.endpoint_id, func.count().label("count"), func.sum(p.c.amount_minor).label("total"))
-                .where(
-                    p.c.merchant_id == ctx.merchant_id,
-                    p.c.livemode == ctx.livemode,
-                    p.c.status == "settled",
-                    p.c.settled_at >= start,
-                )
-                .group_by(p.c.endpoint_id)
-            )
-        }
+    engine = ctx.platform.engine
+    rows = await list_endpoints(engine, ctx.merchant_id, ctx.livemode)
+    usage = await endpoint_usage(engine, ctx.merchant_id, ctx.livemode, _month_start(ctx))
     chains = [c for c in ctx.platform.chains if c.livemode == ctx.livemode]
     return ctx.page(
         "agents.html",
@@ -120,23 +103,10 @@ async def endpoint(ctx: Ctx) -> Response:
     endpoint_id = str(ctx.request.path_params["agent_endpoint_id"])
     if not is_uuid(endpoint_id):
         raise missing("agent endpoint")
-    e, p, c = tables.agent_endpoints, tables.agent_payments, tables.agent_challenges
-    async with ctx.platform.engine.connect() as conn:
-        query = select(e).where(
-            e.c.id == endpoint_id.lower(), e.c.merchant_id == ctx.merchant_id, e.c.livemode == ctx.livemode
-        )
-        row = (await conn.execute(query)).first()
-        if row is None:
-            raise missing("agent endpoint")
-        payments = list(
-            await conn.execute(
-                select(p, c.c.resource.label("challenge_resource"), c.c.expires_at.label("challenge_expires"))
-                .outerjoin(c, c.c.id == p.c.challenge_id)
-                .where(p.c.endpoint_id == row.id, p.c.merchant_id == ctx.merchant_id)
-                .order_by(p.c.created_at.desc())
-                .limit(50)
-            )
-        )
+    row = await ctx.platform.endpoints.get(ctx.merchant_id, ctx.livemode, endpoint_id.lower(), fresh=True)
+    if row is None:
+        raise missing("agent endpoint")
+    payments = await endpoint_payments(ctx.platform.engine, ctx.merchant_id, row.id)
     start = _month_start(ctx)
     settled = [x for x in payments if x.status == "settled" and x.settled_at and x.settled_at >= start]
     return ctx.page(

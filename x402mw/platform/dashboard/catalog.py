@@ -9,24 +9,28 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from pydantic import ValidationError
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.payment_intents import PaymentMethodsIn, sent_text
-from x402mw.platform.api.payment_links import PaymentLinkCreate
-from x402mw.platform.api.subscription_plans import PlanCreate
 from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, problem, see
-from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.http.request_models.payment_intents import PaymentMethodsIn, sent_text
+from x402mw.platform.http.request_models.payment_links import PaymentLinkCreate
+from x402mw.platform.http.request_models.subscription_plans import PlanCreate
 from x402mw.platform.http.values import whole_number
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.payment_intents import amount_text
-from x402mw.platform.services.payment_links import create_payment_link, payment_link_of
+from x402mw.platform.services.payment_links import (
+    create_payment_link,
+    deactivate_payment_link,
+    newest_payment_links,
+    payment_link_of,
+)
+from x402mw.platform.services.subscriptions.listings import newest_subscriptions, subscription_with_invoices
 from x402mw.platform.services.subscriptions.objects import plan_of
-from x402mw.platform.services.subscriptions.plans import create_plan, update_plan
+from x402mw.platform.services.subscriptions.plans import create_plan, newest_plans, update_plan
 
 SUB_STATUSES = ("incomplete", "active", "past_due", "canceled", "expired")
 
@@ -98,7 +102,8 @@ async def _create(
 
 async def _plans_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
     base = ctx.platform.settings.checkout_url_base
-    plans = [plan_of(r._mapping, base) for r in await ctx.newest(tables.subscription_plans)]
+    rows = await newest_plans(ctx.platform.engine, ctx.merchant_id, ctx.livemode)
+    plans = [plan_of(r._mapping, base) for r in rows]
     return ctx.page("plans.html", status, plans=plans, error=error)
 
 
@@ -143,34 +148,24 @@ async def plans_active(ctx: Ctx) -> Response:
 
 @page()
 async def subscriptions(ctx: Ctx) -> Response:
-    s, p = tables.subscriptions, tables.subscription_plans
     status = ctx.request.query_params.get("status", "")
-    where = [s.c.merchant_id == ctx.merchant_id, s.c.livemode == ctx.livemode]
-    if status in SUB_STATUSES:
-        where.append(s.c.status == status)
     customer = ctx.request.query_params.get("customer", "").strip()[:500]
-    if customer:
-        where.append((s.c.merchant_customer_id == customer) | (s.c.customer_email == customer.lower()))
-    async with ctx.platform.engine.connect() as conn:
-        query = select(s, p.c.name.label("plan_name")).join(p, p.c.id == s.c.plan_id).where(*where)
-        rows = list(await conn.execute(query.order_by(s.c.created_at.desc()).limit(100)))
+    rows = await newest_subscriptions(
+        ctx.platform.engine,
+        ctx.merchant_id,
+        ctx.livemode,
+        status=status if status in SUB_STATUSES else None,
+        customer=customer or None,
+    )
     return ctx.page("subscriptions.html", rows=rows, statuses=SUB_STATUSES, chosen=status, customer=customer)
 
 
 async def _subscription(ctx: Ctx) -> tuple[Any, list[Any]]:
     sub_id = _id(ctx, "subscription_id", "subscription")
-    s, p, i = tables.subscriptions, tables.subscription_plans, tables.subscription_invoices
-    async with ctx.platform.engine.connect() as conn:
-        query = (
-            select(s, p.c.name.label("plan_name"), p.c.interval)
-            .join(p, p.c.id == s.c.plan_id)
-            .where(s.c.id == sub_id, s.c.merchant_id == ctx.merchant_id, s.c.livemode == ctx.livemode)
-        )
-        row = (await conn.execute(query)).first()
-        if row is None:
-            raise missing("subscription")
-        invoices = list(await conn.execute(select(i).where(i.c.subscription_id == sub_id).order_by(i.c.period.desc())))
-    return row, invoices
+    found = await subscription_with_invoices(ctx.platform.engine, ctx.merchant_id, ctx.livemode, sub_id)
+    if found is None:
+        raise missing("subscription")
+    return found
 
 
 @page()
@@ -202,7 +197,8 @@ async def subscription_cancel(ctx: Ctx) -> Response:
 
 async def _links_page(ctx: Ctx, status: int = 200, *, error: str = "") -> Response:
     base = ctx.platform.payment_intents.checkout_url_base
-    links = [payment_link_of(r._mapping, base) for r in await ctx.newest(tables.payment_links, 200)]
+    rows = await newest_payment_links(ctx.platform.engine, ctx.merchant_id, ctx.livemode)
+    links = [payment_link_of(r._mapping, base) for r in rows]
     return ctx.page("links.html", status, links=links, error=error)
 
 
@@ -240,12 +236,8 @@ async def links_create(ctx: Ctx) -> Response:
 @page("catalog")
 async def links_deactivate(ctx: Ctx) -> Response:
     link_id = _id(ctx, "link_id", "payment link")
-    t = tables.payment_links
-    owned = (t.c.id == link_id) & (t.c.merchant_id == ctx.merchant_id) & (t.c.livemode == ctx.livemode)
-    async with ctx.platform.engine.begin() as conn:
-        # what PATCH /payment-links/:id {active: false} does
-        changed = await conn.execute(t.update().where(owned).values(active=False, updated_at=ctx.platform.clock.now()))
-    if not changed.rowcount:
+    now = ctx.platform.clock.now()
+    if not await deactivate_payment_link(ctx.platform.engine, ctx.merchant_id, ctx.livemode, link_id, now):
         raise missing("payment link")
     await ctx.audit("payment_link_deactivated", link_id)
     return see("/dashboard/links?notice=" + quote("Link deactivated."))

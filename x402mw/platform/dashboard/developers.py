@@ -7,22 +7,22 @@ from typing import Any
 from urllib.parse import quote
 
 from pydantic import ValidationError
-from sqlalchemy import select
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.webhook_endpoints import (
-    WebhookEndpointCreate,
-    WebhookEndpointUpdate,
-    create_endpoint,
-    rotate_endpoint_secret,
-    update_endpoint,
-)
 from x402mw.platform.dashboard.web import Ctx, missing, page, problem, see
-from x402mw.platform.db import tables
-from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import is_uuid
-from x402mw.platform.services.merchants import create_api_key, revoke_api_key
+from x402mw.platform.http.request_models.webhook_endpoints import WebhookEndpointCreate, WebhookEndpointUpdate
+from x402mw.platform.services.api_requests import newest_api_requests
+from x402mw.platform.services.errors import ServiceError
+from x402mw.platform.services.events import event_deliveries, find_event, newest_events
+from x402mw.platform.services.merchants import create_api_key, has_api_key, newest_api_keys, revoke_api_key
+from x402mw.platform.services.webhook_endpoints import (
+    create_webhook_endpoint,
+    newest_webhook_endpoints,
+    rotate_webhook_secret,
+    update_webhook_endpoint,
+)
 from x402mw.platform.webhooks import EVENT_TYPES
 from x402mw.platform.webhooks.delivery import redeliver
 
@@ -34,33 +34,35 @@ def _uuid_param(ctx: Ctx, name: str, kind: str) -> str:
     return str(value).lower()
 
 
+async def _keys_page(ctx: Ctx, new_key: str | None) -> Response:
+    rows = await newest_api_keys(ctx.platform.engine, ctx.merchant_id, ctx.livemode)
+    return ctx.page("keys.html", rows=rows, new_key=new_key)
+
+
 @page()
 async def keys(ctx: Ctx) -> Response:
-    return ctx.page("keys.html", rows=await ctx.newest(tables.api_keys), new_key=None)
+    return await _keys_page(ctx, None)
 
 
 @page("developers")
 async def keys_create(ctx: Ctx) -> Response:
     row, key = await create_api_key(ctx.platform.engine, ctx.merchant_id, livemode=ctx.livemode)
     await ctx.audit("api_key_created", row.id)
-    return ctx.page("keys.html", rows=await ctx.newest(tables.api_keys), new_key=key)
+    return await _keys_page(ctx, key)
 
 
 @page("developers")
 async def keys_revoke(ctx: Ctx) -> Response:
     key_id = _uuid_param(ctx, "key_id", "API key")
-    t = tables.api_keys
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t.c.id).where(t.c.id == key_id, t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        if (await conn.execute(query)).first() is None:
-            raise missing("API key")
+    if not await has_api_key(ctx.platform.engine, ctx.merchant_id, ctx.livemode, key_id):
+        raise missing("API key")
     await revoke_api_key(ctx.platform.engine, key_id)
     await ctx.audit("api_key_revoked", key_id)
     return see("/dashboard/developers/keys?notice=" + quote("Key revoked."))
 
 
 async def _webhooks_page(ctx: Ctx, status: int = 200, *, secret: str | None = None, error: str = "") -> Response:
-    rows = await ctx.newest(tables.webhook_endpoints)
+    rows = await newest_webhook_endpoints(ctx.platform.engine, ctx.merchant_id, ctx.livemode)
     return ctx.page("webhooks.html", status, rows=rows, secret=secret, error=error, event_types=EVENT_TYPES)
 
 
@@ -77,8 +79,16 @@ async def webhooks_create(ctx: Ctx) -> Response:
         body = WebhookEndpointCreate(
             url=ctx.field("url"), enabledEvents=chosen, description=ctx.field("description") or None
         )
-        row, secret = await create_endpoint(ctx.platform, ctx.caller, body)
-    except (ValidationError, HttpError) as exc:
+        platform = ctx.platform
+        row, secret = await create_webhook_endpoint(
+            platform.engine,
+            platform.secrets,
+            ctx.caller,
+            body.model_dump(),
+            platform.clock.now(),
+            allow_private=platform.settings.private_webhooks_allowed,
+        )
+    except (ValidationError, ServiceError) as exc:
         return await _webhooks_page(ctx, 400, error=problem(exc))
     await ctx.audit("webhook_endpoint_created", row.id)
     return await _webhooks_page(ctx, secret=secret)
@@ -88,8 +98,10 @@ async def webhooks_create(ctx: Ctx) -> Response:
 async def webhooks_rotate(ctx: Ctx) -> Response:
     endpoint_id = _uuid_param(ctx, "endpoint_id", "webhook endpoint")
     try:
-        row, secret = await rotate_endpoint_secret(ctx.platform, ctx.caller, endpoint_id, 86400)
-    except HttpError as exc:
+        row, secret = await rotate_webhook_secret(
+            ctx.platform.engine, ctx.platform.secrets, ctx.caller, endpoint_id, 86400
+        )
+    except ServiceError as exc:
         raise missing("webhook endpoint") from exc
     await ctx.audit("webhook_secret_rotated", row.id)
     return await _webhooks_page(ctx, secret=secret)
@@ -100,8 +112,10 @@ async def webhooks_status(ctx: Ctx) -> Response:
     endpoint_id = _uuid_param(ctx, "endpoint_id", "webhook endpoint")
     status = "disabled" if ctx.field("status") == "disabled" else "enabled"
     try:
-        await update_endpoint(ctx.platform, ctx.caller, endpoint_id, WebhookEndpointUpdate(status=status))
-    except HttpError as exc:
+        changes = WebhookEndpointUpdate(status=status).changes()
+        allowed = ctx.platform.settings.private_webhooks_allowed
+        await update_webhook_endpoint(ctx.platform.engine, ctx.caller, endpoint_id, changes, allow_private=allowed)
+    except ServiceError as exc:
         raise missing("webhook endpoint") from exc
     await ctx.audit(f"webhook_endpoint_{status}", endpoint_id)
     return see("/dashboard/developers/webhooks?notice=" + quote(f"Endpoint {status}."))
@@ -109,21 +123,13 @@ async def webhooks_status(ctx: Ctx) -> Response:
 
 @page()
 async def events(ctx: Ctx) -> Response:
-    t = tables.events
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t.c.id, t.c.type, t.c.created_at).where(
-            t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode
-        )
-        rows = list(await conn.execute(query.order_by(t.c.created_at.desc()).limit(100)))
+    rows = await newest_events(ctx.platform.engine, ctx.merchant_id, ctx.livemode)
     return ctx.page("events.html", rows=rows)
 
 
 async def _event(ctx: Ctx) -> Any:
     event_id = _uuid_param(ctx, "event_id", "event")
-    t = tables.events
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.id == event_id, t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode)
-        row = (await conn.execute(query)).mappings().first()
+    row = await find_event(ctx.platform.engine, ctx.merchant_id, ctx.livemode, event_id)
     if row is None:
         raise missing("event")
     return row
@@ -132,10 +138,7 @@ async def _event(ctx: Ctx) -> Any:
 @page()
 async def event(ctx: Ctx) -> Response:
     row = await _event(ctx)
-    d, e = tables.webhook_deliveries, tables.webhook_endpoints
-    async with ctx.platform.engine.connect() as conn:
-        query = select(d, e.c.url).join(e, e.c.id == d.c.endpoint_id).where(d.c.event_id == row["id"])
-        deliveries = list(await conn.execute(query.order_by(d.c.created_at)))
+    deliveries = await event_deliveries(ctx.platform.engine, row["id"])
     return ctx.page("event.html", e=row, deliveries=deliveries, data=json.dumps(row["data"], indent=2, sort_keys=True))
 
 
@@ -149,13 +152,8 @@ async def event_redeliver(ctx: Ctx) -> Response:
 
 @page()
 async def requests(ctx: Ctx) -> Response:
-    t = tables.api_requests
     wanted = ctx.request.query_params.get("request_id", "").strip()[:64]
-    where = [t.c.merchant_id == ctx.merchant_id, t.c.livemode == ctx.livemode]
-    if wanted:
-        where.append(t.c.request_id == wanted)
-    async with ctx.platform.engine.connect() as conn:
-        rows = list(await conn.execute(select(t).where(*where).order_by(t.c.created_at.desc()).limit(100)))
+    rows = await newest_api_requests(ctx.platform.engine, ctx.merchant_id, ctx.livemode, wanted or None)
     return ctx.page("requests.html", rows=rows, wanted=wanted)
 
 

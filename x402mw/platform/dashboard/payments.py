@@ -9,17 +9,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
-from sqlalchemy import or_, select
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 from starlette.routing import Route
 
 from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, see
-from x402mw.platform.db import tables
 from x402mw.platform.http.fields import is_uuid
 from x402mw.platform.http.values import calendar_day, moment, whole_number
 from x402mw.platform.services.errors import ServiceError
-from x402mw.platform.services.payment_intents import amount_text, find_payment_intent
+from x402mw.platform.services.events import order_events
+from x402mw.platform.services.payment_intents import amount_text, read_payment_intent
 from x402mw.platform.services.payments import (
     AGENT_STATUSES,
     KINDS,
@@ -29,6 +27,7 @@ from x402mw.platform.services.payments import (
     find_agent_payment,
     list_payments,
 )
+from x402mw.platform.services.refunds import newest_refunds, order_refunds
 from x402mw.protocol.prices import format_amount
 
 T = TypeVar("T")
@@ -118,10 +117,10 @@ async def payments(ctx: Ctx) -> Response:
     )
 
 
-async def _payment(ctx: Ctx, conn: AsyncConnection) -> Any:
+async def _payment(ctx: Ctx) -> Any:
     payment_id = ctx.request.path_params["payment_id"]
     row = (
-        await find_payment_intent(conn, ctx.merchant_id, ctx.livemode, payment_id.lower())
+        await read_payment_intent(ctx.platform.engine, ctx.merchant_id, ctx.livemode, payment_id.lower())
         if is_uuid(payment_id)
         else None
     )
@@ -163,24 +162,12 @@ async def payment(ctx: Ctx) -> Response:
 
 
 async def _order_page(ctx: Ctx) -> Response:
-    events, refunds = tables.events, tables.refunds
-    async with ctx.platform.engine.connect() as conn:
-        row = await _payment(ctx, conn)
-        # the order's events: their data names it (``{"paymentIntent": {"id"}}``, ``{"refund": {"paymentId"}}``)
-        about = or_(
-            events.c.data["paymentIntent"]["id"].as_string() == row["id"],
-            events.c.data["refund"]["paymentId"].as_string() == row["id"],
-        )
-        query = (
-            select(events.c.id, events.c.type, events.c.created_at)
-            .where(events.c.merchant_id == ctx.merchant_id, events.c.livemode == ctx.livemode, about)
-            .order_by(events.c.created_at, events.c.id)
-            .limit(200)
-        )
-        # events of one instant (a transaction's) in the order of an order's life
-        timeline = sorted(await conn.execute(query), key=lambda e: (e.created_at, _STAGES.get(e.type, 50)))
-        found = await conn.execute(select(refunds).where(refunds.c.payment_intent_id == row["id"]))
-        refund_rows = list(found)
+    engine = ctx.platform.engine
+    row = await _payment(ctx)
+    events = await order_events(engine, ctx.merchant_id, ctx.livemode, row["id"])
+    # events of one instant (a transaction's) in the order of an order's life
+    timeline = sorted(events, key=lambda e: (e.created_at, _STAGES.get(e.type, 50)))
+    refund_rows = await order_refunds(engine, row["id"])
     explorer = EXPLORERS.get(int(row["chain_id"])) if row["chain_id"] else None
     chain = ctx.platform.chains.get(int(row["chain_id"])) if row["chain_id"] else None
     return ctx.page(
@@ -197,15 +184,13 @@ async def _order_page(ctx: Ctx) -> Response:
 
 @page("payments")
 async def refund_form(ctx: Ctx) -> Response:
-    async with ctx.platform.engine.connect() as conn:
-        row = await _payment(ctx, conn)
+    row = await _payment(ctx)
     return ctx.page("refund.html", p=row, amount=amount_text(row), error="")
 
 
 @page("payments")
 async def refund(ctx: Ctx) -> Response:
-    async with ctx.platform.engine.connect() as conn:
-        row = await _payment(ctx, conn)
+    row = await _payment(ctx)
     if ctx.field("confirm") != "yes":
         raise PageError(400, "Tick the box to confirm the refund.", action="bad_request")
     reason = ctx.field("reason")[:500] or None
@@ -226,7 +211,7 @@ async def refund(ctx: Ctx) -> Response:
 
 @page()
 async def refunds_list(ctx: Ctx) -> Response:
-    return ctx.page("refunds.html", rows=await ctx.newest(tables.refunds, 100))
+    return ctx.page("refunds.html", rows=await newest_refunds(ctx.platform.engine, ctx.merchant_id, ctx.livemode, 100))
 
 
 routes = [

@@ -11,13 +11,10 @@ from urllib.parse import quote
 from limits import parse
 from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
-from sqlalchemy import select
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.dashboard import accounts
-from x402mw.platform.dashboard.accounts import AccountError
 from x402mw.platform.dashboard.web import (
     COOKIE,
     Ctx,
@@ -30,8 +27,9 @@ from x402mw.platform.dashboard.web import (
     see,
     set_session_cookie,
 )
-from x402mw.platform.db import tables
 from x402mw.platform.http.state import platform_of
+from x402mw.platform.services import dashboard_users
+from x402mw.platform.services.dashboard_users import AccountError
 from x402mw.protocol.constant_time import same_secret
 
 
@@ -86,11 +84,13 @@ async def _form_refused(request: Request, form: Any) -> Response | None:
     unstorable = form_refusal(form)
     if unstorable is not None:
         now, address = platform.clock.now(), address_of(request)
-        await accounts.audit(platform.engine, now, "bad_request", outcome="refused", address=address, detail=unstorable)
+        await dashboard_users.audit(
+            platform.engine, now, "bad_request", outcome="refused", address=address, detail=unstorable
+        )
         return error_page(400, unstorable)
     if isinstance(sent, str) and kept and same_secret(sent, kept):
         return None
-    await accounts.audit(
+    await dashboard_users.audit(
         platform.engine,
         platform.clock.now(),
         "csrf_refused",
@@ -131,24 +131,24 @@ async def sign_in(request: Request) -> Response:
         return refused
     address = address_of(request)
     engine = platform.engine
-    found = await accounts.find_user_by_email(engine, email)
+    found = await dashboard_users.find_user_by_email(engine, email)
     if not await _limits(request).allow(email, address):
         merchant = found[0].merchant_id if found else None
-        await accounts.audit(
+        await dashboard_users.audit(
             engine, now, "sign_in_throttled", outcome="refused", email=email, merchant_id=merchant, address=address
         )
         return _blank(request, "Too many attempts. Wait a few minutes and try again.", email, 429)
-    ok = await asyncio.to_thread(accounts.verify_password, found[1] if found else None, password)
+    ok = await asyncio.to_thread(dashboard_users.verify_password, found[1] if found else None, password)
     if found is None or not ok:
         await _limits(request).failed(email, address)
         merchant = found[0].merchant_id if found else None
-        await accounts.audit(
+        await dashboard_users.audit(
             engine, now, "sign_in_failed", outcome="refused", email=email, merchant_id=merchant, address=address
         )
         return _blank(request, "That email and password do not match.", email, 403)
     user = found[0]
-    token, _csrf = await accounts.open_session(engine, user, now, two_factor_passed=not user.totp_enabled)
-    await accounts.audit(engine, now, "sign_in", user=user, address=address)
+    token, _csrf = await dashboard_users.open_session(engine, user, now, two_factor_passed=not user.totp_enabled)
+    await dashboard_users.audit(engine, now, "sign_in", user=user, address=address)
     response = see("/dashboard/sign-in/two-factor" if user.totp_enabled else "/dashboard/")
     set_session_cookie(request, response, token)
     return response
@@ -169,7 +169,7 @@ async def two_factor(ctx: Ctx) -> Response:
     if refused is not None:
         return ctx.page("two_factor.html", refused[0], error=refused[1])
     now = ctx.platform.clock.now()
-    await accounts.update_session(ctx.platform.engine, ctx.session.id, two_factor_passed=True, last_seen_at=now)
+    await dashboard_users.update_session(ctx.platform.engine, ctx.session.id, two_factor_passed=True, last_seen_at=now)
     await ctx.audit("two_factor")
     return see("/dashboard/")
 
@@ -186,11 +186,11 @@ async def _second_factor(ctx: Ctx, purpose: str) -> tuple[int, str] | None:
         return 429, "Too many attempts. Wait a few minutes and try again."
     if ctx.user.totp_secret is not None:
         secret = ctx.platform.secrets.open(ctx.user.totp_secret)
-        last = await accounts.totp_last_step(engine, ctx.user.id)
-        step = accounts.verify_totp(secret, code, ctx.platform.clock.time(), last)
-        if step is not None and await accounts.use_totp_step(engine, ctx.user.id, step):
+        last = await dashboard_users.totp_last_step(engine, ctx.user.id)
+        step = dashboard_users.verify_totp(secret, code, ctx.platform.clock.time(), last)
+        if step is not None and await dashboard_users.use_totp_step(engine, ctx.user.id, step):
             return None
-    if code and await accounts.use_recovery_code(engine, ctx.user.id, code, ctx.platform.clock.now()):
+    if code and await dashboard_users.use_recovery_code(engine, ctx.user.id, code, ctx.platform.clock.now()):
         await ctx.audit("two_factor_recovery_code_used", purpose)
         return None
     await _limits(ctx.request).failed(key, address)
@@ -200,7 +200,7 @@ async def _second_factor(ctx: Ctx, purpose: str) -> tuple[int, str] | None:
 
 @page(two_factor=False)
 async def sign_out(ctx: Ctx) -> Response:
-    await accounts.revoke_session(ctx.platform.engine, ctx.session.id, ctx.platform.clock.now())
+    await dashboard_users.revoke_session(ctx.platform.engine, ctx.session.id, ctx.platform.clock.now())
     await ctx.audit("sign_out")
     response = see("/dashboard/sign-in")
     response.delete_cookie(COOKIE, path="/dashboard")
@@ -216,7 +216,7 @@ async def switch_mode(ctx: Ctx) -> Response:
             "Owners and developers turn on two-factor sign-in (Account) before using live mode.",
             action="live_needs_2fa",
         )
-    await accounts.update_session(ctx.platform.engine, ctx.session.id, livemode=live)
+    await dashboard_users.update_session(ctx.platform.engine, ctx.session.id, livemode=live)
     await ctx.audit("switch_mode", "live" if live else "test")
     back = ctx.field("back")
     return see(back if back.startswith("/dashboard/") and "//" not in back else "/dashboard/")
@@ -240,14 +240,14 @@ async def account_two_factor(ctx: Ctx) -> Response:
     action = ctx.field("action")
     if action == "confirm" and user.totp_secret is not None and not user.totp_enabled:
         secret = ctx.platform.secrets.open(user.totp_secret)
-        step = accounts.verify_totp(secret, ctx.field("code"), ctx.platform.clock.time())
+        step = dashboard_users.verify_totp(secret, ctx.field("code"), ctx.platform.clock.time())
         if step is None:
             await ctx.audit("two_factor_setup_failed", outcome="refused")
             return ctx.page("account.html", 400, secret=secret, error="That code is not right. Enter the current one.")
-        await accounts.use_totp_step(engine, user.id, step)
-        await accounts.set_totp(engine, user.id, user.totp_secret, True)
-        codes = await accounts.new_recovery_codes(engine, user.id, now)
-        await accounts.update_session(engine, ctx.session.id, two_factor_passed=True)
+        await dashboard_users.use_totp_step(engine, user.id, step)
+        await dashboard_users.set_totp(engine, user.id, user.totp_secret, True)
+        codes = await dashboard_users.new_recovery_codes(engine, user.id, now)
+        await dashboard_users.update_session(engine, ctx.session.id, two_factor_passed=True)
         await ctx.audit("two_factor_enabled")
         user = replace(user, totp_enabled=True)
         return ctx.page("account.html", user=user, secret=None, error="", recovery_codes=codes)
@@ -257,37 +257,37 @@ async def account_two_factor(ctx: Ctx) -> Response:
         refused = await _second_factor(ctx, action)
         if refused is not None:
             return ctx.page("account.html", refused[0], secret=None, error=refused[1])
-        await accounts.drop_recovery_codes(engine, user.id)
+        await dashboard_users.drop_recovery_codes(engine, user.id)
         if user.role in LIVE_NEEDS_2FA:  # off (or not yet on again): back to test mode
-            await accounts.update_session(engine, ctx.session.id, livemode=False)
+            await dashboard_users.update_session(engine, ctx.session.id, livemode=False)
     if action == "disable":
-        await accounts.set_totp(engine, user.id, None, False)
+        await dashboard_users.set_totp(engine, user.id, None, False)
         await ctx.audit("two_factor_disabled")
         return see("/dashboard/account?notice=" + quote("Two-factor sign-in is off."))
-    await accounts.set_totp(engine, user.id, ctx.platform.secrets.seal(accounts.new_totp_secret()), False)
+    await dashboard_users.set_totp(engine, user.id, ctx.platform.secrets.seal(dashboard_users.new_totp_secret()), False)
     await ctx.audit("two_factor_restarted" if user.totp_enabled else "two_factor_setup_started")
     return see("/dashboard/account?setup=1")
 
 
 @page()
 async def team(ctx: Ctx) -> Response:
-    users = await accounts.list_users(ctx.platform.engine, ctx.merchant_id)
-    return ctx.page("team.html", users=users, roles=accounts.ROLES, link=None, error="")
+    users = await dashboard_users.list_users(ctx.platform.engine, ctx.merchant_id)
+    return ctx.page("team.html", users=users, roles=dashboard_users.ROLES, link=None, error="")
 
 
 @page("team")
 async def team_invite(ctx: Ctx) -> Response:
     try:
-        token = await accounts.invite(
+        token = await dashboard_users.invite(
             ctx.platform.engine, ctx.user, ctx.field("email"), ctx.field("role"), ctx.platform.clock.now()
         )
     except AccountError as exc:
-        users = await accounts.list_users(ctx.platform.engine, ctx.merchant_id)
-        return ctx.page("team.html", 400, users=users, roles=accounts.ROLES, link=None, error=str(exc))
+        users = await dashboard_users.list_users(ctx.platform.engine, ctx.merchant_id)
+        return ctx.page("team.html", 400, users=users, roles=dashboard_users.ROLES, link=None, error=str(exc))
     await ctx.audit("invite", ctx.field("email"), detail=ctx.field("role"))
     link = f"{ctx.request.base_url}dashboard/invitations/{token}".replace("//dashboard", "/dashboard")
-    users = await accounts.list_users(ctx.platform.engine, ctx.merchant_id)
-    return ctx.page("team.html", users=users, roles=accounts.ROLES, link=link, error="")
+    users = await dashboard_users.list_users(ctx.platform.engine, ctx.merchant_id)
+    return ctx.page("team.html", users=users, roles=dashboard_users.ROLES, link=link, error="")
 
 
 @page("team")
@@ -295,7 +295,7 @@ async def team_remove(ctx: Ctx) -> Response:
     user_id = ctx.request.path_params["user_id"]
     if user_id == ctx.user.id:
         raise PageError(400, "You cannot remove yourself.", action="bad_request")
-    if not await accounts.remove_user(ctx.platform.engine, ctx.merchant_id, user_id, ctx.platform.clock.now()):
+    if not await dashboard_users.remove_user(ctx.platform.engine, ctx.merchant_id, user_id, ctx.platform.clock.now()):
         raise PageError(404, "No such user here.", action="not_found")
     await ctx.audit("remove_user", user_id)
     return see("/dashboard/team?notice=" + quote("Removed."))
@@ -320,9 +320,9 @@ def _invitation_page(request: Request, token: str, invitation: Any, error: str =
 async def invitation_form(request: Request) -> Response:
     platform = platform_of(request)
     token = request.path_params["token"]
-    invitation = await accounts.find_invitation(platform.engine, token, platform.clock.now())
+    invitation = await dashboard_users.find_invitation(platform.engine, token, platform.clock.now())
     if invitation is None:
-        await accounts.audit(
+        await dashboard_users.audit(
             platform.engine, platform.clock.now(), "invitation_refused", outcome="refused", address=address_of(request)
         )
         return error_page(404, "This invitation is not valid: it was used, it expired, or it never existed.")
@@ -339,25 +339,22 @@ async def invitation_accept(request: Request) -> Response:
     if refused is not None:
         return refused
     try:
-        user = await accounts.accept_invitation(platform.engine, token, password, now)
+        user = await dashboard_users.accept_invitation(platform.engine, token, password, now)
     except AccountError as exc:
-        invitation = await accounts.find_invitation(platform.engine, token, now)
-        await accounts.audit(
+        invitation = await dashboard_users.find_invitation(platform.engine, token, now)
+        await dashboard_users.audit(
             platform.engine, now, "invitation_refused", outcome="refused", address=address_of(request), detail=str(exc)
         )
         if invitation is None:
             return error_page(404, str(exc))
         return _invitation_page(request, token, invitation, str(exc), 400)
-    await accounts.audit(platform.engine, now, "invitation_accepted", user=user, address=address_of(request))
+    await dashboard_users.audit(platform.engine, now, "invitation_accepted", user=user, address=address_of(request))
     return see("/dashboard/sign-in")
 
 
 @page()
 async def audit_log(ctx: Ctx) -> Response:
-    table = tables.dashboard_audit
-    async with ctx.platform.engine.connect() as conn:
-        query = select(table).where(table.c.merchant_id == ctx.merchant_id).order_by(table.c.created_at.desc())
-        rows = list(await conn.execute(query.limit(200)))
+    rows = await dashboard_users.audit_entries(ctx.platform.engine, ctx.merchant_id)
     return ctx.page("audit.html", rows=rows)
 
 

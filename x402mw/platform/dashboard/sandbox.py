@@ -1,25 +1,23 @@
 """The sandbox, in test mode only: the faucet, simulating a payment of a test order, test clocks.
-Each goes through the same function as its API operation (`x402mw.platform.api.sandbox`,
-`x402mw.platform.services.subscriptions.clocks`)."""
+Each goes through the same request model and service as its API operation
+(`x402mw.platform.services.sandbox`, `x402mw.platform.services.subscriptions.clocks`)."""
 
 from __future__ import annotations
 
 from urllib.parse import quote
 
 from pydantic import ValidationError
-from sqlalchemy import select
 from starlette.responses import Response
 from starlette.routing import Route
 
-from x402mw.platform.api.clocks import ClockAdvance, ClockCreate
-from x402mw.platform.api.sandbox import FaucetBody, SimulatePaymentBody, fund, simulate
 from x402mw.platform.dashboard.web import Ctx, PageError, missing, page, problem, see
-from x402mw.platform.db import tables
-from x402mw.platform.http.errors import HttpError
 from x402mw.platform.http.fields import is_uuid
+from x402mw.platform.http.request_models.clocks import ClockAdvance, ClockCreate
+from x402mw.platform.http.request_models.sandbox import FaucetBody, SimulatePaymentBody
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.merchants import Caller
-from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock
+from x402mw.platform.services.sandbox import fund, simulate
+from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock, newest_clocks
 
 SCENARIOS = ("exact", "underpaid", "overpaid", "late", "wrong_asset")
 
@@ -31,10 +29,7 @@ def _test_only(ctx: Ctx) -> Caller:
 
 
 async def _page(ctx: Ctx, status: int = 200, *, error: str = "", done: str = "") -> Response:
-    t = tables.test_clocks
-    async with ctx.platform.engine.connect() as conn:
-        query = select(t).where(t.c.merchant_id == ctx.merchant_id).order_by(t.c.created_at.desc()).limit(50)
-        clocks = list(await conn.execute(query))
+    clocks = await newest_clocks(ctx.platform.engine, ctx.merchant_id)
     networks = [c.network.caip2 for c in ctx.platform.chains if not c.livemode]
     return ctx.page(
         "sandbox.html", status, clocks=clocks, networks=networks, scenarios=SCENARIOS, error=error, done=done
@@ -57,8 +52,8 @@ async def faucet(ctx: Ctx) -> Response:
             address=ctx.field("address"),
             amount=ctx.field("amount"),
         )
-        sent = await fund(ctx.platform, body)
-    except (ValidationError, HttpError) as exc:
+        sent = await fund(ctx.platform.chains, body.network, body.currency, body.address, body.amount)
+    except (ValidationError, ServiceError) as exc:
         return await _page(ctx, 400, error=problem(exc))
     await ctx.audit("sandbox_faucet", body.address, detail=f"{sent.amount} {sent.currency}")
     return await _page(ctx, done=f"Sent {sent.amount} {sent.currency} to {sent.address} ({sent.transaction}).")
@@ -70,12 +65,24 @@ async def simulate_payment(ctx: Ctx) -> Response:
     payment_id = ctx.field("payment_id").lower()
     if not is_uuid(payment_id):
         raise missing("payment")
+    platform = ctx.platform
     try:
         body = SimulatePaymentBody(scenario=ctx.field("scenario") or "exact")  # type: ignore[arg-type]
-        paid = await simulate(ctx.platform, caller, payment_id, body)
+        paid = await simulate(
+            platform.engine,
+            platform.chains,
+            platform.deposit_keys,
+            platform.watcher,
+            platform.clock,
+            platform.payment_intents.checkout_url_base,
+            caller,
+            payment_id,
+            body.scenario,
+            body.network,
+        )
     except ValidationError as exc:
         return await _page(ctx, 400, error=problem(exc))
-    except HttpError as exc:
+    except ServiceError as exc:
         if exc.status == 404:
             raise missing("payment") from None
         return await _page(ctx, exc.status if exc.status in (400, 409) else 400, error=problem(exc))

@@ -15,16 +15,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jinja2 import Environment
 from pydantic import ValidationError
-from sqlalchemy import Row, Table, select
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from x402mw.platform.dashboard import accounts
-from x402mw.platform.dashboard.accounts import Session, User
 from x402mw.platform.dashboard.assets import asset_digest
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.http.values import unstorable_field
+from x402mw.platform.services import dashboard_users
+from x402mw.platform.services.dashboard_users import Session, User
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.templates import template_environment
 from x402mw.protocol.constant_time import same_secret
@@ -128,15 +127,6 @@ class Ctx:
             "notice": self.request.query_params.get("notice", "")[:200],
         }
 
-    async def newest(self, table: Table, limit: int | None = None) -> list[Row[Any]]:
-        """The merchant's rows of ``table`` in the session's mode, newest first (at most ``limit``)."""
-        query = select(table).where(table.c.merchant_id == self.merchant_id, table.c.livemode == self.livemode)
-        query = query.order_by(table.c.created_at.desc())
-        if limit is not None:
-            query = query.limit(limit)
-        async with self.platform.engine.connect() as conn:
-            return list(await conn.execute(query))
-
     async def audit(
         self,
         action: str,
@@ -145,7 +135,7 @@ class Ctx:
         outcome: Literal["ok", "refused"] = "ok",
         detail: str | None = None,
     ) -> None:
-        await accounts.audit(
+        await dashboard_users.audit(
             self.platform.engine,
             self.platform.clock.now(),
             action,
@@ -170,7 +160,7 @@ def set_session_cookie(request: Request, response: Response, token: str) -> None
     response.set_cookie(
         COOKIE,
         token,
-        max_age=int(accounts.ABSOLUTE.total_seconds()),
+        max_age=int(dashboard_users.ABSOLUTE.total_seconds()),
         path="/dashboard",
         httponly=True,
         samesite="lax",
@@ -195,11 +185,11 @@ def page(
         async def endpoint(request: Request) -> Response:
             platform = platform_of(request)
             now = platform.clock.now()
-            session = await accounts.read_session(platform.engine, request.cookies.get(COOKIE, ""), now)
+            session = await dashboard_users.read_session(platform.engine, request.cookies.get(COOKIE, ""), now)
             if session is None:
                 if request.method == "GET":
                     return see("/dashboard/sign-in")
-                await accounts.audit(
+                await dashboard_users.audit(
                     platform.engine,
                     now,
                     "session_missing",

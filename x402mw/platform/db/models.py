@@ -718,7 +718,7 @@ class RelayerHolder(SQLModel, table=True):
 
 
 class DashboardUser(SQLModel, table=True):
-    """A person who signs in to a merchant's dashboard (x402mw.platform.dashboard.accounts): an argon2
+    """A person who signs in to a merchant's dashboard (x402mw.platform.services.dashboard_users): an argon2
     password hash, a role, and an optional TOTP secret (sealed, x402mw.platform.sealing)."""
 
     __tablename__ = "dashboard_users"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import Row, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.batching import Coalescer
@@ -69,8 +69,20 @@ async def purge_api_requests(
 
 async def purge_dashboard_sessions(engine: AsyncEngine, now: datetime) -> int:
     """Delete dashboard sessions past their absolute expiry by more than a day (the worker's
-    housekeeping; x402mw.platform.dashboard.accounts writes them)."""
+    housekeeping; x402mw.platform.services.dashboard_users writes them)."""
     sessions = tables.dashboard_sessions
     async with engine.begin() as conn:
         result = await conn.execute(delete(sessions).where(sessions.c.expires_at < now - timedelta(days=1)))
     return int(result.rowcount or 0)
+
+
+async def newest_api_requests(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, request_id: str | None = None, limit: int = 100
+) -> list[Row[Any]]:
+    """The merchant's logged requests of this mode, newest first; only ``request_id``'s when given."""
+    t = tables.api_requests
+    where = [t.c.merchant_id == merchant_id, t.c.livemode == livemode]
+    if request_id:
+        where.append(t.c.request_id == request_id)
+    async with engine.connect() as conn:
+        return list(await conn.execute(select(t).where(*where).order_by(t.c.created_at.desc()).limit(limit)))

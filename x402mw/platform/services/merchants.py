@@ -7,8 +7,9 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import Row, Table, bindparam, func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
@@ -209,3 +210,30 @@ class KeyRing:
 
     async def revoke(self, key_id: str) -> bool:
         return await revoke_api_key(self.engine, key_id)
+
+
+async def newest_rows(
+    engine: AsyncEngine, table: Table, merchant_id: str, livemode: bool, limit: int | None = None
+) -> list[Row[Any]]:
+    """The merchant's rows of ``table`` in this mode, newest first (at most ``limit``)."""
+    query = select(table).where(table.c.merchant_id == merchant_id, table.c.livemode == livemode)
+    query = query.order_by(table.c.created_at.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    async with engine.connect() as conn:
+        return list(await conn.execute(query))
+
+
+async def newest_api_keys(engine: AsyncEngine, merchant_id: str, livemode: bool) -> list[Row[Any]]:
+    """The merchant's API keys of this mode, revoked ones too, newest first."""
+    return await newest_rows(engine, tables.api_keys, merchant_id, livemode)
+
+
+async def has_api_key(engine: AsyncEngine, merchant_id: str, livemode: bool, key_id: str) -> bool:
+    """Whether the merchant has the key ``key_id`` in this mode."""
+    table = tables.api_keys
+    query = select(table.c.id).where(
+        table.c.id == key_id, table.c.merchant_id == merchant_id, table.c.livemode == livemode
+    )
+    async with engine.connect() as conn:
+        return (await conn.execute(query)).first() is not None

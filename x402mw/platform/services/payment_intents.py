@@ -190,6 +190,14 @@ async def find_payment_intent(
     return (await conn.execute(query)).mappings().first()
 
 
+async def read_payment_intent(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, payment_id: str
+) -> Mapping[Any, Any] | None:
+    """`find_payment_intent` on a connection of its own."""
+    async with engine.connect() as conn:
+        return await find_payment_intent(conn, merchant_id, livemode, payment_id)
+
+
 UNPAID = {
     "tx_hash": None,
     "paid_at": None,

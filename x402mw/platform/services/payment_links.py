@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -24,6 +24,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.objects.payments import PaymentLink, PaymentMethods
 from x402mw.platform.services.errors import ServiceError
+from x402mw.platform.services.merchants import newest_rows
 from x402mw.platform.services.payment_intents import PaymentIntentError, PaymentIntentWriter, amount_text
 from x402mw.platform.services.slugs import find_by_slug, slug_ref
 
@@ -113,3 +114,22 @@ async def create_payment_link(engine: AsyncEngine, row: Mapping[str, Any]) -> No
             raise
         message = f"You already have a payment link with the slug {row['slug']!r}; choose another"
         raise ServiceError(409, "slug_taken", message, param="slug") from None
+
+
+async def newest_payment_links(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, limit: int = 200
+) -> list[Row[Any]]:
+    """The merchant's payment links of this mode, newest first."""
+    return await newest_rows(engine, tables.payment_links, merchant_id, livemode, limit)
+
+
+async def deactivate_payment_link(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, link_id: str, now: datetime
+) -> bool:
+    """Make the link open no new orders (what ``PATCH /payment-links/:id {active: false}`` does);
+    False when the merchant has no such link in this mode."""
+    t = tables.payment_links
+    owned = (t.c.id == link_id) & (t.c.merchant_id == merchant_id) & (t.c.livemode == livemode)
+    async with engine.begin() as conn:
+        changed = await conn.execute(t.update().where(owned).values(active=False, updated_at=now))
+    return bool(changed.rowcount)

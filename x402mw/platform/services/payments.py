@@ -241,6 +241,40 @@ async def find_agent_payment(
     return dict(row) if row is not None else None
 
 
+async def endpoint_usage(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, since: datetime
+) -> dict[str, tuple[int, int]]:
+    """``{endpoint id: (payments, minor units)}`` of the merchant's agent payments settled since ``since``."""
+    p = tables.agent_payments
+    query = (
+        select(p.c.endpoint_id, func.count().label("count"), func.sum(p.c.amount_minor).label("total"))
+        .where(
+            p.c.merchant_id == merchant_id,
+            p.c.livemode == livemode,
+            p.c.status == "settled",
+            p.c.settled_at >= since,
+        )
+        .group_by(p.c.endpoint_id)
+    )
+    async with engine.connect() as conn:
+        return {endpoint_id: (int(count), int(total or 0)) for endpoint_id, count, total in await conn.execute(query)}
+
+
+async def endpoint_payments(engine: AsyncEngine, merchant_id: str, endpoint_id: str, limit: int = 50) -> list[Any]:
+    """The endpoint's newest agent payments, each with the challenge it answered
+    (``challenge_resource``, ``challenge_expires``)."""
+    p, c = tables.agent_payments, tables.agent_challenges
+    query = (
+        select(p, c.c.resource.label("challenge_resource"), c.c.expires_at.label("challenge_expires"))
+        .outerjoin(c, c.c.id == p.c.challenge_id)
+        .where(p.c.endpoint_id == endpoint_id, p.c.merchant_id == merchant_id)
+        .order_by(p.c.created_at.desc())
+        .limit(limit)
+    )
+    async with engine.connect() as conn:
+        return list(await conn.execute(query))
+
+
 @dataclass
 class OverviewFigures:
     """What the overview shows: ``balances`` (rows of the money the platform holds, per chain and

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -42,6 +42,7 @@ from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.deposits import DepositKeys, authorization_call, sweep_order
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.ledger import InsufficientBalance, apply_entry
+from x402mw.platform.services.merchants import newest_rows
 from x402mw.platform.services.outbox import record_event
 from x402mw.platform.services.payment_intents import amount_text, at_scale_of, transition
 from x402mw.platform.services.watcher import address_topic
@@ -410,3 +411,15 @@ def _already_refunded(refund_id: str | None) -> RefundError:
 async def _order(conn: AsyncConnection, payment_id: str) -> Mapping[Any, Any]:
     intents = tables.payment_intents
     return (await conn.execute(select(intents).where(intents.c.id == payment_id))).mappings().one()
+
+
+async def order_refunds(engine: AsyncEngine, payment_id: str) -> list[Row[Any]]:
+    """The refunds of an order."""
+    refunds = tables.refunds
+    async with engine.connect() as conn:
+        return list(await conn.execute(select(refunds).where(refunds.c.payment_intent_id == payment_id)))
+
+
+async def newest_refunds(engine: AsyncEngine, merchant_id: str, livemode: bool, limit: int = 100) -> list[Row[Any]]:
+    """The merchant's refunds of this mode, newest first."""
+    return await newest_rows(engine, tables.refunds, merchant_id, livemode, limit)

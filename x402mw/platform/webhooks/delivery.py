@@ -17,10 +17,8 @@ client, two settings); the platform (`x402mw.platform.runtime`) builds one and c
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import random
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,8 +36,8 @@ from x402mw.platform.db.models import new_id
 from x402mw.platform.metrics import WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS
 from x402mw.platform.objects.webhooks import Event
 from x402mw.platform.sealing import SecretBox
+from x402mw.platform.services.webhook_destinations import resolved_blocked_reason
 from x402mw.platform.timestamps import iso
-from x402mw.platform.webhooks.destinations import resolved_blocked_reason
 from x402mw.protocol.webhook_signatures import sign_payload
 
 RETRY_WINDOW = timedelta(days=3)
@@ -52,11 +50,6 @@ _CONCURRENCY = 10
 _ATTEMPT_LOG = 50
 EXCERPT_BYTES = 300  # how much of a receiver's answer each attempt keeps
 _USER_AGENT = f"x402mw-webhooks/{__version__}"
-
-
-def new_secret() -> str:
-    """A fresh signing secret: ``whsec_`` + base64 of 24 random bytes."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode("ascii")
 
 
 def matches(enabled_events: Sequence[str], event_type: str) -> bool:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, field_validator
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.requests import Request
@@ -15,136 +12,20 @@ from starlette.responses import Response
 
 from x402mw.platform.api.auth import authenticate
 from x402mw.platform.db import tables
-from x402mw.platform.http.bodies import PatchBody, parse_body, path_uuid, read_json
+from x402mw.platform.http.bodies import parse_body, path_uuid, read_json
 from x402mw.platform.http.errors import HttpError
-from x402mw.platform.http.fields import (
-    MINOR_SCHEMA,
-    NAME_PATTERN,
-    NonZeroAddress,
-    ResourceUrl,
-    minor_units,
-    resource_url,
-)
 from x402mw.platform.http.pagination import list_answer
+from x402mw.platform.http.request_models.agent_endpoints import (
+    EndpointCreate,
+    EndpointUpdate,
+)
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import ETAG, IF_NONE_MATCH, LIST_PARAMS, NOT_MODIFIED, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects import agents as objects
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.endpoints import create_endpoint, find_endpoint, update_endpoint
-from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.merchants import Caller
-
-if TYPE_CHECKING:
-    from x402mw.platform.runtime import Platform
-
-MinorUnits = Annotated[int, WithJsonSchema(MINOR_SCHEMA)]
-CURRENCY_PATTERN = "^(?:[Uu][Ss][Dd][Cc]|[Ee][Uu][Rr][Cc])$"
-"""``USDC`` or ``EURC``, in any case (``USDT`` has no EIP-3009 and is refused with its own code)."""
-FIXED_NEEDS_AMOUNT: dict[str, Any] = {  # fixed pricing (the default) needs an amount
-    "if": {"properties": {"pricingMode": {"const": "fixed"}}},
-    "then": {"required": ["amountMinor"], "properties": {"amountMinor": {"not": {"type": "null"}}}},
-}
-
-
-class _EndpointFields(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    _v_url = field_validator("resourceUrl", check_fields=False)(resource_url)
-    _v_amount = field_validator("amountMinor", "maxAmountMinor", mode="before", check_fields=False)(minor_units)
-
-
-METERED_NEEDS_CEILING: dict[str, Any] = {  # a ceiling (maxAmountMinor) for metered pricing, and only then
-    "if": {"properties": {"pricingMode": {"const": "metered"}}, "required": ["pricingMode"]},
-    "then": {
-        "required": ["maxAmountMinor"],
-        "properties": {"maxAmountMinor": {"not": {"type": "null"}}, "amountMinor": {"type": "null"}},
-    },
-    "else": {"properties": {"maxAmountMinor": {"type": "null"}}},
-}
-
-
-# The descriptions EndpointCreate and EndpointUpdate share: one text per field in the OpenAPI document.
-_NAME = "1–200 characters, no control characters"
-_RESOURCE_URL = "absolute http(s) URL of the paid resource, or `mcp://tool/<name>` for an MCP tool"
-_PAYOUT_ADDRESS = "EVM address receiving the funds; snapshotted in each challenge"
-_PRICING_MODE = (
-    "`fixed`, `dynamic` (the middleware's amount callback prices each request) or `metered` "
-    "(the handler reports what each request used, up to `maxAmountMinor`)"
-)
-_AMOUNT_MINOR = 'integer string of minor units (`"10000"` is 0.01 USDC); required with `fixed` pricing'
-_RELEASE_POLICY = "`included` (serve once the transfer is in a block) or `confirmed` (wait for confirmations)"
-_MAX_TIMEOUT = "validity of challenges and authorizations in seconds, 30–3600"
-_DISCOVERABLE = "list the endpoint's settled resources in the public discovery catalogue; default false"
-
-
-class EndpointCreate(_EndpointFields):
-    model_config = ConfigDict(json_schema_extra={"allOf": [FIXED_NEEDS_AMOUNT, METERED_NEEDS_CEILING]})
-
-    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN, description=_NAME)
-    resourceUrl: ResourceUrl = Field(description=_RESOURCE_URL)
-    chainId: StrictInt = Field(description="EVM chain id settled by this platform (see `GET /v1/x402/supported`)")
-    currency: Annotated[str, WithJsonSchema({"type": "string", "pattern": CURRENCY_PATTERN})] = Field(
-        description="`USDC` or `EURC`; `USDT` is refused (no EIP-3009)"
-    )
-    payoutAddress: NonZeroAddress = Field(description=_PAYOUT_ADDRESS)
-    pricingMode: Literal["fixed", "dynamic", "metered"] = Field(default="fixed", description=_PRICING_MODE)
-    amountMinor: MinorUnits | None = Field(default=None, description=_AMOUNT_MINOR)
-    maxAmountMinor: MinorUnits | None = Field(
-        default=None,
-        description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
-        "sign); required with `metered` pricing, and only then",
-    )
-    releasePolicy: Literal["included", "confirmed"] = Field(default="included", description=_RELEASE_POLICY)
-    maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600, description=_MAX_TIMEOUT)
-    discoverable: StrictBool = Field(default=False, description=_DISCOVERABLE)
-
-
-class EndpointUpdate(_EndpointFields, PatchBody):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "allOf": [
-                {
-                    "not": {  # fixed pricing and no amount, in one request
-                        "required": ["pricingMode", "amountMinor"],
-                        "properties": {"pricingMode": {"const": "fixed"}, "amountMinor": {"type": "null"}},
-                    }
-                },
-                {  # a ceiling only with metered pricing, a fixed amount never with it, in one request
-                    "if": {"properties": {"pricingMode": {"const": "metered"}}, "required": ["pricingMode"]},
-                    "then": {"properties": {"amountMinor": {"type": "null"}}},
-                    "else": {
-                        "if": {"required": ["pricingMode"]},
-                        "then": {"properties": {"maxAmountMinor": {"type": "null"}}},
-                    },
-                },
-            ]
-        }
-    )
-    CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
-
-    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN, description=_NAME)
-    resourceUrl: ResourceUrl | None = Field(default=None, description=_RESOURCE_URL)
-    payoutAddress: NonZeroAddress | None = Field(default=None, description=_PAYOUT_ADDRESS)
-    pricingMode: Literal["fixed", "dynamic", "metered"] | None = Field(default=None, description=_PRICING_MODE)
-    amountMinor: MinorUnits | None = Field(default=None, description=_AMOUNT_MINOR)
-    maxAmountMinor: MinorUnits | None = Field(
-        default=None,
-        description="integer string of minor units: the most one request may cost (the `upto` ceiling agents "
-        "sign); only for a `metered` endpoint",
-    )
-    releasePolicy: Literal["included", "confirmed"] | None = Field(default=None, description=_RELEASE_POLICY)
-    maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600, description=_MAX_TIMEOUT)
-    discoverable: StrictBool | None = Field(default=None, description=_DISCOVERABLE)
-
-
-@contextlib.contextmanager
-def _answered() -> Iterator[None]:
-    """A service's refusal as the API answers it (the dashboard shows its message)."""
-    try:
-        yield
-    except ServiceError as exc:
-        raise HttpError(exc.status, exc.code, exc.message, param=exc.param) from None
 
 
 def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
@@ -192,23 +73,10 @@ async def load_endpoint(conn: AsyncConnection, caller: Caller, endpoint_id: str)
 async def create(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     body = parse_body(EndpointCreate, await read_json(request))
-    row, chain = await create_agent_endpoint(platform_of(request), caller, body)
-    return _answer(row, chain, 201)
-
-
-async def create_agent_endpoint(platform: Platform, caller: Caller, body: EndpointCreate) -> tuple[Any, ChainHandle]:
-    """A new agent endpoint of the caller's (the API's create, and the dashboard's)."""
-    with _answered():
-        row = await create_endpoint(
-            platform.engine,
-            (chain.network for chain in platform.chains),
-            caller.merchant_id,
-            caller.livemode,
-            body.model_dump(),
-        )
-    chain = platform.chains.get(row.chain_id)
-    assert chain is not None
-    return row, chain
+    platform = platform_of(request)
+    networks = (chain.network for chain in platform.chains)
+    row = await create_endpoint(platform.engine, networks, caller.merchant_id, caller.livemode, body.model_dump())
+    return _answer(row, platform.chains.get(row.chain_id), 201)
 
 
 async def retrieve(request: Request) -> Response:
@@ -231,16 +99,9 @@ async def update(request: Request) -> ModelResponse:
     body = parse_body(EndpointUpdate, await read_json(request))
     platform = platform_of(request)
     endpoint_id = path_uuid(request, "endpoint_id", "agent endpoint")
-    row = await update_agent_endpoint(platform, caller, endpoint_id, body)
-    return _answer(row, platform.chains.get(row.chain_id))
-
-
-async def update_agent_endpoint(platform: Platform, caller: Caller, endpoint_id: str, body: EndpointUpdate) -> Any:
-    """The endpoint with ``body``'s changes (the API's update, and the dashboard's)."""
-    with _answered():
-        row = await update_endpoint(platform.engine, caller.merchant_id, caller.livemode, endpoint_id, body.changes())
+    row = await update_endpoint(platform.engine, caller.merchant_id, caller.livemode, endpoint_id, body.changes())
     platform.endpoints.invalidate()
-    return row
+    return _answer(row, platform.chains.get(row.chain_id))
 
 
 async def list_endpoints(request: Request) -> ModelResponse:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
@@ -77,3 +77,11 @@ async def advance_clock(
             )
     await runner.run_due(test_clock_id=clock_id, now=frozen_time)
     return await find_clock(engine, merchant_id, clock_id)
+
+
+async def newest_clocks(engine: AsyncEngine, merchant_id: str, limit: int = 50) -> list[Row[Any]]:
+    """The merchant's test clocks, newest first."""
+    t = tables.test_clocks
+    query = select(t).where(t.c.merchant_id == merchant_id).order_by(t.c.created_at.desc()).limit(limit)
+    async with engine.connect() as conn:
+        return list(await conn.execute(query))

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Row, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
 from x402mw.platform.services.errors import ServiceError
+from x402mw.platform.services.merchants import newest_rows
 from x402mw.platform.services.slugs import find_by_slug
 from x402mw.platform.services.subscriptions.steps import aware
 
@@ -85,3 +86,8 @@ async def find_plan_by_ref(engine: AsyncEngine, ref: str) -> dict[str, Any] | No
         else:
             return None
     return None if found is None else aware(found)
+
+
+async def newest_plans(engine: AsyncEngine, merchant_id: str, livemode: bool) -> list[Row[Any]]:
+    """The merchant's plans of this mode, newest first."""
+    return await newest_rows(engine, tables.subscription_plans, merchant_id, livemode)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Row, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -403,3 +403,11 @@ async def totp_last_step(engine: AsyncEngine, user_id: str) -> int | None:
     users = tables.dashboard_users
     async with engine.connect() as conn:
         return (await conn.execute(select(users.c.totp_last_step).where(users.c.id == user_id))).scalar()
+
+
+async def audit_entries(engine: AsyncEngine, merchant_id: str, limit: int = 200) -> list[Row[Any]]:
+    """The merchant's audit log, newest first."""
+    table = tables.dashboard_audit
+    query = select(table).where(table.c.merchant_id == merchant_id).order_by(table.c.created_at.desc())
+    async with engine.connect() as conn:
+        return list(await conn.execute(query.limit(limit)))
