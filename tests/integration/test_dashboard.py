@@ -644,17 +644,33 @@ def test_agent_endpoints_page(team: Team) -> None:
         }
         missing_amount = client.post("/dashboard/agents", data=fields)
         assert missing_amount.status_code == 400 and "amountMinor" in missing_amount.text
-        made = client.post("/dashboard/agents", data=fields | {"amount_minor": "2500"})
+        # prices typed as decimals of the coin, as the API's amounts in minor units
+        for typed, said in [("0.0000001", "decimals"), ("ten", "not a plain decimal"), ("1 EURC", "EURC")]:
+            refused = client.post("/dashboard/agents", data=fields | {"price": typed})
+            assert refused.status_code == 400 and said in refused.text, (typed, refused.text[-500:])
+        made = client.post("/dashboard/agents", data=fields | {"price": "0.0025"})
         assert made.status_code == 303
         endpoint_id = made.headers["location"].rsplit("/", 1)[1]
+        shown = client.get(f"/dashboard/agents/{endpoint_id}").text
+        assert 'name="price" inputmode="decimal" value="0.0025"' in shown
         edited = client.post(
             f"/dashboard/agents/{endpoint_id}",
-            data={"csrf": fields["csrf"], "name": "Forecast 2", "amount_minor": "5000"},
+            data={"csrf": fields["csrf"], "name": "Forecast 2", "price": "0.005 USDC"},
         )
         assert edited.status_code == 303
+        bad = client.post(f"/dashboard/agents/{endpoint_id}", data={"csrf": fields["csrf"], "price": "-1"})
+        assert bad.status_code == 303 and "Price" in client.get(bad.headers["location"]).text
+        metered = client.post(
+            "/dashboard/agents",
+            data=fields | {"name": "Ask", "pricing_mode": "metered", "max_price": "0.05"},
+        )
+        assert metered.status_code == 303
+        metered_id = metered.headers["location"].rsplit("/", 1)[1]
     with team.api() as api:
         endpoint = api.get(f"/agent/endpoints/{endpoint_id}").json()["endpoint"]
+        ceiling = api.get(f"/agent/endpoints/{metered_id}").json()["endpoint"]
     assert endpoint["name"] == "Forecast 2" and str(endpoint["amountMinor"]) == "5000"
+    assert ceiling["pricingMode"] == "metered" and str(ceiling["maxAmountMinor"]) == "50000"
 
 
 def test_sandbox(team: Team) -> None:
