@@ -86,18 +86,33 @@ class PaymentGate:
         self.api_key = api_key
         self.platform_url = platform_url.rstrip("/")
         self.settle_timeout = settle_timeout
-        self.refresh_seconds = refresh_seconds
         self._clock = clock
-        self.paywall = paywall if paywall is not None else Paywall()
         self.origin = origin
         self._terms = TermsCache(refresh_seconds=refresh_seconds, clock=clock)
-        self._issuer = ChallengeIssuer(api_key=api_key, clock=clock, paywall=self.paywall)
+        paywall = paywall if paywall is not None else Paywall()
+        self._issuer = ChallengeIssuer(api_key=api_key, clock=clock, paywall=paywall)
         self._queue = self._issuer.queue
+
+    @property
+    def paywall(self) -> Paywall:
+        """What a browser's 402 page shows of the seller."""
+        return self._issuer.paywall
+
+    @paywall.setter
+    def paywall(self, paywall: Paywall) -> None:
+        self._issuer.paywall = paywall
+
+    @property
+    def refresh_seconds(self) -> float:
+        """How old an endpoint's terms may get before the background work revalidates them."""
+        return self._terms.refresh_seconds
+
+    @refresh_seconds.setter
+    def refresh_seconds(self, seconds: float) -> None:
+        self._terms.refresh_seconds = seconds
 
     def __repr__(self) -> str:
         return f"PaymentGate(platform_url={self.platform_url!r}, api_key=<hidden>)"
-
-    # -- the request path -------------------------------------------------------------------
 
     def _published(self, request: RequestView) -> RequestView:
         """``request`` with its URL under the configured origin (`published_url`): what its 402,
@@ -244,8 +259,6 @@ class PaymentGate:
             return (yield from self._issuer.refused(route, terms, request, native, outcome))
         return outcome
 
-    # -- sign-in-with-x -----------------------------------------------------------------------
-
     def _sign_in(self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any) -> Step:
         """Serve a request signed in by a wallet that paid for this route (its earlier settlement),
         or answer the 402 with the reason the sign-in was refused; never serve for free."""
@@ -257,8 +270,6 @@ class PaymentGate:
             return outcome
         reason, text = outcome
         return (yield from self._issuer.challenge(route, terms, request, native, reason, text))
-
-    # -- the well-known manifest, terms and background work --------------------------------
 
     def well_known(self, routes: list[tuple[str, str, PaidRoute]], request_url: str) -> AnswerStep:
         """The ``/.well-known/x402`` answer listing ``routes`` (``(method or "*", path template,
