@@ -21,7 +21,7 @@ deliveries are verified with :mod:`x402mw.client.webhooks`.
 
 from __future__ import annotations
 
-from x402mw.client.auth import PaymentRecord, X402Auth
+from x402mw.client.auth import X402Auth
 from x402mw.client.merchant import (
     APIConnectionError,
     APIError,
@@ -36,6 +36,7 @@ from x402mw.client.merchant import (
     ServerError,
     UnprocessableEntityError,
 )
+from x402mw.client.records import PaymentRecord
 from x402mw.client.wallet import Wallet
 
 __all__ = [

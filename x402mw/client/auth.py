@@ -8,81 +8,52 @@ drive it: ``sync_auth_flow`` (used by ``Client``), ``async_auth_flow`` (used by 
 Body reading: only the body of a 402 answer without a ``PAYMENT-REQUIRED`` header is read (it may be
 an x402 v1 offer, ``{"x402Version": 1, "accepts": [...]}``); every other response, the paid one
 included, reaches the caller unread, so ``client.stream(...)`` still streams.
+
+What the flow reads of the seller's answers is in `x402mw.client.replies`, what it signs in
+`x402mw.client.signing`, what it may spend in `x402mw.client.spending`, and what it records of the
+payments made in `x402mw.client.records`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import secrets
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable
 from dataclasses import dataclass
-from decimal import Context, Decimal
-from typing import Any
+from decimal import Decimal
 
 import anyio
 import httpx
 
-from x402mw.client.wallet import EIP2612_EXTENSION, Wallet, token_domain
-from x402mw.errors import ConfigurationError, InvalidPaymentError, PaymentRefusedError, PriceError
-from x402mw.evm.keys import is_address
-from x402mw.evm.receipts import verify_receipt
-from x402mw.protocol import bounded_json, payment_identifier, reasons
-from x402mw.protocol.codec import (
-    PAYMENT_REQUIRED,
-    PAYMENT_RESPONSE,
-    PAYMENT_SIGNATURE,
-    V1_PAYMENT,
-    V1_PAYMENT_RESPONSE,
-    decode_payment_required,
-    decode_settlement_response,
-    encode_header,
+from x402mw.client.records import INVALID_RECEIPT, receipt_matches
+from x402mw.client.records import PaymentRecord as PaymentRecord  # re-exported: its home before
+from x402mw.client.replies import (
+    offer_in_body,
+    payment_required,
+    permit_wanted,
+    renewed_offer,
+    retry_pause,
+    settlement_of,
 )
-from x402mw.protocol.models import PaymentPayload, PaymentRequired, PaymentRequirements, SettlementResponse
-from x402mw.protocol.networks import get_network, parse_caip2
-from x402mw.protocol.prices import format_amount, parse_decimal
-from x402mw.protocol.sign_in import SIGN_IN_HEADER, SIGN_IN_WITH_X, SignInMessage, encode_sign_in
-
-OVER_CAP = "over_cap"
-NO_ACCEPTABLE_OPTION = "no_acceptable_option"
-INVALID_RECEIPT = "invalid_receipt"
-INVALID_PAYMENT_REQUIRED = "invalid_payment_required"
-
-DEFAULT_DECIMALS = 6
-_EXACT = Context(prec=100)  # room for any uint256 amount: Decimal arithmetic below never rounds
-_MAX_PAUSE_SECONDS = 10.0
-_UNAVAILABLE = frozenset({502, 503, 504})
-_MAX_V1_BODY_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class PaymentRecord:
-    """One payment a seller accepted. ``amount`` is in atomic units of ``asset``; ``units`` in tokens.
-    For an ``upto`` payment (a metered route), ``amount`` is what the seller charged and ``ceiling``
-    the most the agent signed for.
-
-    ``verified`` is True only when the auth has a ``receipt_signer`` and the receipt was signed by it
-    and names this payment (network, asset, amount, payer, payTo, transaction as far as it states them).
-    """
-
-    url: str
-    amount: int
-    asset: str
-    network: str
-    pay_to: str
-    transaction: str
-    payer: str
-    receipt: Mapping[str, str] | None
-    verified: bool
-    symbol: str | None = None
-    decimals: int = DEFAULT_DECIMALS
-    scheme: str = "exact"
-    ceiling: int | None = None  # upto: the most that was signed for; ``amount`` is what was charged
-
-    @property
-    def units(self) -> Decimal:
-        return Decimal(self.amount).scaleb(-self.decimals, context=_EXACT)
+from x402mw.client.signing import sign_in_header, sign_payment
+from x402mw.client.spending import (
+    EXACT,
+    NO_ACCEPTABLE_OPTION,
+    OVER_CAP,
+    Choice,
+    describe_offer,
+    judge,
+    parse_cap,
+    parse_networks,
+    parse_strings,
+    token_key,
+)
+from x402mw.client.wallet import Wallet
+from x402mw.errors import ConfigurationError, PaymentRefusedError
+from x402mw.evm.keys import is_address
+from x402mw.protocol import payment_identifier
+from x402mw.protocol.models import PaymentRequired, PaymentRequirements, SettlementResponse
+from x402mw.protocol.sign_in import SIGN_IN_HEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,21 +61,12 @@ class _Pause:
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
-class _Choice:
-    requirements: PaymentRequirements
-    symbol: str | None
-    decimals: int
-    units: Decimal
-    spend_key: str
-
-
 @dataclass(eq=False, slots=True)
 class _Unsettled:
     """A payment signed for a request whose outcome is not known yet."""
 
     header: tuple[str, str]
-    choice: _Choice
+    choice: Choice
     valid_before: int
     busy: bool = True  # a request is sending it now
 
@@ -185,10 +147,12 @@ class X402Auth(httpx.Auth):
     ) -> None:
         problems: list[str] = []
         self.wallet = wallet
-        self.max_amount = _cap(max_amount, "max_amount", problems)
-        self.max_total = _cap(max_total, "max_total", problems)
-        self.networks = _networks(networks, problems)
-        self.assets = None if assets is None else frozenset(a.lower() for a in _strings(assets, "assets", problems))
+        self.max_amount = parse_cap(max_amount, "max_amount", problems)
+        self.max_total = parse_cap(max_total, "max_total", problems)
+        self.networks = parse_networks(networks, problems)
+        self.assets = (
+            None if assets is None else frozenset(a.lower() for a in parse_strings(assets, "assets", problems))
+        )
         if receipt_signer is not None and not is_address(receipt_signer):
             problems.append("receipt_signer must be an address ('0x' followed by 40 hex digits)")
         if isinstance(pending_retries, bool) or not isinstance(pending_retries, int) or pending_retries < 0:
@@ -241,7 +205,7 @@ class X402Auth(httpx.Auth):
                     time.sleep(command.seconds)
                 else:
                     reply = yield command
-                    if _offer_in_body(reply):
+                    if offer_in_body(reply):
                         reply.read()
                 try:
                     command = flow.send(reply)
@@ -261,7 +225,7 @@ class X402Auth(httpx.Auth):
                     await anyio.sleep(command.seconds)
                 else:
                     reply = yield command
-                    if _offer_in_body(reply):
+                    if offer_in_body(reply):
                         await reply.aread()
                 try:
                     command = flow.send(reply)
@@ -273,7 +237,7 @@ class X402Auth(httpx.Auth):
     def _flow(self, request: httpx.Request) -> _Flow:
         response = yield request
         assert response is not None
-        required = _payment_required(response)
+        required = payment_required(response)
         if required is None:
             return
         url = str(request.url)
@@ -287,14 +251,14 @@ class X402Auth(httpx.Auth):
                 # signing a second one.
                 request.headers[held.header[0]] = held.header[1]
                 response = yield from self._until_known(request)
-                renewed = _renewed_offer(response)
+                renewed = renewed_offer(response)
                 if renewed is None:
                     self._finish(key, held, url, response)
                     return
                 self._forget(key, held)  # refused for good: pay the new challenge
                 required = renewed
             elif self.sign_in:
-                signed_in = _sign_in_header(self.wallet, required, url, time.time())
+                signed_in = sign_in_header(self.wallet, required, url, time.time())
                 if signed_in is not None:
                     request.headers[SIGN_IN_HEADER] = signed_in
                     answer = yield request
@@ -305,7 +269,7 @@ class X402Auth(httpx.Auth):
                         with self._lock:
                             self.signed_in += 1
                         return
-                    again = _payment_required(response)
+                    again = payment_required(response)
                     if again is None:
                         return
                     required = again  # not let in: pay this 402's fresh challenge
@@ -317,7 +281,7 @@ class X402Auth(httpx.Auth):
                 choice = self._choose(required, url)
                 if permit_nonce is None and choice.requirements.scheme == "upto":
                     permit_nonce = self._permit_nonce(choice.requirements)
-                header, valid_before = self._sign(choice, required, permit_nonce, identifier)
+                header, valid_before = sign_payment(self.wallet, choice, required, permit_nonce, identifier)
                 request.headers[header[0]] = header[1]
                 if response.cookies:
                     httpx.Cookies(response.cookies).set_cookie_header(request)
@@ -325,13 +289,13 @@ class X402Auth(httpx.Auth):
                 with self._lock:
                     self._unsettled.setdefault(key, []).append(held)
                 response = yield from self._until_known(request)
-                renewed = _renewed_offer(response) if attempt == 0 and required.x402_version == 2 else None
+                renewed = renewed_offer(response) if attempt == 0 and required.x402_version == 2 else None
                 if renewed is None and attempt == 0 and choice.requirements.scheme == "upto":
                     # 412: no Permit2 allowance; pay again with an EIP-2612 permit for it.
-                    permit_nonce, renewed = _permit_wanted(response)
+                    permit_nonce, renewed = permit_wanted(response)
                 if renewed is None:
                     if permit_nonce is not None:
-                        self._permit_used(choice.requirements, permit_nonce, _settlement(response))
+                        self._permit_used(choice.requirements, permit_nonce, settlement_of(response))
                     break
                 self._forget(key, held)
                 required = renewed  # the terms paid are stale: pay the new challenge, once
@@ -344,7 +308,7 @@ class X402Auth(httpx.Auth):
     def _permit_nonce(self, accepted: PaymentRequirements) -> int | None:
         """The wallet's next EIP-2612 nonce in this token, if a permit was sent in it already."""
         with self._lock:
-            return self._permit_nonces.get(_token_key(accepted))
+            return self._permit_nonces.get(token_key(accepted))
 
     def _permit_used(self, accepted: PaymentRequirements, nonce: int, settlement: SettlementResponse | None) -> None:
         """Remember the wallet's next EIP-2612 nonce in this token: a permit for Permit2 spends
@@ -354,25 +318,7 @@ class X402Auth(httpx.Auth):
         if settlement is None or not settlement.success:
             return
         with self._lock:
-            self._permit_nonces[_token_key(accepted)] = nonce + 1 if settlement.transaction else nonce
-
-    def _sign(
-        self, choice: _Choice, required: PaymentRequired, permit_nonce: int | None, identifier: str
-    ) -> tuple[tuple[str, str], int]:
-        """The payment header for ``choice``, and until when it can settle. An ``exact`` payment to a
-        seller that declares the payment-identifier extension carries ``identifier``."""
-        if choice.requirements.scheme == "upto":
-            upto = self.wallet.sign_upto(choice.requirements, resource=required.resource, permit_nonce=permit_nonce)
-            return (PAYMENT_SIGNATURE, encode_header(upto)), upto.payload.permit2_authorization.deadline
-        payload = self.wallet.sign_payment(choice.requirements, resource=required.resource)
-        if required.x402_version == 2 and payment_identifier.declared(required):
-            extensions = payment_identifier.payload_extensions(required.extensions, identifier)
-            payload = payload.model_copy(update={"extensions": extensions})
-        if required.x402_version == 1:
-            header = (V1_PAYMENT, encode_header(_v1_payload(payload, choice.requirements)))
-        else:
-            header = (PAYMENT_SIGNATURE, encode_header(payload))
-        return header, payload.payload.authorization.valid_before
+            self._permit_nonces[token_key(accepted)] = nonce + 1 if settlement.transaction else nonce
 
     def _until_known(
         self, request: httpx.Request
@@ -384,7 +330,7 @@ class X402Auth(httpx.Auth):
         deadline = time.monotonic() + self.retry_seconds
         for attempt in range(self.pending_retries):
             assert response is not None
-            pause = _retry_pause(response, attempt)
+            pause = retry_pause(response, attempt)
             if pause is None or time.monotonic() + pause > deadline:
                 break
             if pause > 0:
@@ -415,23 +361,28 @@ class X402Auth(httpx.Auth):
                 self._unsettled.pop(key, None)
 
     def _finish(self, key: tuple[str, str], entry: _Unsettled, url: str, response: httpx.Response) -> None:
-        if _retry_pause(response, 0) is None:  # a final answer: the payment settled, or never will
+        if retry_pause(response, 0) is None:  # a final answer: the payment settled, or never will
             self._forget(key, entry)
         self._settled(url, response, entry.choice)
 
-    def _choose(self, required: PaymentRequired, url: str) -> _Choice:
+    def _choose(self, required: PaymentRequired, url: str) -> Choice:
         skipped: list[str] = []
         over_cap = False
         with self._lock:
             for index, entry in enumerate(required.accepts, start=1):
-                choice, problem = self._judge(entry)
+                choice, problem = judge(
+                    entry,
+                    networks=self.networks,
+                    assets=self.assets,
+                    max_amount=self.max_amount,
+                    max_total=self.max_total,
+                    spent=self.spent,
+                )
                 if choice is not None:
-                    self.spent[choice.spend_key] = _EXACT.add(
-                        self.spent.get(choice.spend_key, Decimal(0)), choice.units
-                    )
+                    self.spent[choice.spend_key] = EXACT.add(self.spent.get(choice.spend_key, Decimal(0)), choice.units)
                     return choice
                 over_cap = over_cap or problem.startswith("over")
-                skipped.append(f"offer {index} ({_describe(entry)}): {problem}")
+                skipped.append(f"offer {index} ({describe_offer(entry)}): {problem}")
         detail = "; ".join(skipped) if skipped else "the seller offered no way to pay"
         raise PaymentRefusedError(
             f"refused to pay for {url}: {detail}",
@@ -439,55 +390,12 @@ class X402Auth(httpx.Auth):
             payer=self.wallet.address,
         )
 
-    def _judge(self, entry: PaymentRequirements) -> tuple[_Choice, str] | tuple[None, str]:
-        if entry.scheme not in ("exact", "upto"):
-            return None, f"scheme {entry.scheme!r} is not supported"
-        if entry.scheme == "upto" and not is_address(str(entry.extra.get("facilitatorAddress", ""))):
-            return None, "an upto offer without extra.facilitatorAddress cannot be signed"
-        try:
-            chain_id = parse_caip2(entry.network)
-        except ValueError:
-            return None, f"network {entry.network!r} is not an EVM network"
-        if self.networks is not None and entry.network not in self.networks:
-            return None, "network not allowed"
-        if not is_address(entry.pay_to):
-            return None, f"payTo {entry.pay_to!r} is not an address"
-        network = get_network(chain_id)
-        known = network.asset_by_address(entry.asset) if network else None
-        if known is not None and not known.eip3009 and entry.scheme == "exact":
-            return None, f"{known.symbol} cannot be paid by signed authorization"
-        if (
-            self.assets is not None
-            and entry.asset.lower() not in self.assets
-            and (known is None or known.symbol.lower() not in self.assets)
-        ):
-            return None, "asset not allowed"
-        try:
-            token_domain(entry)
-        except PaymentRefusedError as exc:
-            return None, exc.message
-        decimals = known.decimals if known else DEFAULT_DECIMALS
-        symbol = known.symbol if known else None
-        # the symbol an unknown chain's offer gives names the coin in messages and records only: caps
-        # and allow-lists go by what this process knows (a seller could name any token "USDC")
-        shown = symbol or _offered_symbol(entry)
-        units = Decimal(entry.amount).scaleb(-decimals, context=_EXACT)
-        if self.max_amount is not None and units > self.max_amount:
-            return None, f"over the per-payment cap of {self.max_amount} {shown or 'tokens'}"
-        key = symbol or entry.asset.lower()
-        spent = self.spent.get(key, Decimal(0))
-        if self.max_total is not None and _EXACT.add(spent, units) > self.max_total:
-            return None, (
-                f"over the total cap of {self.max_total} {shown or 'tokens'} ({spent.normalize():f} already signed)"
-            )
-        return _Choice(entry, shown, decimals, units, key), ""
-
-    def _settled(self, url: str, response: httpx.Response, choice: _Choice) -> None:
+    def _settled(self, url: str, response: httpx.Response, choice: Choice) -> None:
         if response.status_code >= 400:
             return  # refused, failed or still pending: the caller gets the seller's answer as it is
-        self._record(url, _settlement(response), choice)
+        self._record(url, settlement_of(response), choice)
 
-    def _record(self, url: str, settlement: SettlementResponse | None, choice: _Choice) -> None:
+    def _record(self, url: str, settlement: SettlementResponse | None, choice: Choice) -> None:
         """Record a payment the seller accepted (its ``settlement``, when it gave one) in ``payments``;
         with ``receipt_signer``, `PaymentRefusedError` when its receipt does not verify. Shared with
         `x402mw.client.mcp`."""
@@ -504,12 +412,12 @@ class X402Auth(httpx.Auth):
             charged = settlement.amount if settlement and settlement.amount is not None else accepted.amount
             amount = min(charged, accepted.amount)
             with self._lock:  # the ceiling was counted when signed; what counts now is the charge
-                left = _EXACT.subtract(choice.units, Decimal(amount).scaleb(-choice.decimals, context=_EXACT))
-                self.spent[choice.spend_key] = _EXACT.subtract(self.spent.get(choice.spend_key, Decimal(0)), left)
+                left = EXACT.subtract(choice.units, Decimal(amount).scaleb(-choice.decimals, context=EXACT))
+                self.spent[choice.spend_key] = EXACT.subtract(self.spent.get(choice.spend_key, Decimal(0)), left)
         verified = (
             self.receipt_signer is not None
             and receipt is not None
-            and _receipt_matches(receipt, self.receipt_signer, accepted, payer, transaction, amount)
+            and receipt_matches(receipt, self.receipt_signer, accepted, payer, transaction, amount)
         )
         record = PaymentRecord(
             url=url,
@@ -542,245 +450,3 @@ class X402Auth(httpx.Auth):
                 payer=payer,
                 transaction=transaction or None,
             )
-
-
-def _cap(value: object, name: str, problems: list[str]) -> Decimal | None:
-    if value is None:
-        return None
-    try:
-        cap = parse_decimal(value, field=name)
-    except PriceError as exc:
-        problems.append(exc.message)
-        return None
-    if cap < 0:
-        problems.append(f"{name} must not be negative")
-    return cap
-
-
-def _strings(values: Iterable[str], name: str, problems: list[str]) -> list[str]:
-    if isinstance(values, str):
-        problems.append(f"{name} must be a list of strings, not one string")
-        return []
-    found = list(values)
-    if not all(isinstance(v, str) for v in found):
-        problems.append(f"{name} must hold strings only")
-        return []
-    return found
-
-
-def _networks(values: Iterable[str] | None, problems: list[str]) -> frozenset[str] | None:
-    if values is None:
-        return None
-    result = set()
-    for value in _strings(values, "networks", problems):
-        known = get_network(value)
-        if known is not None:
-            result.add(known.caip2)
-            continue
-        try:
-            result.add(f"eip155:{parse_caip2(value)}")
-        except ValueError:
-            problems.append(f"unknown network {value!r}: use a CAIP-2 id such as 'eip155:8453'")
-    return frozenset(result)
-
-
-def _sign_in_header(wallet: Wallet, required: PaymentRequired, url: str, now: float) -> str | None:
-    """A ``SIGN-IN-WITH-X`` header answering the 402's sign-in-with-x offer, or None when there is
-    none this wallet can use: only an offer bound to the request's own origin is signed (another
-    site's domain in a message would let that site sign in as this wallet)."""
-    offered = (required.extensions or {}).get(SIGN_IN_WITH_X)
-    if not isinstance(offered, dict) or not isinstance(offered.get("info"), dict):
-        return None
-    info: dict[str, Any] = offered["info"]
-    chains = [c for c in offered.get("supportedChains") or [] if isinstance(c, dict)]
-    chain = next((c.get("chainId") for c in chains if str(c.get("chainId", "")).startswith("eip155:")), None)
-    target = httpx.URL(url)
-    origin = f"{target.scheme}://{target.netloc.decode('ascii')}"
-    uri = str(info.get("uri", ""))
-    if not isinstance(chain, str) or info.get("domain") != target.netloc.decode("ascii"):
-        return None
-    if not (uri == origin or uri.startswith(origin + "/")):
-        return None
-    issued = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
-    try:
-        resources = info.get("resources")
-        message = SignInMessage(
-            domain=str(info["domain"]),
-            address=wallet.address,
-            uri=uri,
-            version=str(info.get("version", "1")),
-            chain_id=chain,
-            nonce=str(info.get("nonce") or secrets.token_hex(16)),
-            issued_at=str(info.get("issuedAt") or issued),
-            signature="",
-            statement=info.get("statement") if isinstance(info.get("statement"), str) else None,
-            expiration_time=info.get("expirationTime") if isinstance(info.get("expirationTime"), str) else None,
-            not_before=info.get("notBefore") if isinstance(info.get("notBefore"), str) else None,
-            request_id=info.get("requestId") if isinstance(info.get("requestId"), str) else None,
-            resources=tuple(str(r) for r in resources) if isinstance(resources, list) else None,
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
-    signed = dataclasses.replace(message, signature=wallet.sign_message(message.text()))
-    return encode_sign_in(signed)
-
-
-def _offer_in_body(response: httpx.Response) -> bool:
-    if response.status_code != 402 or PAYMENT_REQUIRED in response.headers:
-        return False
-    length = response.headers.get("content-length", "")
-    return not (length.isdigit() and int(length) > _MAX_V1_BODY_BYTES)
-
-
-def _payment_required(response: httpx.Response) -> PaymentRequired | None:
-    """The offer of a 402 answer: the v2 header, else a v1 (or v2) JSON body; None if it has neither."""
-    if response.status_code != 402:
-        return None
-    header = response.headers.get(PAYMENT_REQUIRED)
-    try:
-        if header is not None:
-            return decode_payment_required(header)
-        try:
-            data: Any = bounded_json.loads(response.content, max_bytes=_MAX_V1_BODY_BYTES)
-        except (httpx.ResponseNotRead, ValueError):  # not read (too large), not JSON, or over a limit
-            return None
-        if not isinstance(data, dict) or data.get("x402Version") not in (1, 2) or "accepts" not in data:
-            return None
-        return decode_payment_required(data)
-    except InvalidPaymentError as exc:
-        raise PaymentRefusedError(
-            f"the seller's 402 offer is malformed: {exc.message}", reason=INVALID_PAYMENT_REQUIRED
-        ) from None
-
-
-_RENEWED = frozenset({reasons.CHALLENGE_EXPIRED, reasons.INVALID_REQUIREMENTS})
-
-
-def _renewed_offer(response: httpx.Response) -> PaymentRequired | None:
-    """The new challenge of a paid request refused because the terms it paid are stale (the
-    challenge expired, or the seller priced the request again higher); None for any other answer."""
-    header = response.headers.get(PAYMENT_REQUIRED)
-    if response.status_code != 402 or header is None:
-        return None
-    try:
-        offer = decode_payment_required(header)
-    except InvalidPaymentError:
-        return None
-    if offer.x402_version != 2 or offer.error is None or reasons.normalize_reason(offer.error) not in _RENEWED:
-        return None
-    return offer
-
-
-def _token_key(accepted: PaymentRequirements) -> tuple[str, str]:
-    return accepted.network, accepted.asset.lower()
-
-
-def _permit_wanted(response: httpx.Response) -> tuple[int | None, PaymentRequired | None]:
-    """For a 412 ``permit2_allowance_required`` answer whose new challenge carries the payer's
-    EIP-2612 nonce (``extensions.eip2612GasSponsoring.info.nonce``): that nonce and the challenge."""
-    header = response.headers.get(PAYMENT_REQUIRED)
-    if response.status_code != 412 or header is None:
-        return None, None
-    try:
-        offer = decode_payment_required(header)
-    except InvalidPaymentError:
-        return None, None
-    nonce = permit_nonce_wanted(offer)
-    return (None, None) if nonce is None else (nonce, offer)
-
-
-def permit_nonce_wanted(offer: PaymentRequired) -> int | None:
-    """The payer's EIP-2612 nonce a ``permit2_allowance_required`` refusal carries, for an upto
-    payment to be signed again with a permit for Permit2; None for any other offer."""
-    if offer.error is None or reasons.normalize_reason(offer.error) != reasons.PERMIT2_ALLOWANCE_REQUIRED:
-        return None
-    info = ((offer.extensions or {}).get(EIP2612_EXTENSION) or {}).get("info")
-    nonce = info.get("nonce") if isinstance(info, dict) else None
-    if not isinstance(nonce, str) or not nonce.isdigit():
-        return None
-    return int(nonce)
-
-
-def _v1_payload(payload: PaymentPayload, accepted: PaymentRequirements) -> dict[str, Any]:
-    network = get_network(accepted.network)
-    return {
-        "x402Version": 1,
-        "scheme": accepted.scheme,
-        "network": network.v1_name if network and network.v1_name else accepted.network,
-        "payload": payload.payload.to_wire(),
-    }
-
-
-def _settlement(response: httpx.Response) -> SettlementResponse | None:
-    header = response.headers.get(PAYMENT_RESPONSE) or response.headers.get(V1_PAYMENT_RESPONSE)
-    if header is None:
-        return None
-    try:
-        return decode_settlement_response(header)
-    except InvalidPaymentError:
-        return None
-
-
-def _retry_pause(response: httpx.Response, attempt: int) -> float | None:
-    """Seconds to wait before sending a paid request again with the same signature, or None when the
-    answer is final: the settlement is pending (402 ``settlement_pending``), or the seller could not
-    take the payment for now (503, 502, 504 without a settled ``PAYMENT-RESPONSE``)."""
-    settlement = _settlement(response)
-    if response.status_code == 402:
-        if settlement is None or settlement.success or settlement.error_reason is None:
-            return None
-        if reasons.normalize_reason(settlement.error_reason) != reasons.SETTLEMENT_PENDING:
-            return None
-        default = 1.0
-    elif response.status_code in _UNAVAILABLE and not (settlement is not None and settlement.success):
-        default = min(2.0**attempt, _MAX_PAUSE_SECONDS)
-    else:
-        return None
-    retry_after = response.headers.get("retry-after", "").strip()
-    seconds = float(retry_after) if retry_after.isdigit() else default  # an HTTP date: wait a little
-    return min(seconds, _MAX_PAUSE_SECONDS)
-
-
-def _receipt_matches(
-    receipt: Mapping[str, str],
-    signer: str,
-    accepted: PaymentRequirements,
-    payer: str,
-    transaction: str,
-    amount: int,
-) -> bool:
-    if not verify_receipt(receipt, signer):
-        return False
-    expected = {
-        "network": accepted.network,
-        "asset": accepted.asset,
-        "amount": str(amount),
-        "payer": payer,
-        "payTo": accepted.pay_to,
-        "transaction": transaction,
-    }
-    if accepted.scheme == "upto":
-        expected["maxAmount"] = str(accepted.amount)
-    challenge = accepted.extra.get("challengeId")
-    if isinstance(challenge, str):
-        expected["challengeId"] = challenge
-    return all(
-        name not in receipt or not value or receipt[name].lower() == value.lower() for name, value in expected.items()
-    )
-
-
-def _offered_symbol(entry: PaymentRequirements) -> str | None:
-    """The token's symbol as the offer names it (``extra.currency``, which x402mw sellers send) on a
-    chain this process does not know the tokens of (the platform's dev chain): for messages and caps
-    by symbol. A value that is not a short symbol is ignored."""
-    offered = entry.extra.get("currency")
-    if isinstance(offered, str) and 0 < len(offered) <= 11 and offered.isalnum() and offered.isascii():
-        return offered.upper()
-    return None
-
-
-def _describe(entry: PaymentRequirements) -> str:
-    network = get_network(entry.network)
-    known = network.asset_by_address(entry.asset) if network else None
-    amount = format_amount(entry.amount, known.decimals) if known else f"{entry.amount} atomic units"
-    return f"{amount} {known.symbol if known else _offered_symbol(entry) or entry.asset} on {entry.network}"

@@ -31,7 +31,8 @@ from typing import Any
 from mcp import Client, ClientSession
 from mcp.types import CallToolResult
 
-from x402mw.client.auth import X402Auth, permit_nonce_wanted
+from x402mw.client.auth import X402Auth
+from x402mw.client.replies import permit_nonce_wanted
 from x402mw.errors import InvalidPaymentError, PaymentRefusedError
 from x402mw.protocol import payment_identifier, reasons
 from x402mw.protocol.codec import decode_payment_required

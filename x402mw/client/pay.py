@@ -15,7 +15,8 @@ from typing import Any, NoReturn
 import click
 import httpx
 
-from x402mw.client.auth import PaymentRecord, X402Auth
+from x402mw.client.auth import X402Auth
+from x402mw.client.records import PaymentRecord
 from x402mw.client.wallet import DEFAULT_KEY_VARIABLE, Wallet
 from x402mw.errors import X402Error
 from x402mw.protocol.prices import format_amount

@@ -20,7 +20,8 @@ from x402mw.platform.checkout.rate_limits import CheckoutRateLimits, RateLimitMi
 from x402mw.platform.clock import Clock
 from x402mw.platform.http.errors import RequestIdMiddleware, exception_handlers
 from x402mw.platform.metrics import MetricsMiddleware
-from x402mw.platform.openapi.document import platform_routes
+from x402mw.platform.openapi.document import document_routes
+from x402mw.platform.routes import platform_routes
 from x402mw.platform.runtime import Platform, settle_heap
 from x402mw.platform.settings import PlatformSettings
 
@@ -65,7 +66,7 @@ def create_app(
             await started.aclose()
 
     app = Starlette(
-        routes=platform_routes(),
+        routes=platform_routes(*document_routes()),
         middleware=[
             *middleware,
             Middleware(MetricsMiddleware),

@@ -41,6 +41,7 @@ from x402mw.platform.services.merchants import KeyRing
 from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.relayer_leases import RelayerLeases
+from x402mw.platform.services.settlement.payments import Payments
 from x402mw.platform.services.settlement.service import SettlementService
 from x402mw.platform.services.settlement.upto import UptoSettlement
 from x402mw.platform.services.sign_ins import SignInService, chain_verifier
@@ -81,14 +82,19 @@ class Platform:
     api_requests: ApiRequestLog  # the merchant API's request log (the dashboard's developers pages)
     webhooks: WebhookSender  # delivers the events to the merchants' webhook endpoints
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
-    _upto: UptoSettlement | None = None
+    _payments: Payments | None = None
+
+    @property
+    def payments(self) -> Payments:
+        """Agent payments by scheme, and their holds (captured or released), on `settlement`."""
+        if self._payments is None:
+            self._payments = Payments(self.settlement)
+        return self._payments
 
     @property
     def upto(self) -> UptoSettlement:
         """Metered settlement (the ``upto`` scheme), on `settlement`."""
-        if self._upto is None:
-            self._upto = UptoSettlement(self.settlement)
-        return self._upto
+        return self.payments.upto
 
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:

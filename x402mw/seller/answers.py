@@ -11,6 +11,7 @@ import json
 import logging
 from typing import Any
 
+from x402mw.errors import X402Error
 from x402mw.protocol import payment_identifier, reasons
 from x402mw.protocol.codec import PAYMENT_RESPONSE, encode_header
 from x402mw.protocol.models import SettlementResponse
@@ -69,3 +70,23 @@ def conflict_answer(network: str, message: str) -> Answer:
     )
     body = {"error": {"type": "payment_error", "code": payment_identifier.CONFLICT, "message": message}}
     return json_answer(409, body, [(PAYMENT_RESPONSE, encode_header(response))], payment_identifier.CONFLICT)
+
+
+def platform_failure(exc: X402Error, what: str) -> Answer:
+    """The answer when the platform could not take a request that carried no payment to it, or
+    refused one outright (nothing was taken: the same payment may be sent again)."""
+    status = getattr(exc, "status", 0)
+    if status in (401, 403, 404):
+        return misconfigured(f"the platform refused the {what} request ({status}): {exc.message}")
+    logger.error("payment platform unavailable during %s: %s (request id %s)", what, exc.message, exc.request_id)
+    return error_answer(
+        503,
+        "payment_platform_unavailable",
+        "payments cannot be taken right now; nothing was charged: retry shortly, with the same payment",
+        retry_after=2,
+    )
+
+
+def misconfigured(message: str) -> Answer:
+    logger.error("x402 payment configuration error: %s", message)
+    return error_answer(500, "payment_configuration_error", "this paid route is misconfigured")

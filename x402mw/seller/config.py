@@ -8,6 +8,8 @@ from typing import Any, Literal
 from x402mw.errors import ConfigurationError, PriceError
 from x402mw.seller.decisions import AmountCallback
 from x402mw.seller.discovery import Discovery
+from x402mw.seller.origins import public_origin
+from x402mw.seller.paywall import Paywall
 from x402mw.seller.sign_in import SignIn
 
 ReleasePolicy = Literal["included", "confirmed"]
@@ -97,3 +99,34 @@ class EndpointTerms:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PriceError(f"the platform's endpoint description is unusable: {exc}") from None
+
+
+def priced_per_request(route: PaidRoute, terms: EndpointTerms) -> bool:
+    """Whether the route's amount callback prices each request (dynamic pricing), rather than the
+    endpoint's fixed amount (or a metered endpoint's ceiling)."""
+    if terms.pricing_mode == "metered":
+        return False
+    return terms.pricing_mode == "dynamic" or route.amount is not None
+
+
+def check_gate_options(
+    api_key: object, platform_url: object, settle_timeout: object, paywall: object, origin: str | None
+) -> str | None:
+    """`PaymentGate`'s options checked, every problem in one `ConfigurationError`; the seller's
+    public origin, normalised (`public_origin`)."""
+    problems = []
+    if not isinstance(api_key, str) or not api_key.startswith(("sk_test_", "sk_live_")):
+        problems.append("api_key must be a merchant API key (sk_test_... or sk_live_...)")
+    if not isinstance(platform_url, str) or not platform_url.startswith(("http://", "https://")):
+        problems.append("platform_url must be an http(s) URL such as https://pay.example.com/v1")
+    if isinstance(settle_timeout, bool) or not isinstance(settle_timeout, int | float) or settle_timeout <= 0:
+        problems.append("settle_timeout must be positive")
+    if paywall is not None and not isinstance(paywall, Paywall):
+        problems.append("paywall must be a Paywall")
+    if origin is not None:
+        origin = public_origin(origin)
+        if origin is None:
+            problems.append("origin must be the seller's public origin, such as https://api.example.com")
+    if problems:
+        raise ConfigurationError(problems)
+    return origin

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from x402mw.errors import PlatformError
 from x402mw.protocol.models import SettlementResponse
 from x402mw.protocol.prices import Price
 
@@ -13,6 +14,20 @@ AmountCallback = Callable[[Any], "Price | Awaitable[Price]"]
 """A route's price computed per request, from the framework's request (`PaidRoute.amount`)."""
 
 Headers = list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """The little a gate needs to know of a request. ``url`` is the absolute URL of the resource;
+    ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or the payload
+    as JSON (an MCP tool call's ``_meta["x402/payment"]``), or None; ``accept`` the ``Accept``
+    header (a browser's gets the paywall page); ``sign_in`` the ``SIGN-IN-WITH-X`` header."""
+
+    method: str
+    url: str
+    payment: str | dict[str, Any] | None
+    accept: str | None = None
+    sign_in: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +48,20 @@ class PlatformReply:
     data: Any
     request_id: str | None = None
     etag: str | None = None
+
+
+def reply_error(reply: PlatformReply) -> PlatformError:
+    """The error of a platform reply that is not the success expected."""
+    error = reply.data.get("error") if isinstance(reply.data, dict) else None
+    if isinstance(error, dict):
+        return PlatformError(
+            str(error.get("message", "platform error")),
+            status=reply.status,
+            code=str(error.get("code")),
+            error_type=str(error.get("type")),
+            request_id=reply.request_id,
+        )
+    return PlatformError(f"platform answered {reply.status}", status=reply.status, request_id=reply.request_id)
 
 
 @dataclass(frozen=True, slots=True)

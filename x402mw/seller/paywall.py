@@ -4,8 +4,8 @@ A request whose ``Accept`` names ``text/html`` gets the same 402 (status, ``PAYM
 with this page as its body: what is sold, the price in the token's own decimals, and a wallet
 button that signs the EIP-3009 authorization (gasless), retries the URL with ``PAYMENT-SIGNATURE``
 and shows the paid response. With sign-in-with-x on the route, "I already paid" signs in instead.
-The page is self-contained: the hosted checkout's wallet code and styles inlined (read from the
-package's files once), its scripts and styles allowed by hash, no request to another host.
+The page is self-contained: the wallet code and styles it shares with the hosted checkout inlined
+(`x402mw.page_assets`, read once), its scripts and styles allowed by hash, no request to another host.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from x402mw.errors import ConfigurationError
+from x402mw.page_assets import read_asset
 from x402mw.protocol.networks import get_network
 
-_PACKAGE = Path(__file__).resolve().parent.parent
-_CHECKOUT_STATIC = _PACKAGE / "platform" / "checkout" / "static"
 _OWN_STATIC = Path(__file__).resolve().parent / "paywall_static"
 _EXTRA_CSS = """
 .brand{display:flex;gap:.75rem;align-items:center;padding-bottom:.75rem;margin-bottom:.75rem;
@@ -69,8 +68,8 @@ class Paywall:
 
     def _load(self) -> dict[str, str]:
         if not self._assets:
-            css = (_CHECKOUT_STATIC / "checkout.css").read_text() + _EXTRA_CSS
-            js = (_CHECKOUT_STATIC / "wallet.js").read_text() + "\n" + (_OWN_STATIC / "paywall.js").read_text()
+            css = read_asset("checkout.css") + _EXTRA_CSS
+            js = read_asset("wallet.js") + "\n" + (_OWN_STATIC / "paywall.js").read_text()
             self._assets.update(
                 css=css,
                 js=js,

@@ -11,20 +11,24 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from x402mw.page_assets import STATIC_DIR as SHARED_DIR
 from x402mw.platform.http.static import StaticAssets, file_digest
 
 STATIC_DIR = Path(__file__).parent / "static"
+"""The checkout's own files; those it shares with the seller's paywall (``wallet.js``,
+``checkout.css``) are in `x402mw.page_assets`, served from the same URLs."""
 REVALIDATE = "public, max-age=300"
 
 
 @functools.cache
 def asset_digest(name: str) -> str:
     """A short digest of the static file ``name``'s content: its cache-busting version."""
-    return file_digest(STATIC_DIR / name)
+    own = STATIC_DIR / name
+    return file_digest(own if own.exists() else SHARED_DIR / name)
 
 
 class CheckoutAssets(StaticAssets):
     """The checkout's files: a versioned URL kept a year, any other five minutes."""
 
     def __init__(self) -> None:
-        super().__init__(STATIC_DIR, unversioned=REVALIDATE)
+        super().__init__(STATIC_DIR, SHARED_DIR, unversioned=REVALIDATE)

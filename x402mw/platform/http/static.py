@@ -26,10 +26,11 @@ def file_digest(path: Path) -> str:
 class StaticAssets(StaticFiles):
     """`StaticFiles` (which answers ``ETag`` and ``Last-Modified``, and 304 to a matching
     ``If-None-Match``) with ``Cache-Control``: a year for a versioned URL, ``unversioned`` otherwise;
-    and ``nosniff``."""
+    and ``nosniff``. The files of ``more`` directories are served too (the first that has a name wins)."""
 
-    def __init__(self, directory: Path, *, unversioned: str = IMMUTABLE) -> None:
+    def __init__(self, directory: Path, *more: Path, unversioned: str = IMMUTABLE) -> None:
         super().__init__(directory=directory)
+        self.all_directories = [*self.all_directories, *more]
         self.unversioned = unversioned
 
     def file_response(

@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 document of the platform API, served at ``GET /v1/openapi.json`` (no API key).
 
-The document is built by walking the platform's routes (`platform_routes`, the tree the app mounts),
+The document is built by walking the platform's routes (`x402mw.platform.routes.platform_routes`, the
+tree the app mounts, with this document's own route),
 as Starlette's ``SchemaGenerator`` does: each `ApiRoute` carries its `Operation` (id, tag, summary,
 description, the model it answers and the errors it documents, its body model and parameters) next
 to its method and path in its resource module, and a route of the API that is not an `ApiRoute`
@@ -26,34 +27,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from x402mw._version import __version__
-from x402mw.platform import checkout, dashboard
-from x402mw.platform.api import (
-    balances,
-    clocks,
-    discovery,
-    events,
-    facilitator,
-    health,
-    payment_intents,
-    payment_links,
-    refunds,
-    sandbox,
-    subscription_plans,
-    subscriptions,
-    webhook_endpoints,
-)
-from x402mw.platform.api.agents import challenges as agent_challenges
-from x402mw.platform.api.agents import endpoints as agent_endpoints
-from x402mw.platform.api.agents import settlements as agent_settlements
-from x402mw.platform.api.agents import sign_ins as agent_sign_ins
-from x402mw.platform.api.idempotency import IdempotencyMiddleware
-from x402mw.platform.api.request_log import RequestLogMiddleware
 from x402mw.platform.http.responses import answer_body
 from x402mw.platform.http.routing import STRING, UUID, ApiRoute, Operation, Schema
 from x402mw.platform.http.state import platform_of
@@ -62,6 +40,7 @@ from x402mw.platform.openapi.answers import answer_schemas
 from x402mw.platform.openapi.models import model_schemas
 from x402mw.platform.openapi.operations import ERRORS, describe
 from x402mw.platform.openapi.schemas import ref
+from x402mw.platform.routes import platform_routes
 from x402mw.platform.services.chains import ChainHandle
 
 IDEMPOTENCY_KEY = "^[!-~](?:[ -~]*[!-~])?$"
@@ -258,7 +237,7 @@ def _operations(routes: Sequence[BaseRoute], prefix: str = "") -> Iterator[tuple
 def _document() -> Schema:
     paths: dict[str, Schema] = {}
     bodies: list[type[BaseModel]] = []
-    for method, path, operation in _operations(platform_routes()):
+    for method, path, operation in _operations(platform_routes(*document_routes())):
         if method in paths.setdefault(path, {}):
             raise RuntimeError(f"{method.upper()} {path} is routed twice")
         paths[path][method] = describe(method, path, operation)
@@ -338,27 +317,10 @@ async def openapi_json(request: Request) -> Response:
     return Response(_document_bytes(chains), media_type="application/json")
 
 
-def platform_routes() -> list[BaseRoute]:
-    """The platform's routes, a fresh tree per call: what the app mounts (`x402mw.platform.app`) and
-    what this document describes (HTML pages, not API operations, are ``include_in_schema=False``)."""
-    v1 = [
-        *agent_endpoints.routes,
-        *agent_challenges.routes,
-        *agent_settlements.routes,
-        *agent_sign_ins.routes,
-        *facilitator.routes,
-        *discovery.routes,
-        *payment_intents.routes,
-        *payment_links.routes,
-        *refunds.routes,
-        *balances.routes,
-        *sandbox.routes,
-        *subscription_plans.routes,
-        *subscriptions.routes,
-        *clocks.routes,
-        *webhook_endpoints.routes,
-        *events.routes,
-        *health.routes,
+def document_routes() -> list[BaseRoute]:
+    """The route of this document, ``GET /v1/openapi.json``: what the app adds to the platform's
+    routes (`platform_routes`), and what the document describes of itself."""
+    return [
         ApiRoute(
             "GET",
             "/openapi.json",
@@ -371,20 +333,5 @@ def platform_routes() -> list[BaseRoute]:
                 public=True,
                 standalone=True,
             ),
-        ),
-    ]
-    return [
-        Mount(
-            "/v1",
-            routes=v1,
-            middleware=[
-                Middleware(RequestLogMiddleware),
-                Middleware(IdempotencyMiddleware, takes_over={"/payment-intents"}),
-            ],
-        ),
-        Mount("/merchant/v1", routes=agent_challenges.legacy_routes),
-        Mount("/checkout", routes=checkout.routes),
-        Mount("/dashboard", routes=dashboard.routes),
-        *checkout.agent_routes,
-        *health.probe_routes,
+        )
     ]

@@ -111,9 +111,8 @@ async def settle(request: Request) -> ModelResponse:
     body = parse_body(SettleBody, await read_json(request))
     platform = platform_of(request)
     accepted = parse_body(PaymentRequirements, body.accepted, prefix="accepted.")
-    upto = accepted.scheme == "upto"
     payload: AnyPaymentPayload
-    if upto:
+    if accepted.scheme == "upto":
         payload = parse_body(UptoPaymentPayload, body.paymentPayload, prefix="paymentPayload.")
     else:
         payload = parse_body(PaymentPayload, body.paymentPayload, prefix="paymentPayload.")
@@ -165,10 +164,7 @@ async def settle(request: Request) -> ModelResponse:
         hold=body.hold,
     )
     try:
-        if upto:
-            outcome = await platform.upto.authorize(settle)
-        else:
-            outcome = await platform.settlement.settle(settle)
+        outcome = await platform.payments.settle(settle)
     except IdentifierConflict as conflict:
         raise conflict_error(conflict) from None
     if outcome.status == "settled" and endpoint.discoverable:
@@ -191,7 +187,7 @@ async def capture(request: Request) -> ModelResponse:
     amount = None if body.amountMinor is None else int(body.amountMinor)
     platform = platform_of(request)
     try:
-        outcome = await platform.upto.captures.capture(
+        outcome = await platform.payments.holds.capture(
             caller.merchant_id, payment_id, amount, wait_seconds=body.waitSeconds
         )
     except PaymentRefusal as refusal:
@@ -204,7 +200,7 @@ async def capture(request: Request) -> ModelResponse:
 async def release(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     payment_id = path_uuid(request, "payment_id", "agent payment")
-    left = await platform_of(request).settlement.release_hold(caller.merchant_id, payment_id)
+    left = await platform_of(request).payments.holds.release(caller.merchant_id, payment_id)
     if left is None:
         raise HttpError.missing("agent payment", payment_id)
     if left != "released":

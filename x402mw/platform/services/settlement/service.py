@@ -8,9 +8,9 @@ failed; it completes in the background and a retry gets the receipt.
 
 For an MCP tool (`SettleRequest.hold`) the order is the x402 MCP transport's: the authorization is
 verified, simulated and claimed as *held* before the tool runs, nothing sent; once the tool
-succeeded the seller settles it by its id (`Captures`, the same step as an ``upto`` payment's usage),
-and when the tool failed it releases it (`SettlementService.release_hold`): the claim is deleted, nothing was taken,
-and the same authorization may be used again. While it is held, any other use of it is refused
+succeeded the seller settles it by its id (`Holds.capture`, the same step as an ``upto`` payment's
+usage), and when the tool failed it releases it (`Holds.release`): the claim is deleted, nothing was
+taken, and the same authorization may be used again. While it is held, any other use of it is refused
 (`payment_in_use`); once used, a hold of it is refused (a tool call is never served again on a used
 authorization).
 
@@ -21,10 +21,12 @@ While the chain cannot be reached, a new payment is answered *unavailable* at on
 recorded: the same signature may be sent again later; a retry of a payment already claimed gets
 that payment's outcome (pending while its transfer waits for the chain).
 
-This module claims and sends. Beside it in the package, each named for its job: `checks`
-(verifying: what is checked before the chain), `outcomes` (what a settlement answers, from what
-record), `writes` (the batched database writes and reads), `release` (signing the receipt,
-answering and recording the release) and `recovery` (finishing what no process is finishing).
+This module claims. Beside it in the package, each named for its job: `checks` (verifying: what is
+checked before the chain), `sending` (sending a claimed payment's transfer and waiting for it),
+`outcomes` (what a settlement answers, from what record), `writes` (the batched database writes and
+reads), `release` (signing the receipt, answering and recording the release), `recovery` (finishing
+what no process is finishing), `holds` (capturing and releasing held payments) and `payments` (the
+entry point that chooses the scheme).
 """
 
 from __future__ import annotations
@@ -34,19 +36,18 @@ import logging
 import time
 from collections.abc import Coroutine
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
-from x402mw.platform.chain.healing import TransactionDropped
 from x402mw.platform.chain.relayer import ChainUnavailable
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
-from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.chains import Chains
 from x402mw.platform.services.settlement.checks import (
     EndpointPolicy,
     PaymentRefusal,
@@ -72,14 +73,14 @@ from x402mw.platform.services.settlement.payment_identifiers import (
 )
 from x402mw.platform.services.settlement.recovery import TAKEOVER_AFTER, SettlementRecovery
 from x402mw.platform.services.settlement.release import Releases
+from x402mw.platform.services.settlement.sending import Sender
 from x402mw.platform.services.settlement.smart_accounts import (
     CodeCache,
     check_balance,
-    prepare_payer,
     token_calldata,
     verify_contract_signer,
 )
-from x402mw.platform.services.settlement.transfers import Transfer, exact_transfer
+from x402mw.platform.services.settlement.transfers import exact_transfer
 from x402mw.platform.services.settlement.writes import SettlementWrites
 from x402mw.protocol import reasons
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements
@@ -123,6 +124,7 @@ class SettlementService:
         self.recovery = SettlementRecovery(
             chains, clock, self.writes, self.releases, self.finishing, self.codes, takeover_after=takeover_after
         )
+        self.sender = Sender(self.codes, self.writes, self.releases, self.recovery)
 
     # -- verification (no side effects) -------------------------------------------------------
 
@@ -321,17 +323,6 @@ class SettlementService:
             return unavailable(network)
         return held(row, network)
 
-    async def release_hold(self, merchant_id: str, payment_id: str) -> AgentPayment | Literal["released"] | None:
-        """Give up a held payment (its tool failed): its claim is deleted, nothing was taken, and the
-        same authorization may be used again. ``released``; the payment as it stands if it is not
-        held (being settled, or settled); None if the merchant has no such payment."""
-        existing = await self.writes.load(payment_id)
-        if existing is None or existing.merchant_id != merchant_id:
-            return None
-        if existing.status == "held" and await self.writes.release(payment_id, status="held"):
-            return "released"
-        return await self.writes.load(payment_id) or "released"
-
     def _new_payment(self, request: SettleRequest, verified: Verified) -> Claimed:
         auth = verified.auth
         return request.claim(
@@ -460,7 +451,7 @@ class SettlementService:
             smart=verified.smart,
             deployment=verified.deployment,
         )
-        return await self.execute(
+        return await self.sender.execute(
             row,
             verified.chain,
             transfer,
@@ -470,95 +461,6 @@ class SettlementService:
             simulation=simulation,
             simulate=self.simulate,
         )
-
-    async def execute(
-        self,
-        row: Payment,
-        chain: ChainHandle,
-        transfer: Transfer,
-        started: float,
-        *,
-        network: str,
-        challenge: dict[str, Any] | None = None,
-        simulation: asyncio.Future[Any] | None = None,
-        simulate: bool = False,
-    ) -> SettleOutcome:
-        """Send ``transfer`` for the claimed ``row`` (after ``simulation``, or a simulation of its
-        own with ``simulate``), wait for it (to the row's release policy) and release the payment;
-        the outcome, recorded, answered on ``network`` (as the payer named it), with ``challenge``
-        recorded unless it was already."""
-        try:
-            if transfer.deployment is not None and transfer.auth is not None:
-                await prepare_payer(chain, transfer.asset, transfer.auth, transfer.deployment, self.codes)
-            if simulation is not None:
-                await simulation_outcome(simulation, transfer.scheme)
-            elif simulate:
-                await simulation_outcome(
-                    chain.sender(transfer.scheme).simulate_soon(transfer.to, transfer.calldata), transfer.scheme
-                )
-            sent_at = time.perf_counter()
-            # (Sending does not ask the node to run the call: a revert is found by the simulation,
-            # or once mined, below.)
-            tx = await chain.sender(transfer.scheme).send(
-                transfer.to, transfer.calldata, gas=transfer.gas, valid_until=transfer.valid_until
-            )
-        except PaymentRefusal as refusal:
-            await self.writes.failed(row.id, refusal.reason, challenge=challenge)
-            return failed(network, refusal.reason, refusal.message, payment_id=row.id)
-        except Exception as exc:
-            if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
-                # The usage is known and the resource served: the claim stays, and recovery sends it
-                # once the chain is back (while the permit is valid). Pending, never failed.
-                logger.warning("settlement %s: the chain cannot be reached (%s); left to recovery", row.id, exc)
-                return outcome_for(row)
-            if isinstance(exc, ChainUnavailable) or unreachable(exc):
-                # Nothing was sent: give the claim up, so that the same signature can be sent again.
-                logger.warning("settlement %s: the chain cannot be reached (%s); claim given up", row.id, exc)
-                await self.writes.release(row.id)
-                return unavailable(network)
-            logger.exception("settlement %s failed unexpectedly before its transfer was sent", row.id)
-            await self.writes.failed(row.id, reasons.UNEXPECTED_SETTLE_ERROR, challenge=challenge)
-            return failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "the transfer could not be sent", payment_id=row.id)
-        row.transaction = tx
-        confirmations = chain.confirmations if row.release_policy == "confirmed" else 0
-        # Watch for inclusion while the transaction is recorded (for recovery, should we stop).
-        inclusion = asyncio.ensure_future(chain.wait_for(tx, confirmations=confirmations))
-        try:
-            await self.writes.submitted(row.id, tx)
-        except Exception:
-            logger.warning("settlement %s: could not record transaction %s", row.id, tx, exc_info=True)
-        try:
-            receipt = await inclusion
-        except TransactionDropped:
-            # Its authorization ran out before the transfer could be mined: the chain says what became of it.
-            return await self.recovery.finish(row, wait=0, owner=True)
-        except Exception:
-            # The transfer is out: whatever failed after, the payment is pending, never failed.
-            logger.exception("settlement %s: waiting for transaction %s failed", row.id, tx)
-            return outcome_for(row)
-        included_at = time.perf_counter()
-        if receipt.status != 1:
-            try:
-                used = await transfer.used(chain.rpc)
-            except Exception:  # the chain went away: what became of it is for a retry or the worker to find
-                logger.warning("settlement %s: reverted, and the chain cannot say why", row.id, exc_info=True)
-                return outcome_for(row)
-            if used:  # by another transaction: a process that took the payment over sent it too
-                return await self.recovery.finish(row, wait=5.0, owner=True)
-            await self.writes.failed(
-                row.id, reasons.TRANSACTION_REVERTED, block=receipt.block_number, challenge=challenge
-            )
-            return failed(
-                network,
-                reasons.TRANSACTION_REVERTED,
-                "the transfer reverted on-chain",
-                transaction=receipt.transaction_hash,
-                payment_id=row.id,
-            )
-        tx = receipt.transaction_hash  # the version of the transfer that was mined
-        outcome = await self.releases.release(row, receipt.block_number, tx, started, sent_at, included_at, challenge)
-        metrics.time_settlement(chain.network.caip2, started, sent_at, included_at, time.perf_counter())
-        return outcome
 
     async def aclose(self) -> None:
         """Record what was answered and release the writers' connections (before the engine closes)."""

@@ -7,9 +7,9 @@
    the authorization is claimed under the same unique (chain, token, payer, nonce) as an ``exact``
    payment, with the Permit2 nonce as its nonce. The claim is ``authorized`` and leased to the
    request that made it (`AUTHORIZE_LEASE`): the same signature sent again meanwhile is *pending*.
-2. `Captures.capture` (after the handler), by the payment's id: the usage, at most the ceiling, is
+2. `Holds.capture` (after the handler), by the payment's id: the usage, at most the ceiling, is
    written on the claim once (``authorized`` -> ``claimed``), then sent, waited for and released
-   exactly as an ``exact`` payment (`SettlementService.execute`): pending past the wait, never
+   exactly as an ``exact`` payment (`Sender.execute`): pending past the wait, never
    failed for being slow, finished by recovery if its process stops. A usage of 0 sends nothing:
    the payment is settled for 0 with a receipt and no transaction, and the permit's nonce stays
    unused on-chain (the platform's claim keeps it from being settled again).
@@ -40,7 +40,6 @@ from x402mw.platform.chain.token import allowance, balance_of, permit_nonce
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.chains import ChainHandle, Chains
-from x402mw.platform.services.settlement.captures import Captures
 from x402mw.platform.services.settlement.checks import (
     MIN_VALIDITY_SECONDS,
     EndpointPolicy,
@@ -48,6 +47,7 @@ from x402mw.platform.services.settlement.checks import (
     settled_on,
     simulation_outcome,
 )
+from x402mw.platform.services.settlement.holds import Holds
 from x402mw.platform.services.settlement.outcomes import (
     Claimed,
     SettleOutcome,
@@ -192,9 +192,9 @@ def _permit2612(
 class UptoSettlement:
     """The upto half of settlement, on a `SettlementService` (its writes, releases, recovery, sending)."""
 
-    def __init__(self, service: SettlementService, *, lease: timedelta = AUTHORIZE_LEASE) -> None:
+    def __init__(self, service: SettlementService, holds: Holds, *, lease: timedelta = AUTHORIZE_LEASE) -> None:
         self.service = service
-        self.captures = Captures(service)
+        self.holds = holds
         self.lease = lease
 
     def verify(
@@ -340,7 +340,7 @@ class UptoSettlement:
         outcome = await self._authorize(authorize)
         if outcome.status != "authorized" or outcome.payment_id is None:
             return outcome
-        captured = await self.captures.capture(
+        captured = await self.holds.capture(
             request.merchant_id, outcome.payment_id, amount, wait_seconds=request.wait_seconds
         )
         return captured or failed(network, reasons.UNEXPECTED_SETTLE_ERROR, "the authorization was given up meanwhile")

@@ -1,12 +1,13 @@
-"""Settling a held payment by its id: the second step of the two that pay for work done before it
-is settled (``POST /agent/settlements/{id}/capture``).
+"""Held payments, for every scheme: captured (settled) or released by their id, the second step of
+the two that pay for work done before it is settled (``POST /agent/settlements/{id}/capture`` and
+``/release``). The first step, the hold, is settlement's (`Payments.settle`).
 
 Two kinds of payment are held, each verified, simulated and claimed before the work runs, nothing
 sent: an ``exact`` payment of a paid MCP tool (``held``: captured for its amount once the tool
 succeeded, or released when it failed) and an ``upto`` payment of a metered route (``authorized``:
 captured for the usage its handler reported, 0 up to the signed ceiling). A capture takes the
 payment once (``held``/``authorized`` -> ``claimed``, with its amount), then sends, waits and
-releases it as any settlement (`SettlementService.execute`). The payment's row keeps everything
+releases it as any settlement (`Sender.execute`). The payment's row keeps everything
 the transfer needs (`transfer_of`), so a capture carries nothing but the id and the amount.
 
 One capture settles a payment: a capture sent again, or a second one, gets the outcome of the first
@@ -14,12 +15,18 @@ One capture settles a payment: a capture sent again, or a second one, gets the o
 recorded ``failed`` (``..._valid_before`` for an ``exact`` hold, ``permit2_deadline_expired`` for an
 ``upto`` one), as the worker records those nobody captured (`Recovery.finish_left`), so that a
 capture answers the same whichever of the two came first.
+
+A paid tool's payment that failed is released (`Holds.release`): its claim is deleted, nothing was
+taken, and the same authorization may be used again. An ``upto`` authorization is not released: its
+handler's failure is a capture of 0.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Literal
 
+from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.settlement.checks import MIN_VALIDITY_SECONDS, PaymentRefusal
 from x402mw.platform.services.settlement.outcomes import (
     Claimed,
@@ -37,8 +44,8 @@ HELD = ("held", "authorized")
 """The statuses of a payment held for a capture: an exact payment's, an upto payment's."""
 
 
-class Captures:
-    """Captures of held payments, on a `SettlementService` (its writes, sending and recovery)."""
+class Holds:
+    """Captures and releases of held payments, on a `SettlementService` (its writes, sending and recovery)."""
 
     def __init__(self, service: SettlementService) -> None:
         self.service = service
@@ -78,6 +85,18 @@ class Captures:
         network = _network(service, row)
         return service.counted(network, await self._send(row, network, started, wait_seconds))
 
+    async def release(self, merchant_id: str, payment_id: str) -> AgentPayment | Literal["released"] | None:
+        """Give up a held payment (its tool failed): its claim is deleted, nothing was taken, and the
+        same authorization may be used again. ``released``; the payment as it stands if it is not
+        held (being settled, or settled); None if the merchant has no such payment."""
+        writes = self.service.writes
+        existing = await writes.load(payment_id)
+        if existing is None or existing.merchant_id != merchant_id:
+            return None
+        if existing.status == "held" and await writes.release(payment_id, status="held"):
+            return "released"
+        return await writes.load(payment_id) or "released"
+
     async def _send(self, row: Claimed, network: str, started: float, wait_seconds: float) -> SettleOutcome:
         service = self.service
         chain = service.chains.get(row.chain_id)
@@ -89,7 +108,7 @@ class Captures:
         assert transfer is not None  # a held payment keeps its signature
         # An exact hold is simulated again (time passed while its tool ran); an upto payment was
         # simulated for its whole ceiling, and a payer whose balance fell since is refused by the chain.
-        work = service.execute(
+        work = service.sender.execute(
             row, chain, transfer, started, network=network, simulate=service.simulate and row.scheme == "exact"
         )
         return await service.run_settlement(_key(row), row.id, network, wait_seconds, work)
