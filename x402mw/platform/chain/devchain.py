@@ -303,10 +303,8 @@ class DevChainRpc:
         self._commit()
         return "0x0"
 
-    def _set_next_block_timestamp(self, params: list[Any]) -> None:
-        # As anvil's: the next block gets this time (later ones no earlier); for tests of delays.
-        value = params[0]
-        self._backend.date_next_block(int(value, 16) if isinstance(value, str) else int(value))
+    def _set_next_block_timestamp(self, params: list[Any]) -> None:  # as anvil's, for tests of delays
+        self._backend.date_next_block(int(params[0], 16) if isinstance(params[0], str) else int(params[0]))
 
     def _revert(self, params: list[Any]) -> bool:
         self._tester.revert_to_snapshot(int(params[0], 16))
