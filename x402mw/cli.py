@@ -146,6 +146,7 @@ def serve(settings: PlatformSettings) -> None:
     from x402mw.platform.app import create_app
 
     logs = _configure_logs(settings)
+    settings = settings.model_copy(update={"migrate": settings.migrates_on_start})
     # Once before serving: migrations, key files, the chains' checks. A problem (a chain whose
     # tokens sign otherwise than the table says, a dev chain that refuses its data dir) ends the
     # command with its message, where inside uvicorn it would be a traceback; and several workers
@@ -278,6 +279,7 @@ def worker(settings: PlatformSettings) -> None:
     from x402mw.platform.background import start_platform
 
     _configure_logs(settings)
+    settings = settings.model_copy(update={"migrate": settings.migrates_on_start})
 
     async def run() -> None:
         with _start_up_failures_exit():
@@ -298,12 +300,13 @@ def worker(settings: PlatformSettings) -> None:
 
 @platform.command(name="migrate")
 @settings_options(StorageSettings)
-def migrate_command(settings: PlatformSettings) -> None:
-    """Bring the database schema up to date."""
-    from x402mw.platform.db.engine import migrate
+@click.option("--check", is_flag=True, help="Change nothing: exit 1 naming the migrations not applied yet.")
+def migrate_command(settings: PlatformSettings, check: bool) -> None:
+    """Bring the database schema up to date (a step of its own before `serve` and `worker` on PostgreSQL)."""
+    from x402mw.cli_migrate import migrate_or_check
 
-    migrate(settings.database_url.get_secret_value())
-    click.echo("database is up to date")
+    with _start_up_failures_exit():
+        migrate_or_check(settings.database_url.get_secret_value(), check=check)
 
 
 @platform.command(name="relayer-pool")

@@ -142,6 +142,7 @@ ARGUMENTS = {
     "rpc_url": ["--rpc-url", ANVIL, "--rpc-url", "https://node.example/v2"],
     "tokens": ["--token", f"USDC={USDC}", "--token", f"eurc={EURC}"],
     "webhooks_allow_private": ["--webhooks-allow-private"],
+    "migrate": ["--no-migrate"],
 }
 ELSEWHERE = {
     "smtp_host": "mail.elsewhere",
@@ -158,6 +159,7 @@ ELSEWHERE = {
     "metrics_host": "127.0.0.3",
     "metrics_port": "1",
     "webhooks_allow_private": "false",
+    "migrate": "true",
 }
 
 

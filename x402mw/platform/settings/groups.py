@@ -282,7 +282,11 @@ class WorkSettings(SettingsGroup):
     """How the platform does its work."""
 
     simulate: bool = Field(True, description="Simulate each transfer (eth_call) before sending it.")
-    migrate: bool = Field(True, description="Bring the database schema up to date at start-up.")
+    migrate: Annotated[bool | None, Option("--migrate", default="on SQLite only")] = Field(
+        None,
+        description="Bring the database schema up to date at start-up. Unset: serve and worker migrate a SQLite "
+        "database themselves and refuse a PostgreSQL one that `x402mw platform migrate` has not brought up to date.",
+    )
     run_worker: bool = Field(
         True, description="Run the worker duties (expiry, deposits, refunds, webhooks) in the server process."
     )
