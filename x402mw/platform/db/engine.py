@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 import threading
@@ -501,3 +502,13 @@ def schema_state(url: str) -> SchemaState:
         return SchemaState(current, head, (), unknown=True)
     applied = set() if current is None else {s.revision for s in scripts.walk_revisions("base", current)}
     return SchemaState(current, head, tuple(r for r in ancestry if r not in applied), unknown=False)
+
+
+@functools.cache
+def known_head() -> str:
+    """The newest schema revision this x402mw knows."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None, "the migrations have one head"
+    return head
