@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -144,6 +145,7 @@ def serve(settings: PlatformSettings) -> None:
     from uvicorn.config import LOGGING_CONFIG
 
     from x402mw.platform.app import create_app
+    from x402mw.platform.drain import serve_draining
 
     logs = _configure_logs(settings)
     settings = settings.model_copy(update={"migrate": settings.migrates_on_start})
@@ -167,13 +169,15 @@ def serve(settings: PlatformSettings) -> None:
     if settings.workers == 1:
         with _metrics_served(settings):
             app = create_app(settings, serving_process=True)
-            uvicorn.run(
+            config = uvicorn.Config(
                 app,
                 host=settings.host,
                 port=settings.port,
                 log_level=settings.log_level,
                 log_config=logs or LOGGING_CONFIG,
+                timeout_graceful_shutdown=max(1, int(settings.drain_seconds) - 2),  # the rest for the shutdown
             )
+            serve_draining(config, settings.drain_seconds)
         return
     os.environ.update(settings.as_environment())  # what each worker reads (worker_app)
     from x402mw.platform.metrics import MultiprocessMetrics
@@ -277,6 +281,7 @@ def worker_app() -> Any:
 def worker(settings: PlatformSettings) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
     from x402mw.platform.background import start_platform
+    from x402mw.platform.drain import Drain
 
     _configure_logs(settings)
     settings = settings.model_copy(update={"migrate": settings.migrates_on_start})
@@ -284,11 +289,16 @@ def worker(settings: PlatformSettings) -> None:
     async def run() -> None:
         with _start_up_failures_exit():
             platform = await start_platform(settings)
+        stop, loop = asyncio.Event(), asyncio.get_running_loop()
+        drain = Drain(settings.drain_seconds, begin=lambda: loop.call_soon_threadsafe(stop.set), what="worker")
+        previous = signal.signal(signal.SIGTERM, drain.handle)
         try:
             click.echo(f"worker running on {', '.join(c.network.caip2 for c in platform.chains)}")
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
-            await platform.aclose()
+            await platform.aclose()  # the duty under way finishes, the relayer leases are given back
+            drain.cancel()
+            signal.signal(signal.SIGTERM, previous)
 
     with (
         contextlib.suppress(KeyboardInterrupt),

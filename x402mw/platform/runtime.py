@@ -82,6 +82,8 @@ class Platform:
     webhooks: WebhookSender  # delivers the events to the merchants' webhook endpoints
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _upto: UptoSettlement | None = None
+    # Set as the platform closes: background work finishes the step it is in and stops.
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def upto(self) -> UptoSettlement:
@@ -164,6 +166,9 @@ class Platform:
         self._tasks.append(asyncio.get_running_loop().create_task(work))
 
     async def aclose(self) -> None:
+        self.draining.set()
+        if self._tasks:  # the step each is in finishes (within the drain bound); none starts another
+            await asyncio.wait(self._tasks, timeout=self.settings.drain_seconds)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -290,6 +290,14 @@ class WorkSettings(SettingsGroup):
     run_worker: bool = Field(
         True, description="Run the worker duties (expiry, deposits, refunds, webhooks) in the server process."
     )
+    drain_seconds: float = Field(
+        25.0,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="On SIGTERM, serve and worker take no new work and finish what they have within this many "
+        "seconds, then exit (a second SIGTERM exits at once; what is left stays recoverable).",
+    )
     # Unfinished work (a settlement, a refund, a webhook delivery) whose process seems to have stopped
     # is taken over by another after this long: sending it twice never moves money twice.
     takeover_seconds: float = Field(
