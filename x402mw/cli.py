@@ -291,14 +291,13 @@ def worker(settings: PlatformSettings) -> None:
             platform = await start_platform(settings)
         stop, loop = asyncio.Event(), asyncio.get_running_loop()
         drain = Drain(settings.drain_seconds, begin=lambda: loop.call_soon_threadsafe(stop.set), what="worker")
-        previous = signal.signal(signal.SIGTERM, drain.handle)
+        signal.signal(signal.SIGTERM, drain.handle)  # kept to the end: a second SIGTERM always exits at once
         try:
             click.echo(f"worker running on {', '.join(c.network.caip2 for c in platform.chains)}")
             await stop.wait()
         finally:
             await platform.aclose()  # the duty under way finishes, the relayer leases are given back
             drain.cancel()
-            signal.signal(signal.SIGTERM, previous)
 
     with (
         contextlib.suppress(KeyboardInterrupt),

@@ -125,11 +125,15 @@ def test_the_worker_drains_on_sigterm_and_a_second_exits_at_once(tmp_path: Path)
             if signals == 2:
                 eventually(lambda: "draining" in log.read_text(), what=lambda: log.read_text())  # noqa: B023
                 worker.send_signal(signal.SIGTERM)
-            assert worker.wait(timeout=60) == status, log.read_text()
+            code = worker.wait(timeout=60)
         finally:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
         text = log.read_text()
         assert "worker: SIGTERM, draining: no new work, finishing what is in flight; exits within 15 s" in text
-        assert ("worker: SIGTERM again, exiting now" in text) == (signals == 2)
+        forced = "worker: SIGTERM again, exiting now" in text
+        # An idle worker may finish draining before the second signal arrives: then it exits by itself, or
+        # the signal ends it as the interpreter shuts down (Python has put back the default handlers by then).
+        raced = [(0, False), (-signal.SIGTERM, False)]
+        assert (code, forced) in ([(0, False)] if signals == 1 else [(status, True), *raced]), (code, text)
