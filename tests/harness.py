@@ -253,6 +253,9 @@ class Serve:
         return env
 
     def start(self) -> None:
+        if (self.database_url or "").startswith("postgresql"):  # serve refuses an unmigrated PostgreSQL
+            migrate = [sys.executable, "-m", "x402mw", "platform", "migrate"]
+            subprocess.run(migrate, env=self.env(), check=True, capture_output=True, timeout=120)
         with self.log.open("ab") as handle:
             self.process = subprocess.Popen(self.command(), env=self.env(), stdout=handle, stderr=subprocess.STDOUT)
         process, healthz = self.process, f"http://127.0.0.1:{self.port}/healthz"

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -143,8 +144,10 @@ def serve(settings: PlatformSettings) -> None:
     from uvicorn.config import LOGGING_CONFIG
 
     from x402mw.platform.app import create_app
+    from x402mw.platform.drain import serve_draining
 
     logs = _configure_logs(settings)
+    settings = settings.model_copy(update={"migrate": settings.migrates_on_start})
     # Once before serving: migrations, key files, the chains' checks. A problem (a chain whose
     # tokens sign otherwise than the table says, a dev chain that refuses its data dir) ends the
     # command with its message, where inside uvicorn it would be a traceback; and several workers
@@ -165,13 +168,15 @@ def serve(settings: PlatformSettings) -> None:
     if settings.workers == 1:
         with _metrics_served(settings):
             app = create_app(settings, serving_process=True)
-            uvicorn.run(
+            config = uvicorn.Config(
                 app,
                 host=settings.host,
                 port=settings.port,
                 log_level=settings.log_level,
                 log_config=logs or LOGGING_CONFIG,
+                timeout_graceful_shutdown=max(1, int(settings.drain_seconds) - 2),  # the rest for the shutdown
             )
+            serve_draining(config, settings.drain_seconds)
         return
     os.environ.update(settings.as_environment())  # what each worker reads (worker_app)
     from x402mw.platform.metrics import MultiprocessMetrics
@@ -275,17 +280,23 @@ def worker_app() -> Any:
 def worker(settings: PlatformSettings) -> None:
     """Run time-based work (finishing settlements a stopped server left submitted) until interrupted."""
     from x402mw.platform.background import start_platform
+    from x402mw.platform.drain import Drain
 
     _configure_logs(settings)
+    settings = settings.model_copy(update={"migrate": settings.migrates_on_start})
 
     async def run() -> None:
         with _start_up_failures_exit():
             platform = await start_platform(settings)
+        stop, loop = asyncio.Event(), asyncio.get_running_loop()
+        drain = Drain(settings.drain_seconds, begin=lambda: loop.call_soon_threadsafe(stop.set), what="worker")
+        signal.signal(signal.SIGTERM, drain.handle)  # kept to the end: a second SIGTERM always exits at once
         try:
             click.echo(f"worker running on {', '.join(c.network.caip2 for c in platform.chains)}")
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
-            await platform.aclose()
+            await platform.aclose()  # the duty under way finishes, the relayer leases are given back
+            drain.cancel()
 
     with (
         contextlib.suppress(KeyboardInterrupt),
@@ -297,12 +308,13 @@ def worker(settings: PlatformSettings) -> None:
 
 @platform.command(name="migrate")
 @settings_options(StorageSettings)
-def migrate_command(settings: PlatformSettings) -> None:
-    """Bring the database schema up to date."""
-    from x402mw.platform.db.engine import migrate
+@click.option("--check", is_flag=True, help="Change nothing: exit 1 naming the migrations not applied yet.")
+def migrate_command(settings: PlatformSettings, check: bool) -> None:
+    """Bring the database schema up to date (a step of its own before `serve` and `worker` on PostgreSQL)."""
+    from x402mw.cli_migrate import migrate_or_check
 
-    migrate(settings.database_url.get_secret_value())
-    click.echo("database is up to date")
+    with _start_up_failures_exit():
+        migrate_or_check(settings.database_url.get_secret_value(), check=check)
 
 
 @platform.command(name="relayer-pool")

@@ -88,7 +88,7 @@ def _spread_of_connections(port: int, count: int) -> dict[str, int]:
 def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Path) -> None:
     with AnvilProcess() as anvil, postgres_database() as database_url:
         usdc = _tokens(anvil.url)["USDC"]
-        env = dict(os.environ, X402MW_DATA_DIR=str(tmp_path), X402MW_DATABASE_URL=database_url)
+        env = dict(os.environ, X402MW_DATA_DIR=str(tmp_path), X402MW_DATABASE_URL=database_url, X402MW_MIGRATE="true")
         port, metrics_port = free_port(), free_port()
         log = tmp_path / "serve.log"
         command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(port), "--workers", "2"]

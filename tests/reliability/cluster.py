@@ -195,6 +195,8 @@ class Cluster:
             "--token",
             f"EURC={self.tokens['EURC']}",
         ]
+        migrate = [sys.executable, "-m", "x402mw", "platform", "migrate"]  # a step of its own on PostgreSQL
+        subprocess.run(migrate, env=env, check=True, capture_output=True, timeout=120)
         for index in range(self.serve_count):
             port = free_port()
             command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(port), *chain]

@@ -78,6 +78,7 @@ SAMPLES: dict[str, tuple[str, object]] = {
     "migrate": ("0", False),
     "run_worker": ("off", False),
     "takeover_seconds": ("2.5", 2.5),
+    "drain_seconds": ("12.5", 12.5),
     "webhooks_allow_private": ("yes", True),
     "redis_url": ("redis://:hush@127.0.0.1:6379/0", "redis://:hush@127.0.0.1:6379/0"),
     "subscription_grace_days": ("3", 3),
@@ -142,6 +143,7 @@ ARGUMENTS = {
     "rpc_url": ["--rpc-url", ANVIL, "--rpc-url", "https://node.example/v2"],
     "tokens": ["--token", f"USDC={USDC}", "--token", f"eurc={EURC}"],
     "webhooks_allow_private": ["--webhooks-allow-private"],
+    "migrate": ["--no-migrate"],
 }
 ELSEWHERE = {
     "smtp_host": "mail.elsewhere",
@@ -158,6 +160,7 @@ ELSEWHERE = {
     "metrics_host": "127.0.0.3",
     "metrics_port": "1",
     "webhooks_allow_private": "false",
+    "migrate": "true",
 }
 
 

@@ -10,6 +10,7 @@ It sits above every layer it drives (services, emails, webhooks), which is why i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -58,12 +59,15 @@ def duties(platform: Platform) -> list[Duty]:
 
 
 async def run_worker(platform: Platform) -> None:
-    """Do every duty, then wait `INTERVAL_SECONDS`, until cancelled. One failing duty is logged and
-    does not hold up the others."""
+    """Do every duty, then wait `INTERVAL_SECONDS`, until the platform drains (between two duties) or
+    the task is cancelled. One failing duty is logged and does not hold up the others."""
     work = duties(platform)
-    while True:
-        await asyncio.sleep(INTERVAL_SECONDS)
+    while not platform.draining.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(platform.draining.wait(), INTERVAL_SECONDS)
         for name, duty in work:
+            if platform.draining.is_set():  # the platform is closing: what is left is done by the next process
+                return
             try:
                 await duty()
             except Exception:

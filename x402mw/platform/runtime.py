@@ -25,7 +25,7 @@ from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
 from x402mw.platform.clock import Clock
-from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.db.engine import create_engine_for, migrate, schema_state
 from x402mw.platform.emails.mailers import transport_for
 from x402mw.platform.emails.outbox import EmailOutbox
 from x402mw.platform.keys import load_or_create_key, parse_private_key, prepare_data_dir
@@ -83,6 +83,8 @@ class Platform:
     webhooks: WebhookSender  # delivers the events to the merchants' webhook endpoints
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _payments: Payments | None = None
+    # Set as the platform closes: background work finishes the step it is in and stops.
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def payments(self) -> Payments:
@@ -110,8 +112,13 @@ class Platform:
         page_key = hmac.new(sealing_key, b"x402mw customer pages", hashlib.sha256).digest()
         email_transport = transport_for(settings)
         database_url = settings.database_url.get_secret_value()
-        if settings.migrate:
+        # Unset (the library's default, in-process), it migrates; the commands decide it themselves
+        # (`PlatformSettings.migrates_on_start`). Not migrating, it refuses a schema it does not match.
+        state = await asyncio.to_thread(schema_state, database_url)
+        if state.pending and not state.unknown and settings.migrate is not False:
             await asyncio.to_thread(migrate, database_url)
+        elif (refusal := state.refusal()) is not None:
+            raise ConfigurationError(refusal)
         engine = create_engine_for(database_url, pool_size=settings.database_pool_size)
         chains = Chains()
         try:
@@ -165,6 +172,9 @@ class Platform:
         self._tasks.append(asyncio.get_running_loop().create_task(work))
 
     async def aclose(self) -> None:
+        self.draining.set()
+        if self._tasks:  # the step each is in finishes (within the drain bound); none starts another
+            await asyncio.wait(self._tasks, timeout=self.settings.drain_seconds)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

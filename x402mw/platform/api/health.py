@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from sqlalchemy import text
 from starlette.requests import Request
 
 from x402mw._version import __version__
-from x402mw.platform.http.errors import outage_error
 from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import Answer, ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
-from x402mw.platform.objects.service import HealthStatus, Reachable, Readiness
-
-READINESS_TIMEOUT = 3.0
+from x402mw.platform.objects.service import Error, HealthStatus, Reachable, Readiness, ReadinessCheck
+from x402mw.platform.readiness import readiness
+from x402mw.platform.request_ids import current_request_id
 
 
 async def health(request: Request) -> ModelResponse:
@@ -29,23 +25,30 @@ async def health(request: Request) -> ModelResponse:
 
 
 async def ready(request: Request) -> ModelResponse:
-    """Readiness: 200 when the database answers and every chain's node can be reached, else 503."""
+    """Readiness: 200 when every check passes (`x402mw.platform.readiness`), else 503 naming each failure."""
     platform = platform_of(request)
-    database: Reachable
-    try:
-        async with asyncio.timeout(READINESS_TIMEOUT), platform.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-        database = "ok"
-    except Exception as exc:
-        if outage_error(exc) is None and not isinstance(exc, TimeoutError):
-            raise
-        database = "unavailable"
+    redis_url = platform.settings.redis_url
+    checks = await readiness(
+        platform.engine, platform.chains, redis_url.get_secret_value() if redis_url is not None else None
+    )
+    passed = {check.name: check.ok for check in checks}
     chains: dict[str, Reachable] = {
-        c.network.caip2: "ok" if c.relayer.available else "unavailable" for c in platform.chains
+        c.network.caip2: "ok" if passed[f"chain {c.network.caip2}"] and c.relayer.available else "unavailable"
+        for c in platform.chains
     }
-    ok = database == "ok" and all(state == "ok" for state in chains.values())
-    body = Readiness(status="ready" if ok else "not_ready", database=database, chains=chains)
-    return ModelResponse(body, status_code=200 if ok else 503, headers=None if ok else {"Retry-After": "2"})
+    failed = [f"{check.name}: {check.detail}" for check in checks if not check.ok]
+    error = None
+    if failed:
+        message = "Not ready: " + "; ".join(failed)
+        error = Error(type="api_error", code="not_ready", message=message, request_id=current_request_id())
+    body = Readiness(
+        status="not_ready" if failed else "ready",
+        database="ok" if passed["database"] else "unavailable",
+        chains=chains,
+        checks={check.name: ReadinessCheck(ok=check.ok, detail=check.detail) for check in checks},
+        error=error,
+    )
+    return ModelResponse(body, status_code=503 if failed else 200, headers={"Retry-After": "2"} if failed else None)
 
 
 _TAG = "Health"
@@ -81,9 +84,11 @@ probe_routes = [
             id="getReadiness",
             tag=_TAG,
             summary="Readiness (probe path)",
-            description="Whether the platform can take payments now: its database answers and each chain's node can "
-            "be reached. 200 when all can, else 503 with the same body naming what cannot (new payments, orders "
-            "and refunds are answered 503 with `Retry-After` meanwhile).",
+            description="Whether the platform can take payments now: its database answers with the schema this "
+            "release knows, Redis answers (when configured), each chain's node answers and each chain's relayer can "
+            "send with gas above its floor. 200 with every check's result when all pass, else 503 with the same body "
+            "and an `error` (code `not_ready`) naming each failure (new payments, orders and refunds are answered "
+            "503 with `Retry-After` meanwhile).",
             answer=Readiness,
             public=True,
             standalone=True,

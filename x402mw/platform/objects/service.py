@@ -46,12 +46,26 @@ class HealthStatus(ResponseModel):
 Reachable = Literal["ok", "unavailable"]
 
 
+class ReadinessCheck(ResponseModel):
+    """One dependency's check."""
+
+    ok: bool
+    detail: str = Field(description="what was found, or why the check failed")
+
+
 class Readiness(ResponseModel):
     """Whether the platform can take payments now, and what it cannot reach."""
 
     status: Literal["ready", "not_ready"]
     database: Reachable
     chains: dict[str, Reachable] = Field(description="each served network (CAIP-2) and whether its node can be reached")
+    checks: dict[str, ReadinessCheck] = Field(
+        description="every check by name: `database` (reachable, schema migrated), `redis` (when configured), "
+        "`chain <network>` (its JSON-RPC answers) and `relayer <network>` (can send, gas above its floor)"
+    )
+    error: Error | None = omitted_if_none(
+        description="when not ready: the error envelope's body, code `not_ready`, its message every failed check"
+    )
 
 
 class OpenApiDocument(ResponseModel):

@@ -282,9 +282,21 @@ class WorkSettings(SettingsGroup):
     """How the platform does its work."""
 
     simulate: bool = Field(True, description="Simulate each transfer (eth_call) before sending it.")
-    migrate: bool = Field(True, description="Bring the database schema up to date at start-up.")
+    migrate: Annotated[bool | None, Option("--migrate", default="on SQLite only")] = Field(
+        None,
+        description="Bring the database schema up to date at start-up. Unset: serve and worker migrate a SQLite "
+        "database themselves and refuse a PostgreSQL one that `x402mw platform migrate` has not brought up to date.",
+    )
     run_worker: bool = Field(
         True, description="Run the worker duties (expiry, deposits, refunds, webhooks) in the server process."
+    )
+    drain_seconds: float = Field(
+        25.0,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="On SIGTERM, serve and worker take no new work and finish what they have within this many "
+        "seconds, then exit (a second SIGTERM exits at once; what is left stays recoverable).",
     )
     # Unfinished work (a settlement, a refund, a webhook delivery) whose process seems to have stopped
     # is taken over by another after this long: sending it twice never moves money twice.

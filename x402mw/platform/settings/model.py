@@ -134,6 +134,15 @@ class PlatformSettings(
         return self
 
     @property
+    def migrates_on_start(self) -> bool:
+        """Whether ``serve`` and ``worker`` migrate the database as they start: as ``migrate`` says,
+        else only a SQLite database (embedded, on one host). A PostgreSQL database, shared by every
+        process, is migrated as a step of its own (``x402mw platform migrate``)."""
+        if self.migrate is not None:
+            return self.migrate
+        return self.database_url.get_secret_value().startswith("sqlite")
+
+    @property
     def private_webhooks_allowed(self) -> bool:
         """Whether test-mode webhook endpoints may point at loopback and private addresses: as
         ``webhooks_allow_private`` says, else only on the embedded default (the in-process dev chain
