@@ -37,8 +37,9 @@ from sqlalchemy import create_engine, func, select
 
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
-from x402mw.platform.db.engine import create_engine_for, migrate, sync_url
+from x402mw.platform.db.engine import create_engine_for, sync_url
 from x402mw.platform.db.models import new_id
+from x402mw.platform.db.schema import migrate
 from x402mw.platform.services.subscriptions.customer_links import CustomerLinks
 from x402mw.platform.services.subscriptions.renewals import RenewalRunner
 from x402mw.platform.services.subscriptions.steps import invoice_order_row, invoice_row

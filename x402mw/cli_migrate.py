@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from x402mw.platform.db.engine import migrate, schema_state
+from x402mw.platform.db.schema import migrate, schema_state
 
 
 def migrate_or_check(database_url: str, *, check: bool) -> None:

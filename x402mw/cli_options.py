@@ -131,7 +131,8 @@ def _configuration_errors_exit() -> Iterator[None]:
 
 
 async def _with_engine(settings: PlatformSettings, action: Callable[[Any], Awaitable[T]]) -> T:
-    from x402mw.platform.db.engine import create_engine_for, migrate
+    from x402mw.platform.db.engine import create_engine_for
+    from x402mw.platform.db.schema import migrate
 
     database_url = settings.database_url.get_secret_value()
     await asyncio.to_thread(migrate, database_url)

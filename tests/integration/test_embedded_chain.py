@@ -15,7 +15,8 @@ from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.devchain import DEV_CHAIN_ID
 from x402mw.platform.chain.token import balance_of
 from x402mw.platform.db import tables
-from x402mw.platform.db.engine import migrate, sync_url
+from x402mw.platform.db.engine import sync_url
+from x402mw.platform.db.schema import migrate
 from x402mw.platform.runtime import Platform
 from x402mw.platform.settings import PlatformSettings
 

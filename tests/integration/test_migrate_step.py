@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.harness import postgres_database, serving
-from x402mw.platform.db.engine import schema_state
+from x402mw.platform.db.schema import schema_state
 
 
 def _x402mw(tmp_path: Path, *args: str, **environment: str) -> subprocess.CompletedProcess[str]:
@@ -75,7 +75,7 @@ def test_the_embedded_sqlite_default_migrates_itself_unless_told_not_to(tmp_path
 
 @pytest.mark.parametrize("revision", ["0020"])
 def test_check_names_only_what_is_pending(tmp_path: Path, revision: str) -> None:
-    from x402mw.platform.db.engine import migrate
+    from x402mw.platform.db.schema import migrate
 
     url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
     migrate(url, revision)

@@ -20,7 +20,7 @@ from tests.rpc_proxy import RpcProxy
 from tests.waiting import eventually
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
-from x402mw.platform.db.engine import known_head, migrate
+from x402mw.platform.db.schema import known_head, migrate
 from x402mw.platform.settings import ChainSettings, PlatformSettings
 
 RELAYER = ANVIL_DEV_KEYS[1]

@@ -30,7 +30,8 @@ from x402mw.platform.chain.relayer import Relayer, RelayerBusy
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.clock import Clock, ManualClock
 from x402mw.platform.db import tables
-from x402mw.platform.db.engine import create_engine_for, migrate, sync_url
+from x402mw.platform.db.engine import create_engine_for, sync_url
+from x402mw.platform.db.schema import migrate
 from x402mw.platform.services.relayer_leases import RelayerLeases, pool_key, set_pool_size
 
 pytestmark = [pytest.mark.anyio, pytest.mark.anvil]

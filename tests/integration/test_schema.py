@@ -13,7 +13,8 @@ from sqlmodel import SQLModel
 
 import x402mw.platform.db.models  # noqa: F401
 from tests.harness import postgres_database
-from x402mw.platform.db.engine import migrate, sync_url
+from x402mw.platform.db.engine import sync_url
+from x402mw.platform.db.schema import migrate
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

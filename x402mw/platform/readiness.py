@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from x402mw.platform.db.engine import known_head
+from x402mw.platform.db.schema import known_head
 from x402mw.platform.services.chains import ChainHandle
 
 CHECK_TIMEOUT = 3.0

@@ -25,7 +25,8 @@ from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
 from x402mw.platform.chain.token import read_domain
 from x402mw.platform.clock import Clock
-from x402mw.platform.db.engine import create_engine_for, migrate, schema_state
+from x402mw.platform.db.engine import create_engine_for
+from x402mw.platform.db.schema import migrate, schema_state
 from x402mw.platform.emails.mailers import transport_for
 from x402mw.platform.emails.outbox import EmailOutbox
 from x402mw.platform.keys import load_or_create_key, parse_private_key, prepare_data_dir

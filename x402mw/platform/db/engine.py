@@ -1,4 +1,4 @@
-"""Engines and migrations.
+"""Engines: the SQLite writer and readers, held PostgreSQL connections (migrations: `schema`).
 
 One URL configures both: ``sqlite:///path`` or ``postgresql://user@host/db`` (driver suffixes are
 chosen here: aiosqlite/asyncpg for the app, the sync drivers for Alembic).
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import sqlite3
 import threading
@@ -17,11 +16,8 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
@@ -32,7 +28,6 @@ T = TypeVar("T")
 
 logger = logging.getLogger("x402mw.platform.db")
 
-MIGRATIONS = Path(__file__).parent / "migrations"
 # A pooled connection left unused this long is pinged before it is handed out (the server may have
 # restarted or dropped it meanwhile); one in steady use is not. Pinging on every checkout cost three
 # round trips per transaction (asyncpg's ping is BEGIN, a query and ROLLBACK).
@@ -423,92 +418,3 @@ def _ping_when_idle(engine: AsyncEngine, idle: float) -> None:
 
     event.listen(engine.sync_engine.pool, "checkin", checked_in)
     event.listen(engine.sync_engine.pool, "checkout", checked_out)
-
-
-def migrate(url: str, revision: str = "head") -> None:
-    """Bring the schema at ``url`` to ``revision`` with Alembic (the only way the schema is made)."""
-    parsed = make_url(sync_url(url))
-    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(parsed)
-    try:
-        with engine.begin() as connection:
-            config = _alembic_config()
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
-    finally:
-        engine.dispose()
-
-
-@dataclass(frozen=True, slots=True)
-class SchemaState:
-    """Where a database's schema stands against the migrations this x402mw knows (`schema_state`)."""
-
-    current: str | None  # the database's revision; None: no schema at all
-    head: str  # the newest revision this x402mw knows
-    pending: tuple[str, ...]  # the revisions `migrate` would apply, oldest first
-    unknown: bool  # the database is at a revision this x402mw does not know (a newer release migrated it)
-
-    @property
-    def up_to_date(self) -> bool:
-        return not self.pending and not self.unknown
-
-    def refusal(self) -> str | None:
-        """One line saying why a process must not run on this schema, naming the command to run; None
-        when it may."""
-        if self.unknown:
-            return (
-                f"the database schema is at revision {self.current}, newer than this x402mw knows (up to {self.head}): "
-                "run a release of x402mw that knows it, or restore the database from before that upgrade"
-            )
-        if self.pending:
-            where = "empty" if self.current is None else f"at revision {self.current}"
-            return (
-                f"the database schema is {where}, {len(self.pending)} migration(s) behind this x402mw "
-                f"(up to {self.head}): run `x402mw platform migrate` first"
-            )
-        return None
-
-
-def _alembic_config() -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    return config
-
-
-def schema_state(url: str) -> SchemaState:
-    """Read the revision of the schema at ``url`` (without changing anything) and compare it with the
-    migrations this x402mw knows. Raises what the driver raises when the database cannot be reached."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    scripts = ScriptDirectory.from_config(_alembic_config())
-    head = scripts.get_current_head()
-    assert head is not None, "the migrations have one head"
-    parsed = make_url(sync_url(url))
-    on_file = parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:"
-    if on_file and not Path(str(parsed.database)).exists():  # reading must not create the file
-        pending = tuple(s.revision for s in reversed(list(scripts.walk_revisions("base", head))))
-        return SchemaState(None, head, pending, unknown=False)
-    timeout = {"connect_timeout": int(CONNECT_TIMEOUT)} if parsed.get_backend_name() == "postgresql" else {}
-    engine = create_engine(parsed, connect_args=timeout)
-    try:
-        with engine.connect() as connection:
-            current = MigrationContext.configure(connection).get_current_revision()
-    finally:
-        engine.dispose()
-    ancestry = [s.revision for s in reversed(list(scripts.walk_revisions("base", head)))]
-    if current is not None and current not in ancestry:
-        return SchemaState(current, head, (), unknown=True)
-    applied = set() if current is None else {s.revision for s in scripts.walk_revisions("base", current)}
-    return SchemaState(current, head, tuple(r for r in ancestry if r not in applied), unknown=False)
-
-
-@functools.cache
-def known_head() -> str:
-    """The newest schema revision this x402mw knows."""
-    from alembic.script import ScriptDirectory
-
-    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
-    assert head is not None, "the migrations have one head"
-    return head

@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection handed over by `x402mw.platform.db.engine.migrate`."""
+"""Alembic environment: runs on the connection handed over by `x402mw.platform.db.schema.migrate`."""
 
 from alembic import context
 from sqlmodel import SQLModel
