@@ -36,6 +36,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection, quick_read
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.outbox import insert_events
+from x402mw.platform.services.reports.rollups import apply_challenges
 from x402mw.platform.services.settlement.outcomes import Claimed
 from x402mw.protocol import reasons
 
@@ -80,7 +81,7 @@ class SettlementWrites:
         self.engine = engine
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
         self._insert_payments = dialect.insert(_payments).on_conflict_do_nothing().returning(_payments.c.id)
-        self._insert_challenges = dialect.insert(_challenges).on_conflict_do_nothing()
+        self._insert_challenges = dialect.insert(_challenges).on_conflict_do_nothing().returning(_challenges.c.id)
         by_id = _payments.c.id == _param("id", "id")
         self._mark = {
             # Not `status IN (...)`: an expanding IN makes an executemany run row by row.
@@ -278,13 +279,19 @@ class SettlementWrites:
             found = (await conn.execute(query)).mappings().first()
         return AgentPayment.model_validate(dict(found)) if found else None
 
+    def _record_challenges(self, conn: Connection, challenges: list[dict[str, Any]]) -> None:
+        """Insert the challenges not recorded yet, and count those in the reports' rollups."""
+        inserted = set(conn.execute(self._insert_challenges, challenges).scalars())
+        if inserted:
+            apply_challenges(conn, [c for c in challenges if c["id"] in inserted])
+
     async def _write_claims(self, claims: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[bool]:
         payments = [payment for payment, _ in claims]
         challenges = list({c["id"]: c for _, c in claims if c is not None}.values())
 
         def insert(conn: Connection) -> set[str]:
             if challenges:  # before the claims: kept should the claim lose (the challenge was answered)
-                conn.execute(self._insert_challenges, challenges)
+                self._record_challenges(conn, challenges)
             return set(conn.execute(self._insert_payments, payments).scalars())
 
         held = self._claim_conns.pop()  # one per flush: never empty
@@ -314,7 +321,7 @@ class SettlementWrites:
                     done.add(record.values["b_id"])
                 kept.append(record)
             if challenges:
-                conn.execute(self._insert_challenges, challenges)
+                self._record_challenges(conn, challenges)
             for kind, statement in self._mark.items():
                 rows = [r.values for r in kept if r.kind == kind]
                 if rows:
