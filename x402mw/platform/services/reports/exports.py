@@ -41,6 +41,7 @@ class ExportKind:
     instant: str
     columns: Sequence[tuple[str, Callable[[Any], str]]]
     where: Callable[[Table], Sequence[Any]] = lambda t: ()
+    reads: Sequence[str] = ()  # the table's columns the cells read, besides the instant and the id
 
 
 def _col(
@@ -134,6 +135,19 @@ KINDS: dict[str, ExportKind] = {
     ),
 }
 """The exports, by the name in ``/v1/exports/{kind}.csv``."""
+EXPORT_KINDS = KINDS
+
+
+def _read_columns(spec: ExportKind) -> list[str]:
+    """The columns a kind's cells read (those of `_col` and `_amount`, by the name they carry)."""
+    names = []
+    for header, _ in spec.columns:
+        name = header.removesuffix("_base_units")
+        names.append(_SOURCES.get(name, name))
+    return [n for n in names if n in spec.table.c]
+
+
+_SOURCES = {"amount": "amount_minor", "amount_received": "amount_received_minor"}
 
 
 def _line(cells: Sequence[str]) -> str:
@@ -185,7 +199,8 @@ async def export_csv(
         ]
         if after is not None:
             where.append(tuple_(instant, t.c.id) > tuple_(literal(after[0], instant.type), literal(after[1])))
-        query = select(t).where(*where).order_by(instant, t.c.id).limit(page)
+        names = dict.fromkeys([spec.instant, "id", *_read_columns(spec)])
+        query = select(*(t.c[name] for name in names)).where(*where).order_by(instant, t.c.id).limit(page)
         async with engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         if not rows:

@@ -117,7 +117,7 @@ async def revenue(engine: AsyncEngine, q: ReportQuery) -> list[dict[str, Any]]:
         cell[offset + 2] += int(row[4])
     out = []
     for period in periods(q):
-        for coin in sorted(coins):
+        for coin in sorted(coins) or [""]:  # "": nothing was paid in the range, in no coin
             gross, refunded, payments, refunds = cells.get((period, coin), [0, 0, 0, 0])
             out.append(
                 {
@@ -191,7 +191,7 @@ async def subscriptions(engine: AsyncEngine, q: ReportQuery) -> list[dict[str, A
             cell[1] += int(row[4])
             cell[3] += int(row[3])
     out = []
-    for coin in sorted(coins):
+    for coin in sorted(coins) or [""]:
         active, mrr = base[coin]
         for period in periods(q):
             new, churned, gained, lost = cells.get((period, coin), [0, 0, 0, 0])
