@@ -21,6 +21,7 @@ SMALL_RUNS = [
     ("bench_devchain", ["40", "4", "40"], "bench_devchain"),
     ("bench_subscriptions", ["2000", "200"], "a pass with nothing due"),
     ("bench_mcp", ["3"], "MCP overhead / HTTP overhead"),
+    ("bench_reports", ["5000", "500", "5"], "reports on PostgreSQL"),
 ]
 
 
