@@ -35,6 +35,7 @@ from x402mw.platform.services.payment_intents import payment_intent_event_data
 from x402mw.platform.services.refunds import refund_of
 from x402mw.platform.services.reports import ReportQuery, export_csv, periods, run_report
 from x402mw.platform.services.settlement.outcomes import payment_of
+from x402mw.platform.services.settlement.writes import SettlementWrites
 from x402mw.platform.services.subscriptions.objects import subscription_event
 
 pytestmark = pytest.mark.anyio
@@ -498,3 +499,55 @@ def test_a_large_export_streams_in_bounded_memory(tmp_path: Path) -> None:
     assert b",1010000,1.01," in last  # the last order: base units, then a decimal string
     assert size > 4 * small_size
     assert peak < 1.5 * small_peak, (peak, small_peak)
+
+
+def test_agent_payment_failures_are_counted_once_by_reason(database_url: str) -> None:
+    """Failures written by the settlement's own writes (`SettlementWrites.failed`), one of them
+    written twice (a retry of the record): each counted once, by reason, on the day the payment was
+    made, as a direct count over the payments says."""
+
+    async def run() -> None:
+        engine = create_engine_for(database_url, pool_size=2)
+        writes = SettlementWrites(engine)
+        try:
+            async with engine.begin() as conn:
+                merchant, endpoints = await _merchant(conn)
+                ids = []
+                for n, hours in enumerate((1, 2, 30, 50)):
+                    row = AgentPayment(
+                        id=new_id(), merchant_id=merchant, endpoint_id=endpoints[0], chain_id=31337,
+                        asset=PAYERS[1], currency="USDC", payer=PAYERS[2], nonce="0x" + uuid4().hex * 2,
+                        pay_to=PAYERS[0], amount_minor=1000 + n, payload_hash="0" * 64, status="claimed",
+                        created_at=T0 + timedelta(hours=hours),
+                    )  # fmt: skip
+                    await conn.execute(insert(tables.agent_payments).values(row.model_dump()))
+                    ids.append(row.id)
+            reasons = ["invalid_exact_evm_payload_signature", "insufficient_funds", "insufficient_funds", "nonce_used"]
+            for payment_id, reason in zip(ids, reasons, strict=True):
+                await writes.failed(payment_id, reason)
+            await writes.failed(ids[1], "insufficient_funds")  # again: already failed, not counted again
+            q = ReportQuery(merchant, False, T0, T0 + timedelta(days=4))
+            got = {(r["period"].isoformat(), r["reason"]): r["count"] for r in await run_report(engine, "failures", q)}
+            p = tables.agent_payments
+            async with engine.connect() as conn:
+                direct = {}
+                for day, lo, hi in _bounds(q):
+                    query = (
+                        select(p.c.error_reason, func.count())
+                        .where(
+                            p.c.merchant_id == merchant,
+                            p.c.status == "failed",
+                            p.c.created_at >= lo,
+                            p.c.created_at < hi,
+                        )
+                        .group_by(p.c.error_reason)
+                    )
+                    for reason, count in await conn.execute(query):
+                        direct[(day.isoformat(), reason)] = count
+            assert got == direct
+            assert sum(got.values()) == 4
+        finally:
+            await writes.aclose()
+            await engine.dispose()
+
+    asyncio.run(run())

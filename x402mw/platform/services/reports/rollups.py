@@ -4,8 +4,11 @@ changes a figure, from two places every such write passes through:
 - `apply_events`, called by the transactional outbox (`x402mw.platform.services.outbox`) with the
   events it writes: ``agent_payment.settled``, ``payment_intent.succeeded``, ``refund.completed``,
   ``refund.failed``, ``payment_intent.expired`` and ``subscription.created|canceled|expired``;
-- `apply_challenges`, called by `x402mw.platform.services.challenges.record_challenges` with the
-  challenges it recorded for the first time.
+- `apply_challenges`, called by `x402mw.platform.services.challenges.record_challenges` (and by
+  the settlement's writes, which record a challenge not registered yet) with the challenges recorded
+  for the first time;
+- `apply_agent_failures`, called by the settlement's writes with the agent payments they mark
+  failed for the first time (counted on the hour the payment was made, by its x402 reason).
 
 Each figure is added to the hour of the instant it belongs to, read from the object itself, not
 from when the write happens: a payment's gross to the hour it was paid, a refund to the hour it
@@ -263,5 +266,23 @@ def apply_challenges(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> Non
             str(coins.get(endpoint, "")),
             endpoint,
             int(r["amount_minor"]),
+        )
+    deltas.write(conn)
+
+
+def apply_agent_failures(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Count the agent payments ``rows`` (``merchant_id``, ``livemode``, ``currency``,
+    ``amount_minor``, ``created_at`` and the x402 ``reason``), marked failed for the first time in
+    ``conn``'s transaction, as failures by reason, on the hour the payment was made."""
+    deltas = _Deltas()
+    for r in rows:
+        deltas.add(
+            str(r["merchant_id"]),
+            bool(r["livemode"]),
+            FAILED,
+            r["created_at"],
+            str(r["currency"]),
+            str(r["reason"]),
+            int(r["amount_minor"] or 0),
         )
     deltas.write(conn)

@@ -36,7 +36,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection, quick_read
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.outbox import insert_events
-from x402mw.platform.services.reports.rollups import apply_challenges
+from x402mw.platform.services.reports.rollups import apply_agent_failures, apply_challenges
 from x402mw.platform.services.settlement.outcomes import Claimed
 from x402mw.protocol import reasons
 
@@ -74,6 +74,22 @@ def _capture_statement(*, upto: bool, merchant: bool) -> Any:
         where += [_payments.c.status == "held"]
         values = {"status": "claimed", "locked_until": None}
     return update(_payments).where(*where).values(**values).returning(*_payments.c)
+
+
+def _newly_failed(conn: Connection, failing: dict[str, str]) -> list[dict[str, Any]]:
+    """The payments of ``failing`` (id: reason) about to be marked failed that were neither failed
+    nor settled before (read before the marks), with their reason."""
+    if not failing:
+        return []
+    columns = (_payments.c.id, _payments.c.status, _payments.c.merchant_id, _payments.c.livemode)
+    query = select(*columns, _payments.c.currency, _payments.c.amount_minor, _payments.c.created_at).where(
+        _payments.c.id.in_(sorted(failing))
+    )
+    return [
+        {**row._asdict(), "reason": failing[row.id]}
+        for row in conn.execute(query)
+        if row.status not in ("failed", "settled") and row.merchant_id
+    ]
 
 
 class SettlementWrites:
@@ -322,6 +338,8 @@ class SettlementWrites:
                 kept.append(record)
             if challenges:
                 self._record_challenges(conn, challenges)
+            failing = {r.values["b_id"]: r.values["b_reason"] for r in kept if r.kind == "failed"}
+            newly_failed = _newly_failed(conn, failing)
             for kind, statement in self._mark.items():
                 rows = [r.values for r in kept if r.kind == kind]
                 if rows:
@@ -332,6 +350,7 @@ class SettlementWrites:
             events = [r.event for r in kept if r.event is not None]
             if events:
                 insert_events(conn, events)
+            apply_agent_failures(conn, newly_failed)  # the reports' failures by reason
 
         await self._record_conn.run(write)
         return [None] * len(records)
