@@ -36,6 +36,7 @@ END = datetime(2026, 11, 1, tzinfo=UTC)
 START = END - timedelta(days=365)
 
 _FILL = [
+    "SET TIME ZONE 'UTC'",  # the rollups' hours and days are UTC ones
     """INSERT INTO merchants (id, name, created_at) VALUES (CAST(:merchant AS varchar), 'bench', now()),
         (CAST(:other AS varchar), 'other', now())""",
     """INSERT INTO agent_endpoints (id, merchant_id, livemode, name, resource_url, chain_id, currency,
@@ -96,6 +97,11 @@ _FILL = [
             WHEN 'yearly' THEN p.amount_minor / 12 ELSE p.amount_minor END), count(*)
     FROM subscriptions s JOIN subscription_plans p ON p.id = s.plan_id WHERE s.ended_at IS NOT NULL
     GROUP BY 1, 2, 4, 5, 6""",
+    # and each figure again per UTC day
+    """INSERT INTO report_rollups (merchant_id, livemode, metric, hour, currency, dimension, amount_minor, count)
+    SELECT merchant_id, livemode, metric || ':d', date_trunc('day', hour), currency, dimension,
+        sum(amount_minor), sum(count)
+    FROM report_rollups GROUP BY 1, 2, 3, 4, 5, 6""",
     "ANALYZE",
 ]
 

@@ -43,6 +43,9 @@ PAYER = "payer"
 SUBSCRIBED = "subscribed"
 CHURNED = "churned"
 LATENCY = "latency"
+DAY = ":d"
+"""The suffix of a metric's day rows: each figure is summed per UTC hour and, again, per UTC day
+(``hour`` is then the day's start), so that a long range reads a row per day."""
 
 LATENCY_BOUNDS_MS: tuple[int, ...] = (
     50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10000, 15000, 30000, 60000, 120000, 300000
@@ -101,9 +104,14 @@ class _Deltas:
     def add(
         self, merchant: str, livemode: bool, metric: str, at: datetime, currency: str, dimension: str, amount: int
     ) -> None:
-        row = self.rows[(merchant, livemode, metric, hour_of(at), currency, dimension[:64])]
-        row[0] += amount
-        row[1] += 1
+        hour = hour_of(at)
+        for key in (
+            (merchant, livemode, metric, hour, currency, dimension[:64]),
+            (merchant, livemode, metric + DAY, hour.replace(hour=0), currency, dimension[:64]),
+        ):
+            row = self.rows[key]
+            row[0] += amount
+            row[1] += 1
 
     def write(self, conn: Connection) -> None:
         if not self.rows:
