@@ -122,6 +122,7 @@ CHECKED = [
     "docs/sellers/paywall.md",
     "docs/sellers/sign-in.md",
     "docs/sellers/x402-sdk.md",
+    "docs/reports.md",
 ]
 """The pages run so far; the others of `pages` are still to be made to run as written (issue 36)."""
 
