@@ -99,7 +99,7 @@ _FILL = [
     GROUP BY 1, 2, 4, 5, 6""",
     # and each figure again per UTC day
     """INSERT INTO report_rollups (merchant_id, livemode, metric, hour, currency, dimension, amount_minor, count)
-    SELECT merchant_id, livemode, metric || ':d', date_trunc('day', hour), currency, dimension,
+    SELECT merchant_id, livemode, metric || chr(58) || 'd', date_trunc('day', hour), currency, dimension,
         sum(amount_minor), sum(count)
     FROM report_rollups GROUP BY 1, 2, 3, 4, 5, 6""",
     "ANALYZE",

@@ -32,6 +32,7 @@ def platform_url() -> str:
 
 
 def run(base_url: str, api_key: str, say: Callable[[str], None] = print) -> dict[str, Any]:
+    say(f"0. platform {base_url}")
     with MerchantClient(api_key, base_url) as client:
         orders = []
         for amount in ("12.50", "3.00"):
