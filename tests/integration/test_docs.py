@@ -111,6 +111,7 @@ CHECKED = [
     "docs/sellers/asgi.md",
     "docs/payment-orders.md",
     "docs/payment-links.md",
+    "docs/reports.md",
     "docs/webhooks.md",
     "docs/subscriptions.md",
     "docs/merchant-client.md",
@@ -122,7 +123,6 @@ CHECKED = [
     "docs/sellers/paywall.md",
     "docs/sellers/sign-in.md",
     "docs/sellers/x402-sdk.md",
-    "docs/reports.md",
 ]
 """The pages run so far; the others of `pages` are still to be made to run as written (issue 36)."""
 
