@@ -133,20 +133,23 @@ class _Deltas:
                 "count": table.c.count + insert.excluded.count,
             },
         )
-        for key in sorted(self.rows, key=lambda k: (k[0], k[1], k[2], k[3], k[4], k[5])):
+        rows = []
+        for key in sorted(self.rows):  # in key order: two writers lock the rows they share in one order
             amount, count = self.rows[key]
             merchant, livemode, metric, hour, currency, dimension = key
-            values = {
-                "merchant_id": merchant,
-                "livemode": livemode,
-                "metric": metric,
-                "hour": hour,
-                "currency": currency,
-                "dimension": dimension,
-                "amount_minor": amount,
-                "count": count,
-            }
-            conn.execute(statement, values)
+            rows.append(
+                {
+                    "merchant_id": merchant,
+                    "livemode": livemode,
+                    "metric": metric,
+                    "hour": hour,
+                    "currency": currency,
+                    "dimension": dimension,
+                    "amount_minor": amount,
+                    "count": count,
+                }
+            )
+        conn.execute(statement, rows)  # one round trip: the keys are distinct, summed above
 
 
 def _order_dimension(conn: Connection, payment_intent_id: str) -> str:
@@ -160,7 +163,9 @@ def _order_dimension(conn: Connection, payment_intent_id: str) -> str:
     return str(plan) if plan else ""
 
 
-def _agent_payment(conn: Connection, deltas: _Deltas, merchant: str, livemode: bool, data: Mapping[str, Any]) -> None:
+def _agent_payment(
+    deltas: _Deltas, merchant: str, livemode: bool, data: Mapping[str, Any], issued_at: Mapping[str, datetime]
+) -> None:
     settled_at = _instant(data.get("settledAt"))
     if settled_at is None:
         return
@@ -174,12 +179,9 @@ def _agent_payment(conn: Connection, deltas: _Deltas, merchant: str, livemode: b
     if created_at is not None:
         millis = max(0, int((settled_at - created_at).total_seconds() * 1000))
         deltas.add(merchant, livemode, LATENCY, settled_at, currency, latency_bucket(millis), 0)
-    challenge_id = data.get("challengeId")
-    if challenge_id:
-        challenges = tables.agent_challenges
-        issued = conn.execute(select(challenges.c.created_at).where(challenges.c.id == str(challenge_id))).scalar()
-        if issued is not None:
-            deltas.add(merchant, livemode, CHALLENGE_PAID, issued, currency, endpoint, amount)
+    issued = issued_at.get(str(data.get("challengeId") or ""))
+    if issued is not None:
+        deltas.add(merchant, livemode, CHALLENGE_PAID, issued, currency, endpoint, amount)
 
 
 def _order_paid(conn: Connection, deltas: _Deltas, merchant: str, livemode: bool, data: Mapping[str, Any]) -> None:
@@ -230,11 +232,24 @@ def apply_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Add what the events ``rows`` (``events`` rows, written in ``conn``'s transaction) change to
     the rollups, in that transaction."""
     deltas = _Deltas()
+    answered = sorted(
+        {
+            str(challenge)
+            for row in rows
+            if row["type"] == "agent_payment.settled"
+            and (challenge := (row["data"].get("agentPayment") or {}).get("challengeId"))
+        }
+    )
+    issued_at: dict[str, datetime] = {}
+    if answered:  # when each answered challenge was issued, in one read
+        challenges = tables.agent_challenges
+        query = select(challenges.c.id, challenges.c.created_at).where(challenges.c.id.in_(answered))
+        issued_at = {str(ident): created for ident, created in conn.execute(query)}
     for row in rows:
         kind, merchant, livemode, data = str(row["type"]), str(row["merchant_id"]), bool(row["livemode"]), row["data"]
         at: datetime = row["created_at"]
         if kind == "agent_payment.settled":
-            _agent_payment(conn, deltas, merchant, livemode, data.get("agentPayment") or {})
+            _agent_payment(deltas, merchant, livemode, data.get("agentPayment") or {}, issued_at)
         elif kind == "payment_intent.succeeded":
             _order_paid(conn, deltas, merchant, livemode, data.get("paymentIntent") or {})
         elif kind == "payment_intent.expired":
