@@ -22,6 +22,7 @@ SMALL_RUNS = [
     ("bench_subscriptions", ["2000", "200"], "a pass with nothing due"),
     ("bench_mcp", ["3"], "MCP overhead / HTTP overhead"),
     ("bench_gateway", ["20"], "ratio_402"),
+    ("bench_reports", ["5000", "500", "5"], "reports on PostgreSQL"),
 ]
 
 

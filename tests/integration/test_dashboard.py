@@ -135,6 +135,8 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/dashboard/team/invitations", "team"),
     ("POST", "/dashboard/team/{user_id}/remove", "team"),
     ("GET", "/dashboard/audit", "read"),
+    ("GET", "/dashboard/reports", "read"),
+    ("GET", "/dashboard/reports/export", "read"),
     ("GET", "/dashboard/account", "read"),
     ("POST", "/dashboard/account/two-factor", "read"),
     ("POST", "/dashboard/mode", "read"),

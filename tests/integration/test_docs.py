@@ -113,6 +113,7 @@ CHECKED = [
     "docs/sellers/asgi.md",
     "docs/payment-orders.md",
     "docs/payment-links.md",
+    "docs/reports.md",
     "docs/webhooks.md",
     "docs/subscriptions.md",
     "docs/merchant-client.md",

@@ -266,7 +266,7 @@ def test_the_x402_sdk_seller_example_names_the_token_on_the_dev_chain(shop: Shop
     assert refused.returncode != 0 and "no DAI on" in refused.stderr and "USDC" in refused.stderr
 
 
-SCRIPTS = ["merchant_quickstart", "merchant_http", "payment_links", "agent_pays_order"]
+SCRIPTS = ["merchant_quickstart", "merchant_http", "payment_links", "agent_pays_order", "reports"]
 
 
 @pytest.mark.parametrize("embedded", [False, True], ids=["against-serve", "embedded"])

@@ -35,6 +35,7 @@ from x402mw.client.merchant.pages import AsyncPage, AsyncPager, Page
 from x402mw.client.merchant.payment_intents import Customer, PaymentIntent, PaymentIntents, PaymentMethods
 from x402mw.client.merchant.payment_links import PaymentLink, PaymentLinks
 from x402mw.client.merchant.refunds import Refund, Refunds
+from x402mw.client.merchant.reports import Report, ReportRow, Reports
 from x402mw.client.merchant.resource import NOT_GIVEN, APIObject, Async, NotGiven, Resource, Sync
 from x402mw.client.merchant.sandbox import FaucetTransfer, Sandbox, SandboxPayment
 from x402mw.client.merchant.subscriptions import (
@@ -89,6 +90,9 @@ __all__ = [
     "RateLimitError",
     "Refund",
     "Refunds",
+    "Report",
+    "ReportRow",
+    "Reports",
     "Resource",
     "Sandbox",
     "SandboxPayment",

@@ -15,6 +15,7 @@ from x402mw.client.merchant.events import Events
 from x402mw.client.merchant.payment_intents import PaymentIntents
 from x402mw.client.merchant.payment_links import PaymentLinks
 from x402mw.client.merchant.refunds import Refunds
+from x402mw.client.merchant.reports import Reports
 from x402mw.client.merchant.resource import Async, Mode, Sync
 from x402mw.client.merchant.sandbox import Sandbox
 from x402mw.client.merchant.subscriptions import SubscriptionPlans, Subscriptions, TestClocks
@@ -36,6 +37,7 @@ class _Client(Generic[Mode]):
     payment_links: PaymentLinks[Mode]
     refunds: Refunds[Mode]
     balances: Balances[Mode]
+    reports: Reports[Mode]
     webhook_endpoints: WebhookEndpoints[Mode]
     events: Events[Mode]
     agent_endpoints: AgentEndpoints[Mode]
@@ -52,6 +54,7 @@ class _Client(Generic[Mode]):
         self.payment_links = PaymentLinks(runner)
         self.refunds = Refunds(runner)
         self.balances = Balances(runner)
+        self.reports = Reports(runner)
         self.webhook_endpoints = WebhookEndpoints(runner)
         self.events = Events(runner)
         self.agent_endpoints = AgentEndpoints(runner)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute, Mount
 
-from x402mw.platform.dashboard import agents, catalog, developers, overview, payments, people, sandbox
+from x402mw.platform.dashboard import agents, catalog, developers, overview, payments, people, reports, sandbox
 from x402mw.platform.dashboard.assets import DashboardAssets
 
 __all__ = ["routes"]
@@ -26,5 +26,6 @@ routes: list[BaseRoute] = [
     *agents.routes,
     *developers.routes,
     *sandbox.routes,
+    *reports.routes,
     Mount("/static", app=DashboardAssets(), name="dashboard-static"),
 ]

@@ -814,3 +814,22 @@ class ApiRequest(SQLModel, table=True):
         Index("ix_api_requests_request_id", "request_id"),
         Index("ix_api_requests_created", "created_at"),
     )
+
+
+class ReportRollup(SQLModel, table=True):
+    """One figure of the reports (x402mw.platform.services.reports), summed per (merchant, mode,
+    ``metric``, UTC ``hour``, coin, ``dimension``): ``amount_minor`` and ``count`` are updated in the
+    transaction of the write that changes them, so that a report reads these rows and never the
+    payments. ``dimension`` is what the metric is broken down by: an endpoint's or a plan's id, a
+    payer, a failure's reason, a latency bucket ("" for none). Keyed by the hour, not the day, so
+    that a report can be cut at any whole-hour time zone's midnight."""
+
+    __tablename__ = "report_rollups"
+    merchant_id: str = Field(foreign_key="merchants.id", primary_key=True, max_length=36)
+    livemode: bool = Field(default=False, primary_key=True)
+    metric: str = Field(primary_key=True, max_length=24)
+    hour: datetime = Field(sa_column=Column(UtcDateTime(), primary_key=True))
+    currency: str = Field(primary_key=True, max_length=8)
+    dimension: str = Field(primary_key=True, max_length=64)
+    amount_minor: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))

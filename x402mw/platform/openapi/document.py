@@ -106,6 +106,7 @@ _TAGS = [
     ("Payment links", "Reusable priced links: each buyer who opens one gets a payment intent of their own."),
     ("Refunds", "Full refunds of paid orders to the paying wallet, from the treasury."),
     ("Balances", "The merchant's money per chain and coin: credited payments less refunds."),
+    ("Reports", "Revenue, conversion, failures, subscriptions and top payers, read from rollups kept up to date."),
     ("Agent endpoints", "The resources a merchant sells to agents per request."),
     ("Challenges", "Challenges issued by the seller middleware, and the status of one payment."),
     ("Agent payments", "Settling paid requests, the payments settled, and monthly usage."),

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
+from x402mw.platform.services.reports.rollups import apply_events
 
 EVENT_TYPES: tuple[str, ...] = (
     "agent_payment.settled",
@@ -83,6 +84,7 @@ def insert_events(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     enabled endpoint are written fanned out already."""
     if rows:
         conn.execute(_INSERT, _parameters(rows))
+        apply_events(conn, rows)  # the reports' rollups, in the same transaction
 
 
 async def record_event(
@@ -91,4 +93,5 @@ async def record_event(
     """Write the event ``type`` with ``data`` for the merchant, in ``conn``'s transaction; its id."""
     row = event_row(merchant_id=merchant_id, livemode=livemode, type=type, data=data, at=at)
     await conn.execute(_INSERT, _parameters([row])[0])
+    await conn.run_sync(apply_events, [row])  # the reports' rollups, in the same transaction
     return str(row["id"])

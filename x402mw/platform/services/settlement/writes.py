@@ -36,6 +36,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.engine import HeldConnection, quick_read
 from x402mw.platform.db.models import AgentPayment
 from x402mw.platform.services.outbox import insert_events
+from x402mw.platform.services.reports.rollups import apply_agent_failures, apply_challenges
 from x402mw.platform.services.settlement.outcomes import Claimed
 from x402mw.protocol import reasons
 
@@ -75,12 +76,28 @@ def _capture_statement(*, upto: bool, merchant: bool) -> Any:
     return update(_payments).where(*where).values(**values).returning(*_payments.c)
 
 
+def _newly_failed(conn: Connection, failing: dict[str, str]) -> list[dict[str, Any]]:
+    """The payments of ``failing`` (id: reason) about to be marked failed that were neither failed
+    nor settled before (read before the marks), with their reason."""
+    if not failing:
+        return []
+    columns = (_payments.c.id, _payments.c.status, _payments.c.merchant_id, _payments.c.livemode)
+    query = select(*columns, _payments.c.currency, _payments.c.amount_minor, _payments.c.created_at).where(
+        _payments.c.id.in_(sorted(failing))
+    )
+    return [
+        {**row._asdict(), "reason": failing[row.id]}
+        for row in conn.execute(query)
+        if row.status not in ("failed", "settled") and row.merchant_id
+    ]
+
+
 class SettlementWrites:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
         self._insert_payments = dialect.insert(_payments).on_conflict_do_nothing().returning(_payments.c.id)
-        self._insert_challenges = dialect.insert(_challenges).on_conflict_do_nothing()
+        self._insert_challenges = dialect.insert(_challenges).on_conflict_do_nothing().returning(_challenges.c.id)
         by_id = _payments.c.id == _param("id", "id")
         self._mark = {
             # Not `status IN (...)`: an expanding IN makes an executemany run row by row.
@@ -278,13 +295,19 @@ class SettlementWrites:
             found = (await conn.execute(query)).mappings().first()
         return AgentPayment.model_validate(dict(found)) if found else None
 
+    def _record_challenges(self, conn: Connection, challenges: list[dict[str, Any]]) -> None:
+        """Insert the challenges not recorded yet, and count those in the reports' rollups."""
+        inserted = set(conn.execute(self._insert_challenges, challenges).scalars())
+        if inserted:
+            apply_challenges(conn, [c for c in challenges if c["id"] in inserted])
+
     async def _write_claims(self, claims: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[bool]:
         payments = [payment for payment, _ in claims]
         challenges = list({c["id"]: c for _, c in claims if c is not None}.values())
 
         def insert(conn: Connection) -> set[str]:
             if challenges:  # before the claims: kept should the claim lose (the challenge was answered)
-                conn.execute(self._insert_challenges, challenges)
+                self._record_challenges(conn, challenges)
             return set(conn.execute(self._insert_payments, payments).scalars())
 
         held = self._claim_conns.pop()  # one per flush: never empty
@@ -314,7 +337,9 @@ class SettlementWrites:
                     done.add(record.values["b_id"])
                 kept.append(record)
             if challenges:
-                conn.execute(self._insert_challenges, challenges)
+                self._record_challenges(conn, challenges)
+            failing = {r.values["b_id"]: r.values["b_reason"] for r in kept if r.kind == "failed"}
+            newly_failed = _newly_failed(conn, failing)
             for kind, statement in self._mark.items():
                 rows = [r.values for r in kept if r.kind == kind]
                 if rows:
@@ -325,6 +350,7 @@ class SettlementWrites:
             events = [r.event for r in kept if r.event is not None]
             if events:
                 insert_events(conn, events)
+            apply_agent_failures(conn, newly_failed)  # the reports' failures by reason
 
         await self._record_conn.run(write)
         return [None] * len(records)
