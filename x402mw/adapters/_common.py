@@ -1,9 +1,10 @@
-"""What the ASGI and WSGI payment middlewares share: their constructor."""
+"""What the adapters share: the ASGI and WSGI middlewares' constructor, the guard of marked views."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar, Generic, TypeVar
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.gate import DEFAULT_PLATFORM_URL
@@ -12,6 +13,7 @@ from x402mw.seller.setup import build_gate
 
 AppT = TypeVar("AppT")
 TransportT = TypeVar("TransportT")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class GatedApp(Generic[AppT, TransportT]):
@@ -49,3 +51,27 @@ class GatedApp(Generic[AppT, TransportT]):
     def connect(self, transport: TransportT | None) -> None:
         """Make the seller that talks to the platform through ``transport``."""
         raise NotImplementedError
+
+
+def guard_view(view: F, route: PaidRoute, mark: str, *, is_async: bool, ensure: Callable[[tuple[Any, ...]], None]) -> F:
+    """``view``, sync or async as ``is_async`` says, calling ``ensure`` with its positional
+    arguments before it runs (to refuse to serve a paid view whose payment was not checked), with
+    ``route`` set as its attribute ``mark``."""
+    if is_async:
+
+        @functools.wraps(view)
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            ensure(args)
+            return await view(*args, **kwargs)
+
+        guarded: Callable[..., Any] = guarded_async
+    else:
+
+        @functools.wraps(view)
+        def guarded_sync(*args: Any, **kwargs: Any) -> Any:
+            ensure(args)
+            return view(*args, **kwargs)
+
+        guarded = guarded_sync
+    setattr(guarded, mark, route)
+    return cast(F, guarded)

@@ -24,12 +24,11 @@ also answers ``/.well-known/x402`` with both kinds of paid route, for agents (``
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 import threading
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import httpx
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -39,6 +38,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
+from x402mw.adapters._common import guard_view
 from x402mw.errors import ConfigurationError
 from x402mw.seller.answers import check_failed, internal_error_answer
 from x402mw.seller.config import PaidRoute
@@ -93,23 +93,9 @@ def require_payment(
         raise ImproperlyConfigured(f"require_payment({endpoint!r}): {exc}") from None
 
     def mark(view: F) -> F:
-        if iscoroutinefunction(view):
-
-            async def guarded_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                _ensure_settled(request, view)
-                return await view(request, *args, **kwargs)
-
-            guarded: Callable[..., Any] = guarded_async
-        else:
-
-            def guarded_sync(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                _ensure_settled(request, view)
-                return view(request, *args, **kwargs)
-
-            guarded = guarded_sync
-        functools.update_wrapper(guarded, view)
-        setattr(guarded, _MARK, route)
-        return cast(F, guarded)
+        return guard_view(
+            view, route, _MARK, is_async=iscoroutinefunction(view), ensure=lambda args: _ensure_settled(args[0], view)
+        )
 
     return mark
 
