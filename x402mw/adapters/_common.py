@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
@@ -14,6 +15,7 @@ from x402mw.seller.setup import build_gate
 AppT = TypeVar("AppT")
 TransportT = TypeVar("TransportT")
 F = TypeVar("F", bound=Callable[..., Any])
+_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 class GatedApp(Generic[AppT, TransportT]):
@@ -75,3 +77,8 @@ def guard_view(view: F, route: PaidRoute, mark: str, *, is_async: bool, ensure: 
         guarded = guarded_sync
     setattr(guarded, mark, route)
     return cast(F, guarded)
+
+
+def route_template(rule: str) -> str:
+    """A Django or Flask route rule as a path template: ``/items/<int:item_id>`` is ``/items/{item_id}``."""
+    return _CONVERTER.sub(r"{\1}", rule)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 from collections.abc import Callable, Generator
 from typing import Any, TypeVar
@@ -38,7 +37,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
-from x402mw.adapters._common import guard_view
+from x402mw.adapters._common import guard_view, route_template
 from x402mw.errors import ConfigurationError
 from x402mw.seller.answers import check_failed, internal_error_answer
 from x402mw.seller.config import PaidRoute
@@ -58,7 +57,6 @@ SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPOR
 _MARK = "x402_route"
 _HEADERS = "_x402mw_headers"
 _METERED = "_x402mw_metered"  # the MeteredPayment of a request to a metered route
-_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 def require_payment(
@@ -291,7 +289,7 @@ def _marked(patterns: list[Any], prefix: str) -> list[tuple[str, str, PaidRoute]
     for pattern in patterns:
         if not isinstance(pattern.pattern, RoutePattern):
             continue
-        path = prefix + _CONVERTER.sub(r"{\1}", str(pattern.pattern))
+        path = prefix + route_template(str(pattern.pattern))
         if isinstance(pattern, URLResolver):
             found.extend(_marked(list(pattern.url_patterns), path))
         elif isinstance(pattern, URLPattern):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,7 +35,7 @@ from typing import Any, TypeVar
 import httpx
 from flask import Flask, Response, after_this_request, current_app, g, request
 
-from x402mw.adapters._common import guard_view
+from x402mw.adapters._common import guard_view, route_template
 from x402mw.adapters.wsgi import request_url, well_known_answer
 from x402mw.adapters.wsgi import request_view as wsgi_request_view
 from x402mw.errors import ConfigurationError
@@ -58,7 +57,6 @@ logger = logging.getLogger("x402mw.seller")
 F = TypeVar("F", bound=Callable[..., Any])
 EXTENSION = "x402mw"
 _MARK = "__x402_route__"
-_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 def require_payment(
@@ -197,7 +195,7 @@ def _paid_routes(state: X402State) -> list[tuple[str, str, PaidRoute]]:
     for rule in current_app.url_map.iter_rules():
         mark = getattr(current_app.view_functions.get(rule.endpoint), _MARK, None)
         if isinstance(mark, PaidRoute):
-            path = _CONVERTER.sub(r"{\1}", rule.rule)
+            path = route_template(rule.rule)
             methods = sorted((rule.methods or {"GET"}) - {"HEAD", "OPTIONS"}) or ["GET"]
             found.extend((method, path, mark) for method in methods)
     return found
