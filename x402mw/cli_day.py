@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import click
 
@@ -126,21 +126,18 @@ def _parsed(model: Any, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 _MODE = click.option("--mode", type=click.Choice(["test", "live"]), default="test", show_default=True)
-_PRICE = click.option(
-    "--price",
-    nargs=2,
-    type=str,
-    default=None,
-    metavar="AMOUNT COIN",
-    help="A decimal amount and its coin, e.g. --price 0.01 USDC (at most 6 decimals).",
-)
-_MAX_PRICE = click.option(
-    "--max-price",
-    nargs=2,
-    type=str,
-    default=None,
-    metavar="AMOUNT COIN",
-    help="A metered endpoint's ceiling: the most one request may charge, e.g. --max-price 0.05 USDC.",
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _amount_option(flag: str, help: str) -> Callable[[_F], _F]:
+    """An option taking an amount and its coin (``--price 0.01 USDC``)."""
+    return click.option(flag, nargs=2, type=str, default=None, metavar="AMOUNT COIN", help=help)
+
+
+_PRICE = _amount_option("--price", "A decimal amount and its coin, e.g. --price 0.01 USDC (at most 6 decimals).")
+_MAX_PRICE = _amount_option(
+    "--max-price", "A metered endpoint's ceiling: the most one request may charge, e.g. --max-price 0.05 USDC."
 )
 _PRICING_MODES = ["fixed", "dynamic", "metered"]
 

@@ -19,22 +19,22 @@ after a paid route's response is sent (see `x402mw.seller.drivers`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
 import httpx
 
+from x402mw.adapters._common import GatedApp
 from x402mw.protocol.codec import PAYMENT_SIGNATURE, V1_PAYMENT
 from x402mw.protocol.sign_in import SIGN_IN_HEADER
 from x402mw.seller.answers import internal_error_answer
 from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer, Decision
 from x402mw.seller.drivers import AsyncSeller
-from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
+from x402mw.seller.gate import RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
-from x402mw.seller.paywall import Paywall
-from x402mw.seller.setup import build_gate, is_well_known
+from x402mw.seller.setup import is_well_known
 
 __all__ = ["PaymentMiddleware", "encode_headers", "request_view", "send_answer"]
 
@@ -118,7 +118,7 @@ async def send_answer(answer: Answer, send: Send) -> None:
     await send({"type": "http.response.body", "body": answer.body})
 
 
-class PaymentMiddleware:
+class PaymentMiddleware(GatedApp[ASGIApp, httpx.AsyncBaseTransport]):
     """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms).
 
     ``paywall`` sets what browsers see on the 402 page (`Paywall`); ``well_known=False`` stops
@@ -126,30 +126,9 @@ class PaymentMiddleware:
     public origin (``https://api.example.com``): the URLs it publishes (402s, ``/.well-known/x402``)
     are under it whatever ``Host`` a request carries (see `x402mw.seller.origins`)."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        api_key: str,
-        platform_url: str = DEFAULT_PLATFORM_URL,
-        routes: Mapping[str, PaidRoute | str] | None = None,
-        settle_timeout: float = 30.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-        paywall: Paywall | None = None,
-        well_known: bool = True,
-        origin: str | None = None,
-    ) -> None:
-        self.app = app
-        self.gate, self.routes = build_gate(
-            api_key=api_key,
-            platform_url=platform_url,
-            routes=routes,
-            settle_timeout=settle_timeout,
-            refuse_async=False,
-            paywall=paywall,
-            origin=origin,
-        )
-        self.well_known = bool(well_known)
+    refuse_async = False
+
+    def connect(self, transport: httpx.AsyncBaseTransport | None) -> None:
         self.seller = AsyncSeller(self.gate, transport=transport)
         self.resolved: dict[tuple[Any, ...], PaidRoute | None] = {}  # route lookups cached by subclasses
 

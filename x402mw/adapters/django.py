@@ -24,12 +24,10 @@ also answers ``/.well-known/x402`` with both kinds of paid route, for agents (``
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import re
 import threading
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import httpx
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -39,6 +37,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
+from x402mw.adapters._common import guard_view, route_template
 from x402mw.errors import ConfigurationError
 from x402mw.seller.answers import check_failed, internal_error_answer
 from x402mw.seller.config import PaidRoute
@@ -58,7 +57,6 @@ SETTING_KEYS = ("API_KEY", "PLATFORM_URL", "ROUTES", "SETTLE_TIMEOUT", "TRANSPOR
 _MARK = "x402_route"
 _HEADERS = "_x402mw_headers"
 _METERED = "_x402mw_metered"  # the MeteredPayment of a request to a metered route
-_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 def require_payment(
@@ -93,23 +91,9 @@ def require_payment(
         raise ImproperlyConfigured(f"require_payment({endpoint!r}): {exc}") from None
 
     def mark(view: F) -> F:
-        if iscoroutinefunction(view):
-
-            async def guarded_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                _ensure_settled(request, view)
-                return await view(request, *args, **kwargs)
-
-            guarded: Callable[..., Any] = guarded_async
-        else:
-
-            def guarded_sync(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                _ensure_settled(request, view)
-                return view(request, *args, **kwargs)
-
-            guarded = guarded_sync
-        functools.update_wrapper(guarded, view)
-        setattr(guarded, _MARK, route)
-        return cast(F, guarded)
+        return guard_view(
+            view, route, _MARK, is_async=iscoroutinefunction(view), ensure=lambda args: _ensure_settled(args[0], view)
+        )
 
     return mark
 
@@ -305,7 +289,7 @@ def _marked(patterns: list[Any], prefix: str) -> list[tuple[str, str, PaidRoute]
     for pattern in patterns:
         if not isinstance(pattern.pattern, RoutePattern):
             continue
-        path = prefix + _CONVERTER.sub(r"{\1}", str(pattern.pattern))
+        path = prefix + route_template(str(pattern.pattern))
         if isinstance(pattern, URLResolver):
             found.extend(_marked(list(pattern.url_patterns), path))
         elif isinstance(pattern, URLPattern):

@@ -26,17 +26,16 @@ False`` stops that).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import httpx
 from flask import Flask, Response, after_this_request, current_app, g, request
 
+from x402mw.adapters._common import guard_view, route_template
 from x402mw.adapters.wsgi import request_url, well_known_answer
 from x402mw.adapters.wsgi import request_view as wsgi_request_view
 from x402mw.errors import ConfigurationError
@@ -58,7 +57,42 @@ logger = logging.getLogger("x402mw.seller")
 F = TypeVar("F", bound=Callable[..., Any])
 EXTENSION = "x402mw"
 _MARK = "__x402_route__"
-_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([A-Za-z_][A-Za-z0-9_]*)>")
+
+
+def require_payment(
+    endpoint: str,
+    *,
+    amount: AmountCallback | None = None,
+    description: str | None = None,
+    mime_type: str | None = None,
+    discovery: Discovery | None = None,
+    sign_in: SignIn | None = None,
+) -> Callable[[F], F]:
+    """Sell a view per request through agent endpoint ``endpoint``. Put it under ``@app.route``.
+
+    ``amount`` (for endpoints with dynamic pricing) is a plain function that receives the
+    `flask.Request` and returns the price: ``"$0.02"``, ``"0.02 USDC"``, a `Decimal` or atomic
+    units as ``int``. The view runs only once the payment is settled, with the settlement in
+    ``g.x402``; if the app has no `X402` extension the view raises `ConfigurationError` rather than
+    serve for free.
+    """
+    if is_async_callable(amount):
+        raise ConfigurationError(f"require_payment({endpoint!r}): {ASYNC_AMOUNT_PROBLEM}")
+    route = PaidRoute(
+        endpoint=endpoint,
+        amount=amount,
+        description=description,
+        mime_type=mime_type,
+        discovery=discovery,
+        sign_in=sign_in,
+    )
+
+    def mark(view: F) -> F:
+        return guard_view(
+            view, route, _MARK, is_async=inspect.iscoroutinefunction(view), ensure=lambda _: _ensure_settled(view)
+        )
+
+    return mark
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,76 +165,7 @@ class X402:
         seller = SyncSeller(gate, transport=self._transport)
         app.extensions[EXTENSION] = X402State(gate, routes, seller, bool(well_known))
 
-    def require_payment(
-        self,
-        endpoint: str,
-        *,
-        amount: AmountCallback | None = None,
-        description: str | None = None,
-        mime_type: str | None = None,
-        discovery: Discovery | None = None,
-        sign_in: SignIn | None = None,
-    ) -> Callable[[F], F]:
-        """Mark a view as sold per request; see the module-level `require_payment`."""
-        return require_payment(
-            endpoint,
-            amount=amount,
-            description=description,
-            mime_type=mime_type,
-            discovery=discovery,
-            sign_in=sign_in,
-        )
-
-
-def require_payment(
-    endpoint: str,
-    *,
-    amount: AmountCallback | None = None,
-    description: str | None = None,
-    mime_type: str | None = None,
-    discovery: Discovery | None = None,
-    sign_in: SignIn | None = None,
-) -> Callable[[F], F]:
-    """Sell a view per request through agent endpoint ``endpoint``. Put it under ``@app.route``.
-
-    ``amount`` (for endpoints with dynamic pricing) is a plain function that receives the
-    `flask.Request` and returns the price: ``"$0.02"``, ``"0.02 USDC"``, a `Decimal` or atomic
-    units as ``int``. The view runs only once the payment is settled, with the settlement in
-    ``g.x402``; if the app has no `X402` extension the view raises `ConfigurationError` rather than
-    serve for free.
-    """
-    if is_async_callable(amount):
-        raise ConfigurationError(f"require_payment({endpoint!r}): {ASYNC_AMOUNT_PROBLEM}")
-    route = PaidRoute(
-        endpoint=endpoint,
-        amount=amount,
-        description=description,
-        mime_type=mime_type,
-        discovery=discovery,
-        sign_in=sign_in,
-    )
-
-    def mark(view: F) -> F:
-        if inspect.iscoroutinefunction(view):
-
-            @functools.wraps(view)
-            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-                _ensure_settled(view)
-                return await view(*args, **kwargs)
-
-            guarded: Callable[..., Any] = guarded_async
-        else:
-
-            @functools.wraps(view)
-            def guarded_sync(*args: Any, **kwargs: Any) -> Any:
-                _ensure_settled(view)
-                return view(*args, **kwargs)
-
-            guarded = guarded_sync
-        setattr(guarded, _MARK, route)
-        return cast(F, guarded)
-
-    return mark
+    require_payment = staticmethod(require_payment)
 
 
 def _ensure_settled(view: Callable[..., Any]) -> None:
@@ -230,7 +195,7 @@ def _paid_routes(state: X402State) -> list[tuple[str, str, PaidRoute]]:
     for rule in current_app.url_map.iter_rules():
         mark = getattr(current_app.view_functions.get(rule.endpoint), _MARK, None)
         if isinstance(mark, PaidRoute):
-            path = _CONVERTER.sub(r"{\1}", rule.rule)
+            path = route_template(rule.rule)
             methods = sorted((rule.methods or {"GET"}) - {"HEAD", "OPTIONS"}) or ["GET"]
             found.extend((method, path, mark) for method in methods)
     return found

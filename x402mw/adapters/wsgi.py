@@ -14,7 +14,7 @@ is returned as it is, so it streams and its ``close()`` is called by the server.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any
@@ -22,14 +22,13 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import httpx
 
+from x402mw.adapters._common import GatedApp
 from x402mw.seller.answers import check_failed, internal_error_answer
-from x402mw.seller.config import PaidRoute
 from x402mw.seller.decisions import Answer
 from x402mw.seller.drivers import SyncSeller
-from x402mw.seller.gate import DEFAULT_PLATFORM_URL, RequestView
+from x402mw.seller.gate import RequestView
 from x402mw.seller.metering import MeteredPayment, ServeMetered
-from x402mw.seller.paywall import Paywall
-from x402mw.seller.setup import build_gate, is_well_known
+from x402mw.seller.setup import is_well_known
 
 __all__ = ["SETTLEMENT_KEY", "PaymentMiddleware", "request_view", "well_known_answer"]
 
@@ -91,7 +90,7 @@ def well_known_answer(seller: SyncSeller, manifest: Generator[Any, Any, Answer])
         return internal_error_answer()
 
 
-class PaymentMiddleware:
+class PaymentMiddleware(GatedApp[WSGIApplication, httpx.BaseTransport]):
     """Sell the routes named in ``routes`` per request (see `RouteTable` for the key forms).
 
     Amount callbacks receive the WSGI ``environ`` and must be plain functions. ``paywall`` sets what
@@ -101,30 +100,9 @@ class PaymentMiddleware:
     Configuration is checked here: `ConfigurationError` lists every problem.
     """
 
-    def __init__(
-        self,
-        app: WSGIApplication,
-        *,
-        api_key: str,
-        platform_url: str = DEFAULT_PLATFORM_URL,
-        routes: Mapping[str, PaidRoute | str] | None = None,
-        settle_timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
-        paywall: Paywall | None = None,
-        well_known: bool = True,
-        origin: str | None = None,
-    ) -> None:
-        self.app = app
-        self.gate, self.routes = build_gate(
-            api_key=api_key,
-            platform_url=platform_url,
-            routes=routes,
-            settle_timeout=settle_timeout,
-            refuse_async=True,
-            paywall=paywall,
-            origin=origin,
-        )
-        self.well_known = bool(well_known)
+    refuse_async = True
+
+    def connect(self, transport: httpx.BaseTransport | None) -> None:
         self.seller = SyncSeller(self.gate, transport=transport)
 
     def __repr__(self) -> str:

@@ -74,6 +74,35 @@ class _Unsettled:
 _Flow = Generator[httpx.Request | _Pause, httpx.Response | None, None]
 
 
+class _Steps:
+    """A flow's commands, for a ``for`` loop: each step sends the flow the ``reply`` set since the
+    last (None after a pause). On leaving the ``with`` block the flow is closed: a flow given up
+    (the connection failed) keeps what it signed, free again."""
+
+    __slots__ = ("_flow", "_started", "reply")
+
+    def __init__(self, flow: _Flow) -> None:
+        self._flow = flow
+        self._started = False
+        self.reply: httpx.Response | None = None
+
+    def __enter__(self) -> _Steps:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._flow.close()
+
+    def __iter__(self) -> _Steps:
+        return self
+
+    def __next__(self) -> httpx.Request | _Pause:
+        if not self._started:
+            self._started = True
+            return next(self._flow)
+        reply, self.reply = self.reply, None
+        return self._flow.send(reply)
+
+
 class X402Auth(httpx.Auth):
     """Pay x402 v2 (and v1) sellers from a `Wallet`, within caps.
 
@@ -182,57 +211,32 @@ class X402Auth(httpx.Auth):
         )
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        flow = self._flow(request)
-        try:
-            command = next(flow)
-            while True:
-                reply = None if isinstance(command, _Pause) else (yield command)
-                try:
-                    command = flow.send(reply)
-                except StopIteration:
-                    return
-        finally:
-            flow.close()  # a flow given up (the connection failed): what it signed is kept, free again
+        with _Steps(self._flow(request)) as steps:
+            for command in steps:
+                if not isinstance(command, _Pause):
+                    steps.reply = yield command
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.read()
-        flow = self._flow(request)
-        try:
-            command = next(flow)
-            while True:
-                reply: httpx.Response | None = None
+        with _Steps(self._flow(request)) as steps:
+            for command in steps:
                 if isinstance(command, _Pause):
                     time.sleep(command.seconds)
                 else:
-                    reply = yield command
+                    steps.reply = reply = yield command
                     if offer_in_body(reply):
                         reply.read()
-                try:
-                    command = flow.send(reply)
-                except StopIteration:
-                    return
-        finally:
-            flow.close()
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         await request.aread()
-        flow = self._flow(request)
-        try:
-            command = next(flow)
-            while True:
-                reply: httpx.Response | None = None
+        with _Steps(self._flow(request)) as steps:
+            for command in steps:
                 if isinstance(command, _Pause):
                     await anyio.sleep(command.seconds)
                 else:
-                    reply = yield command
+                    steps.reply = reply = yield command
                     if offer_in_body(reply):
                         await reply.aread()
-                try:
-                    command = flow.send(reply)
-                except StopIteration:
-                    return
-        finally:
-            flow.close()
 
     def _flow(self, request: httpx.Request) -> _Flow:
         response = yield request

@@ -19,7 +19,7 @@ as any paid route is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -37,7 +37,7 @@ from x402mw.adapters.asgi import (
 from x402mw.errors import PriceError
 from x402mw.gateway.config import GatewayConfig, GatewayRoute
 from x402mw.gateway.openapi import LLMS_PATH, OPENAPI_PATH, encoded, llms_txt, published_document
-from x402mw.gateway.proxy import BodyTooLarge, Upstream, UpstreamError, response_headers
+from x402mw.gateway.proxy import BodyTooLarge, Upstream, UpstreamError, declared_length, response_headers
 from x402mw.protocol import reasons
 from x402mw.seller import Answer, Decision, Held, PaidRoute, Serve, ServeMetered, UsageError, internal_error_answer
 from x402mw.seller.answers import error_answer
@@ -188,7 +188,7 @@ class GatewayApp(PaymentMiddleware):
             return internal_error_answer()
 
     async def _paid(self, config: GatewayRoute, route: PaidRoute, scope: Scope, receive: Receive, send: Send) -> None:
-        length = _declared_length(scope)
+        length = declared_length(scope)
         if self.upstream.max_body and length is not None and length > self.upstream.max_body:
             await send_answer(_TOO_LARGE, send)  # before a payment is held for it
             return
@@ -207,13 +207,8 @@ class GatewayApp(PaymentMiddleware):
 
     async def _try_unpaid(self, route: PaidRoute, scope: Scope, receive: Receive, send: Send) -> None:
         """``unauthorized_to_402``: the request as it came; the upstream's 401 becomes the 402."""
-        try:
-            response = await self.upstream.send(scope, receive)
-        except BodyTooLarge:
-            await send_answer(_TOO_LARGE, send)
-            return
-        except UpstreamError as exc:
-            await send_answer(_upstream_failure(exc), send)
+        response = await self._send_uncharged(scope, receive, send)
+        if response is None:
             return
         if response.status_code != 401:
             await _relay(response, response.status_code, response_headers(response), send)
@@ -226,23 +221,12 @@ class GatewayApp(PaymentMiddleware):
             await send_answer(error_answer(401, "unauthorized", "the upstream refused the request"), send)
 
     async def _serve_held(self, config: GatewayRoute, held: Held, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            response = await self.upstream.send(scope, receive, config.upstream_authorization)
-        except BaseException as exc:
-            await self._release(held)
-            if isinstance(exc, BodyTooLarge):
-                await send_answer(_TOO_LARGE, send)
-            elif isinstance(exc, UpstreamError):
-                logger.warning("%s %s: %s; the held payment is released", scope["method"], scope["path"], exc)
-                await send_answer(_upstream_failure(exc), send)
-            else:
-                raise
+        response = await self._send_charged(
+            config, scope, receive, send, lambda: self._release(held), "the held payment is released"
+        )
+        if response is None:
             return
         status = response.status_code
-        if not _succeeded(status):
-            await self._release(held)
-            await self._refused(response, send)
-            return
         try:
             with anyio.CancelScope(shield=True):
                 settled = await self.seller.run(self.gate.capture(held))
@@ -261,23 +245,12 @@ class GatewayApp(PaymentMiddleware):
         self, config: GatewayRoute, decision: ServeMetered, scope: Scope, receive: Receive, send: Send
     ) -> None:
         payment = decision.payment
-        try:
-            response = await self.upstream.send(scope, receive, config.upstream_authorization)
-        except BaseException as exc:
-            await self._settle_usage(payment, served=False)
-            if isinstance(exc, BodyTooLarge):
-                await send_answer(_TOO_LARGE, send)
-            elif isinstance(exc, UpstreamError):
-                logger.warning("%s %s: %s; nothing is charged", scope["method"], scope["path"], exc)
-                await send_answer(_upstream_failure(exc), send)
-            else:
-                raise
+        response = await self._send_charged(
+            config, scope, receive, send, lambda: self._settle_usage(payment, served=False), "nothing is charged"
+        )
+        if response is None:
             return
         status = response.status_code
-        if not _succeeded(status):
-            await self._settle_usage(payment, served=False)
-            await self._refused(response, send)
-            return
         assert config.usage_header is not None
         try:
             payment.charge(config.usage(response.headers.get(config.usage_header)))
@@ -291,18 +264,52 @@ class GatewayApp(PaymentMiddleware):
         await _relay(response, status, [*response_headers(response), *encode_headers(finished)], send)
 
     async def _serve_settled(self, decision: Serve, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            response = await self.upstream.send(scope, receive)
-        except BodyTooLarge:
-            await send_answer(_TOO_LARGE, send)
-            return
-        except UpstreamError as exc:
-            await send_answer(_upstream_failure(exc), send)
+        response = await self._send_uncharged(scope, receive, send)
+        if response is None:
             return
         scope.setdefault("state", {})["x402"] = decision.settlement
         await _relay(
             response, response.status_code, [*response_headers(response), *encode_headers(decision.headers)], send
         )
+
+    async def _send_uncharged(self, scope: Scope, receive: Receive, send: Send) -> httpx.Response | None:
+        """The upstream's response to a request that charges nothing, or None once its failure is answered."""
+        try:
+            return await self.upstream.send(scope, receive)
+        except BodyTooLarge:
+            await send_answer(_TOO_LARGE, send)
+        except UpstreamError as exc:
+            await send_answer(_upstream_failure(exc), send)
+        return None
+
+    async def _send_charged(
+        self,
+        config: GatewayRoute,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        undo: Callable[[], Awaitable[object]],
+        undone: str,
+    ) -> httpx.Response | None:
+        """The upstream's successful response to a paid request, or None once its failure or refusal
+        is answered, after ``undo`` (which gives the payment up; ``undone`` says so in the log)."""
+        try:
+            response = await self.upstream.send(scope, receive, config.upstream_authorization)
+        except BaseException as exc:
+            await undo()
+            if isinstance(exc, BodyTooLarge):
+                await send_answer(_TOO_LARGE, send)
+            elif isinstance(exc, UpstreamError):
+                logger.warning("%s %s: %s; %s", scope["method"], scope["path"], exc, undone)
+                await send_answer(_upstream_failure(exc), send)
+            else:
+                raise
+            return None
+        if not _succeeded(response.status_code):
+            await undo()
+            await self._refused(response, send)
+            return None
+        return response
 
     async def _refused(self, response: httpx.Response, send: Send) -> None:
         """The upstream's failure (5xx: 502) or refusal (4xx: passed on) of a request charged nothing."""
@@ -341,16 +348,6 @@ def _plain_path(path: str) -> bool:
 
 def _where(scope: Scope) -> tuple[str, str]:
     return scope["method"], scope["path"]
-
-
-def _declared_length(scope: Scope) -> int | None:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 _PAYMENT_NAMES = frozenset({b"payment-signature", b"x-payment", b"sign-in-with-x"})

@@ -30,6 +30,7 @@ from x402mw.platform.db.schema import migrate, schema_state
 from x402mw.platform.emails.mailers import transport_for
 from x402mw.platform.emails.outbox import EmailOutbox
 from x402mw.platform.keys import load_or_create_key, parse_private_key, prepare_data_dir
+from x402mw.platform.objects.payments import SandboxPayment
 from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.api_requests import ApiRequestLog
 from x402mw.platform.services.catalogue import Catalogue
@@ -38,10 +39,11 @@ from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
 from x402mw.platform.services.idempotency import IdempotencyKeys
-from x402mw.platform.services.merchants import KeyRing
+from x402mw.platform.services.merchants import Caller, KeyRing
 from x402mw.platform.services.payment_intents import OrderLinks, PaymentIntentWriter, api_host_of
 from x402mw.platform.services.refunds import RefundService
 from x402mw.platform.services.relayer_leases import RelayerLeases
+from x402mw.platform.services.sandbox import Scenario, simulate
 from x402mw.platform.services.settlement.payments import Payments
 from x402mw.platform.services.settlement.service import SettlementService
 from x402mw.platform.services.settlement.upto import UptoSettlement
@@ -98,6 +100,23 @@ class Platform:
     def upto(self) -> UptoSettlement:
         """Metered settlement (the ``upto`` scheme), on `settlement`."""
         return self.payments.upto
+
+    async def simulate_payment(
+        self, caller: Caller, payment_id: str, scenario: Scenario, network: str | None
+    ) -> SandboxPayment:
+        """Pay the caller's test order as the sandbox does (`x402mw.platform.services.sandbox.simulate`)."""
+        return await simulate(
+            self.engine,
+            self.chains,
+            self.deposit_keys,
+            self.watcher,
+            self.clock,
+            self.payment_intents.checkout_url_base,
+            caller,
+            payment_id,
+            scenario,
+            network,
+        )
 
     @classmethod
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:

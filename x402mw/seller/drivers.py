@@ -110,46 +110,61 @@ def _body(call: PlatformCall) -> dict[str, Any]:
     return {"json": call.json, "headers": call.headers}
 
 
-def _drive_sync(gen: Generator[Any, Any, T], send: Callable[[PlatformCall], PlatformReply]) -> T:
-    value: Any = None
-    error: BaseException | None = None
-    while True:
+class _Run:
+    """A gate generator driven step by step: `command` hands it the last outcome (``value``, or
+    ``error`` thrown in) and answers its next command; at its end ``done`` and ``result`` are set."""
+
+    __slots__ = ("_gen", "done", "error", "result", "value")
+
+    def __init__(self, gen: Generator[Any, Any, Any]) -> None:
+        self._gen = gen
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+        self.result: Any = None
+
+    def command(self) -> Any:
+        value, error = self.value, self.error
+        self.value, self.error = None, None
         try:
-            command = gen.throw(error) if error is not None else gen.send(value)
+            return self._gen.throw(error) if error is not None else self._gen.send(value)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        value, error = None, None
+            self.done, self.result = True, stop.value
+            return None
+
+
+def _drive_sync(gen: Generator[Any, Any, T], send: Callable[[PlatformCall], PlatformReply]) -> T:
+    run = _Run(gen)
+    while not run.done:
+        command = run.command()
         if isinstance(command, PlatformCall):
             try:
-                value = send(command)
+                run.value = send(command)
             except httpx.HTTPError as exc:
-                error = _unreachable(exc)
+                run.error = _unreachable(exc)
         elif isinstance(command, ComputeAmount):
             value = command.callback(command.request)
             if inspect.isawaitable(value):
                 if hasattr(value, "close"):
                     value.close()
                 raise ConfigurationError("an async amount callback cannot be used with a sync framework")
+            run.value = value
+    return run.result  # type: ignore[no-any-return]
 
 
 async def _drive_async(gen: Generator[Any, Any, T], send: Callable[[PlatformCall], Awaitable[PlatformReply]]) -> T:
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            command = gen.throw(error) if error is not None else gen.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        value, error = None, None
+    run = _Run(gen)
+    while not run.done:
+        command = run.command()
         if isinstance(command, PlatformCall):
             try:
-                value = await send(command)
+                run.value = await send(command)
             except httpx.HTTPError as exc:
-                error = _unreachable(exc)
+                run.error = _unreachable(exc)
         elif isinstance(command, ComputeAmount):
             value = command.callback(command.request)
-            if inspect.isawaitable(value):
-                value = await value
+            run.value = await value if inspect.isawaitable(value) else value
+    return run.result  # type: ignore[no-any-return]
 
 
 def run_sync(gen: Generator[Any, Any, T], client: httpx.Client) -> T:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Generic
+from typing import Generic, TypeVar
 
 import httpx
 
@@ -21,6 +21,8 @@ from x402mw.client.merchant.sandbox import Sandbox
 from x402mw.client.merchant.subscriptions import SubscriptionPlans, Subscriptions, TestClocks
 from x402mw.client.merchant.webhook_endpoints import WebhookEndpoints
 
+HttpClient = TypeVar("HttpClient", httpx.Client, httpx.AsyncClient)
+
 
 def _masked(api_key: str) -> str:
     """The key's mode prefix only (``sk_test_…``): a key never appears in a repr."""
@@ -30,7 +32,7 @@ def _masked(api_key: str) -> str:
     return "…"
 
 
-class _Client(Generic[Mode]):
+class _Client(Generic[Mode, HttpClient]):
     """What `MerchantClient` and `AsyncMerchantClient` share: the resources, over one runner."""
 
     payment_intents: PaymentIntents[Mode]
@@ -45,6 +47,28 @@ class _Client(Generic[Mode]):
     subscription_plans: SubscriptionPlans[Mode]
     subscriptions: Subscriptions[Mode]
     test_clocks: TestClocks[Mode]
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = 2,
+        http_client: HttpClient | None = None,
+    ) -> None:
+        config = ClientConfig.create(api_key, base_url, timeout, max_retries)
+        self._owns_http_client = http_client is None
+        self._http_client: HttpClient = http_client if http_client is not None else self._new_http_client()
+        self._attach(config, self._runner(config))
+
+    def _new_http_client(self) -> HttpClient:
+        """The HTTP client made when none is passed in (then the client's own, to close)."""
+        raise NotImplementedError
+
+    def _runner(self, config: ClientConfig) -> SyncRunner | AsyncRunner:
+        """What runs the operations' calls over ``self._http_client``."""
+        raise NotImplementedError
 
     def _attach(self, config: ClientConfig, runner: SyncRunner | AsyncRunner) -> None:
         self.base_url = config.base_url
@@ -67,7 +91,7 @@ class _Client(Generic[Mode]):
         return f"{type(self).__name__}(base_url={self.base_url!r}, api_key='{self._api_key_hint}')"
 
 
-class MerchantClient(_Client[Sync]):
+class MerchantClient(_Client[Sync, httpx.Client]):
     """The merchant API, synchronously (``httpx.Client``).
 
     >>> with MerchantClient("sk_test_...") as client:
@@ -82,19 +106,11 @@ class MerchantClient(_Client[Sync]):
     transports); it is then yours to close.
     """
 
-    def __init__(
-        self,
-        api_key: str,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int = 2,
-        http_client: httpx.Client | None = None,
-    ) -> None:
-        config = ClientConfig.create(api_key, base_url, timeout, max_retries)
-        self._owns_http_client = http_client is None
-        self._http_client = http_client if http_client is not None else httpx.Client()
-        self._attach(config, SyncRunner(self._http_client, config))
+    def _new_http_client(self) -> httpx.Client:
+        return httpx.Client()
+
+    def _runner(self, config: ClientConfig) -> SyncRunner:
+        return SyncRunner(self._http_client, config)
 
     def close(self) -> None:
         """Close the HTTP client, unless it was passed in as ``http_client``."""
@@ -110,7 +126,7 @@ class MerchantClient(_Client[Sync]):
         self.close()
 
 
-class AsyncMerchantClient(_Client[Async]):
+class AsyncMerchantClient(_Client[Async, httpx.AsyncClient]):
     """The merchant API, asynchronously (``httpx.AsyncClient``): as `MerchantClient`, each operation
     answers an awaitable, and list operations an `AsyncPager`.
 
@@ -120,19 +136,11 @@ class AsyncMerchantClient(_Client[Async]):
     ...         print(event.type)
     """
 
-    def __init__(
-        self,
-        api_key: str,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        max_retries: int = 2,
-        http_client: httpx.AsyncClient | None = None,
-    ) -> None:
-        config = ClientConfig.create(api_key, base_url, timeout, max_retries)
-        self._owns_http_client = http_client is None
-        self._http_client = http_client if http_client is not None else httpx.AsyncClient()
-        self._attach(config, AsyncRunner(self._http_client, config))
+    def _new_http_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient()
+
+    def _runner(self, config: ClientConfig) -> AsyncRunner:
+        return AsyncRunner(self._http_client, config)
 
     async def aclose(self) -> None:
         """Close the HTTP client, unless it was passed in as ``http_client``."""

@@ -19,7 +19,7 @@ from x402mw.platform.http.responses import ModelResponse
 from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.payments import FaucetTransfer, SandboxPayment
-from x402mw.platform.services.sandbox import fund, simulate
+from x402mw.platform.services.sandbox import fund
 
 
 async def faucet(request: Request) -> ModelResponse:
@@ -38,18 +38,7 @@ async def simulate_payment(request: Request) -> ModelResponse:
     payment_id = path_uuid(request, "payment_id", "payment intent", prefix=PAYMENT_PREFIX)
     body = parse_body(SimulatePaymentBody, await read_json(request, allow_empty=True) or {})
     platform = platform_of(request)
-    paid = await simulate(
-        platform.engine,
-        platform.chains,
-        platform.deposit_keys,
-        platform.watcher,
-        platform.clock,
-        platform.payment_intents.checkout_url_base,
-        caller,
-        payment_id,
-        body.scenario,
-        body.network,
-    )
+    paid = await platform.simulate_payment(caller, payment_id, body.scenario, body.network)
     return ModelResponse(paid)
 
 

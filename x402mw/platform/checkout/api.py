@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
@@ -141,129 +142,112 @@ async def prepare(request: Request) -> ModelResponse:
 
 
 _TAG = "Checkout"
+
+
+def _route(method: str, action: str, endpoint: Callable[..., Any], name: str, **operation: Any) -> ApiRoute:
+    """A public checkout operation on one payment intent, at ``/payment-intents/{payment_id}`` and ``action``."""
+    return ApiRoute(
+        method,
+        "/payment-intents/{payment_id}" + action,
+        endpoint,
+        Operation(tag=_TAG, public=True, parameters=[PAYMENT_ID], **operation),
+        name=name,
+    )
+
+
 routes = [
-    ApiRoute(
+    _route(
         "GET",
-        "/payment-intents/{payment_id}",
+        "",
         retrieve,
-        Operation(
-            id="retrieveCheckoutPaymentIntent",
-            tag=_TAG,
-            summary="Read a payment intent for checkout",
-            answer=CheckoutPaymentIntent,
-            public=True,
-            parameters=[PAYMENT_ID],
-            errors=(404, 429),
-        ),
-        name="checkout-payment-intent",
+        "checkout-payment-intent",
+        id="retrieveCheckoutPaymentIntent",
+        summary="Read a payment intent for checkout",
+        answer=CheckoutPaymentIntent,
+        errors=(404, 429),
     ),
-    ApiRoute(
+    _route(
         "POST",
-        "/payment-intents/{payment_id}/attempts",
+        "/attempts",
         attempt,
-        Operation(
-            id="createCheckoutAttempt",
-            tag=_TAG,
-            summary="Choose how to pay",
-            description="Validates the buyer's choice against the order (400 `unsupported_chain`, "
-            "`unsupported_currency` or `payment_method_unavailable`, naming `param`) and answers the payment "
-            "configuration, giving the order its deposit address on first use. 409 "
-            "`payment_intent_unexpected_state` once the order no longer awaits payment (paid, cancelled or past "
-            "`expiresAt`).",
-            answer=CheckoutAttempt,
-            public=True,
-            body=AttemptBody,
-            parameters=[PAYMENT_ID],
-            errors=(404, 409, 429),
-        ),
-        name="checkout-attempts",
+        "checkout-attempts",
+        id="createCheckoutAttempt",
+        summary="Choose how to pay",
+        description="Validates the buyer's choice against the order (400 `unsupported_chain`, "
+        "`unsupported_currency` or `payment_method_unavailable`, naming `param`) and answers the payment "
+        "configuration, giving the order its deposit address on first use. 409 "
+        "`payment_intent_unexpected_state` once the order no longer awaits payment (paid, cancelled or past "
+        "`expiresAt`).",
+        answer=CheckoutAttempt,
+        body=AttemptBody,
+        errors=(404, 409, 429),
     ),
-    ApiRoute(
+    _route(
         "POST",
-        "/payment-intents/{payment_id}/transfer-status",
+        "/transfer-status",
         transfer_status,
-        Operation(
-            id="checkCheckoutTransferStatus",
-            tag=_TAG,
-            summary="Check for a transfer",
-            description="Looks for money at the order's deposit address now (the platform's worker also does every "
-            "few seconds) and answers the order as it then is. No body, or `{}`.",
-            answer=CheckoutPaymentIntent,
-            public=True,
-            parameters=[PAYMENT_ID],
-            errors=(400, 404, 413, 429),
-        ),
-        name="checkout-transfer-status",
+        "checkout-transfer-status",
+        id="checkCheckoutTransferStatus",
+        summary="Check for a transfer",
+        description="Looks for money at the order's deposit address now (the platform's worker also does every "
+        "few seconds) and answers the order as it then is. No body, or `{}`.",
+        answer=CheckoutPaymentIntent,
+        errors=(400, 404, 413, 429),
     ),
-    ApiRoute(
+    _route(
         "POST",
-        "/payment-intents/{payment_id}/sync",
+        "/sync",
         sync,
-        Operation(
-            id="syncCheckoutTransaction",
-            tag=_TAG,
-            summary="Report a wallet's transaction",
-            description="The buyer's wallet sent a transfer to the deposit address: waits up to 10 s for it to be "
-            "mined, looks for the money, and answers the order as it then is.",
-            answer=CheckoutPaymentIntent,
-            public=True,
-            body=SyncBody,
-            parameters=[PAYMENT_ID],
-            errors=(404, 429),
-        ),
-        name="checkout-sync",
+        "checkout-sync",
+        id="syncCheckoutTransaction",
+        summary="Report a wallet's transaction",
+        description="The buyer's wallet sent a transfer to the deposit address: waits up to 10 s for it to be "
+        "mined, looks for the money, and answers the order as it then is.",
+        answer=CheckoutPaymentIntent,
+        body=SyncBody,
+        errors=(404, 429),
     ),
-    ApiRoute(
+    _route(
         "POST",
-        "/payment-intents/{payment_id}/authorizations",
+        "/authorizations",
         authorizations,
-        Operation(
-            id="createCheckoutAuthorization",
-            tag=_TAG,
-            summary="Pay with a wallet's signed authorization (gasless)",
-            description="The wallet signed the EIP-3009 `TransferWithAuthorization` that `attempts` (`method: "
-            "wallet`) answered; the platform checks it like an agent payment and relays it, paying the gas, then "
-            "answers the order (`processing` or `succeeded` once the transfer is in a block). 409 when the "
-            "authorization does not fit the order, naming `param`: `authorization_signature_invalid` "
-            "(not signed by `from` for this coin and chain), `authorization_wrong_recipient` (not the "
-            "order's deposit address), `authorization_wrong_amount` (not the amount due), "
-            "`authorization_expired`, `authorization_not_yet_valid`, `authorization_used` (its nonce is "
-            "spent), `gasless_unavailable` (USDT), `payment_intent_unexpected_state`, "
-            "`payment_in_progress` (another authorization is paying it); 422 `insufficient_funds`. "
-            "Nothing is sent for a refused one. The same authorization sent again answers the order as "
-            "it is, and is never credited twice. 503 `chain_unavailable` (with `Retry-After`): nothing "
-            "was sent.",
-            answer=CheckoutPaymentIntent,
-            public=True,
-            body=AuthorizationBody,
-            parameters=[PAYMENT_ID],
-            errors=(404, 409, 422, 429),
-        ),
-        name="checkout-authorizations",
+        "checkout-authorizations",
+        id="createCheckoutAuthorization",
+        summary="Pay with a wallet's signed authorization (gasless)",
+        description="The wallet signed the EIP-3009 `TransferWithAuthorization` that `attempts` (`method: "
+        "wallet`) answered; the platform checks it like an agent payment and relays it, paying the gas, then "
+        "answers the order (`processing` or `succeeded` once the transfer is in a block). 409 when the "
+        "authorization does not fit the order, naming `param`: `authorization_signature_invalid` "
+        "(not signed by `from` for this coin and chain), `authorization_wrong_recipient` (not the "
+        "order's deposit address), `authorization_wrong_amount` (not the amount due), "
+        "`authorization_expired`, `authorization_not_yet_valid`, `authorization_used` (its nonce is "
+        "spent), `gasless_unavailable` (USDT), `payment_intent_unexpected_state`, "
+        "`payment_in_progress` (another authorization is paying it); 422 `insufficient_funds`. "
+        "Nothing is sent for a refused one. The same authorization sent again answers the order as "
+        "it is, and is never credited twice. 503 `chain_unavailable` (with `Retry-After`): nothing "
+        "was sent.",
+        answer=CheckoutPaymentIntent,
+        body=AuthorizationBody,
+        errors=(404, 409, 422, 429),
     ),
-    ApiRoute(
+    _route(
         "POST",
-        "/payment-intents/{payment_id}/prepare",
+        "/prepare",
         prepare,
-        Operation(
-            id="prepareCheckoutPayment",
-            tag=_TAG,
-            summary="Prepare a transfer (legacy, deprecated)",
-            description="Kept for old integrations; use `attempts`. Answers what a transfer `attempts` answers, for "
-            "`network` and `currency` (each optional), with `Deprecation: true` and `Link: <…>; "
-            'rel="successor-version"` pointing to the `attempts` operation.',
-            answer=CheckoutAttempt,
-            public=True,
-            body=PrepareBody,
-            body_required=False,
-            parameters=[PAYMENT_ID],
-            errors=(404, 409, 429),
-            deprecated=True,
-            headers={
-                "Deprecation": "`true`: this operation is deprecated",
-                "Link": '`<…attempts…>; rel="successor-version"`',
-            },
-        ),
-        name="checkout-prepare",
+        "checkout-prepare",
+        id="prepareCheckoutPayment",
+        summary="Prepare a transfer (legacy, deprecated)",
+        description="Kept for old integrations; use `attempts`. Answers what a transfer `attempts` answers, for "
+        "`network` and `currency` (each optional), with `Deprecation: true` and `Link: <…>; "
+        'rel="successor-version"` pointing to the `attempts` operation.',
+        answer=CheckoutAttempt,
+        body=PrepareBody,
+        body_required=False,
+        errors=(404, 409, 429),
+        deprecated=True,
+        headers={
+            "Deprecation": "`true`: this operation is deprecated",
+            "Link": '`<…attempts…>; rel="successor-version"`',
+        },
     ),
 ]

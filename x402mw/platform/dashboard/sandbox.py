@@ -16,7 +16,7 @@ from x402mw.platform.http.request_models.clocks import ClockAdvance, ClockCreate
 from x402mw.platform.http.request_models.sandbox import FaucetBody, SimulatePaymentBody
 from x402mw.platform.services.errors import ServiceError
 from x402mw.platform.services.merchants import Caller
-from x402mw.platform.services.sandbox import fund, simulate
+from x402mw.platform.services.sandbox import fund
 from x402mw.platform.services.subscriptions.clocks import advance_clock, create_clock, find_clock, newest_clocks
 
 SCENARIOS = ("exact", "underpaid", "overpaid", "late", "wrong_asset")
@@ -68,18 +68,7 @@ async def simulate_payment(ctx: Ctx) -> Response:
     platform = ctx.platform
     try:
         body = SimulatePaymentBody(scenario=ctx.field("scenario") or "exact")  # type: ignore[arg-type]
-        paid = await simulate(
-            platform.engine,
-            platform.chains,
-            platform.deposit_keys,
-            platform.watcher,
-            platform.clock,
-            platform.payment_intents.checkout_url_base,
-            caller,
-            payment_id,
-            body.scenario,
-            body.network,
-        )
+        paid = await platform.simulate_payment(caller, payment_id, body.scenario, body.network)
     except ValidationError as exc:
         return await _page(ctx, 400, error=problem(exc))
     except ServiceError as exc:

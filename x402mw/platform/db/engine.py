@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import QueuePool
 
 T = TypeVar("T")
+W = TypeVar("W")
 
 logger = logging.getLogger("x402mw.platform.db")
 
@@ -199,16 +200,7 @@ class SQLiteWriter:
     @classmethod
     def of(cls, engine: AsyncEngine) -> SQLiteWriter | None:
         """The writer of ``engine`` if it is on a SQLite file, else None."""
-        writer = cls._writers.get(engine.sync_engine)  # every batched write asks: the known case first
-        if writer is not None:
-            return writer
-        url = _sqlite_file(engine)
-        if url is None:
-            return None
-        writer = cls._writers[engine.sync_engine] = cls(url)
-        if not event.contains(engine.sync_engine, "engine_disposed", cls._stop):
-            event.listen(engine.sync_engine, "engine_disposed", cls._stop)
-        return writer
+        return _one_per_engine(cls._writers, engine, cls, cls._stop)
 
     @classmethod
     def _stop(cls, engine: Engine) -> None:
@@ -327,16 +319,7 @@ class SQLiteReader:
     @classmethod
     def of(cls, engine: AsyncEngine) -> SQLiteReader | None:
         """The reader of ``engine`` if it is on a SQLite file, else None."""
-        reader = cls._readers.get(engine.sync_engine)
-        if reader is not None:
-            return reader
-        url = _sqlite_file(engine)
-        if url is None:
-            return None
-        reader = cls._readers[engine.sync_engine] = cls(url)
-        if not event.contains(engine.sync_engine, "engine_disposed", cls._stop):
-            event.listen(engine.sync_engine, "engine_disposed", cls._stop)
-        return reader
+        return _one_per_engine(cls._readers, engine, cls, cls._stop)
 
     @classmethod
     def _stop(cls, engine: Engine) -> None:
@@ -371,6 +354,26 @@ class SQLiteReader:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _one_per_engine(
+    known: weakref.WeakKeyDictionary[Engine, W],
+    engine: AsyncEngine,
+    make: Callable[[str], W],
+    stop: Callable[[Engine], None],
+) -> W | None:
+    """The one ``W`` of ``engine`` (made from its file's URL on first use, kept in ``known`` until
+    ``stop`` runs as the engine is disposed) if it is on a SQLite file, else None."""
+    found = known.get(engine.sync_engine)  # every batched write asks: the known case first
+    if found is not None:
+        return found
+    url = _sqlite_file(engine)
+    if url is None:
+        return None
+    found = known[engine.sync_engine] = make(url)
+    if not event.contains(engine.sync_engine, "engine_disposed", stop):
+        event.listen(engine.sync_engine, "engine_disposed", stop)
+    return found
 
 
 def _sqlite_file(engine: AsyncEngine) -> str | None:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Select, func, literal, or_, select, tuple_
+from sqlalchemy import ColumnElement, Select, Table, func, literal, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from x402mw.platform.db import tables
@@ -69,21 +69,11 @@ def _order_query(
     t, invoices = tables.payment_intents, tables.subscription_invoices
     if f.kind == "agent" or (f.status and f.status not in ORDER_STATUSES):
         return None
-    where: list[ColumnElement[bool]] = [t.c.merchant_id == merchant_id, t.c.livemode == livemode]
+    where = _shared_where(t, merchant_id, livemode, f)
     if f.kind == "order":
         where.append(invoices.c.id.is_(None))
     elif f.kind == "subscription":
         where.append(invoices.c.id.is_not(None))
-    if f.status:
-        where.append(t.c.status == f.status)
-    if f.currency:
-        where.append(t.c.currency == f.currency)
-    if f.chain_id is not None:
-        where.append(t.c.chain_id == f.chain_id)
-    if f.since is not None:
-        where.append(t.c.created_at >= f.since)
-    if f.until is not None:
-        where.append(t.c.created_at < f.until)
     if f.link_id:
         where.append(t.c.payment_link_id == f.link_id)
     if f.customer:
@@ -98,8 +88,6 @@ def _order_query(
         if _uuid(s):
             matches.append(t.c.id == s.lower())
         where.append(or_(*matches))
-    if after is not None:
-        where.append(tuple_(t.c.created_at, t.c.id) < tuple_(literal(after[0], t.c.created_at.type), after[1]))
     columns = (
         t.c.id,
         t.c.order_id,
@@ -114,8 +102,7 @@ def _order_query(
         invoices.c.id.label("invoice_id"),
     )
     joined = t.outerjoin(invoices, invoices.c.payment_intent_id == t.c.id)
-    query = select(*columns).select_from(joined).where(*where)
-    return query.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
+    return _newest_first(select(*columns).select_from(joined).where(*where), t, after, limit)
 
 
 def _agent_query(
@@ -124,17 +111,7 @@ def _agent_query(
     p, e = tables.agent_payments, tables.agent_endpoints
     if f.kind not in (None, "agent") or (f.status and f.status not in AGENT_STATUSES) or f.link_id or f.customer:
         return None
-    where: list[ColumnElement[bool]] = [p.c.merchant_id == merchant_id, p.c.livemode == livemode]
-    if f.status:
-        where.append(p.c.status == f.status)
-    if f.currency:
-        where.append(p.c.currency == f.currency)
-    if f.chain_id is not None:
-        where.append(p.c.chain_id == f.chain_id)
-    if f.since is not None:
-        where.append(p.c.created_at >= f.since)
-    if f.until is not None:
-        where.append(p.c.created_at < f.until)
+    where = _shared_where(p, merchant_id, livemode, f)
     if f.search:
         s = f.search.lower()
         if s.startswith("0x") and len(s) == 42:  # agent payments keep the payer checksummed
@@ -145,8 +122,6 @@ def _agent_query(
             where.append(p.c.id == s)
         else:
             return None
-    if after is not None:
-        where.append(tuple_(p.c.created_at, p.c.id) < tuple_(literal(after[0], p.c.created_at.type), after[1]))
     columns = (
         p.c.id,
         p.c.status,
@@ -157,8 +132,33 @@ def _agent_query(
         p.c.created_at,
         e.c.name.label("endpoint_name"),
     )
-    query = select(*columns).select_from(p.outerjoin(e, e.c.id == p.c.endpoint_id)).where(*where)
-    return query.order_by(p.c.created_at.desc(), p.c.id.desc()).limit(limit + 1)
+    return _newest_first(
+        select(*columns).select_from(p.outerjoin(e, e.c.id == p.c.endpoint_id)).where(*where), p, after, limit
+    )
+
+
+def _shared_where(t: Table, merchant_id: str, livemode: bool, f: PaymentFilters) -> list[ColumnElement[bool]]:
+    """The conditions orders and agent payments are filtered by alike: the merchant and mode, then
+    ``f``'s status, coin, chain and creation window."""
+    where: list[ColumnElement[bool]] = [t.c.merchant_id == merchant_id, t.c.livemode == livemode]
+    if f.status:
+        where.append(t.c.status == f.status)
+    if f.currency:
+        where.append(t.c.currency == f.currency)
+    if f.chain_id is not None:
+        where.append(t.c.chain_id == f.chain_id)
+    if f.since is not None:
+        where.append(t.c.created_at >= f.since)
+    if f.until is not None:
+        where.append(t.c.created_at < f.until)
+    return where
+
+
+def _newest_first(query: Select[Any], t: Table, after: tuple[datetime, str] | None, limit: int) -> Select[Any]:
+    """``query`` newest first, past the cursor ``after`` (created at, id), one row more than a page."""
+    if after is not None:
+        query = query.where(tuple_(t.c.created_at, t.c.id) < tuple_(literal(after[0], t.c.created_at.type), after[1]))
+    return query.order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
 
 
 def _uuid(value: str) -> bool:

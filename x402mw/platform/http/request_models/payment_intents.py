@@ -26,6 +26,14 @@ from x402mw.protocol.prices import JsonNumber
 Currency = Literal["USDC", "USDT", "EURC"]
 OrderAmount = Annotated[int, WithJsonSchema(amount_schema(ORDER_AMOUNTS))]
 """An order's amount: a decimal string or a JSON number, parsed (`parse_amount`) before validation."""
+AcceptedCurrencies = Annotated[
+    list[Currency] | None,
+    Field(
+        min_length=1,
+        max_length=3,
+        description="coins offered at checkout; must include `currency`; default `[currency]`",
+    ),
+]
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 50, 40, 500
 
 
@@ -162,12 +170,7 @@ class PaymentIntentCreate(BaseModel):
         '`"12.50"` is recommended, JSON numbers are read exactly (never as floats)'
     )
     currency: Currency = Field(description="the primary coin")
-    acceptedCurrencies: list[Currency] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=3,
-        description="coins offered at checkout; must include `currency`; default `[currency]`",
-    )
+    acceptedCurrencies: AcceptedCurrencies = None
     customer: CustomerIn | None = Field(default=None, description="the buyer")
     customerEmail: Email | None = Field(
         default=None, description="legacy form of `customer.email`; must agree with it when both are sent"

@@ -11,6 +11,7 @@ from x402mw.platform.http.fields import NAME_PATTERN, UUID_PATTERN, HttpUrl, htt
 from x402mw.platform.http.request_models.payment_intents import (
     _CREATE_RULES,
     _METADATA_SCHEMA,
+    AcceptedCurrencies,
     Currency,
     OrderAmount,
     PaymentMethodsIn,
@@ -59,12 +60,7 @@ class PaymentLinkCreate(BaseModel):
     )
     amount: OrderAmount = Field(description="decimal amount, as for payment intents; answered as sent")
     currency: Currency = Field(description="the primary coin")
-    acceptedCurrencies: list[Currency] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=3,
-        description="coins offered at checkout; must include `currency`; default `[currency]`",
-    )
+    acceptedCurrencies: AcceptedCurrencies = None
     paymentMethods: PaymentMethodsIn | None = Field(default=None, description="what checkout offers each buyer's order")
     successUrl: HttpUrl | None = Field(default=None, description="where buyers return after paying")
     cancelUrl: HttpUrl | None = Field(default=None, description="where buyers return after cancelling")
