@@ -27,7 +27,8 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.db.engine import create_engine_for
+from x402mw.platform.db.schema import migrate
 from x402mw.platform.services.reports import ReportQuery, export_csv, run_report
 
 POSTGRES_URL = os.environ.get("X402MW_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -25,8 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tests.harness import postgres_database
 from x402mw.platform.db import tables
-from x402mw.platform.db.engine import create_engine_for, migrate
+from x402mw.platform.db.engine import create_engine_for
 from x402mw.platform.db.models import AgentPayment, new_id
+from x402mw.platform.db.schema import migrate
 from x402mw.platform.objects.agents import AgentPaymentEnvelope
 from x402mw.platform.objects.payments import RefundEnvelope
 from x402mw.platform.services.challenges import record_challenges
