@@ -126,6 +126,7 @@ CHECKED = [
     "docs/sellers/sign-in.md",
     "docs/sellers/x402-sdk.md",
     "docs/local-chain.md",
+    "docs/production.md",
 ]
 """The pages run so far; the others of `pages` are still to be made to run as written (issue 36)."""
 
