@@ -15,6 +15,9 @@ them where the OpenAPI document states a rule no JSON Schema keyword can say; no
   ones an EIP-3009 payload that echoes them (``accepted``, required from x402 v2 on). The document
   gives both payload shapes, but no JSON Schema keyword ties one field's value to another's shape
   the generator follows: a settlement or facilitator body keeps to the ``exact`` pair.
+- A report's filters are a date or an instant (``from`` before ``to``, at most three years apart),
+  an IANA time zone, a coin's symbol and an endpoint's id (400 otherwise, tested in
+  ``test_reports``): a generated value of one of these is replaced by one a client can mean.
 """
 
 from __future__ import annotations
@@ -39,6 +42,27 @@ def before_call(context: schemathesis.HookContext, case: schemathesis.Case, kwar
         _carried_coins(case.body)
     if case.method == "POST" and case.path in _PAYING and isinstance(case.body, dict):
         _exact_pair(case.body)
+    if case.method == "GET" and case.path == "/v1/reports/{name}" and isinstance(case.query, dict):
+        _meant_report_filters(case.query)
+
+
+# what each of a report's free-text filters becomes: None leaves it out (its default)
+_REPORT_FILTERS: dict[str, str | None] = {
+    "from": "2026-01-01",
+    "to": "2026-02-01",
+    "timeZone": "Europe/Paris",
+    "currency": "USDC",
+    "endpoint": None,
+}
+
+
+def _meant_report_filters(query: dict[str, Any]) -> None:
+    for name, meant in _REPORT_FILTERS.items():
+        if name in query:
+            if meant is None:
+                del query[name]
+            else:
+                query[name] = meant
 
 
 _PRICED = ("/v1/payment-intents", "/v1/payment-links", "/v1/subscription-plans")

@@ -92,13 +92,17 @@ def _url(harness: PlatformHarness, path: str, ids: dict[str, str]) -> str:
     return origin + re.sub(r"\{(\w+)\}", fill, path)
 
 
+# A report's name is no object of a merchant's: each key reads its own figures (tests/integration/test_reports.py).
+_NAMES_NOT_IDS = {"/v1/reports/{name}"}
+
+
 async def test_every_operation_answers_another_merchants_ids_with_404(dev_platform: PlatformHarness) -> None:
     owner_key, ids = await _owner_ids(dev_platform)
     _, intruder_key, _ = await asyncio.to_thread(dev_platform.merchant, "Intruder")
     operations = [  # the public checkout API takes no key: there, knowing an order's id is what lets a buyer in
         (method, path)
         for path, methods in build_document()["paths"].items()
-        if "{" in path
+        if "{" in path and path not in _NAMES_NOT_IDS
         for method, operation in methods.items()
         if operation["security"]
     ]
