@@ -196,7 +196,11 @@ class Cluster:
             f"EURC={self.tokens['EURC']}",
         ]
         migrate = [sys.executable, "-m", "x402mw", "platform", "migrate"]  # a step of its own on PostgreSQL
-        subprocess.run(migrate, env=env, check=True, capture_output=True, timeout=120)
+        # the chain as the environment names it: settings such as a relayer pool are checked against it
+        tokens = f"USDC={self.tokens['USDC']} EURC={self.tokens['EURC']}"
+        on_chain = {**env, "X402MW_RPC_URL": node_url, "X402MW_TOKENS": tokens}
+        done = subprocess.run(migrate, env=on_chain, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"x402mw platform migrate failed: {done.stderr.strip()}"
         for index in range(self.serve_count):
             port = free_port()
             command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(port), *chain]
