@@ -84,10 +84,19 @@ class PlatformProcess:
         assert popen is not None
         eventually(
             lambda: popen.poll() is not None or httpx.get(self.url + "/healthz", timeout=1).status_code == 200,
-            what=lambda: f"{self.name} to answer:\n{self.tail()}",
+            what=lambda: f"{self.name} to answer:\n{self._stacks_and_tail()}",
             timeout=timeout,
         )
         assert popen.poll() is None, f"{self.name} exited:\n{self.tail()}"
+
+    def _stacks_and_tail(self) -> str:
+        """The log's tail after the process, still alive but silent, printed where each of its threads
+        stands (SIGABRT to the faulthandler its environment turns on): what a hung start-up waits for."""
+        if self.popen is not None and self.popen.poll() is None:
+            os.kill(self.popen.pid, signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=10)
+        return self.tail(200)
 
     def kill(self) -> None:
         """SIGKILL, as a crash: nothing is finished or written on the way out."""
@@ -185,6 +194,7 @@ class Cluster:
             # Several processes share the server with the rest of the suite: a few connections each.
             X402MW_DATABASE_POOL_SIZE="5",
             X402MW_WEBHOOKS_ALLOW_PRIVATE="true",  # the tests' webhook receivers listen on loopback
+            PYTHONFAULTHANDLER="1",  # a process that hangs can be asked where (PlatformProcess._stacks_and_tail)
             **self.env,
         )
         chain = [
@@ -212,14 +222,14 @@ class Cluster:
                 f"serve-{index}", command, env, self.workdir / f"serve-{index}.log", port, metrics_port=metrics_port
             )
             self.serves.append(process)
+            self._stack.callback(process.stop)  # before it starts: one that never answers is stopped too
             process.start()  # the first makes the keys and the schema; the others find them
-            self._stack.callback(process.stop)
         for index in range(self.worker_count):
             command = [sys.executable, "-m", "x402mw", "platform", "worker", *chain]
             process = PlatformProcess(f"worker-{index}", command, env, self.workdir / f"worker-{index}.log")
             self.workers.append(process)
-            process.start()
             self._stack.callback(process.stop)
+            process.start()
 
     # -- the chain --------------------------------------------------------------------------------
 
