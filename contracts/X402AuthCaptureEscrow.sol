@@ -496,6 +496,20 @@ contract X402AuthCaptureEscrowV1_0 is X402AuthCaptureEscrowBase {
     }
 }
 
+/// @title X402ERC6492Preparer
+/// @notice Runs the preparation call of an ERC-6492 signature (typically a wallet factory's deploy)
+///         for the payment collectors, so that the call comes from a sender with no tokens, no
+///         allowances and no standing anywhere, never from a collector (a collector is the
+///         spender of Permit2 permits and the payee of EIP-3009 authorizations). A failing call is
+///         ignored: the signature check that follows decides.
+/// @dev Placed at `0x4020649200000000000000000000000000006492` on the project's local chains.
+contract X402ERC6492Preparer {
+    function prepare(address target, bytes calldata data) external {
+        (bool ok,) = target.call(data);
+        ok;
+    }
+}
+
 /// @title X402AuthCaptureCollector
 /// @notice What the three token collectors share. Each is placed at the canonical address of its
 ///         deployment (v1.0 or v1.1) without a constructor, so it learns the escrow it serves from
@@ -507,6 +521,8 @@ abstract contract X402AuthCaptureCollector is IX402AuthCaptureCollector {
     address internal constant _EIP3009_COLLECTOR_V1_0 = 0x0E3dF9510de65469C4518D7843919c0b8C7A7757;
     address internal constant _PERMIT2_COLLECTOR_V1_0 = 0x992476B9Ee81d52a5BdA0622C333938D0Af0aB26;
     address internal constant _REFUND_COLLECTOR_V1_0 = 0x934907bffd0901b6A21e398B9C53A4A38F02fa5d;
+    address internal constant _ERC6492_PREPARER = 0x4020649200000000000000000000000000006492;
+    bytes32 internal constant _ERC6492_SUFFIX = 0x6492649264926492649264926492649264926492649264926492649264926492;
 
     error OnlyAuthCaptureEscrow();
 
@@ -536,6 +552,18 @@ abstract contract X402AuthCaptureCollector is IX402AuthCaptureCollector {
         bytes calldata collectorData
     ) internal virtual;
 
+    /// @dev The signature in `collectorData`: as it is, or, when it ends in the ERC-6492 suffix, the
+    ///      inner signature of `abi.encode(address target, bytes data, bytes signature)` after the
+    ///      preparer ran `target.call(data)` (deploying the payer's wallet).
+    function _payerSignature(bytes calldata collectorData) internal returns (bytes memory) {
+        uint256 n = collectorData.length;
+        if (n < 32 || bytes32(collectorData[n - 32:]) != _ERC6492_SUFFIX) return collectorData;
+        (address target, bytes memory data, bytes memory signature) =
+            abi.decode(collectorData[:n - 32], (address, bytes, bytes));
+        X402ERC6492Preparer(_ERC6492_PREPARER).prepare(target, data);
+        return signature;
+    }
+
     /// @dev The payment's hash with the payer left out (the zero address): the nonce the payer signs,
     ///      computed as the calling escrow's `getHash` computes it.
     function _payerAgnosticHash(X402AuthCaptureEscrowBase.PaymentInfo calldata paymentInfo)
@@ -553,7 +581,8 @@ abstract contract X402AuthCaptureCollector is IX402AuthCaptureCollector {
 /// @notice Collects through EIP-3009 `receiveWithAuthorization`: the payer signed an authorization
 ///         of `maxAmount` to this collector, valid from 0 until `preApprovalExpiry`, whose nonce is
 ///         the payment's payer-agnostic hash; the collector takes it all, sends `amount` to the token
-///         store and gives the rest back to the payer. `collectorData` is the signature.
+///         store and gives the rest back to the payer. `collectorData` is the signature (ECDSA,
+///         EIP-1271, or ERC-6492 for a wallet not deployed yet).
 contract X402ERC3009PaymentCollector is X402AuthCaptureCollector {
     function collectorType() external pure returns (CollectorType) {
         return CollectorType.Payment;
@@ -574,7 +603,7 @@ contract X402ERC3009PaymentCollector is X402AuthCaptureCollector {
             0,
             paymentInfo.preApprovalExpiry,
             _payerAgnosticHash(paymentInfo),
-            collectorData
+            _payerSignature(collectorData)
         );
         if (maxAmount > amount) X402AuthCaptureTransfers.safeTransfer(token, paymentInfo.payer, maxAmount - amount);
         X402AuthCaptureTransfers.safeTransfer(token, tokenStore, amount);
@@ -585,7 +614,8 @@ contract X402ERC3009PaymentCollector is X402AuthCaptureCollector {
 /// @notice Collects through Permit2 `permitTransferFrom`: the payer signed a permit of `maxAmount`
 ///         of the token to this collector (the spender), with the payment's payer-agnostic hash as
 ///         its nonce and `preApprovalExpiry` as its deadline; Permit2 moves `amount` from the payer
-///         straight to the token store. `collectorData` is the signature.
+///         straight to the token store. `collectorData` is the signature (ECDSA,
+///         EIP-1271, or ERC-6492 for a wallet not deployed yet).
 contract X402Permit2PaymentCollector is X402AuthCaptureCollector {
     /// @notice The canonical Permit2 address.
     IX402AuthCapturePermit2 public constant permit2 = IX402AuthCapturePermit2(0x000000000022D473030F116dDEE9F6B43aC78BA3);
@@ -608,7 +638,7 @@ contract X402Permit2PaymentCollector is X402AuthCaptureCollector {
             }),
             IX402AuthCapturePermit2.SignatureTransferDetails({to: tokenStore, requestedAmount: amount}),
             paymentInfo.payer,
-            collectorData
+            _payerSignature(collectorData)
         );
     }
 }

@@ -34,6 +34,7 @@ const wanted = {
     "X402ERC3009PaymentCollector",
     "X402Permit2PaymentCollector",
     "X402OperatorRefundCollector",
+    "X402ERC6492Preparer",
   ],
 };
 const sources = {};

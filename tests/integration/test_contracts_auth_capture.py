@@ -7,6 +7,8 @@ void or collection, fees out of bounds, the wrong collector, an authorization of
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from eth_abi.abi import encode as abi_encode
 
@@ -35,7 +37,15 @@ from x402mw.platform.chain.auth_capture import (
     refund_calldata,
     void_calldata,
 )
-from x402mw.platform.chain.contracts import CANONICAL_CONTRACTS, runtime_code
+from x402mw.platform.chain.contracts import (
+    CANONICAL_CONTRACTS,
+    ERC6492_PREPARER_ADDRESS,
+    deploy_contract,
+    erc6492_wrap,
+    runtime_code,
+    smart_wallet_address,
+    wallet_deploy_calldata,
+)
 from x402mw.platform.chain.token import balance_of
 
 __all__ = ["anvil_node", "anyio_backend", "chain", "operator_key"]
@@ -346,3 +356,39 @@ async def test_timestamps_are_bounded_like_the_escrows_types(chain: ChainUnderTe
     payment = await new_payment(chain, operator_key)
     with pytest.raises(ValueError, match="refund_expiry"):
         _ = payment.changed(refund_expiry=2**48).hash
+
+
+# --- smart-wallet payers ---------------------------------------------------------------------------
+
+
+async def test_a_wallet_not_deployed_yet_pays_with_an_erc6492_signature(
+    chain: ChainUnderTest, operator_key: bytes
+) -> None:
+    """The EIP-3009 collector unwraps an ERC-6492 signature: the preparer (not the collector) runs the
+    factory call that deploys the payer's wallet, then the token checks the inner signature with
+    EIP-1271. A wrapper whose factory call fails leaves the wallet undeployed and the signature invalid."""
+    factory = await deploy_contract(chain.rpc, operator_key, "X402SmartWalletFactory")
+    owner_key, salt = new_key(), os.urandom(32)
+    owner = address_of_key(owner_key)
+    wallet = smart_wallet_address(factory, owner, salt)
+    template = await new_payment(chain, operator_key, payer_usdc=0)
+    payment = template.changed(payer=wallet)
+    payment.payer_key = owner_key  # X402SmartWallet accepts its owner's signature of the digest itself
+    await chain.mint(wallet, payment.info.max_amount)
+    inner = payment.eip3009_signature()
+    collector = payment.deployment.eip3009_collector
+
+    failing = erc6492_wrap(factory, keccak256(b"nothing()")[:4], inner)
+    data = authorize_calldata(payment.info, 500_000, collector, failing)
+    assert (await call_error(chain.rpc, payment.info.operator, payment.escrow, data)).startswith(
+        error_selector("Error(string)")
+    )
+    assert await chain.rpc.request("eth_getCode", [wallet, "latest"]) in ("0x", "0x0")
+
+    wrapped = erc6492_wrap(factory, wallet_deploy_calldata(owner, salt), inner)
+    await payment.send(authorize_calldata(payment.info, 500_000, collector, wrapped))
+    assert await chain.rpc.request("eth_getCode", [wallet, "latest"]) not in ("0x", "0x0")
+    assert await payment.state() == PaymentState(True, 500_000, 0)
+    assert await _usdc(chain, wallet) == 500_000
+    code = await chain.rpc.request("eth_getCode", [ERC6492_PREPARER_ADDRESS, "latest"])
+    assert bytes.fromhex(str(code)[2:]) == runtime_code("X402ERC6492Preparer")

@@ -13,8 +13,9 @@ at the canonical addresses on local chains, and the calldata the platform sends 
 - ``X402AuthCaptureEscrow`` and ``X402AuthCaptureEscrowV1_0`` (the x402 ``auth-capture`` scheme's
   escrow, commerce-payments v1.1 and v1.0) and their token collectors ``X402ERC3009PaymentCollector``,
   ``X402Permit2PaymentCollector`` and ``X402OperatorRefundCollector`` sit at both deployments'
-  canonical addresses; the escrow creates its ``X402AuthCaptureTokenStore``s itself. Their calldata
-  is :mod:`~x402mw.platform.chain.auth_capture`.
+  canonical addresses, with ``X402ERC6492Preparer`` (the collectors' neutral sender of ERC-6492
+  preparation calls) at :data:`ERC6492_PREPARER_ADDRESS`; the escrow creates its
+  ``X402AuthCaptureTokenStore``s itself. Their calldata is :mod:`~x402mw.platform.chain.auth_capture`.
 - ``X402SmartWallet`` (an EIP-1271 wallet with one owner key), its CREATE2
   ``X402SmartWalletFactory`` and the deployless ``X402ERC6492Validator`` serve smart-account payers;
   ``X402RevertingWallet``, ``X402GasBurningWallet`` and ``X402BadWalletFactory`` misbehave on purpose,
@@ -65,8 +66,13 @@ ARTIFACTS = frozenset(
         "X402ERC3009PaymentCollector",
         "X402Permit2PaymentCollector",
         "X402OperatorRefundCollector",
+        "X402ERC6492Preparer",
     }
 )
+
+ERC6492_PREPARER_ADDRESS = "0x4020649200000000000000000000000000006492"
+"""Where ``X402ERC6492Preparer`` sits on local chains: the neutral sender of the auth-capture payment
+collectors' ERC-6492 preparation calls (an address of ours, not a canonical one)."""
 
 CANONICAL_CONTRACTS: dict[str, str] = {
     PERMIT2_ADDRESS: "X402Permit2",
@@ -77,6 +83,7 @@ CANONICAL_CONTRACTS: dict[str, str] = {
     PERMIT2_DEPOSIT_COLLECTOR_ADDRESS: "X402Permit2DepositCollector",
     DEPLOYMENT_V1_1.escrow: "X402AuthCaptureEscrow",
     DEPLOYMENT_V1_0.escrow: "X402AuthCaptureEscrowV1_0",
+    ERC6492_PREPARER_ADDRESS: "X402ERC6492Preparer",
     **{
         collector: name
         for deployment in (DEPLOYMENT_V1_0, DEPLOYMENT_V1_1)
