@@ -121,6 +121,10 @@ async def test_authorize_then_capture_in_parts_then_refund_in_parts(chain: Chain
         ]
     assert (captured.name, captured.values[:2]) == ("PaymentCaptured", (300_000, 3_000))
     assert await chain.rpc.request("eth_getCode", [store, "latest"]) not in ("0x", "0x0")
+    # The store pays out for its escrow only.
+    send_tokens = keccak256(b"sendTokens(address,address,uint256)")[:4]
+    data = send_tokens + abi_encode(["address", "address", "uint256"], [chain.usdc, info.operator, 1])
+    assert await call_error(chain.rpc, info.operator, store, data) == error_selector("OnlyAuthCaptureEscrow()")
     await payment.send(capture_calldata(info, 200_000, 1_000, info.fee_receiver))
     assert await payment.state() == PaymentState(True, 500_000, 500_000)
     await payment.refused(
