@@ -138,8 +138,13 @@ async def test_authorize_then_capture_in_parts_then_refund_in_parts(chain: Chain
         capture_calldata(info, 1, 0, info.fee_receiver), "InsufficientAuthorization(bytes32,uint256,uint256)"
     )
 
-    # Refunds come from the operator through the operator refund collector, to the payer.
+    # Refunds come from the operator through the operator refund collector, to the payer; not
+    # through a payment collector, nor through the other deployment's refund collector.
     collector = payment.deployment.operator_refund_collector
+    data = refund_calldata(info, 1, payment.deployment.eip3009_collector)
+    await payment.refused(data, "InvalidCollectorForOperation()")
+    data = refund_calldata(info, 1, DEPLOYMENT_V1_0.operator_refund_collector)
+    await payment.refused(data, "OnlyAuthCaptureEscrow()")
     operator_usdc = await _usdc(chain, info.operator)
     receipt = await payment.send(refund_calldata(info, 400_000, collector))
     [refunded] = await payment.events(receipt)
