@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import os
 
+import anyio
+import anyio.from_thread
+import anyio.to_thread
 import pytest
 from eth_abi.abi import encode as abi_encode
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.auth_capture_helpers import new_payment, operator_key
 from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chain, new_key
@@ -20,11 +25,16 @@ from x402mw.evm.auth_capture import (
     DEPLOYMENT_V1_0,
     DEPLOYMENT_V1_1,
     DEPLOYMENTS,
+    MAX_AMOUNT,
+    MAX_TIMESTAMP,
     PAYMENT_INFO_TYPEHASH,
     ZERO_ADDRESS,
+    PaymentInfo,
     payment_info_hash,
+    signature_nonce,
 )
 from x402mw.evm.keccak import keccak256
+from x402mw.evm.keys import to_checksum_address
 from x402mw.platform.chain.auth_capture import (
     PAYMENT_INFO,
     PaymentState,
@@ -91,6 +101,48 @@ async def test_both_deployments_sit_at_their_canonical_addresses(chain: ChainUnd
         chain.chain_id, info, DEPLOYMENT_V1_1.escrow
     )
     assert payment_info_hash(chain.chain_id + 1, info) != payment_info_hash(chain.chain_id, info)
+
+
+_ADDRESSES = st.binary(min_size=20, max_size=20).map(lambda raw: to_checksum_address("0x" + raw.hex()))
+_PAYMENT_INFOS = st.builds(
+    PaymentInfo,
+    operator=_ADDRESSES,
+    payer=_ADDRESSES,
+    receiver=_ADDRESSES,
+    token=_ADDRESSES,
+    max_amount=st.integers(0, MAX_AMOUNT),
+    pre_approval_expiry=st.integers(0, MAX_TIMESTAMP),
+    authorization_expiry=st.integers(0, MAX_TIMESTAMP),
+    refund_expiry=st.integers(0, MAX_TIMESTAMP),
+    min_fee_bps=st.integers(0, 2**16 - 1),
+    max_fee_bps=st.integers(0, 2**16 - 1),
+    fee_receiver=_ADDRESSES,
+    salt=st.integers(0, 2**256 - 1),
+)
+
+
+async def test_our_hashes_are_the_escrows_for_any_payment(chain: ChainUnderTest) -> None:
+    """``payment_info_hash`` and ``signature_nonce`` agree with both escrows' ``getHash`` over the full
+    range of every field."""
+
+    async def escrow_hashes(info: PaymentInfo) -> list[bytes]:
+        return [
+            await read_payment_hash(chain.rpc, payment, escrow=deployment.escrow)
+            for deployment in DEPLOYMENTS
+            for payment in (info, info.with_payer(ZERO_ADDRESS))
+        ]
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(_PAYMENT_INFOS)
+    def check(info: PaymentInfo) -> None:
+        ours = [
+            digest(chain.chain_id, info, deployment.escrow)
+            for deployment in DEPLOYMENTS
+            for digest in (payment_info_hash, signature_nonce)
+        ]
+        assert anyio.from_thread.run(escrow_hashes, info) == ours
+
+    await anyio.to_thread.run_sync(check)
 
 
 # --- authorize, capture, refund ------------------------------------------------------------------
