@@ -84,15 +84,36 @@ contract X402AuthCaptureTokenStore {
     address public immutable authCaptureEscrow;
 
     error OnlyAuthCaptureEscrow();
+    error TokenTransferFailed(address token);
 
     constructor() {
         authCaptureEscrow = msg.sender;
     }
 
-    /// @notice Sends `amount` of `token` to `recipient`.
+    /// @notice Sends `amount` of `token` to `recipient`: the token's revert is passed on; a `false`
+    ///         answer, or no answer from an address without code, is `TokenTransferFailed(token)`.
     function sendTokens(address token, address recipient, uint256 amount) external returns (bool) {
         if (msg.sender != authCaptureEscrow) revert OnlyAuthCaptureEscrow();
-        X402AuthCaptureTransfers.safeTransfer(token, recipient, amount);
+        // The transfer in assembly keeps the store's code small: every operator's first payout
+        // deploys one, and code costs 200 gas a byte.
+        assembly {
+            let free := mload(0x40)
+            mstore(0x00, 0xa9059cbb) // transfer(address,uint256)
+            mstore(0x20, recipient)
+            mstore(0x40, amount)
+            let ok := call(gas(), token, 0, 0x1c, 0x44, 0x00, 0x20)
+            if iszero(ok) {
+                returndatacopy(0x00, 0x00, returndatasize())
+                revert(0x00, returndatasize())
+            }
+            let answered := or(and(eq(returndatasize(), 0), gt(extcodesize(token), 0)), and(gt(returndatasize(), 31), eq(mload(0x00), 1)))
+            if iszero(answered) {
+                mstore(0x00, 0x2b596cb7) // TokenTransferFailed(address)
+                mstore(0x20, token)
+                revert(0x1c, 0x24)
+            }
+            mstore(0x40, free) // the free memory pointer, overwritten above
+        }
         return true;
     }
 }

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import os
 
+import anyio
+import anyio.from_thread
+import anyio.to_thread
 import pytest
 from eth_abi.abi import encode as abi_encode
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.auth_capture_helpers import new_payment, operator_key
 from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chain, new_key
@@ -20,11 +25,16 @@ from x402mw.evm.auth_capture import (
     DEPLOYMENT_V1_0,
     DEPLOYMENT_V1_1,
     DEPLOYMENTS,
+    MAX_AMOUNT,
+    MAX_TIMESTAMP,
     PAYMENT_INFO_TYPEHASH,
     ZERO_ADDRESS,
+    PaymentInfo,
     payment_info_hash,
+    signature_nonce,
 )
 from x402mw.evm.keccak import keccak256
+from x402mw.evm.keys import to_checksum_address
 from x402mw.platform.chain.auth_capture import (
     PAYMENT_INFO,
     PaymentState,
@@ -93,6 +103,48 @@ async def test_both_deployments_sit_at_their_canonical_addresses(chain: ChainUnd
     assert payment_info_hash(chain.chain_id + 1, info) != payment_info_hash(chain.chain_id, info)
 
 
+_ADDRESSES = st.binary(min_size=20, max_size=20).map(lambda raw: to_checksum_address("0x" + raw.hex()))
+_PAYMENT_INFOS = st.builds(
+    PaymentInfo,
+    operator=_ADDRESSES,
+    payer=_ADDRESSES,
+    receiver=_ADDRESSES,
+    token=_ADDRESSES,
+    max_amount=st.integers(0, MAX_AMOUNT),
+    pre_approval_expiry=st.integers(0, MAX_TIMESTAMP),
+    authorization_expiry=st.integers(0, MAX_TIMESTAMP),
+    refund_expiry=st.integers(0, MAX_TIMESTAMP),
+    min_fee_bps=st.integers(0, 2**16 - 1),
+    max_fee_bps=st.integers(0, 2**16 - 1),
+    fee_receiver=_ADDRESSES,
+    salt=st.integers(0, 2**256 - 1),
+)
+
+
+async def test_our_hashes_are_the_escrows_for_any_payment(chain: ChainUnderTest) -> None:
+    """``payment_info_hash`` and ``signature_nonce`` agree with both escrows' ``getHash`` over the full
+    range of every field."""
+
+    async def escrow_hashes(info: PaymentInfo) -> list[bytes]:
+        return [
+            await read_payment_hash(chain.rpc, payment, escrow=deployment.escrow)
+            for deployment in DEPLOYMENTS
+            for payment in (info, info.with_payer(ZERO_ADDRESS))
+        ]
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(_PAYMENT_INFOS)
+    def check(info: PaymentInfo) -> None:
+        ours = [
+            digest(chain.chain_id, info, deployment.escrow)
+            for deployment in DEPLOYMENTS
+            for digest in (payment_info_hash, signature_nonce)
+        ]
+        assert anyio.from_thread.run(escrow_hashes, info) == ours
+
+    await anyio.to_thread.run_sync(check)
+
+
 # --- authorize, capture, refund ------------------------------------------------------------------
 
 
@@ -121,6 +173,10 @@ async def test_authorize_then_capture_in_parts_then_refund_in_parts(chain: Chain
         ]
     assert (captured.name, captured.values[:2]) == ("PaymentCaptured", (300_000, 3_000))
     assert await chain.rpc.request("eth_getCode", [store, "latest"]) not in ("0x", "0x0")
+    # The store pays out for its escrow only.
+    send_tokens = keccak256(b"sendTokens(address,address,uint256)")[:4]
+    data = send_tokens + abi_encode(["address", "address", "uint256"], [chain.usdc, info.operator, 1])
+    assert await call_error(chain.rpc, info.operator, store, data) == error_selector("OnlyAuthCaptureEscrow()")
     await payment.send(capture_calldata(info, 200_000, 1_000, info.fee_receiver))
     assert await payment.state() == PaymentState(True, 500_000, 500_000)
     await payment.refused(
@@ -134,8 +190,13 @@ async def test_authorize_then_capture_in_parts_then_refund_in_parts(chain: Chain
         capture_calldata(info, 1, 0, info.fee_receiver), "InsufficientAuthorization(bytes32,uint256,uint256)"
     )
 
-    # Refunds come from the operator through the operator refund collector, to the payer.
+    # Refunds come from the operator through the operator refund collector, to the payer; not
+    # through a payment collector, nor through the other deployment's refund collector.
     collector = payment.deployment.operator_refund_collector
+    data = refund_calldata(info, 1, payment.deployment.eip3009_collector)
+    await payment.refused(data, "InvalidCollectorForOperation()")
+    data = refund_calldata(info, 1, DEPLOYMENT_V1_0.operator_refund_collector)
+    await payment.refused(data, "OnlyAuthCaptureEscrow()")
     operator_usdc = await _usdc(chain, info.operator)
     receipt = await payment.send(refund_calldata(info, 400_000, collector))
     [refunded] = await payment.events(receipt)

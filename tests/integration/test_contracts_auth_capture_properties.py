@@ -1,5 +1,6 @@
 """The auth-capture escrow's invariants as a hypothesis property, on the dev chain and anvil: a fresh
-payment (and operator) per example goes through authorize or charge, captures with fees in and out
+payment (and operator) per example, in the v1.1 or the v1.0 escrow, collected through the EIP-3009
+or the Permit2 collector, goes through authorize or charge, captures with fees in and out
 of bounds, voids, reclaims (by the payer and by others), refunds, and the passing of its deadlines;
 after every step the chain must agree with a model: never more captured than authorized, never more
 refunded than captured, a reclaim only by the payer and only from the authorization expiry, every
@@ -22,9 +23,10 @@ from tests.auth_capture_helpers import Payment, new_payment
 from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chain
 from tests.channel_helpers import MAX_UINT, approve_calldata
 from tests.contract_helpers import chain_now, funded_key
-from x402mw.evm.auth_capture import DEPLOYMENT_V1_1, fee_amount_bounds
+from x402mw.evm.auth_capture import DEPLOYMENT_V1_0, DEPLOYMENT_V1_1, AuthCaptureDeployment, fee_amount_bounds
 from x402mw.platform.chain.auth_capture import (
     PaymentState,
+    authorize_calldata,
     capture_calldata,
     charge_calldata,
     read_token_store,
@@ -65,11 +67,16 @@ _OPERATIONS = st.tuples(st.sampled_from(_KINDS), st.integers(0, 1000), st.sample
 """An operation, a number that sizes it, and whether its rightful sender sends it."""
 
 
-async def _run(chain: ChainUnderTest, operations: list[tuple[str, int, bool]]) -> list[str]:
-    """Run ``operations`` on a new payment, checking the chain against the model after each; what
-    each did (``"capture: moved"`` when it went through, ``"capture: refused"`` when it was refused)."""
+async def _run(
+    chain: ChainUnderTest,
+    deployment: AuthCaptureDeployment,
+    permit2: bool,
+    operations: list[tuple[str, int, bool]],
+) -> list[str]:
+    """Run ``operations`` on a new payment in ``deployment``'s escrow, collected through the Permit2
+    collector or the EIP-3009 one, checking the chain against the model after each; what each did
+    (``"capture: moved"`` when it went through, ``"capture: refused"`` when it was refused)."""
     operator_key = await funded_key(chain, usdc=_MAX)
-    deployment = DEPLOYMENT_V1_1
     await transact(
         chain.rpc,
         operator_key,
@@ -87,24 +94,42 @@ async def _run(chain: ChainUnderTest, operations: list[tuple[str, int, bool]]) -
         pre_approval_expiry=start + _STEP,
         authorization_expiry=start + 2 * _STEP,
         refund_expiry=start + 3 * _STEP,
+        deployment=deployment,
+        permit2=permit2,
     )
     info = payment.info
     stranger = await funded_key(chain)
-    store = await read_token_store(chain.rpc, info.operator)
+    store = await read_token_store(chain.rpc, info.operator, escrow=deployment.escrow)
     model = _Model()
     seen: list[str] = []
     for operation, size, rightful in operations:
         key = None if rightful else stranger
-        moved = await _step(payment, model, operation, size, key, start)
+        moved = await _step(payment, model, operation, size, key, start, permit2)
         seen.append(f"{operation}: {'moved' if moved else 'refused'}")
         await _check(payment, model, store)
     return seen
 
 
-async def _step(payment: Payment, model: _Model, operation: str, size: int, key: bytes | None, start: int) -> bool:
+def _fee(payment: Payment, amount: int, fee_bps: int) -> tuple[int, int, str | None]:
+    """The fee argument of a capture or charge of ``amount`` at ``fee_bps`` (an amount on v1.1, basis
+    points on v1.0), the fee it pays, and the error the escrow answers if it is out of bounds."""
+    paid = amount * fee_bps // 10_000
+    if payment.deployment.fee_in_bps:
+        in_bounds = payment.info.min_fee_bps <= fee_bps <= payment.info.max_fee_bps
+        return fee_bps, paid, None if in_bounds else "FeeBpsOutOfRange(uint16,uint16,uint16)"
+    low, high = fee_amount_bounds(payment.info, amount)
+    return paid, paid, None if low <= paid <= high else "FeeAmountOutOfRange(uint256,uint256,uint256)"
+
+
+async def _step(
+    payment: Payment, model: _Model, operation: str, size: int, key: bytes | None, start: int, permit2: bool
+) -> bool:
     """Run one operation; True if it went through, False if the escrow refused it as the model says."""
-    info, chain = payment.info, payment.chain
-    collector = payment.deployment.eip3009_collector
+    info, chain, deployment = payment.info, payment.chain, payment.deployment
+    if permit2:
+        collector, signature = deployment.permit2_collector, payment.permit2_signature()
+    else:
+        collector, signature = deployment.eip3009_collector, payment.eip3009_signature()
     amount = size * 1_100  # up to 1.1 x the maximum: over it sometimes
     fee_bps = _MIN_BPS - 25 + size % 250  # mostly in the bounds (100 … 300), sometimes out of them
     operator_sends = key is None
@@ -117,12 +142,13 @@ async def _step(payment: Payment, model: _Model, operation: str, size: int, key:
             return True
         return False
     if operation in ("authorize", "charge"):
+        fee_arg, fee, fee_error = _fee(payment, amount, fee_bps)
         if operation == "authorize":
-            data = payment.authorize_data(amount)
+            data = authorize_calldata(info, amount, collector, signature)
         else:
-            fee = amount * fee_bps // 10_000
-            data = charge_calldata(info, amount, collector, payment.eip3009_signature(), fee, info.fee_receiver)
-        low, high = fee_amount_bounds(info, amount)
+            data = charge_calldata(
+                info, amount, collector, signature, fee_arg, info.fee_receiver, deployment=deployment
+            )
         error = (
             "InvalidSender(address,address)"
             if not operator_sends
@@ -132,8 +158,8 @@ async def _step(payment: Payment, model: _Model, operation: str, size: int, key:
             if amount > info.max_amount
             else "AfterPreApprovalExpiry(uint48,uint48)"
             if model.phase >= 1
-            else "FeeAmountOutOfRange(uint256,uint256,uint256)"
-            if operation == "charge" and not low <= amount * fee_bps // 10_000 <= high
+            else fee_error
+            if operation == "charge" and fee_error
             else "PaymentAlreadyCollected(bytes32)"
             if model.collected
             else None
@@ -147,23 +173,21 @@ async def _step(payment: Payment, model: _Model, operation: str, size: int, key:
         if operation == "authorize":
             model.capturable = amount
         else:
-            fee = amount * fee_bps // 10_000
             model.refundable = model.captured = amount
             model.fees += fee
             model.receiver += amount - fee
         return True
     if operation == "capture":
         amount = model.capturable * size // 900  # up to 1.1 x what is on hold
-        fee = amount * fee_bps // 10_000
-        data = capture_calldata(info, amount, fee, info.fee_receiver)
-        low, high = fee_amount_bounds(info, amount)
+        fee_arg, fee, fee_error = _fee(payment, amount, fee_bps)
+        data = capture_calldata(info, amount, fee_arg, info.fee_receiver, deployment=deployment)
         error = (
             "InvalidSender(address,address)"
             if not operator_sends
             else "ZeroAmount()"
             if amount == 0
-            else "FeeAmountOutOfRange(uint256,uint256,uint256)"
-            if not low <= fee <= high
+            else fee_error
+            if fee_error
             else "AfterAuthorizationExpiry(uint48,uint48)"
             if model.phase >= 2
             else "InsufficientAuthorization(bytes32,uint256,uint256)"
@@ -212,7 +236,7 @@ async def _step(payment: Payment, model: _Model, operation: str, size: int, key:
         return True
     # refund
     amount = model.refundable * size // 900
-    data = refund_calldata(info, amount, payment.deployment.operator_refund_collector)
+    data = refund_calldata(info, amount, deployment.operator_refund_collector)
     error = (
         "InvalidSender(address,address)"
         if not operator_sends
@@ -258,22 +282,30 @@ async def test_the_escrows_invariants_hold_for_any_sequence_of_operations(chain:
     chain must agree with the model after every step."""
 
     @settings(
-        max_examples=int(os.environ.get("X402MW_AUTH_CAPTURE_EXAMPLES", "20")),
+        max_examples=int(os.environ.get("X402MW_AUTH_CAPTURE_EXAMPLES", "40")),
         deadline=None,
         suppress_health_check=list(HealthCheck),
         database=None,
     )
     @given(
+        st.sampled_from([DEPLOYMENT_V1_1, DEPLOYMENT_V1_0]),
+        st.booleans(),
         st.sampled_from(["authorize", "charge"]),
         st.integers(0, 1000),
         st.lists(st.lists(_OPERATIONS, max_size=6), min_size=4, max_size=4),
     )
-    def check(collect: str, size: int, phases: list[list[tuple[str, int, bool]]]) -> None:
+    def check(
+        deployment: AuthCaptureDeployment,
+        permit2: bool,
+        collect: str,
+        size: int,
+        phases: list[list[tuple[str, int, bool]]],
+    ) -> None:
         # The operations of each phase of the payment's life, the clock moved past a deadline between.
         steps = [(collect, size, True)]
         for operations in phases:
             steps += [*operations, ("advance", 0, True)]
-        for outcome in anyio.from_thread.run(_run, chain, steps):
-            event(outcome)
+        for outcome in anyio.from_thread.run(_run, chain, deployment, permit2, steps):
+            event(f"{deployment.version}, {'permit2' if permit2 else 'eip3009'}, {outcome}")
 
     await anyio.to_thread.run_sync(check)

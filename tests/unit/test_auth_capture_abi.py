@@ -46,7 +46,7 @@ _INFO = PaymentInfo(
 
 def _canonical_type(entry: dict[str, Any]) -> str:
     if entry["type"].startswith("tuple"):
-        return "(" + ",".join(_canonical_type(c) for c in entry["components"]) + ")" + entry["type"][5:]
+        return "(" + ",".join(_canonical_type(c) for c in entry["components"]) + ")" + str(entry["type"][5:])
     return str(entry["type"])
 
 
@@ -114,8 +114,9 @@ def test_the_hashes_are_abi_encodings_of_the_struct() -> None:
 
 def test_a_field_out_of_its_type_is_refused() -> None:
     for field, value in (("max_amount", 2**120), ("refund_expiry", -1), ("min_fee_bps", 2**16), ("salt", 2**256)):
+        changes: dict[str, Any] = {field: value}
         with pytest.raises(ValueError, match=field):
-            replace(_INFO, **{field: value}).struct_hash()
+            replace(_INFO, **changes).struct_hash()
     with pytest.raises(ValueError, match="operator"):
         replace(_INFO, operator="0x1234").struct_hash()
 
