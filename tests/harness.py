@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 
 from tests import answers
+from tests.cli_runs import run_cli
 from tests.waiting import eventually
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
@@ -279,13 +280,10 @@ class Serve:
         return subprocess.run(self.command(), env=self.env(), capture_output=True, text=True, timeout=120)
 
     def cli(self, *args: str) -> dict[str, Any]:
-        done = subprocess.run(
-            [sys.executable, "-m", "x402mw", "platform", *args, "--data-dir", str(self.data_dir), "--json"],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=self.env(),
-        )
+        """``x402mw platform ARGS --data-dir ... --json`` on this serve's settings, in this process
+        (`tests.cli_runs`): its answer."""
+        done = run_cli(["platform", *args, "--data-dir", str(self.data_dir), "--json"], self.env())
+        assert done.returncode == 0, done.stderr + done.stdout
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
