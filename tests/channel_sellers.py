@@ -27,7 +27,8 @@ def _provider(chain: ChainUnderTest) -> Any:
 
     request_sync: Callable[[str, list[Any]], Any] | None = getattr(chain.rpc, "request_sync", None)
     if request_sync is None:
-        return Web3.HTTPProvider(str(getattr(chain.rpc, "url")))
+        url: str = chain.rpc.url  # type: ignore[attr-defined]
+        return Web3.HTTPProvider(url)
 
     class DevChainProvider(BaseProvider):
         def make_request(self, method: Any, params: Any) -> Any:
@@ -164,6 +165,8 @@ def sdk_channel_seller(
     app.router.add_route("/weather", weather, methods=["GET"])  # a Starlette endpoint: takes the request
 
     manager = BatchSettlementChannelManager(
-        ChannelManagerConfig(scheme=scheme, facilitator=facilitator, receiver=receiver, token=chain.usdc, network=network)
+        ChannelManagerConfig(
+            scheme=scheme, facilitator=facilitator, receiver=receiver, token=chain.usdc, network=network
+        )
     )
     return SdkChannelSeller(app, scheme, facilitator, manager, receiver, authorizer.address, network, price)

@@ -18,13 +18,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import anyio
 import httpx
 
+from x402mw.client.channels import (
+    ChannelBook,
+    ChannelPolicy,
+    ChannelRefund,
+    Pending,
+    RefundOrder,
+    offered_terms,
+    settlement_data,
+)
 from x402mw.client.records import INVALID_RECEIPT, receipt_matches
 from x402mw.client.records import PaymentRecord as PaymentRecord  # re-exported: its home before
 from x402mw.client.replies import (
@@ -37,6 +47,7 @@ from x402mw.client.replies import (
 )
 from x402mw.client.signing import sign_in_header, sign_payment
 from x402mw.client.spending import (
+    BATCH_SETTLEMENT,
     EXACT,
     NO_ACCEPTABLE_OPTION,
     OVER_CAP,
@@ -52,8 +63,14 @@ from x402mw.client.wallet import Wallet
 from x402mw.errors import ConfigurationError, PaymentRefusedError
 from x402mw.evm.keys import is_address
 from x402mw.protocol import payment_identifier
+from x402mw.protocol.codec import PAYMENT_RESPONSE, PAYMENT_SIGNATURE, encode_header
 from x402mw.protocol.models import PaymentRequired, PaymentRequirements, SettlementResponse
 from x402mw.protocol.sign_in import SIGN_IN_HEADER
+
+REFUND_EXTENSION = "x402mw.channel_refund"
+"""The request extension asking for a channel's cooperative refund (see `X402Auth.refund_channel`)."""
+_BUSY_PAUSE = 0.005
+_BUSY_PAUSES = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +190,11 @@ class X402Auth(httpx.Auth):
         retry_seconds: float = 120.0,
         on_payment: Callable[[PaymentRecord], None] | None = None,
         sign_in: bool = True,
+        channels: ChannelPolicy | None = None,
     ) -> None:
         problems: list[str] = []
+        if channels is not None and not isinstance(channels, ChannelPolicy):
+            problems.append("channels must be a ChannelPolicy")
         self.wallet = wallet
         self.max_amount = parse_cap(max_amount, "max_amount", problems)
         self.max_total = parse_cap(max_total, "max_total", problems)
@@ -203,6 +223,9 @@ class X402Auth(httpx.Auth):
         self.spent: dict[str, Decimal] = {}
         self._permit_nonces: dict[tuple[str, str], int] = {}  # upto: the next EIP-2612 nonce, by token
         self._lock = threading.Lock()
+        self.channels = None if channels is None else ChannelBook(wallet, channels)
+        # Routes paid by channel, by (method, URL): their next request carries a voucher at once.
+        self._channel_routes: dict[tuple[str, str], PaymentRequired] = {}
 
     def __repr__(self) -> str:
         return (
@@ -239,13 +262,28 @@ class X402Auth(httpx.Auth):
                         await reply.aread()
 
     def _flow(self, request: httpx.Request) -> _Flow:
-        response = yield request
+        url = str(request.url)
+        key = (request.method, url)
+        order = request.extensions.get(REFUND_EXTENSION)
+        order = order if isinstance(order, RefundOrder) else None
+        with self._lock:
+            route = self._channel_routes.get(key) if order is None else None
+        response = None
+        if route is not None:  # a route paid by channel: the voucher goes with the first request
+            response = yield from self._pay_by_channel(request, route, key, None, first=True)
+            if response.status_code != 402:
+                return
+            with self._lock:
+                self._channel_routes.pop(key, None)
+        if response is None:
+            response = yield request
         assert response is not None
         required = payment_required(response)
         if required is None:
             return
-        url = str(request.url)
-        key = (request.method, url)
+        if order is not None or (self.channels is not None and self._channel_offer(required) is not None):
+            yield from self._pay_by_channel(request, required, key, order)
+            return
         held: _Unsettled | None = None
         try:
             held = self._take_unsettled(key)
@@ -372,8 +410,12 @@ class X402Auth(httpx.Auth):
     def _choose(self, required: PaymentRequired, url: str) -> Choice:
         skipped: list[str] = []
         over_cap = False
+        policy = self.channels.policy if self.channels is not None else None
+        entries = list(enumerate(required.accepts, start=1))
+        if policy is not None and policy.prefer:
+            entries.sort(key=lambda pair: pair[1].scheme != BATCH_SETTLEMENT)
         with self._lock:
-            for index, entry in enumerate(required.accepts, start=1):
+            for index, entry in entries:
                 choice, problem = judge(
                     entry,
                     networks=self.networks,
@@ -381,6 +423,7 @@ class X402Auth(httpx.Auth):
                     max_amount=self.max_amount,
                     max_total=self.max_total,
                     spent=self.spent,
+                    max_deposit=policy.max_deposit if policy is not None else None,  # type: ignore[arg-type]
                 )
                 if choice is not None:
                     self.spent[choice.spend_key] = EXACT.add(self.spent.get(choice.spend_key, Decimal(0)), choice.units)
@@ -454,3 +497,137 @@ class X402Auth(httpx.Auth):
                 payer=payer,
                 transaction=transaction or None,
             )
+
+    def _channel_offer(self, required: PaymentRequired) -> PaymentRequirements | None:
+        """The offer of ``required`` this auth would pay by channel, if it would."""
+        if self.channels is None:
+            return None
+        preferred = self.channels.policy.prefer
+        for entry in required.accepts:
+            if entry.scheme == BATCH_SETTLEMENT:
+                return entry
+            if not preferred and entry.scheme in ("exact", "upto"):
+                return None
+        return None
+
+    def _pay_by_channel(
+        self,
+        request: httpx.Request,
+        required: PaymentRequired,
+        key: tuple[str, str],
+        order: RefundOrder | None,
+        first: bool = False,
+    ) -> Generator[httpx.Request | _Pause, httpx.Response | None, httpx.Response]:
+        """Pay ``request`` by channel (or ask its refund, with ``order``): sign a voucher (a deposit
+        when the channel cannot cover it), send, and on a corrective 402 adopt the seller's count
+        (its voucher proof checked) and sign again, once; the last answer."""
+        url = key[1]
+        book = self.channels
+        if book is None:
+            raise PaymentRefusedError(
+                "no channel to refund: this auth pays no channels", reason="no_channel", payer=self.wallet.address
+            )
+        choice = self._refund_choice(required, url) if order is not None else self._choose(required, url)
+        if choice.requirements.scheme != BATCH_SETTLEMENT:
+            raise PaymentRefusedError(
+                f"{url} offers no payment channel", reason=NO_ACCEPTABLE_OPTION, payer=self.wallet.address
+            )
+        entry = offered_terms(choice.requirements)
+        state = book.state_for(entry)
+        for _ in range(_BUSY_PAUSES):
+            if book.claim(state):
+                break
+            yield _Pause(_BUSY_PAUSE)
+        else:
+            raise PaymentRefusedError(
+                f"the channel {state.id} stayed busy", reason="channel_busy", payer=self.wallet.address
+            )
+        response: httpx.Response | None = None
+        try:
+            book.correct(state, required)  # a corrective 402 (after a restart): its count, if proven
+            for attempt in range(3):
+                pending = book.sign(entry, required.resource, choice.decimals, state, order)
+                request.headers[PAYMENT_SIGNATURE] = encode_header(pending.payload)
+                response = yield from self._until_known(request)
+                settlement = settlement_data(response.headers.get(PAYMENT_RESPONSE))
+                if response.status_code < 400 and settlement is not None and book.settled(pending, settlement):
+                    self._channel_paid(key, required, choice, pending, settlement)
+                    return response
+                again = payment_required(response) if response.status_code == 402 else None
+                if again is None or first or attempt == 2 or not book.correct(state, again, pending.kind):
+                    break
+            assert response is not None
+            return response
+        finally:
+            book.release(state)
+            if order is not None:  # a refund is no charge
+                with self._lock:
+                    already = self.spent.get(choice.spend_key, Decimal(0))
+                    self.spent[choice.spend_key] = EXACT.subtract(already, choice.units)
+
+    def _refund_choice(self, required: PaymentRequired, url: str) -> Choice:
+        return self._choose(
+            required.model_copy(update={"accepts": [e for e in required.accepts if e.scheme == BATCH_SETTLEMENT]}), url
+        )
+
+    def _channel_paid(
+        self,
+        key: tuple[str, str],
+        required: PaymentRequired,
+        choice: Choice,
+        pending: Pending,
+        settlement: Mapping[str, Any],
+    ) -> None:
+        if pending.refund is not None:
+            return
+        outcome = pending.outcome
+        assert outcome is not None
+        url = key[1]
+        with self._lock:
+            self._channel_routes[key] = required
+            left = EXACT.subtract(choice.units, Decimal(outcome.charged).scaleb(-choice.decimals, context=EXACT))
+            self.spent[choice.spend_key] = EXACT.subtract(self.spent.get(choice.spend_key, Decimal(0)), left)
+        accepted = pending.requirements
+        record = PaymentRecord(
+            url=url,
+            amount=outcome.charged,
+            asset=accepted.asset,
+            network=accepted.network,
+            pay_to=accepted.pay_to,
+            transaction=outcome.transaction,
+            payer=str(settlement.get("payer") or self.wallet.address),
+            receipt=None,
+            verified=False,
+            symbol=choice.symbol,
+            decimals=choice.decimals,
+            scheme=BATCH_SETTLEMENT,
+            ceiling=accepted.amount,
+            channel=outcome,
+        )
+        with self._lock:
+            self.payments.append(record)
+        if self.on_payment is not None:
+            self.on_payment(record)
+
+    def refund_channel(self, client: httpx.Client, url: str, *, amount: int | None = None) -> ChannelRefund:
+        """Ask the seller of ``url`` (a route paid by channel) for the channel's cooperative refund:
+        all that was not charged, or ``amount`` atomic units of it. The seller sends the refund
+        transaction; `PaymentRefusedError` when it did not."""
+        order = RefundOrder(amount)
+        response = client.get(url, auth=self, extensions={REFUND_EXTENSION: order})
+        return self._refunded(order, url, response)
+
+    async def arefund_channel(self, client: httpx.AsyncClient, url: str, *, amount: int | None = None) -> ChannelRefund:
+        """`refund_channel` for an ``httpx.AsyncClient``."""
+        order = RefundOrder(amount)
+        response = await client.get(url, auth=self, extensions={REFUND_EXTENSION: order})
+        return self._refunded(order, url, response)
+
+    def _refunded(self, order: RefundOrder, url: str, response: httpx.Response) -> ChannelRefund:
+        if order.result is None:
+            raise PaymentRefusedError(
+                f"the seller of {url} did not refund the channel (it answered {response.status_code})",
+                reason="refund_refused",
+                payer=self.wallet.address,
+            )
+        return order.result
