@@ -18,23 +18,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 import anyio
 import httpx
 
-from x402mw.client.channels import (
-    ChannelBook,
-    ChannelPolicy,
-    ChannelRefund,
-    Pending,
-    RefundOrder,
-    offered_terms,
-    settlement_data,
-)
+from x402mw.client.channel_flow import REFUND_EXTENSION, channel_offer, pay_by_channel
+from x402mw.client.channels import ChannelBook, ChannelPolicy, ChannelRefund, RefundOrder
+from x402mw.client.commands import Pause
 from x402mw.client.records import INVALID_RECEIPT, receipt_matches
 from x402mw.client.records import PaymentRecord as PaymentRecord  # re-exported: its home before
 from x402mw.client.replies import (
@@ -63,19 +56,8 @@ from x402mw.client.wallet import Wallet
 from x402mw.errors import ConfigurationError, PaymentRefusedError
 from x402mw.evm.keys import is_address
 from x402mw.protocol import payment_identifier
-from x402mw.protocol.codec import PAYMENT_RESPONSE, PAYMENT_SIGNATURE, encode_header
 from x402mw.protocol.models import PaymentRequired, PaymentRequirements, SettlementResponse
 from x402mw.protocol.sign_in import SIGN_IN_HEADER
-
-REFUND_EXTENSION = "x402mw.channel_refund"
-"""The request extension asking for a channel's cooperative refund (see `X402Auth.refund_channel`)."""
-_BUSY_PAUSE = 0.005
-_BUSY_PAUSES = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class _Pause:
-    seconds: float
 
 
 @dataclass(eq=False, slots=True)
@@ -88,7 +70,7 @@ class _Unsettled:
     busy: bool = True  # a request is sending it now
 
 
-_Flow = Generator[httpx.Request | _Pause, httpx.Response | None, None]
+_Flow = Generator[httpx.Request | Pause, httpx.Response | None, None]
 
 
 class _Steps:
@@ -112,7 +94,7 @@ class _Steps:
     def __iter__(self) -> _Steps:
         return self
 
-    def __next__(self) -> httpx.Request | _Pause:
+    def __next__(self) -> httpx.Request | Pause:
         if not self._started:
             self._started = True
             return next(self._flow)
@@ -236,14 +218,14 @@ class X402Auth(httpx.Auth):
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         with _Steps(self._flow(request)) as steps:
             for command in steps:
-                if not isinstance(command, _Pause):
+                if not isinstance(command, Pause):
                     steps.reply = yield command
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.read()
         with _Steps(self._flow(request)) as steps:
             for command in steps:
-                if isinstance(command, _Pause):
+                if isinstance(command, Pause):
                     time.sleep(command.seconds)
                 else:
                     steps.reply = reply = yield command
@@ -254,7 +236,7 @@ class X402Auth(httpx.Auth):
         await request.aread()
         with _Steps(self._flow(request)) as steps:
             for command in steps:
-                if isinstance(command, _Pause):
+                if isinstance(command, Pause):
                     await anyio.sleep(command.seconds)
                 else:
                     steps.reply = reply = yield command
@@ -270,7 +252,7 @@ class X402Auth(httpx.Auth):
             route = self._channel_routes.get(key) if order is None else None
         response = None
         if route is not None:  # a route paid by channel: the voucher goes with the first request
-            response = yield from self._pay_by_channel(request, route, key, None, first=True)
+            response = yield from pay_by_channel(self, request, route, key, None, first=True)
             if response.status_code != 402:
                 return
             with self._lock:
@@ -281,8 +263,8 @@ class X402Auth(httpx.Auth):
         required = payment_required(response)
         if required is None:
             return
-        if order is not None or (self.channels is not None and self._channel_offer(required) is not None):
-            yield from self._pay_by_channel(request, required, key, order)
+        if order is not None or channel_offer(self, required) is not None:
+            yield from pay_by_channel(self, request, required, key, order)
             return
         held: _Unsettled | None = None
         try:
@@ -364,7 +346,7 @@ class X402Auth(httpx.Auth):
 
     def _until_known(
         self, request: httpx.Request
-    ) -> Generator[httpx.Request | _Pause, httpx.Response | None, httpx.Response]:
+    ) -> Generator[httpx.Request | Pause, httpx.Response | None, httpx.Response]:
         """Send the paid ``request``, and again with the same signature while the seller answers that
         the payment is pending or that it could not take it (503, 502, 504), within
         ``pending_retries`` and ``retry_seconds``; the last answer."""
@@ -376,7 +358,7 @@ class X402Auth(httpx.Auth):
             if pause is None or time.monotonic() + pause > deadline:
                 break
             if pause > 0:
-                yield _Pause(pause)
+                yield Pause(pause)
             response = yield request
         assert response is not None
         return response
@@ -497,117 +479,6 @@ class X402Auth(httpx.Auth):
                 payer=payer,
                 transaction=transaction or None,
             )
-
-    def _channel_offer(self, required: PaymentRequired) -> PaymentRequirements | None:
-        """The offer of ``required`` this auth would pay by channel, if it would."""
-        if self.channels is None:
-            return None
-        preferred = self.channels.policy.prefer
-        for entry in required.accepts:
-            if entry.scheme == BATCH_SETTLEMENT:
-                return entry
-            if not preferred and entry.scheme in ("exact", "upto"):
-                return None
-        return None
-
-    def _pay_by_channel(
-        self,
-        request: httpx.Request,
-        required: PaymentRequired,
-        key: tuple[str, str],
-        order: RefundOrder | None,
-        first: bool = False,
-    ) -> Generator[httpx.Request | _Pause, httpx.Response | None, httpx.Response]:
-        """Pay ``request`` by channel (or ask its refund, with ``order``): sign a voucher (a deposit
-        when the channel cannot cover it), send, and on a corrective 402 adopt the seller's count
-        (its voucher proof checked) and sign again, once; the last answer."""
-        url = key[1]
-        book = self.channels
-        if book is None:
-            raise PaymentRefusedError(
-                "no channel to refund: this auth pays no channels", reason="no_channel", payer=self.wallet.address
-            )
-        choice = self._refund_choice(required, url) if order is not None else self._choose(required, url)
-        if choice.requirements.scheme != BATCH_SETTLEMENT:
-            raise PaymentRefusedError(
-                f"{url} offers no payment channel", reason=NO_ACCEPTABLE_OPTION, payer=self.wallet.address
-            )
-        entry = offered_terms(choice.requirements)
-        state = book.state_for(entry)
-        for _ in range(_BUSY_PAUSES):
-            if book.claim(state):
-                break
-            yield _Pause(_BUSY_PAUSE)
-        else:
-            raise PaymentRefusedError(
-                f"the channel {state.id} stayed busy", reason="channel_busy", payer=self.wallet.address
-            )
-        response: httpx.Response | None = None
-        try:
-            book.correct(state, required)  # a corrective 402 (after a restart): its count, if proven
-            for attempt in range(3):
-                pending = book.sign(entry, required.resource, choice.decimals, state, order)
-                request.headers[PAYMENT_SIGNATURE] = encode_header(pending.payload)
-                response = yield from self._until_known(request)
-                settlement = settlement_data(response.headers.get(PAYMENT_RESPONSE))
-                if response.status_code < 400 and settlement is not None and book.settled(pending, settlement):
-                    self._channel_paid(key, required, choice, pending, settlement)
-                    return response
-                again = payment_required(response) if response.status_code == 402 else None
-                if again is None or first or attempt == 2 or not book.correct(state, again, pending.kind):
-                    break
-            assert response is not None
-            return response
-        finally:
-            book.release(state)
-            if order is not None:  # a refund is no charge
-                with self._lock:
-                    already = self.spent.get(choice.spend_key, Decimal(0))
-                    self.spent[choice.spend_key] = EXACT.subtract(already, choice.units)
-
-    def _refund_choice(self, required: PaymentRequired, url: str) -> Choice:
-        return self._choose(
-            required.model_copy(update={"accepts": [e for e in required.accepts if e.scheme == BATCH_SETTLEMENT]}), url
-        )
-
-    def _channel_paid(
-        self,
-        key: tuple[str, str],
-        required: PaymentRequired,
-        choice: Choice,
-        pending: Pending,
-        settlement: Mapping[str, Any],
-    ) -> None:
-        if pending.refund is not None:
-            return
-        outcome = pending.outcome
-        assert outcome is not None
-        url = key[1]
-        with self._lock:
-            self._channel_routes[key] = required
-            left = EXACT.subtract(choice.units, Decimal(outcome.charged).scaleb(-choice.decimals, context=EXACT))
-            self.spent[choice.spend_key] = EXACT.subtract(self.spent.get(choice.spend_key, Decimal(0)), left)
-        accepted = pending.requirements
-        record = PaymentRecord(
-            url=url,
-            amount=outcome.charged,
-            asset=accepted.asset,
-            network=accepted.network,
-            pay_to=accepted.pay_to,
-            transaction=outcome.transaction,
-            payer=str(settlement.get("payer") or self.wallet.address),
-            receipt=None,
-            verified=False,
-            symbol=choice.symbol,
-            decimals=choice.decimals,
-            scheme=BATCH_SETTLEMENT,
-            ceiling=accepted.amount,
-            channel=outcome,
-        )
-        with self._lock:
-            self.payments.append(record)
-        if self.on_payment is not None:
-            self.on_payment(record)
 
     def refund_channel(self, client: httpx.Client, url: str, *, amount: int | None = None) -> ChannelRefund:
         """Ask the seller of ``url`` (a route paid by channel) for the channel's cooperative refund:
