@@ -7,17 +7,21 @@ channel; the cooperative refund."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chain
 from tests.channel_helpers import address_of_key, receiver_keys, relayer_key
 from tests.channel_sellers import SdkChannelSeller, sdk_channel_seller
 from tests.contract_helpers import funded_key
+from tests.harness import serve_app
 from x402mw.client import Wallet, X402Auth
 from x402mw.client.channels import ChannelPolicy
+from x402mw.client.pay import pay_command
 from x402mw.errors import PaymentRefusedError
 from x402mw.platform.chain.channels import read_channel
 from x402mw.platform.chain.token import balance_of
@@ -153,3 +157,33 @@ async def test_the_cooperative_refund_returns_what_was_not_charged(
     assert await balance_of(chain.rpc, chain.usdc, payer) == 1_000_000 - 4 * PRICE
     snapshot = await read_channel(chain.rpc, bytes.fromhex(refund.channel_id[2:]))
     assert (snapshot.balance, snapshot.total_claimed) == (4 * PRICE, 4 * PRICE)
+
+
+async def test_the_pay_command_shows_the_channel_and_finds_it_again_in_the_next_run(
+    chain: ChainUnderTest,
+    relayer_key: bytes,
+    receiver_keys: tuple[bytes, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seller = await seller_for(chain, relayer_key, receiver_keys, min_deposit=30_000)
+    payer_key = await funded_key(chain, usdc=1_000_000)
+    monkeypatch.setenv("X402MW_PRIVATE_KEY", payer_key.hex())
+    with serve_app(seller.app) as base:
+        first = CliRunner().invoke(pay_command, [f"{base}/weather", "--max-deposit", "0.05"])
+        second = CliRunner().invoke(pay_command, [f"{base}/weather", "--max-deposit", "0.05", "--json"])
+        without = CliRunner().invoke(pay_command, [f"{base}/weather", "--json"])
+    assert first.exit_code == 0, first.output
+    asset = chain.usdc  # the dev chain's and anvil's tokens are not known by symbol
+    assert f"channel balance: 0.03 {asset}, charged 0.001 so far, 0.029 left" in first.output
+    assert f"deposit: 0.03 {asset} (transaction 0x" in first.output
+    assert second.exit_code == 0, second.output
+    channel = json.loads(second.output)["payment"]["channel"]
+    assert (channel["deposit"], channel["balance"], channel["charged"], channel["remaining"]) == (
+        "0",
+        "0.03",
+        "0.002",
+        "0.028",
+    )
+    assert json.loads(second.output)["payment"]["transaction"] is None
+    assert without.exit_code == 1 and json.loads(without.output)["error"]["reason"] == "no_acceptable_option"
+    assert await balance_of(chain.rpc, chain.usdc, address_of_key(payer_key)) == 1_000_000 - 30_000
