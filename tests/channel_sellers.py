@@ -85,6 +85,7 @@ class SdkChannelSeller:
     authorizer: str
     network: str
     price: int
+    option: Any
 
     async def claim_and_settle(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.manager.claim_and_settle()
@@ -169,4 +170,52 @@ def sdk_channel_seller(
             scheme=scheme, facilitator=facilitator, receiver=receiver, token=chain.usdc, network=network
         )
     )
-    return SdkChannelSeller(app, scheme, facilitator, manager, receiver, authorizer.address, network, price)
+    return SdkChannelSeller(app, scheme, facilitator, manager, receiver, authorizer.address, network, price, option)
+
+
+class SdkToolSession:
+    """An MCP session's ``call_tool`` in this process, answered by the SDK's paid tool wrapper
+    (``x402.mcp.server_async.create_payment_wrapper``) around a ``forecast`` tool, selling through
+    ``seller``'s scheme (the same channels as its HTTP route) and facilitator."""
+
+    def __init__(self, seller: SdkChannelSeller) -> None:
+        from x402 import x402ResourceServer
+        from x402.mcp.server_async import PaymentWrapperConfig, create_payment_wrapper
+        from x402.schemas import ResourceConfig, ResourceInfo
+
+        server = x402ResourceServer(seller.facilitator)
+        server.register(seller.network, seller.scheme)
+        server.initialize()
+        option = seller.option
+        accepts = server.build_payment_requirements(
+            ResourceConfig(
+                scheme="batch-settlement",
+                pay_to=option.pay_to,
+                price=option.price,
+                network=option.network,
+                max_timeout_seconds=option.max_timeout_seconds,
+            )
+        )
+        paid = create_payment_wrapper(
+            server, PaymentWrapperConfig(accepts=accepts, resource=ResourceInfo(url="mcp://tool/forecast"))
+        )
+
+        async def forecast(args: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+            return {"content": [{"type": "text", "text": f"Sunny in {args.get('city')}"}]}
+
+        self._tool = paid(forecast)
+        self.calls = 0
+
+    async def call_tool(self, name: str, arguments: Any = None, *, meta: Any = None, **_: Any) -> Any:
+        from mcp.types import CallToolResult
+
+        self.calls += 1
+        result = await self._tool(arguments or {}, {"_meta": meta or {}, "toolName": name})
+        return CallToolResult.model_validate(
+            {
+                "content": result.content,
+                "isError": result.is_error,
+                "structuredContent": result.structured_content,
+                "_meta": result.meta or None,
+            }
+        )

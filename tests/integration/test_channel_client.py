@@ -16,11 +16,12 @@ from click.testing import CliRunner
 
 from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chain
 from tests.channel_helpers import address_of_key, receiver_keys, relayer_key
-from tests.channel_sellers import SdkChannelSeller, sdk_channel_seller
+from tests.channel_sellers import SdkChannelSeller, SdkToolSession, sdk_channel_seller
 from tests.contract_helpers import funded_key
 from tests.harness import serve_app
 from x402mw.client import Wallet, X402Auth
 from x402mw.client.channels import ChannelPolicy
+from x402mw.client.mcp import PayingSession
 from x402mw.client.pay import pay_command
 from x402mw.errors import PaymentRefusedError
 from x402mw.platform.chain.channels import read_channel
@@ -187,3 +188,24 @@ async def test_the_pay_command_shows_the_channel_and_finds_it_again_in_the_next_
     assert json.loads(second.output)["payment"]["transaction"] is None
     assert without.exit_code == 1 and json.loads(without.output)["error"]["reason"] == "no_acceptable_option"
     assert await balance_of(chain.rpc, chain.usdc, address_of_key(payer_key)) == 1_000_000 - 30_000
+
+
+async def test_mcp_tools_are_paid_from_the_same_channel(
+    chain: ChainUnderTest, relayer_key: bytes, receiver_keys: tuple[bytes, bytes]
+) -> None:
+    seller = await seller_for(chain, relayer_key, receiver_keys, min_deposit=50_000)
+    payer_key = await funded_key(chain, usdc=1_000_000)
+    auth = agent(payer_key)
+    async with httpx.AsyncClient(transport=CountingTransport(seller), base_url="http://seller", auth=auth) as client:
+        assert (await client.get("/weather")).status_code == 200  # the deposit, over HTTP
+    session = SdkToolSession(seller)
+    tools = PayingSession(session, auth)  # type: ignore[arg-type]
+    for _ in range(5):
+        result = await tools.call_tool("forecast", {"city": "Lisbon"})
+        assert not result.is_error, result
+    assert session.calls == 6  # the first call's offer, then one paid call each
+    assert [p.scheme for p in auth.payments] == ["batch-settlement"] * 6
+    last = auth.payments[-1].channel
+    assert last is not None and last.channel_id == auth.payments[0].channel.channel_id  # type: ignore[union-attr]
+    assert (last.deposit, last.balance, last.charged_total) == (0, 50_000, 6 * PRICE)
+    assert await balance_of(chain.rpc, chain.usdc, address_of_key(payer_key)) == 1_000_000 - 50_000

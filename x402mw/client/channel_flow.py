@@ -120,14 +120,16 @@ def record_charge(
     choice: Choice,
     pending: Pending,
     settlement: Mapping[str, Any],
+    remember: bool = True,
 ) -> None:
     """Record a request paid by channel in ``auth.payments``, count what it was charged (not the
-    price signed for) in ``auth.spent``, and remember the route: its next request carries its
-    voucher at once."""
+    price signed for) in ``auth.spent``, and (``remember``) remember the route: its next request
+    carries its voucher at once."""
     outcome = pending.outcome
     assert outcome is not None
     with auth._lock:
-        auth._channel_routes[key] = required
+        if remember:
+            auth._channel_routes[key] = required
         left = EXACT.subtract(choice.units, Decimal(outcome.charged).scaleb(-choice.decimals, context=EXACT))
         auth.spent[choice.spend_key] = EXACT.subtract(auth.spent.get(choice.spend_key, Decimal(0)), left)
     record = channel_record(
