@@ -5,23 +5,22 @@ what was charged. Written as generators of the auth's commands, so the sync and 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+import threading
+from collections.abc import Callable, Generator, Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
-from x402mw.client.channels import ChannelCharge, Pending, RefundOrder, offered_terms, settlement_data
+from x402mw.client.channels import ChannelBook, ChannelCharge, Pending, RefundOrder, offered_terms, settlement_data
 from x402mw.client.commands import Pause
 from x402mw.client.records import PaymentRecord
 from x402mw.client.replies import payment_required
 from x402mw.client.spending import BATCH_SETTLEMENT, EXACT, NO_ACCEPTABLE_OPTION, Choice
+from x402mw.client.wallet import Wallet
 from x402mw.errors import PaymentRefusedError
 from x402mw.protocol.codec import PAYMENT_RESPONSE, PAYMENT_SIGNATURE, encode_header
 from x402mw.protocol.models import PaymentRequired, PaymentRequirements
-
-if TYPE_CHECKING:
-    from x402mw.client.auth import X402Auth
 
 REFUND_EXTENSION = "x402mw.channel_refund"
 """The request extension asking for a channel's cooperative refund (see `X402Auth.refund_channel`)."""
@@ -29,6 +28,24 @@ CORRECTIONS = 2
 """How many corrective 402s one request follows before its answer goes to the caller."""
 _BUSY_PAUSE = 0.005
 _BUSY_PAUSES = 2000
+
+
+class X402Auth(Protocol):
+    """What of `x402mw.client.auth.X402Auth` the channel flow uses (its caps, counts and records)."""
+
+    wallet: Wallet
+    channels: ChannelBook | None
+    spent: dict[str, Decimal]
+    payments: list[PaymentRecord]
+    on_payment: Callable[[PaymentRecord], None] | None
+    _lock: threading.Lock
+    _channel_routes: dict[tuple[str, str], PaymentRequired]
+
+    def _choose(self, required: PaymentRequired, url: str) -> Choice: ...
+
+    def _until_known(
+        self, request: httpx.Request
+    ) -> Generator[httpx.Request | Pause, httpx.Response | None, httpx.Response]: ...
 
 
 def channel_offer(auth: X402Auth, required: PaymentRequired) -> PaymentRequirements | None:
