@@ -7,6 +7,7 @@ channel; the cooperative refund."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from decimal import Decimal
 
@@ -15,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chain
-from tests.channel_helpers import address_of_key, receiver_keys, relayer_key
+from tests.channel_helpers import MAX_UINT, address_of_key, approve_calldata, receiver_keys, relayer_key
 from tests.channel_sellers import SdkChannelSeller, SdkToolSession, sdk_channel_seller
 from tests.contract_helpers import funded_key
 from tests.harness import serve_app
@@ -24,7 +25,9 @@ from x402mw.client.channels import ChannelPolicy
 from x402mw.client.mcp import PayingSession
 from x402mw.client.pay import pay_command
 from x402mw.errors import PaymentRefusedError
+from x402mw.evm.permit2 import PERMIT2_ADDRESS
 from x402mw.platform.chain.channels import read_channel
+from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import balance_of
 
 __all__ = ["anvil_node", "anyio_backend", "chain", "receiver_keys", "relayer_key"]
@@ -209,3 +212,57 @@ async def test_mcp_tools_are_paid_from_the_same_channel(
     assert last is not None and last.channel_id == auth.payments[0].channel.channel_id  # type: ignore[union-attr]
     assert (last.deposit, last.balance, last.charged_total) == (0, 50_000, 6 * PRICE)
     assert await balance_of(chain.rpc, chain.usdc, address_of_key(payer_key)) == 1_000_000 - 50_000
+
+
+async def test_a_permit2_deposit_when_the_offer_asks_for_it(
+    chain: ChainUnderTest, relayer_key: bytes, receiver_keys: tuple[bytes, bytes]
+) -> None:
+    seller = await seller_for(chain, relayer_key, receiver_keys, min_deposit=20_000, asset_transfer_method="permit2")
+    payer_key = await funded_key(chain, usdc=1_000_000)
+    await transact(chain.rpc, payer_key, chain.usdc, approve_calldata(PERMIT2_ADDRESS, MAX_UINT), gas=80_000)
+    auth = agent(payer_key)
+    async with httpx.AsyncClient(transport=CountingTransport(seller), base_url="http://seller", auth=auth) as client:
+        for _ in range(3):
+            assert (await client.get("/weather")).status_code == 200
+    first = auth.payments[0].channel
+    assert first is not None and first.deposit == 20_000
+    assert await balance_of(chain.rpc, chain.usdc, address_of_key(payer_key)) == 1_000_000 - 20_000
+    snapshot = await read_channel(chain.rpc, bytes.fromhex(first.channel_id[2:]))
+    assert snapshot.balance == 20_000
+
+
+async def test_concurrent_requests_on_one_channel_sign_one_after_another(
+    chain: ChainUnderTest, relayer_key: bytes, receiver_keys: tuple[bytes, bytes]
+) -> None:
+    seller = await seller_for(chain, relayer_key, receiver_keys, min_deposit=100_000)
+    payer_key = await funded_key(chain, usdc=1_000_000)
+    auth = agent(payer_key)
+    async with httpx.AsyncClient(transport=CountingTransport(seller), base_url="http://seller", auth=auth) as client:
+        assert (await client.get("/weather")).status_code == 200
+        answers = await asyncio.gather(*(client.get("/weather") for _ in range(12)))
+    assert [a.status_code for a in answers] == [200] * 12
+    ceilings = sorted(p.channel.charged_total for p in auth.payments if p.channel is not None)
+    assert ceilings == [PRICE * n for n in range(1, 14)]
+    record = await seller.channel(auth.payments[0].channel.channel_id)  # type: ignore[union-attr]
+    assert int(record.charged_cumulative_amount) == 13 * PRICE
+
+
+async def test_a_channel_refunded_in_full_is_paid_into_again(
+    chain: ChainUnderTest, relayer_key: bytes, receiver_keys: tuple[bytes, bytes]
+) -> None:
+    seller = await seller_for(chain, relayer_key, receiver_keys, min_deposit=10_000)
+    payer_key = await funded_key(chain, usdc=1_000_000)
+    payer = address_of_key(payer_key)
+    auth = agent(payer_key)
+    with serve_app(seller.app) as base, httpx.Client(base_url=base, auth=auth, timeout=60) as client:
+        assert client.get("/weather").status_code == 200
+        refund = auth.refund_channel(client, f"{base}/weather", amount=4_000)  # the sync twin, in part
+        assert (refund.amount, refund.balance) == (4_000, 6_000)
+        assert auth.refund_channel(client, f"{base}/weather").amount == 5_000  # the rest
+        for _ in range(2):
+            assert client.get("/weather").status_code == 200
+    deposits = [p.channel.deposit for p in auth.payments if p.channel is not None]
+    assert deposits == [10_000, 10_000, 0]
+    assert await balance_of(chain.rpc, chain.usdc, payer) == 1_000_000 - 10_000 - PRICE
+    last = auth.payments[-1].channel
+    assert last is not None and (last.balance, last.charged_total) == (11_000, 3 * PRICE)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -169,7 +169,7 @@ class ChannelBook:
         self._channels: dict[str, ChannelState] = {}
         self._lock = threading.Lock()
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[ChannelState]:
         with self._lock:
             return iter(list(self._channels.values()))
 
