@@ -283,3 +283,45 @@ def test_channels_are_not_paid_unless_the_agent_enabled_them(wallet: Wallet) -> 
     request = next(flow)
     with pytest.raises(PaymentRefusedError, match="paying by channel is not enabled"):
         flow.send(httpx.Response(402, headers={"PAYMENT-REQUIRED": header(offer)}, request=request))
+
+
+def offer_response(request: httpx.Request, data: dict[str, Any] | None = None) -> httpx.Response:
+    data = data or {"x402Version": 2, "resource": {"url": URL}, "accepts": [channel_offer()]}
+    return httpx.Response(402, headers={"PAYMENT-REQUIRED": header(data)}, request=request)
+
+
+def test_the_caps_count_what_was_charged_not_the_price(wallet: Wallet) -> None:
+    auth = X402Auth(wallet, max_amount="0.01", max_total="0.0025", channels=ChannelPolicy(max_deposit="1"))
+    for index in range(3):
+        flow = auth.auth_flow(httpx.Request("GET", URL))
+        request = next(flow)
+        if index == 0:
+            request = flow.send(offer_response(request))
+        with pytest.raises(StopIteration):
+            flow.send(paid(request, charged="700", transaction=TX if index == 0 else ""))
+    assert auth.spent == {"USDC": Decimal("0.0021")}  # three prices would be 0.003, over the cap
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    with pytest.raises(PaymentRefusedError, match="total cap") as refused:
+        next(flow)  # a fourth price would pass the cap: nothing is signed
+    assert refused.value.reason == "over_cap"
+
+
+def test_a_restarted_agent_stepped_by_hand_adopts_the_corrective_402(wallet: Wallet) -> None:
+    auth = X402Auth(wallet, max_amount="0.01", channels=ChannelPolicy(max_deposit="1"))
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    request = flow.send(offer_response(next(flow)))
+    sent = sent_payload(request)["payload"]
+    assert sent["type"] == "deposit"  # knowing nothing, it pays as for a new channel
+    state = auth.channels.get(sent["voucher"]["channelId"]) if auth.channels else None
+    assert state is not None
+    proof = wallet.sign_voucher(ChannelDomain(8453), bytes.fromhex(state.id[2:]), 5_000)
+    correction = corrective(state, 5_000, proof).to_wire() | {"resource": {"url": URL}}
+    request = flow.send(offer_response(request, correction))
+    sent = sent_payload(request)["payload"]
+    assert (sent["type"], sent["voucher"]["maxClaimableAmount"]) == ("voucher", "6000")
+    assert "channelState" not in sent_payload(request)["accepted"]["extra"]  # the offer's terms, echoed
+    with pytest.raises(StopIteration):
+        flow.send(paid(request))
+    last = auth.payments[-1].channel
+    assert last is not None and (last.deposit, last.balance, last.charged_total) == (0, 10_000, 6_000)
+    assert auth.spent == {"USDC": Decimal("0.001")}  # the request was counted once
