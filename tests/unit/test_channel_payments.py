@@ -325,3 +325,23 @@ def test_a_restarted_agent_stepped_by_hand_adopts_the_corrective_402(wallet: Wal
     last = auth.payments[-1].channel
     assert last is not None and (last.deposit, last.balance, last.charged_total) == (0, 10_000, 6_000)
     assert auth.spent == {"USDC": Decimal("0.001")}  # the request was counted once
+
+
+def exact_offer(amount: int) -> dict[str, Any]:
+    offer = channel_offer(amount)
+    return offer | {"scheme": "exact", "extra": {"name": "USD Coin", "version": "2"}}
+
+
+@pytest.mark.parametrize(
+    ("prefer", "exact_amount", "paid_with"),
+    [(True, 1_000, "deposit"), (False, 1_000, "exact"), (False, 50_000, "deposit")],
+)
+def test_which_offer_is_paid(wallet: Wallet, prefer: bool, exact_amount: int, paid_with: str) -> None:
+    auth = X402Auth(wallet, max_amount="0.01", channels=ChannelPolicy(max_deposit="1", prefer=prefer))
+    both = {"x402Version": 2, "resource": {"url": URL}, "accepts": [exact_offer(exact_amount), channel_offer()]}
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    request = flow.send(offer_response(next(flow), both))
+    payload = sent_payload(request)
+    assert payload["accepted"]["scheme"] == ("exact" if paid_with == "exact" else "batch-settlement")
+    if paid_with != "exact":
+        assert payload["payload"]["type"] == paid_with

@@ -390,34 +390,47 @@ class X402Auth(httpx.Auth):
         self._settled(url, response, entry.choice)
 
     def _choose(self, required: PaymentRequired, url: str) -> Choice:
-        skipped: list[str] = []
-        over_cap = False
-        policy = self.channels.policy if self.channels is not None else None
-        entries = list(enumerate(required.accepts, start=1))
-        if policy is not None and policy.prefer:
-            entries.sort(key=lambda pair: pair[1].scheme != BATCH_SETTLEMENT)
         with self._lock:
-            for index, entry in entries:
-                choice, problem = judge(
-                    entry,
-                    networks=self.networks,
-                    assets=self.assets,
-                    max_amount=self.max_amount,
-                    max_total=self.max_total,
-                    spent=self.spent,
-                    max_deposit=policy.max_deposit if policy is not None else None,  # type: ignore[arg-type]
-                )
-                if choice is not None:
-                    self.spent[choice.spend_key] = EXACT.add(self.spent.get(choice.spend_key, Decimal(0)), choice.units)
-                    return choice
-                over_cap = over_cap or problem.startswith("over")
-                skipped.append(f"offer {index} ({describe_offer(entry)}): {problem}")
+            choice, skipped, over_cap = self._judge(required)
+            if choice is not None:
+                self.spent[choice.spend_key] = EXACT.add(self.spent.get(choice.spend_key, Decimal(0)), choice.units)
+                return choice
         detail = "; ".join(skipped) if skipped else "the seller offered no way to pay"
         raise PaymentRefusedError(
             f"refused to pay for {url}: {detail}",
             reason=OVER_CAP if over_cap else NO_ACCEPTABLE_OPTION,
             payer=self.wallet.address,
         )
+
+    def _first_payable(self, required: PaymentRequired) -> Choice | None:
+        """The offer `_choose` would pay now, nothing counted."""
+        with self._lock:
+            return self._judge(required)[0]
+
+    def _judge(self, required: PaymentRequired) -> tuple[Choice | None, list[str], bool]:
+        """The first offer of ``required`` within the caps (channel offers first when the policy
+        prefers them), else why each was skipped and whether a cap was the reason. Under the lock."""
+        skipped: list[str] = []
+        over_cap = False
+        policy = self.channels.policy if self.channels is not None else None
+        entries = list(enumerate(required.accepts, start=1))
+        if policy is not None and policy.prefer:
+            entries.sort(key=lambda pair: pair[1].scheme != BATCH_SETTLEMENT)
+        for index, entry in entries:
+            choice, problem = judge(
+                entry,
+                networks=self.networks,
+                assets=self.assets,
+                max_amount=self.max_amount,
+                max_total=self.max_total,
+                spent=self.spent,
+                max_deposit=policy.max_deposit if policy is not None else None,  # type: ignore[arg-type]
+            )
+            if choice is not None:
+                return choice, skipped, over_cap
+            over_cap = over_cap or problem.startswith("over")
+            skipped.append(f"offer {index} ({describe_offer(entry)}): {problem}")
+        return None, skipped, over_cap
 
     def _settled(self, url: str, response: httpx.Response, choice: Choice) -> None:
         if response.status_code >= 400:

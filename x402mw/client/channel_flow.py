@@ -43,23 +43,20 @@ class X402Auth(Protocol):
 
     def _choose(self, required: PaymentRequired, url: str) -> Choice: ...
 
+    def _first_payable(self, required: PaymentRequired) -> Choice | None: ...
+
     def _until_known(
         self, request: httpx.Request
     ) -> Generator[httpx.Request | Pause, httpx.Response | None, httpx.Response]: ...
 
 
 def channel_offer(auth: X402Auth, required: PaymentRequired) -> PaymentRequirements | None:
-    """The offer of ``required`` that ``auth`` pays by channel, if it would pay one: channels are
-    enabled and, unless they are preferred, no ``exact`` or ``upto`` offer comes first."""
+    """The offer of ``required`` that ``auth`` pays by channel, if the offer it would pay now is a
+    channel's (channels enabled, within the caps, first in the order the policy prefers)."""
     if auth.channels is None:
         return None
-    preferred = auth.channels.policy.prefer
-    for entry in required.accepts:
-        if entry.scheme == BATCH_SETTLEMENT:
-            return entry
-        if not preferred and entry.scheme in ("exact", "upto"):
-            return None
-    return None
+    choice = auth._first_payable(required)
+    return choice.requirements if choice is not None and choice.requirements.scheme == BATCH_SETTLEMENT else None
 
 
 def choose(auth: X402Auth, required: PaymentRequired, url: str, refund: bool) -> Choice:
