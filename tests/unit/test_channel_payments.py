@@ -345,3 +345,20 @@ def test_which_offer_is_paid(wallet: Wallet, prefer: bool, exact_amount: int, pa
     assert payload["accepted"]["scheme"] == ("exact" if paid_with == "exact" else "batch-settlement")
     if paid_with != "exact":
         assert payload["payload"]["type"] == paid_with
+
+
+def test_a_route_whose_terms_changed_is_paid_on_its_new_402_and_counted_once(wallet: Wallet) -> None:
+    auth = X402Auth(wallet, max_amount="0.01", channels=ChannelPolicy(max_deposit="1"))
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    request = flow.send(offer_response(next(flow)))
+    with pytest.raises(StopIteration):
+        flow.send(paid(request, transaction=TX))
+    flow = auth.auth_flow(httpx.Request("GET", URL))
+    request = next(flow)  # the voucher at the old price goes with the request
+    assert sent_payload(request)["payload"]["voucher"]["maxClaimableAmount"] == "2000"
+    dearer = {"x402Version": 2, "resource": {"url": URL}, "accepts": [channel_offer(amount=3_000)]}
+    request = flow.send(offer_response(request, dearer))
+    assert sent_payload(request)["payload"]["voucher"]["maxClaimableAmount"] == "4000"
+    with pytest.raises(StopIteration):
+        flow.send(paid(request, charged="3000"))
+    assert auth.spent == {"USDC": Decimal("0.004")}

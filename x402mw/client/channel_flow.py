@@ -92,6 +92,7 @@ def pay_by_channel(
         )
     url = key[1]
     choice = choose(auth, required, url, order is not None)
+    uncount = False
     entry = offered_terms(choice.requirements)
     state = book.state_for(entry)
     try:
@@ -115,13 +116,17 @@ def pay_by_channel(
                         record_charge(auth, key, required, choice, pending, settlement)
                     return response
                 again = payment_required(response) if response.status_code == 402 else None
+                if first and again is not None:
+                    # The route's terms changed: the caller pays this 402 and counts it then. The
+                    # voucher refused is superseded by the next (vouchers are cumulative).
+                    uncount = True
                 if again is None or first or attempt == CORRECTIONS or not book.correct(state, again, pending.kind):
                     return response
             raise AssertionError("unreachable")
         finally:
             book.release(state)
     finally:
-        if order is not None:  # a refund is no charge
+        if order is not None or uncount:  # a refund is no charge
             with auth._lock:
                 already = auth.spent.get(choice.spend_key, Decimal(0))
                 auth.spent[choice.spend_key] = EXACT.subtract(already, choice.units)
