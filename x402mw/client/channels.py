@@ -20,6 +20,7 @@ adopted. A channel that cannot cover the next request is topped up.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 import time
@@ -51,6 +52,7 @@ CUMULATIVE_MISMATCH = "invalid_batch_settlement_evm_cumulative_amount_mismatch"
 CHANNEL_BUSY = "invalid_batch_settlement_evm_channel_busy"
 DEPOSIT_REQUESTS = 10
 """Without a ``minDeposit`` in the offer, a deposit covers this many requests (within the cap)."""
+_TERMS_KEPT = 4096
 _NEEDS_DEPOSIT = frozenset(
     {
         "invalid_batch_settlement_evm_channel_not_found",
@@ -152,6 +154,12 @@ class Pending:
     outcome: ChannelCharge | None = field(default=None)
 
 
+@functools.lru_cache(maxsize=64)
+def _domain(chain_id: int) -> ChannelDomain:
+    # a domain separator is three keccaks; an agent pays on a few chains only
+    return ChannelDomain(chain_id)
+
+
 def _atomic(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -167,6 +175,7 @@ class ChannelBook:
         self.wallet = wallet
         self.policy = policy
         self._channels: dict[str, ChannelState] = {}
+        self._by_terms: dict[tuple[object, ...], ChannelState] = {}  # the offer's terms => its channel
         self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator[ChannelState]:
@@ -190,12 +199,21 @@ class ChannelBook:
         )
 
     def state_for(self, entry: PaymentRequirements) -> ChannelState:
+        """The channel paying ``entry`` (new, knowing nothing, the first time)."""
+        extra = entry.extra
+        terms = (entry.network, entry.pay_to, str(extra["receiverAuthorizer"]), entry.asset, extra["withdrawDelay"])
+        with self._lock:
+            state = self._by_terms.get(terms)
+        if state is not None:
+            return state
         config = self.config_for(entry)
-        identity = "0x" + channel_id(ChannelDomain(parse_caip2(entry.network)), config).hex()
+        identity = "0x" + channel_id(_domain(parse_caip2(entry.network)), config).hex()
         with self._lock:
             state = self._channels.get(identity)
             if state is None:
                 state = self._channels[identity] = ChannelState(identity, config, entry.network)
+            if len(self._by_terms) < _TERMS_KEPT:
+                self._by_terms[terms] = state
             return state
 
     def get(self, identity: str) -> ChannelState | None:
@@ -227,7 +245,7 @@ class ChannelBook:
         voucher for ``refund``. `PaymentRefusedError` (``over_cap``) when a top-up big enough
         would pass the deposit cap."""
         chain_id = parse_caip2(entry.network)
-        domain = ChannelDomain(chain_id)
+        domain = _domain(chain_id)
         channel = bytes.fromhex(state.id[2:])
         wire_config = {
             "payer": state.config.payer,
@@ -380,7 +398,7 @@ class ChannelBook:
         return False
 
     def _signed_by_us(self, entry: PaymentRequirements, state: ChannelState, amount: int, signature: str) -> bool:
-        digest = voucher_digest(ChannelDomain(parse_caip2(entry.network)), bytes.fromhex(state.id[2:]), amount)
+        digest = voucher_digest(_domain(parse_caip2(entry.network)), bytes.fromhex(state.id[2:]), amount)
         try:
             raw = bytes.fromhex(signature.removeprefix("0x"))
             return recover_digest_signer(digest, raw).lower() == self.wallet.address.lower()
