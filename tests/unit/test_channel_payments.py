@@ -362,3 +362,19 @@ def test_a_route_whose_terms_changed_is_paid_on_its_new_402_and_counted_once(wal
     with pytest.raises(StopIteration):
         flow.send(paid(request, charged="3000"))
     assert auth.spent == {"USDC": Decimal("0.004")}
+
+
+def test_an_agent_restored_from_its_records_pays_on_with_a_voucher(wallet: Wallet) -> None:
+    kept: list[Any] = []
+    before = X402Auth(wallet, max_amount="0.01", channels=ChannelPolicy(max_deposit="1"), on_payment=kept.append)
+    flow = before.auth_flow(httpx.Request("GET", URL))
+    request = flow.send(offer_response(next(flow)))
+    with pytest.raises(StopIteration):
+        flow.send(paid(request, charged="800", transaction=TX))
+    after = X402Auth(wallet, max_amount="0.01", channels=ChannelPolicy(max_deposit="1"))
+    assert after.channels is not None
+    after.channels.restore(record.channel for record in kept)
+    flow = after.auth_flow(httpx.Request("GET", URL))
+    request = flow.send(offer_response(next(flow)))
+    payload = sent_payload(request)["payload"]
+    assert (payload["type"], payload["voucher"]["maxClaimableAmount"]) == ("voucher", "1800")

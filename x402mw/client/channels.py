@@ -24,7 +24,7 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -176,6 +176,7 @@ class ChannelBook:
         self.policy = policy
         self._channels: dict[str, ChannelState] = {}
         self._by_terms: dict[tuple[object, ...], ChannelState] = {}  # the offer's terms => its channel
+        self._seeds: dict[str, ChannelCharge] = {}  # restored, for channels not met yet
         self._lock = threading.Lock()
 
     def __iter__(self) -> Iterator[ChannelState]:
@@ -212,9 +213,28 @@ class ChannelBook:
             state = self._channels.get(identity)
             if state is None:
                 state = self._channels[identity] = ChannelState(identity, config, entry.network)
+                seed = self._seeds.pop(identity, None)
+                if seed is not None:
+                    state.balance, state.charged = seed.balance, seed.charged_total
             if len(self._by_terms) < _TERMS_KEPT:
                 self._by_terms[terms] = state
             return state
+
+    def restore(self, charges: Iterable[ChannelCharge | None]) -> None:
+        """Start from what this agent recorded of its channels (the ``channel`` of the
+        `PaymentRecord` s its ``on_payment`` kept), in the order they were made: the next payment
+        into each is a voucher from there, without the corrective 402 a restarted agent otherwise
+        gets first. A record that is stale costs that 402, no more."""
+        with self._lock:
+            for charge in charges:
+                if charge is None:  # a record of a payment made otherwise
+                    continue
+                identity = charge.channel_id.lower()
+                state = self._channels.get(identity)
+                if state is None:
+                    self._seeds[identity] = charge
+                elif not state.busy:
+                    state.balance, state.charged = charge.balance, charge.charged_total
 
     def get(self, identity: str) -> ChannelState | None:
         with self._lock:
