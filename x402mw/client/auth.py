@@ -154,6 +154,14 @@ class X402Auth(httpx.Auth):
     ``SIGN-IN-WITH-X``): a seller that has this wallet's earlier payment for the route serves it
     without a new one. Otherwise the new 402 is paid as usual. ``sign_in=False`` skips this.
 
+    With ``channels`` (a `ChannelPolicy`, its ``max_deposit`` cap), ``batch-settlement`` offers
+    are paid by payment channel: a deposit the first time (at most ``max_deposit``, not counted in
+    ``spent``), then one cumulative voucher a request, sent with the request itself once the route
+    was paid by channel; what the seller charges counts in ``spent``. ``channels`` is then the
+    `ChannelBook` of this wallet's channels; `refund_channel` asks a seller for the rest back. See
+    `x402mw.client.channels` and docs/channels.md. Channel payments carry no platform receipt:
+    ``receipt_signer`` does not check them.
+
     Request bodies are buffered (they are sent twice when a payment is needed).
     """
 
@@ -205,7 +213,7 @@ class X402Auth(httpx.Auth):
         self.spent: dict[str, Decimal] = {}
         self._permit_nonces: dict[tuple[str, str], int] = {}  # upto: the next EIP-2612 nonce, by token
         self._lock = threading.Lock()
-        self.channels = None if channels is None else ChannelBook(wallet, channels)
+        self.channels: ChannelBook | None = None if channels is None else ChannelBook(wallet, channels)
         # Routes paid by channel, by (method, URL): their next request carries a voucher at once.
         self._channel_routes: dict[tuple[str, str], PaymentRequired] = {}
 

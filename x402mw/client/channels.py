@@ -48,8 +48,9 @@ from x402mw.protocol.codec import decode_json_header
 from x402mw.protocol.models import PaymentRequired, PaymentRequirements, ResourceInfo
 from x402mw.protocol.networks import parse_caip2
 
-CUMULATIVE_MISMATCH = "invalid_batch_settlement_evm_cumulative_amount_mismatch"
 CHANNEL_BUSY = "invalid_batch_settlement_evm_channel_busy"
+"""The seller was paid on this channel by another request at that moment (another process of this
+agent): the payment is signed and sent again, as a correction is."""
 DEPOSIT_REQUESTS = 10
 """Without a ``minDeposit`` in the offer, a deposit covers this many requests (within the cap)."""
 _TERMS_KEPT = 4096
@@ -410,6 +411,8 @@ class ChannelBook:
                 return False
             with self._lock:
                 state.charged, state.balance = charged, balance
+            return True
+        if required.error == CHANNEL_BUSY:
             return True
         if required.error in _NEEDS_DEPOSIT:
             with self._lock:  # the seller knows no funded channel: deposit again
