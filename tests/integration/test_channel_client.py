@@ -266,3 +266,38 @@ async def test_a_channel_refunded_in_full_is_paid_into_again(
     assert await balance_of(chain.rpc, chain.usdc, payer) == 1_000_000 - 10_000 - PRICE
     last = auth.payments[-1].channel
     assert last is not None and (last.balance, last.charged_total) == (11_000, 3 * PRICE)
+
+
+class LosingTransport(CountingTransport):
+    """Loses the answer to the ``lose``-th paid request (the seller served and charged it)."""
+
+    def __init__(self, seller: SdkChannelSeller, lose: int) -> None:
+        super().__init__(seller)
+        self.lose = lose
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if self.paid == self.lose and "payment-signature" in request.headers:
+            raise httpx.ReadError("the connection dropped", request=request)
+        return response
+
+
+async def test_a_lost_answer_is_recovered_through_the_corrective_402(
+    chain: ChainUnderTest, relayer_key: bytes, receiver_keys: tuple[bytes, bytes]
+) -> None:
+    seller = await seller_for(chain, relayer_key, receiver_keys, min_deposit=50_000)
+    payer_key = await funded_key(chain, usdc=1_000_000)
+    auth = agent(payer_key)
+    transport = LosingTransport(seller, lose=3)
+    async with httpx.AsyncClient(transport=transport, base_url="http://seller", auth=auth) as client:
+        for index in range(5):
+            if index == 2:
+                with pytest.raises(httpx.ReadError):
+                    await client.get("/weather")
+            else:
+                assert (await client.get("/weather")).status_code == 200
+    last = auth.payments[-1].channel
+    assert last is not None and last.charged_total == 5 * PRICE  # the lost one was charged, and is known now
+    record = await seller.channel(last.channel_id)
+    assert int(record.charged_cumulative_amount) == 5 * PRICE
+    assert len(auth.payments) == 4  # the lost answer's charge is in the count, not in a record
