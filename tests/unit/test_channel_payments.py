@@ -378,3 +378,14 @@ def test_an_agent_restored_from_its_records_pays_on_with_a_voucher(wallet: Walle
     request = flow.send(offer_response(next(flow)))
     payload = sent_payload(request)["payload"]
     assert (payload["type"], payload["voucher"]["maxClaimableAmount"]) == ("voucher", "1800")
+
+
+def test_the_pay_command_refuses_a_bad_deposit_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from x402mw.client.pay import pay_command
+
+    monkeypatch.setenv("X402MW_PRIVATE_KEY", KEY_HEX)
+    result = CliRunner().invoke(pay_command, [URL, "--max-deposit", "ten", "--json"])
+    assert result.exit_code == 1
+    assert "max_deposit" in json.loads(result.output)["error"]["message"]
