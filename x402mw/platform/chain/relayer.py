@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 from eth_account import Account
 
+from x402mw import tracing
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.chain.fees import FeeOracle
@@ -124,7 +125,7 @@ class Relayer:
         self._kick = asyncio.Event()
         self._closed = False
         self.available = True
-        network = f"eip155:{chain_id}"
+        self._network = network = f"eip155:{chain_id}"
         self._counts = {result: RELAYER_TRANSACTIONS.labels(network, result) for result in _RESULTS}
         self._resyncs = RELAYER_NONCE_RESYNCS.labels(network, self.address)
         sending = Sending(self._broadcast, self._track, self._remember, self._release, self._resync)
@@ -223,7 +224,16 @@ class Relayer:
         :class:`RpcError` when the node refuses the transaction.
         Should the node fail to answer after the transaction went out, the hash is returned all
         the same: the transaction is in flight, and reconciliation sends it again if the node lost it.
+        While tracing is on, in a ``relayer send`` span.
         """
+        if not tracing.enabled:
+            return await self._send(to, data, gas, value, valid_until)
+        with tracing.span("relayer send", kind="client", sender=self.address, network=self._network) as span:
+            tx_hash = await self._send(to, data, gas, value, valid_until)
+            span.set(transaction=tx_hash)
+            return tx_hash
+
+    async def _send(self, to: str | None, data: bytes, gas: int, value: int, valid_until: int | None) -> str:
         self._ensure_reconciler()
         try:
             if not self._nonces.ready:
@@ -362,7 +372,15 @@ class Relayer:
         with ``confirmations``, until the head is that many blocks past it; return the receipt of
         the version mined, whatever its status (its ``transaction_hash`` names it). Raise
         :class:`TimeoutError`, or :class:`TransactionDropped` when the relayer gave the
-        transaction up."""
+        transaction up. While tracing is on, in a ``relayer receipt`` span."""
+        if not tracing.enabled:
+            return await self._wait_for_receipt(tx_hash, confirmations, timeout)
+        with tracing.span("relayer receipt", sender=self.address, network=self._network, transaction=tx_hash) as span:
+            receipt = await self._wait_for_receipt(tx_hash, confirmations, timeout)
+            span.set(transaction=receipt.transaction_hash, block=receipt.block_number, outcome=str(receipt.status))
+            return receipt
+
+    async def _wait_for_receipt(self, tx_hash: str, confirmations: int, timeout: float) -> TxReceipt:
         key = tx_hash.lower()
         submission = self._by_hash.get(key)
         hashes = submission.hashes if submission is not None else [key]
