@@ -65,7 +65,7 @@ def otlp_receiver() -> Iterator[tuple[str, Receiver]]:
     receiver = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path != "/v1/traces":
                 self.send_response(404)
@@ -79,7 +79,7 @@ def otlp_receiver() -> Iterator[tuple[str, Receiver]]:
             self.end_headers()
             self.wfile.write(answer)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

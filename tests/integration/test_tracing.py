@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.harness import Serve, serving
-from tests.otlp_receiver import Receiver, ReceivedSpan, otlp_receiver
+from tests.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
 from tests.waiting import eventually
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.devchain import DEV_CHAIN_ID
@@ -57,7 +57,9 @@ class Shop:
             assert reply.status_code == 201, reply.text
             self.endpoint = reply.json()["endpoint"]["id"]
             agent = address_of(bytes.fromhex(self.agent_key[2:]))
-            funded = api.post("/sandbox/faucet", json={"network": NETWORK, "currency": "USDC", "address": agent, "amount": "1"})
+            funded = api.post(
+                "/sandbox/faucet", json={"network": NETWORK, "currency": "USDC", "address": agent, "amount": "1"}
+            )
             assert funded.status_code == 200, funded.text
 
     def env(self, service: str, **more: str) -> dict[str, str]:
@@ -89,7 +91,10 @@ def _seller(shop: Shop) -> Iterator[str]:
     port = free_port()
     env = shop.env("seller", X402MW_ENDPOINT_ID=shop.endpoint, PORT=str(port))
     with subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "starlette_seller.py")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [sys.executable, str(EXAMPLES / "starlette_seller.py")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     ) as process:
         try:
             url = f"http://127.0.0.1:{port}"

@@ -2,7 +2,8 @@
 them moving until they are mined.
 
 It allocates nonces itself (`nonces`) so that many transactions can be in flight at once without a
-round trip per send, prices them (`fees`) and signs them locally (`transactions`), submits them
+round trip per send, prices them (`fees`) and signs them (`transactions`, through the account's `signers.Signer`: a
+key here or a remote signer), submits them
 (this module), and resolves receipts through one shared poller (`receipts`). A node can lose
 transactions (a restart drops its pool), hold them behind a nonce nobody sent, or leave them
 waiting at a fee below the going one; the relayer heals each of these by itself (`healing`: sent
@@ -13,7 +14,7 @@ again, replaced at a higher fee, sent under a new nonce, a gap filled, or given 
 Several processes may share the account: a node's "nonce too low" or "replacement underpriced"
 makes the sender resync and take the next nonce.
 
->>> relayer = Relayer(rpc, key, chain_id=31337)  # doctest: +SKIP
+>>> relayer = Relayer(rpc, key, chain_id=31337)  # a key here, or a Signer (RemoteSigner)  # doctest: +SKIP
 >>> await relayer.start()  # doctest: +SKIP
 >>> await relayer.simulate(token, calldata)  # raises RevertError("authorization is expired")  # doctest: +SKIP
 >>> receipt = await relayer.wait_for_receipt(await relayer.send(token, calldata))  # doctest: +SKIP
@@ -47,6 +48,7 @@ from x402mw.platform.chain.healing import (
 from x402mw.platform.chain.nonces import NonceBook
 from x402mw.platform.chain.receipts import ReceiptPoller
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
+from x402mw.platform.chain.signers import Signer, SignerUnavailable
 from x402mw.platform.chain.transactions import (
     RevertError,
     SignedTransaction,
@@ -76,6 +78,11 @@ class ChainUnavailable(Exception):
     """The node cannot be reached; nothing was sent."""
 
 
+class RelayerSignerUnavailable(ChainUnavailable):
+    """The account's signer cannot sign now (a remote signer unreachable, or signing for another
+    key); nothing was sent."""
+
+
 class RelayerBusy(ChainUnavailable):
     """Every account that could send is at its limit of transactions in flight (ours, or the node's
     for one sender: geth's ``txpool is full``); nothing was sent. Worth trying again in a moment."""
@@ -96,7 +103,7 @@ class Relayer:
     def __init__(
         self,
         rpc: JsonRpc,
-        private_key: bytes,
+        signer: bytes | Signer,
         *,
         chain_id: int,
         reconcile_interval: float = RECONCILE_INTERVAL,
@@ -108,9 +115,10 @@ class Relayer:
         # one call reverts is split by the Coalescer, so each caller gets its own revert. Two batches
         # may be out at once (a node serves them in parallel): a burst need not wait for the one before.
         self._calls: Coalescer[tuple[str, list[Any]], Any] = Coalescer(rpc.batch, max_batch=64, flushes=2)
-        self.address: str = Account.from_key(private_key).address
+        self._signer = TransactionSigner(signer, chain_id=chain_id)
+        self.address: str = self._signer.address
         self.chain_id = chain_id
-        self._signer = TransactionSigner(private_key, chain_id=chain_id)
+        self._signing = asyncio.Lock()
         self._fees = FeeOracle(rpc)
         self._receipts = ReceiptPoller(rpc, name=f"x402mw-receipts-{self.address}", on_mined=self._mined)
         self._pending: dict[int, Submission] = {}  # by nonce: sent, not yet seen mined
@@ -243,8 +251,17 @@ class Relayer:
             self._unreachable(exc)
             raise ChainUnavailable(f"the node at chain {self.chain_id} cannot be reached: {exc}") from exc
         for attempt in range(_SEND_ATTEMPTS):
-            nonce = self._nonces.allocate()
-            tx = self._signer.sign(nonce, to, data, gas=gas, value=value, fees=fees)
+            # A local key signs without yielding; a remote signer's answer is awaited under the lock,
+            # so that transactions still leave in nonce order.
+            async with self._signing:
+                nonce = self._nonces.allocate()
+                try:
+                    tx = await self._signer.sign(nonce, to, data, gas=gas, value=value, fees=fees)
+                except BaseException as exc:
+                    self._release(nonce)  # nothing was signed, or sent
+                    if isinstance(exc, SignerUnavailable):
+                        raise RelayerSignerUnavailable(str(exc)) from exc
+                    raise
             submission = Submission(to, data, gas, value, valid_until, tx, [tx.hash])
             self._nonces.broadcasting.add(nonce)
             try:

@@ -18,7 +18,7 @@ from x402mw import tracing
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.healing import TransactionDropped
-from x402mw.platform.chain.relayer import ChainUnavailable
+from x402mw.platform.chain.relayer import ChainUnavailable, RelayerSignerUnavailable
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.settlement.checks import PaymentRefusal, simulation_outcome
 from x402mw.platform.services.settlement.outcomes import Payment, SettleOutcome, failed, outcome_for, unavailable
@@ -108,10 +108,14 @@ class Sender:
             await self.writes.failed(row.id, refusal.reason, challenge=challenge)
             return failed(network, refusal.reason, refusal.message, payment_id=row.id)
         except Exception as exc:
-            if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
-                # The usage is known and the resource served: the claim stays, and recovery sends it
-                # once the chain is back (while the permit is valid). Pending, never failed.
-                logger.warning("settlement %s: the chain cannot be reached (%s); left to recovery", row.id, exc)
+            if isinstance(exc, RelayerSignerUnavailable) or (
+                (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto"
+            ):
+                # The signer cannot sign (its keys are out of this process), or, for an upto payment,
+                # the chain cannot be reached with the usage known and the resource served: the
+                # claim stays, and recovery sends it once they are back (while the authorization is
+                # valid). Pending, never failed.
+                logger.warning("settlement %s: cannot be sent now (%s); left to recovery", row.id, exc)
                 return outcome_for(row)
             if isinstance(exc, ChainUnavailable) or unreachable(exc):
                 # Nothing was sent: give the claim up, so that the same signature can be sent again.
