@@ -113,9 +113,12 @@ def enable(provider: TracerProvider | None = None) -> None:
 
 
 def disable() -> None:
-    """Make no more spans (what is already recorded is still exported)."""
-    global enabled
-    enabled = False
+    """Make no more spans (what is already recorded is still exported); a later `enable` without a
+    provider takes the global one again."""
+    global enabled, _provider
+    with _lock:
+        enabled = False
+        _provider = None
 
 
 def _tracer_provider() -> TracerProvider:
