@@ -7,7 +7,7 @@ WORKDIR /src
 RUN python -m venv /opt/x402mw
 COPY pyproject.toml README.md constraints.txt ./
 COPY x402mw ./x402mw
-RUN /opt/x402mw/bin/pip install --no-cache-dir --constraint constraints.txt ".[platform]"
+RUN /opt/x402mw/bin/pip install --no-cache-dir --constraint constraints.txt ".[platform,otel]"
 
 FROM python:3.11.11-slim-bookworm
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/x402mw --create-home x402mw

@@ -23,7 +23,7 @@ export X402MW_AXE := $(abspath $(AXE))
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -qq --upgrade pip
-	$(PY) -m pip install -qq -c constraints.txt -e ".[flask,starlette,django,platform,dev]"
+	$(PY) -m pip install -qq -c constraints.txt -e ".[flask,starlette,django,platform,otel,dev]"
 	# The x402 SDK's sign-in-with-x client formats its messages with signinwithethereum, whose pins
 	# exclude the web3 8 and eth-account 0.14 the SDK's evm extra brings; formatting needs neither.
 	$(PY) -m pip install -qq --no-deps signinwithethereum==5.0.2 abnf==2.9.1

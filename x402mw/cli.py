@@ -28,6 +28,7 @@ from x402mw.cli_options import (
 from x402mw.gateway.commands import register as register_gateway
 from x402mw.platform.settings import (
     ChainAccessSettings,
+    KeySettings,
     LogSettings,
     MetricsSettings,
     PlatformSettings,
@@ -84,6 +85,7 @@ def platform() -> None:
 PROCESS_GROUPS: tuple[type[SettingsGroup], ...] = (
     StorageSettings,
     ChainAccessSettings,
+    KeySettings,  # the remote signer's options; the keys themselves come from the environment only
     LogSettings,
     MetricsSettings,
     WorkSettings,

@@ -407,7 +407,7 @@ def test_relayer_signing_matches_eth_account() -> None:
         fees = Fees(3 * 10**9 + index, 10**9 + index)
         to = None if index % 5 == 0 else Account.from_key(new_key()).address
         data, gas, value = new_key() * (index % 4), 21_000 + index, index * 7
-        signed = signer.sign(index, to, data, gas=gas, value=value, fees=fees)
+        signed = signer.sign_now(index, to, data, gas=gas, value=value, fees=fees)
         raw, tx_hash = bytes.fromhex(signed.raw[2:]), signed.hash
         tx: dict[str, object] = {
             "type": 2,

@@ -59,7 +59,9 @@ async def failover(*urls: str, **options: Any) -> AsyncIterator[FailoverJsonRpc]
 
 def _transfer(nonce: int) -> str:
     signer = TransactionSigner(RELAYER, chain_id=31337)
-    return signer.sign(nonce, Account.from_key(RELAYER).address, b"", gas=21_000, value=0, fees=Fees(10**11, 10**9)).raw
+    return signer.sign_now(
+        nonce, Account.from_key(RELAYER).address, b"", gas=21_000, value=0, fees=Fees(10**11, 10**9)
+    ).raw
 
 
 async def test_reads_go_on_to_the_next_provider_when_one_is_gone(proxies: tuple[RpcProxy, RpcProxy]) -> None:

@@ -36,7 +36,9 @@ def _transfers(key: bytes, first: int, count: int) -> list[str]:
     signer = TransactionSigner(key, chain_id=31337)
     to = Account.from_key(key).address
     fees = Fees(10**10, 10**9)
-    return [signer.sign(nonce, to, b"", gas=21_000, value=0, fees=fees).raw for nonce in range(first, first + count)]
+    return [
+        signer.sign_now(nonce, to, b"", gas=21_000, value=0, fees=fees).raw for nonce in range(first, first + count)
+    ]
 
 
 def test_a_transaction_names_its_sender_and_nonce() -> None:

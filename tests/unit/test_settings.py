@@ -56,6 +56,8 @@ SAMPLES: dict[str, tuple[str, object]] = {
         ],
     ),
     "relayer_key": (KEY, KEY),
+    "relayer_signer_url": ("https://signer.internal:9000", "https://signer.internal:9000"),
+    "relayer_signer_address": (EURC, EURC),
     "relayer_pool_size": ("8", 8),
     "relayer_pool_keys": (f"{KEY},{KEY[:-2]}cd", [KEY, KEY[:-2] + "cd"]),
     "relayer_in_flight_cap": ("12", 12),
@@ -96,6 +98,8 @@ NEEDS = {
     "workers": "rpc_url",
     "relayer_pool_size": "rpc_url",
     "relayer_pool_keys": "rpc_url",
+    "relayer_signer_url": "relayer_signer_address",  # each needs the other
+    "relayer_signer_address": "relayer_signer_url",
 }
 
 
@@ -161,6 +165,8 @@ ELSEWHERE = {
     "metrics_port": "1",
     "webhooks_allow_private": "false",
     "migrate": "true",
+    "relayer_signer_url": "http://127.0.0.1:9",
+    "relayer_signer_address": USDC,
 }
 
 
@@ -173,8 +179,10 @@ def test_every_option_fills_the_same_setting_over_its_variable(monkeypatch: pyte
     text, held = SAMPLES[name]
     monkeypatch.setenv(env_variable(name), ELSEWHERE[name])
     args = ARGUMENTS.get(name, [option.flag, text])
-    if name in NEEDS:
+    if NEEDS.get(name) == "rpc_url":
         args += ["--rpc-url", ANVIL]
+    elif name in NEEDS:
+        monkeypatch.setenv(env_variable(NEEDS[name]), SAMPLES[NEEDS[name]][0])
     assert _revealed(getattr(_from_command_line("serve", args), name)) == held
 
 

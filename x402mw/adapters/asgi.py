@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import httpx
 
+from x402mw import tracing
 from x402mw.adapters._common import GatedApp
 from x402mw.protocol.codec import PAYMENT_SIGNATURE, V1_PAYMENT
 from x402mw.protocol.sign_in import SIGN_IN_HEADER
@@ -78,12 +79,16 @@ def request_view(scope: Scope) -> RequestView:
         elif name == _SIGN_IN:
             sign_in = value
     chosen = payment if payment is not None else v1
+    traceparent = None
+    if tracing.enabled and chosen is not None:
+        traceparent = next((v.decode("latin-1") for n, v in scope["headers"] if n == b"traceparent"), None)
     return RequestView(
         scope["method"],
         _url(scope, host),
         None if chosen is None else chosen.decode("latin-1"),
         None if accept is None else accept.decode("latin-1"),
         None if sign_in is None else sign_in.decode("latin-1"),
+        traceparent,
     )
 
 

@@ -37,6 +37,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
+from x402mw import tracing
 from x402mw.adapters._common import guard_view, route_template
 from x402mw.errors import ConfigurationError
 from x402mw.seller.answers import check_failed, internal_error_answer
@@ -128,6 +129,7 @@ def request_view(request: HttpRequest) -> RequestView:
         payment,
         meta.get("HTTP_ACCEPT"),
         meta.get("HTTP_SIGN_IN_WITH_X"),
+        meta.get("HTTP_TRACEPARENT") if tracing.enabled and payment is not None else None,
     )
 
 

@@ -50,6 +50,7 @@ import anyio
 import httpx
 from mcp.types import CallToolResult
 
+from x402mw import tracing
 from x402mw.errors import ConfigurationError
 from x402mw.protocol.codec import PAYMENT_REQUIRED, PAYMENT_RESPONSE, decode_json_header
 from x402mw.seller import (
@@ -248,7 +249,8 @@ class PaidTools:
             payment = {"x402Version": 2, "payload": payment}  # garbage: refused as a malformed payload
         arguments = params.get("arguments")
         call = ToolCall(name, arguments if isinstance(arguments, Mapping) else {})
-        request = RequestView("TOOL", f"mcp://tool/{name}", payment)
+        traceparent = meta.get("traceparent") if tracing.enabled and isinstance(meta, Mapping) else None
+        request = RequestView("TOOL", f"mcp://tool/{name}", payment, traceparent=_text(traceparent))
         try:
             decision = await self._seller.run(self._gate.hold(route, request, call))
         except Exception:
@@ -367,3 +369,7 @@ def _refusal(answer: Answer) -> Any:
     if meta is not None:
         result["_meta"] = meta
     return CallToolResult.model_validate(result)  # by the wire names: the same in mcp 1 and 2
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

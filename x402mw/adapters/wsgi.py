@@ -22,6 +22,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import httpx
 
+from x402mw import tracing
 from x402mw.adapters._common import GatedApp
 from x402mw.seller.answers import check_failed, internal_error_answer
 from x402mw.seller.decisions import Answer
@@ -70,6 +71,7 @@ def request_view(environ: WSGIEnvironment) -> RequestView:
         payment,
         environ.get("HTTP_ACCEPT"),
         environ.get("HTTP_SIGN_IN_WITH_X"),
+        environ.get("HTTP_TRACEPARENT") if tracing.enabled and payment is not None else None,
     )
 
 

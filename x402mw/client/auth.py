@@ -25,6 +25,7 @@ from decimal import Decimal
 import anyio
 import httpx
 
+from x402mw import tracing
 from x402mw.client.channel_flow import REFUND_EXTENSION, channel_offer, pay_by_channel
 from x402mw.client.channels import ChannelBook, ChannelPolicy, ChannelRefund, RefundOrder
 from x402mw.client.commands import Pause
@@ -52,6 +53,7 @@ from x402mw.client.spending import (
     parse_strings,
     token_key,
 )
+from x402mw.client.traces import traced_flow
 from x402mw.client.wallet import Wallet
 from x402mw.errors import ConfigurationError, PaymentRefusedError
 from x402mw.evm.keys import is_address
@@ -80,8 +82,8 @@ class _Steps:
 
     __slots__ = ("_flow", "_started", "reply")
 
-    def __init__(self, flow: _Flow) -> None:
-        self._flow = flow
+    def __init__(self, flow: _Flow, request: httpx.Request) -> None:
+        self._flow = traced_flow(flow, request) if tracing.enabled else flow
         self._started = False
         self.reply: httpx.Response | None = None
 
@@ -224,14 +226,14 @@ class X402Auth(httpx.Auth):
         )
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        with _Steps(self._flow(request)) as steps:
+        with _Steps(self._flow(request), request) as steps:
             for command in steps:
                 if not isinstance(command, Pause):
                     steps.reply = yield command
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.read()
-        with _Steps(self._flow(request)) as steps:
+        with _Steps(self._flow(request), request) as steps:
             for command in steps:
                 if isinstance(command, Pause):
                     time.sleep(command.seconds)
@@ -242,7 +244,7 @@ class X402Auth(httpx.Auth):
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         await request.aread()
-        with _Steps(self._flow(request)) as steps:
+        with _Steps(self._flow(request), request) as steps:
             for command in steps:
                 if isinstance(command, Pause):
                     await anyio.sleep(command.seconds)

@@ -15,10 +15,12 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from x402mw import tracing
 from x402mw.platform.background import start_platform
 from x402mw.platform.checkout.rate_limits import CheckoutRateLimits, RateLimitMiddleware
 from x402mw.platform.clock import Clock
 from x402mw.platform.http.errors import RequestIdMiddleware, exception_handlers
+from x402mw.platform.http.traces import TracingMiddleware
 from x402mw.platform.metrics import MetricsMiddleware
 from x402mw.platform.openapi.document import document_routes
 from x402mw.platform.routes import platform_routes
@@ -69,6 +71,7 @@ def create_app(
         routes=platform_routes(*document_routes()),
         middleware=[
             *middleware,
+            *([Middleware(TracingMiddleware)] if tracing.enabled else []),
             Middleware(MetricsMiddleware),
             Middleware(RequestIdMiddleware),
             Middleware(RateLimitMiddleware, limits=checkout_limits),

@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from x402mw import tracing
 from x402mw.platform.clock import Clock
 from x402mw.platform.runtime import Platform
 from x402mw.platform.services.api_requests import purge_api_requests, purge_dashboard_sessions
@@ -60,7 +61,8 @@ def duties(platform: Platform) -> list[Duty]:
 
 async def run_worker(platform: Platform) -> None:
     """Do every duty, then wait `INTERVAL_SECONDS`, until the platform drains (between two duties) or
-    the task is cancelled. One failing duty is logged and does not hold up the others."""
+    the task is cancelled. One failing duty is logged and does not hold up the others. While tracing
+    is on, each duty of each pass is a span (``worker: sending refunds``, say)."""
     work = duties(platform)
     while not platform.draining.is_set():
         with contextlib.suppress(TimeoutError):
@@ -70,6 +72,10 @@ async def run_worker(platform: Platform) -> None:
             if platform.draining.is_set():  # the platform is closing: what is left is done by the next process
                 return
             try:
-                await duty()
+                if tracing.enabled:
+                    with tracing.span(f"worker: {name}", job=name):
+                        await duty()
+                else:
+                    await duty()
             except Exception:
                 logger.exception("worker: %s failed", name)

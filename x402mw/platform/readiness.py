@@ -2,7 +2,8 @@
 
 The database answers and its schema is the one this x402mw knows; Redis answers, when one is
 configured; each chain's JSON-RPC answers; each chain's relayer can send and holds gas above a floor
-(`READY_TRANSFERS` transfers at the going fees). Every check runs at once, each bounded by its
+(`READY_TRANSFERS` transfers at the going fees); a remote signer holding the relayer's key is up
+and holds it. Every check runs at once, each bounded by its
 timeout, so a dependency that hangs costs the probe that long and no more.
 """
 
@@ -17,6 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from x402mw.platform.chain.signers import Signer, SignerUnavailable
 from x402mw.platform.db.schema import known_head
 from x402mw.platform.services.chains import ChainHandle
 
@@ -45,6 +47,8 @@ async def readiness(
     for chain in chains:
         checks.append((f"chain {chain.network.caip2}", _chain(chain)))
         checks.append((f"relayer {chain.network.caip2}", _relayer(chain)))
+        if chain.signer is not None:
+            checks.append((f"relayer signer {chain.network.caip2}", _signer(chain.signer)))
     results = await asyncio.gather(*(_bounded(name, work, timeout) for name, work in checks))
     return list(results)
 
@@ -92,6 +96,13 @@ async def _redis(url: str) -> str:
 async def _chain(chain: ChainHandle) -> str:
     head = int(await chain.rpc.request("eth_blockNumber", []), 16)
     return f"JSON-RPC answers, head block {head}"
+
+
+async def _signer(signer: Signer) -> str:
+    try:
+        return await signer.check()
+    except SignerUnavailable as exc:
+        raise NotReady(f"cannot sign: {exc}; settlements stay pending until it can") from exc
 
 
 async def _relayer(chain: ChainHandle) -> str:

@@ -23,6 +23,7 @@ from x402mw.platform.chain.pool import RelayerPool
 from x402mw.platform.chain.providers import FailoverJsonRpc
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import HttpJsonRpc, JsonRpc
+from x402mw.platform.chain.signers import LocalSigner, RemoteSigner
 from x402mw.platform.chain.token import read_domain
 from x402mw.platform.clock import Clock
 from x402mw.platform.db.engine import create_engine_for
@@ -122,7 +123,7 @@ class Platform:
     async def start(cls, settings: PlatformSettings, *, clock: Clock | None = None) -> Platform:
         clock = clock or Clock()
         prepare_data_dir(settings.data_dir)
-        relayer_key = _key(settings.relayer_key, settings.data_dir / "relayer.key")
+        relayer_signer = _relayer_signer(settings)
         receipt_key = _key(settings.receipt_key, settings.data_dir / "receipt.key")
         treasury_key = _key(settings.treasury_key, settings.data_dir / "treasury.key")
         deposit_keys = DepositKeys(_key(settings.deposit_seed, settings.data_dir / "deposit.seed"))
@@ -143,10 +144,11 @@ class Platform:
         chains = Chains()
         try:
             for chain_settings in settings.chains:
-                chains.add(await _connect(chain_settings, relayer_key, settings, engine))
+                chains.add(await _connect(chain_settings, relayer_signer, settings, engine))
         except BaseException:
             await chains.aclose()
             await engine.dispose()
+            await relayer_signer.aclose()
             raise
         takeover = timedelta(seconds=settings.takeover_seconds)
         settlement = SettlementService(
@@ -208,10 +210,19 @@ class Platform:
         await self.engine.dispose()
 
 
+def _relayer_signer(settings: PlatformSettings) -> LocalSigner | RemoteSigner:
+    """The relayer's key in this process (its setting, or its file in the data dir), or the remote
+    signer that holds it."""
+    if settings.relayer_signer_url is not None and settings.relayer_signer_address is not None:
+        return RemoteSigner(settings.relayer_signer_url.get_secret_value(), settings.relayer_signer_address)
+    return LocalSigner(_key(settings.relayer_key, settings.data_dir / "relayer.key"))
+
+
 async def _connect(
-    chain: ChainSettings, relayer_key: bytes, settings: PlatformSettings, engine: AsyncEngine
+    chain: ChainSettings, relayer_signer: LocalSigner | RemoteSigner, settings: PlatformSettings, engine: AsyncEngine
 ) -> ChainHandle:
-    relayer_address = address_of(relayer_key)
+    relayer_address = relayer_signer.address
+    remote = relayer_signer if isinstance(relayer_signer, RemoteSigner) else None
     if chain.rpc_url is None:
         dev = await start_embedded_chain(
             engine, settings.data_dir, relayer_address=relayer_address, fund_addresses=settings.dev_fund_addresses
@@ -222,9 +233,9 @@ async def _connect(
         }
         network = Network(dev.chain_id, "x402mw dev chain", None, 1, True, assets, local=True)
         register_network(network)
-        relayer = Relayer(dev.rpc, relayer_key, chain_id=dev.chain_id)
+        relayer = Relayer(dev.rpc, relayer_signer, chain_id=dev.chain_id)
         await relayer.start()
-        return ChainHandle(network, dev.rpc, relayer, chain.confirmations or 1, dev=dev)
+        return ChainHandle(network, dev.rpc, relayer, chain.confirmations or 1, dev=dev, signer=remote)
     rpc, chain_id = await _providers(chain)
     known = get_network(chain_id)
     if chain.tokens:
@@ -265,11 +276,13 @@ async def _connect(
     minter = parse_private_key(chain.minter_key.get_secret_value()) if chain.minter_key else None
     confirmations = chain.confirmations or network.confirmations
     if settings.relayer_pool_size or settings.relayer_pool_keys:
+        # (the settings refuse a pool with a remote signer: its accounts' keys derive from the relayer's)
+        relayer_key = _key(settings.relayer_key, settings.data_dir / "relayer.key")
         pool, leases = await _relayer_pool(rpc, chain_id, relayer_key, settings, engine)
         return ChainHandle(network, rpc, pool, confirmations, minter_key=minter, leases=leases)
-    relayer = Relayer(rpc, relayer_key, chain_id=chain_id)
+    relayer = Relayer(rpc, relayer_signer, chain_id=chain_id)
     await relayer.start()
-    return ChainHandle(network, rpc, relayer, confirmations, minter_key=minter)
+    return ChainHandle(network, rpc, relayer, confirmations, minter_key=minter, signer=remote)
 
 
 async def _relayer_pool(

@@ -21,13 +21,16 @@ class RequestView:
     """The little a gate needs to know of a request. ``url`` is the absolute URL of the resource;
     ``payment`` is the ``PAYMENT-SIGNATURE`` header, or the v1 ``X-PAYMENT`` header, or the payload
     as JSON (an MCP tool call's ``_meta["x402/payment"]``), or None; ``accept`` the ``Accept``
-    header (a browser's gets the paywall page); ``sign_in`` the ``SIGN-IN-WITH-X`` header."""
+    header (a browser's gets the paywall page); ``sign_in`` the ``SIGN-IN-WITH-X`` header;
+    ``traceparent`` the W3C ``traceparent`` header of a paid request, read while tracing is on
+    (`x402mw.tracing`): the settlement's span joins the agent's trace."""
 
     method: str
     url: str
     payment: str | dict[str, Any] | None
     accept: str | None = None
     sign_in: str | None = None
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

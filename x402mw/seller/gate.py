@@ -28,10 +28,11 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+from x402mw import tracing
 from x402mw.errors import InvalidPaymentError, PlatformError
 from x402mw.protocol import reasons
 from x402mw.protocol.codec import decode_any_payment_payload
-from x402mw.protocol.models import SettlementResponse, UptoPaymentPayload
+from x402mw.protocol.models import PaymentRequirements, SettlementResponse, UptoPaymentPayload
 from x402mw.seller import holds, manifest
 from x402mw.seller.answers import pending_answer, platform_failure
 from x402mw.seller.config import EndpointTerms, PaidRoute, check_gate_options, priced_per_request
@@ -56,6 +57,7 @@ from x402mw.seller.settlements import Refusal, authorized_outcome, settled_outco
 from x402mw.seller.sign_in import admit
 from x402mw.seller.terms import TERMS_REFRESH_SECONDS as TERMS_REFRESH_SECONDS
 from x402mw.seller.terms import TermsCache
+from x402mw.seller.traces import traced_settlement
 
 logger = logging.getLogger("x402mw.seller")
 
@@ -217,13 +219,13 @@ class PaymentGate:
         if isinstance(payload, UptoPaymentPayload):
             # Authorized (verified and held) before the handler runs; settled by `finish`.
             try:
-                reply = yield from self._post_settlement(challenge_id, body)
+                reply = yield from self._post_settlement(challenge_id, body, request, accepted)
             except PlatformError as exc:
                 return platform_failure(exc, "authorization")
             authorized = authorized_outcome(reply, terms, accepted, challenge_id)
             return (yield from self._decided(route, terms, request, native, authorized))
         try:
-            reply = yield from self._post_settlement(challenge_id, body)
+            reply = yield from self._post_settlement(challenge_id, body, request, accepted)
         except PlatformError as exc:
             # The platform may have received the payment before the connection failed.
             logger.error("settlement call failed: %s; answering pending", exc.message)
@@ -237,10 +239,17 @@ class PaymentGate:
         return (yield from self._decided(route, terms, request, native, outcome))
 
     def _post_settlement(
-        self, challenge_id: str, body: dict[str, Any]
+        self, challenge_id: str, body: dict[str, Any], request: RequestView, accepted: PaymentRequirements
     ) -> Generator[PlatformCall, PlatformReply, PlatformReply]:
         """Send a payment to the platform. The call carries its challenge, which the platform records
         with the payment's outcome: it is registered once, by that call, unless the call is not answered."""
+        if tracing.enabled:
+            return (yield from traced_settlement(self._send_settlement(challenge_id, body), request, accepted, body))
+        return (yield from self._send_settlement(challenge_id, body))
+
+    def _send_settlement(
+        self, challenge_id: str, body: dict[str, Any]
+    ) -> Generator[PlatformCall, PlatformReply, PlatformReply]:
         queued = self._queue.withdraw(challenge_id)
         try:
             reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)

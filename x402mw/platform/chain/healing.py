@@ -212,7 +212,7 @@ class Healer:
                 )
                 await self._rebroadcast(submission, submission.tx, "rebroadcast")
             elif cheap and (not found or now - submission.sent_at > self.stuck_after):
-                replacement = self._signer.sign(
+                replacement = await self._signer.sign(
                     submission.tx.nonce,
                     submission.to,
                     submission.data,
@@ -248,7 +248,7 @@ class Healer:
 
     async def _fill(self, nonce: int) -> None:
         """Use ``nonce`` up with a zero-value transfer to the relayer itself."""
-        tx = self._signer.sign(nonce, self.address, b"", gas=21_000, value=0, fees=await self._fees.going())
+        tx = await self._signer.sign(nonce, self.address, b"", gas=21_000, value=0, fees=await self._fees.going())
         filler = Submission(self.address, b"", 21_000, 0, None, tx, [tx.hash])
         self._nonces.broadcasting.add(nonce)
         try:
@@ -292,10 +292,16 @@ class Healer:
         if not self._nonces.ready:
             await self._sending.resync()
         nonce = self._nonces.allocate()
-        fees = await self._fees.going()
-        tx = self._signer.sign(
-            nonce, submission.to, submission.data, gas=submission.gas, value=submission.value, fees=fees
-        )
+        try:
+            fees = await self._fees.going()
+            tx = await self._signer.sign(
+                nonce, submission.to, submission.data, gas=submission.gas, value=submission.value, fees=fees
+            )
+        except Exception as exc:  # the node or the signer: nothing was sent under it
+            self._sending.release(nonce)
+            self.displaced.append(submission)  # the next round tries again
+            logger.warning("relayer %s: cannot send %s again now: %s", self.address, submission.hashes[0], exc)
+            return
         self._nonces.broadcasting.add(nonce)
         try:
             await self._sending.broadcast(tx)

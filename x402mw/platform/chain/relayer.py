@@ -2,7 +2,8 @@
 them moving until they are mined.
 
 It allocates nonces itself (`nonces`) so that many transactions can be in flight at once without a
-round trip per send, prices them (`fees`) and signs them locally (`transactions`), submits them
+round trip per send, prices them (`fees`) and signs them (`transactions`, through the account's `signers.Signer`: a
+key here or a remote signer), submits them
 (this module), and resolves receipts through one shared poller (`receipts`). A node can lose
 transactions (a restart drops its pool), hold them behind a nonce nobody sent, or leave them
 waiting at a fee below the going one; the relayer heals each of these by itself (`healing`: sent
@@ -13,7 +14,7 @@ again, replaced at a higher fee, sent under a new nonce, a gap filled, or given 
 Several processes may share the account: a node's "nonce too low" or "replacement underpriced"
 makes the sender resync and take the next nonce.
 
->>> relayer = Relayer(rpc, key, chain_id=31337)  # doctest: +SKIP
+>>> relayer = Relayer(rpc, key, chain_id=31337)  # a key here, or a Signer (RemoteSigner)  # doctest: +SKIP
 >>> await relayer.start()  # doctest: +SKIP
 >>> await relayer.simulate(token, calldata)  # raises RevertError("authorization is expired")  # doctest: +SKIP
 >>> receipt = await relayer.wait_for_receipt(await relayer.send(token, calldata))  # doctest: +SKIP
@@ -33,6 +34,7 @@ from typing import Any
 import httpx
 from eth_account import Account
 
+from x402mw import tracing
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.batching import Coalescer
 from x402mw.platform.chain.fees import FeeOracle
@@ -46,6 +48,7 @@ from x402mw.platform.chain.healing import (
 from x402mw.platform.chain.nonces import NonceBook
 from x402mw.platform.chain.receipts import ReceiptPoller
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
+from x402mw.platform.chain.signers import Signer, SignerUnavailable
 from x402mw.platform.chain.transactions import (
     RevertError,
     SignedTransaction,
@@ -75,6 +78,11 @@ class ChainUnavailable(Exception):
     """The node cannot be reached; nothing was sent."""
 
 
+class RelayerSignerUnavailable(ChainUnavailable):
+    """The account's signer cannot sign now (a remote signer unreachable, or signing for another
+    key); nothing was sent."""
+
+
 class RelayerBusy(ChainUnavailable):
     """Every account that could send is at its limit of transactions in flight (ours, or the node's
     for one sender: geth's ``txpool is full``); nothing was sent. Worth trying again in a moment."""
@@ -95,7 +103,7 @@ class Relayer:
     def __init__(
         self,
         rpc: JsonRpc,
-        private_key: bytes,
+        signer: bytes | Signer,
         *,
         chain_id: int,
         reconcile_interval: float = RECONCILE_INTERVAL,
@@ -107,9 +115,10 @@ class Relayer:
         # one call reverts is split by the Coalescer, so each caller gets its own revert. Two batches
         # may be out at once (a node serves them in parallel): a burst need not wait for the one before.
         self._calls: Coalescer[tuple[str, list[Any]], Any] = Coalescer(rpc.batch, max_batch=64, flushes=2)
-        self.address: str = Account.from_key(private_key).address
+        self._signer = TransactionSigner(signer, chain_id=chain_id)
+        self.address: str = self._signer.address
         self.chain_id = chain_id
-        self._signer = TransactionSigner(private_key, chain_id=chain_id)
+        self._signing = asyncio.Lock()
         self._fees = FeeOracle(rpc)
         self._receipts = ReceiptPoller(rpc, name=f"x402mw-receipts-{self.address}", on_mined=self._mined)
         self._pending: dict[int, Submission] = {}  # by nonce: sent, not yet seen mined
@@ -124,7 +133,7 @@ class Relayer:
         self._kick = asyncio.Event()
         self._closed = False
         self.available = True
-        network = f"eip155:{chain_id}"
+        self._network = network = f"eip155:{chain_id}"
         self._counts = {result: RELAYER_TRANSACTIONS.labels(network, result) for result in _RESULTS}
         self._resyncs = RELAYER_NONCE_RESYNCS.labels(network, self.address)
         sending = Sending(self._broadcast, self._track, self._remember, self._release, self._resync)
@@ -223,7 +232,16 @@ class Relayer:
         :class:`RpcError` when the node refuses the transaction.
         Should the node fail to answer after the transaction went out, the hash is returned all
         the same: the transaction is in flight, and reconciliation sends it again if the node lost it.
+        While tracing is on, in a ``relayer send`` span.
         """
+        if not tracing.enabled:
+            return await self._send(to, data, gas, value, valid_until)
+        with tracing.span("relayer send", kind="client", sender=self.address, network=self._network) as span:
+            tx_hash = await self._send(to, data, gas, value, valid_until)
+            span.set(transaction=tx_hash)
+            return tx_hash
+
+    async def _send(self, to: str | None, data: bytes, gas: int, value: int, valid_until: int | None) -> str:
         self._ensure_reconciler()
         try:
             if not self._nonces.ready:
@@ -233,8 +251,17 @@ class Relayer:
             self._unreachable(exc)
             raise ChainUnavailable(f"the node at chain {self.chain_id} cannot be reached: {exc}") from exc
         for attempt in range(_SEND_ATTEMPTS):
-            nonce = self._nonces.allocate()
-            tx = self._signer.sign(nonce, to, data, gas=gas, value=value, fees=fees)
+            # A local key signs without yielding; a remote signer's answer is awaited under the lock,
+            # so that transactions still leave in nonce order.
+            async with self._signing:
+                nonce = self._nonces.allocate()
+                try:
+                    tx = await self._signer.sign(nonce, to, data, gas=gas, value=value, fees=fees)
+                except BaseException as exc:
+                    self._release(nonce)  # nothing was signed, or sent
+                    if isinstance(exc, SignerUnavailable):
+                        raise RelayerSignerUnavailable(str(exc)) from exc
+                    raise
             submission = Submission(to, data, gas, value, valid_until, tx, [tx.hash])
             self._nonces.broadcasting.add(nonce)
             try:
@@ -362,7 +389,15 @@ class Relayer:
         with ``confirmations``, until the head is that many blocks past it; return the receipt of
         the version mined, whatever its status (its ``transaction_hash`` names it). Raise
         :class:`TimeoutError`, or :class:`TransactionDropped` when the relayer gave the
-        transaction up."""
+        transaction up. While tracing is on, in a ``relayer receipt`` span."""
+        if not tracing.enabled:
+            return await self._wait_for_receipt(tx_hash, confirmations, timeout)
+        with tracing.span("relayer receipt", sender=self.address, network=self._network, transaction=tx_hash) as span:
+            receipt = await self._wait_for_receipt(tx_hash, confirmations, timeout)
+            span.set(transaction=receipt.transaction_hash, block=receipt.block_number, outcome=str(receipt.status))
+            return receipt
+
+    async def _wait_for_receipt(self, tx_hash: str, confirmations: int, timeout: float) -> TxReceipt:
         key = tx_hash.lower()
         submission = self._by_hash.get(key)
         hashes = submission.hashes if submission is not None else [key]

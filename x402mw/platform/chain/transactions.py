@@ -2,7 +2,7 @@
 reverts.
 
 >>> signer = TransactionSigner(key, chain_id=31337)  # doctest: +SKIP
->>> tx = signer.sign(7, token, calldata, gas=120_000, value=0, fees=Fees(2 * 10**9, 10**9))  # doctest: +SKIP
+>>> tx = await signer.sign(7, token, calldata, gas=120_000, value=0, fees=Fees(2 * 10**9, 10**9))  # doctest: +SKIP
 >>> tx.hash, tx.raw  # doctest: +SKIP
 """
 
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import rlp
-from coincurve import PrivateKey
 from eth_abi.abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
 
 from x402mw.evm.keccak import keccak256
 from x402mw.platform.chain.rpc import RpcError
+from x402mw.platform.chain.signers import LocalSigner, Signer
 
 logger = logging.getLogger(__name__)
 
@@ -56,19 +56,44 @@ class SignedTransaction:
 
 
 class TransactionSigner:
-    """Signs EIP-1559 transactions of one account with coincurve directly: byte-identical to
-    eth-account's ``sign_transaction`` (both use RFC 6979 nonces and low s), at a tenth of the cost."""
+    """Signs EIP-1559 transactions of one account through its `Signer`: a key here (``bytes``, a
+    `LocalSigner`: coincurve directly, byte-identical to eth-account's ``sign_transaction``, both
+    RFC 6979 and low s, at a tenth of the cost) or a remote signer. Signing with a local key never
+    waits on anything."""
 
-    def __init__(self, private_key: bytes, *, chain_id: int) -> None:
-        self._key = PrivateKey(private_key)
+    def __init__(self, signer: bytes | Signer, *, chain_id: int) -> None:
+        self.signer: Signer = LocalSigner(signer) if isinstance(signer, bytes) else signer
         self.chain_id = chain_id
 
     def __repr__(self) -> str:
-        return f"TransactionSigner(chain_id={self.chain_id}, key=<hidden>)"
+        return f"TransactionSigner(chain_id={self.chain_id}, signer={self.signer!r})"
 
-    def sign(self, nonce: int, to: str | None, data: bytes, *, gas: int, value: int, fees: Fees) -> SignedTransaction:
-        """``to=None`` creates a contract."""
-        fields = [
+    @property
+    def address(self) -> str:
+        return self.signer.address
+
+    async def sign(
+        self, nonce: int, to: str | None, data: bytes, *, gas: int, value: int, fees: Fees
+    ) -> SignedTransaction:
+        """``to=None`` creates a contract. `~x402mw.platform.chain.signers.SignerUnavailable` when
+        the signer cannot sign now. With a local key it does not wait: no other task runs meanwhile."""
+        signer = self.signer
+        if isinstance(signer, LocalSigner):
+            return self.sign_now(nonce, to, data, gas=gas, value=value, fees=fees)
+        fields = self._fields(nonce, to, data, gas, value, fees)
+        return _signed(fields, await signer.sign(b"\x02" + rlp.encode(fields)), fees)
+
+    def sign_now(
+        self, nonce: int, to: str | None, data: bytes, *, gas: int, value: int, fees: Fees
+    ) -> SignedTransaction:
+        """`sign` with a local key (a remote signer's key is not here: ``TypeError``)."""
+        if not isinstance(self.signer, LocalSigner):
+            raise TypeError(f"{self.signer!r} signs remotely: await sign()")
+        fields = self._fields(nonce, to, data, gas, value, fees)
+        return _signed(fields, self.signer.sign_digest(keccak256(b"\x02" + rlp.encode(fields))), fees)
+
+    def _fields(self, nonce: int, to: str | None, data: bytes, gas: int, value: int, fees: Fees) -> list[Any]:
+        return [
             self.chain_id,
             nonce,
             fees.priority_fee,
@@ -79,11 +104,12 @@ class TransactionSigner:
             data,
             [],
         ]
-        digest = keccak256(b"\x02" + rlp.encode(fields))
-        signature = self._key.sign_recoverable(digest, hasher=None)
-        r, s, y_parity = signature[:32], signature[32:64], signature[64]
-        raw = b"\x02" + rlp.encode([*fields, y_parity, int.from_bytes(r, "big"), int.from_bytes(s, "big")])
-        return SignedTransaction(nonce, "0x" + raw.hex(), "0x" + keccak256(raw).hex(), fees)
+
+
+def _signed(fields: list[Any], signature: bytes, fees: Fees) -> SignedTransaction:
+    r, s, y_parity = signature[:32], signature[32:64], signature[64]
+    raw = b"\x02" + rlp.encode([*fields, y_parity, int.from_bytes(r, "big"), int.from_bytes(s, "big")])
+    return SignedTransaction(fields[1], "0x" + raw.hex(), "0x" + keccak256(raw).hex(), fees)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from x402mw.platform.chain.devchain import DevChain
 from x402mw.platform.chain.pool import RelayerPool
 from x402mw.platform.chain.relayer import Relayer
 from x402mw.platform.chain.rpc import JsonRpc
+from x402mw.platform.chain.signers import Signer
 from x402mw.platform.chain.transactions import TxReceipt
 from x402mw.platform.services.relayer_leases import RelayerLeases
 from x402mw.protocol.networks import Asset, Network, parse_caip2
@@ -25,6 +26,7 @@ class ChainHandle:
     minter_key: bytes | None = None  # the test-token minter on local nodes (sandbox faucet)
     domains: dict[str, TokenDomain] = field(default_factory=dict)  # by lower-case token address
     leases: RelayerLeases | None = None  # keeps a pool's accounts leased
+    signer: Signer | None = None  # the relayer's remote signer, when its key is not in this process
 
     @property
     def chain_id(self) -> int:
@@ -117,8 +119,11 @@ class Chains:
         return iter(list(self._by_id.values()))
 
     async def aclose(self) -> None:
+        signers = {id(h.signer): h.signer for h in self._by_id.values() if h.signer is not None}
         for handle in self._by_id.values():
             if handle.leases is not None:
                 await handle.leases.aclose()
             await handle.relayer.aclose()
             await handle.rpc.aclose()
+        for signer in signers.values():  # one for every chain
+            await signer.aclose()

@@ -39,7 +39,10 @@ def _aware(value: datetime) -> datetime:
 
 
 def _relayer_address(settings: PlatformSettings) -> str | None:
-    """The relayer's address, from its setting or its key file; None when neither exists yet."""
+    """The relayer's address, from its setting or its key file (or the remote signer's account);
+    None when neither exists yet."""
+    if settings.relayer_signer_address is not None:
+        return settings.relayer_signer_address
     if settings.relayer_key is not None:
         return address_of(parse_private_key(settings.relayer_key.get_secret_value()))
     path = settings.data_dir / "relayer.key"

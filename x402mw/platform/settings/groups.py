@@ -221,12 +221,43 @@ class KeySettings(SettingsGroup):
     """The platform's own keys; each one not given is created once in the data dir (mode 0600)."""
 
     relayer_key: PrivateKey | None = Field(None, description="Pays the gas of the transfers the platform sends.")
+    relayer_signer_url: Annotated[RpcUrl | None, Option("--relayer-signer-url", metavar="URL")] = Field(
+        None,
+        description="A remote signer holding the relayer's key instead (the Ethereum remote-signing API as "
+        "web3signer serves it in eth1 mode, /api/v1/eth1/sign): the key never enters the process.",
+    )
+    relayer_signer_address: Annotated[Address | None, Option("--relayer-signer-address", metavar="ADDRESS")] = Field(
+        None, description="The relayer's account, whose key the remote signer holds."
+    )
     receipt_key: PrivateKey | None = Field(None, description="Signs the receipts of agent payments.")
     treasury_key: PrivateKey | None = Field(
         None, description="Holds merchants' money between payment and refund or payout."
     )
     deposit_seed: PrivateKey | None = Field(None, description="BIP-32 seed of every deposit address (32 bytes).")
     sealing_key: PrivateKey | None = Field(None, description="Encrypts stored webhook secrets (32 bytes).")
+
+    @field_validator("relayer_signer_url")
+    @classmethod
+    def _instead_of_a_key(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return value
+        if info.data.get("relayer_key") is not None:
+            raise relation(
+                "cannot be given with {relayer_key}: the remote signer holds that key", relayer_key="relayer_key"
+            )
+        if info.data.get("relayer_pool_size") or info.data.get("relayer_pool_keys"):
+            raise relation(
+                "cannot be given with {relayer_pool_size}: a remote signer signs for one relayer account",
+                relayer_pool_size="relayer_pool_size",
+            )
+        return value
+
+    @field_validator("relayer_signer_address")
+    @classmethod
+    def _of_a_remote_signer(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("relayer_signer_url") is None:
+            raise relation("needs {relayer_signer_url}", relayer_signer_url="relayer_signer_url")
+        return value
 
 
 class ServerSettings(SettingsGroup):

@@ -114,6 +114,12 @@ class PlatformSettings(
     @model_validator(mode="after")
     def _derive_defaults(self) -> PlatformSettings:
         given = set(self.model_fields_set)
+        if self.relayer_signer_url is not None and self.relayer_signer_address is None:
+            raise relation(
+                "{relayer_signer_url} needs {relayer_signer_address}: the account whose key it holds",
+                relayer_signer_url="relayer_signer_url",
+                relayer_signer_address="relayer_signer_address",
+            )
         if "database_url" not in given:
             self.database_url = SecretStr(f"sqlite:///{self.data_dir / 'platform.sqlite3'}")
         if "base_url" not in given:

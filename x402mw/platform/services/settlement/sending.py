@@ -14,10 +14,11 @@ import logging
 import time
 from typing import Any
 
+from x402mw import tracing
 from x402mw.platform import metrics
 from x402mw.platform.batching import unreachable
 from x402mw.platform.chain.healing import TransactionDropped
-from x402mw.platform.chain.relayer import ChainUnavailable
+from x402mw.platform.chain.relayer import ChainUnavailable, RelayerSignerUnavailable
 from x402mw.platform.services.chains import ChainHandle
 from x402mw.platform.services.settlement.checks import PaymentRefusal, simulation_outcome
 from x402mw.platform.services.settlement.outcomes import Payment, SettleOutcome, failed, outcome_for, unavailable
@@ -57,7 +58,37 @@ class Sender:
         """Send ``transfer`` for the claimed ``row`` (after ``simulation``, or a simulation of its
         own with ``simulate``), wait for it (to the row's release policy) and release the payment;
         the outcome, recorded, answered on ``network`` (as the payer named it), with ``challenge``
-        recorded unless it was already."""
+        recorded unless it was already. While tracing is on, in an ``x402 settlement`` span."""
+        if not tracing.enabled:
+            return await self._execute(row, chain, transfer, started, network, challenge, simulation, simulate)
+        with tracing.span(
+            "x402 settlement",
+            payment_id=row.id,
+            challenge_id=row.challenge_id,
+            endpoint_id=row.endpoint_id,
+            scheme=transfer.scheme,
+            network=network,
+            amount=str(row.amount_minor),
+            asset=transfer.asset,
+            payer=transfer.payer,
+        ) as span:
+            outcome = await self._execute(row, chain, transfer, started, network, challenge, simulation, simulate)
+            span.set(outcome=outcome.status, transaction=outcome.response.transaction or row.transaction or None)
+            if outcome.status == "failed":
+                span.failed(outcome.response.error_reason or "failed")
+            return outcome
+
+    async def _execute(
+        self,
+        row: Payment,
+        chain: ChainHandle,
+        transfer: Transfer,
+        started: float,
+        network: str,
+        challenge: dict[str, Any] | None,
+        simulation: asyncio.Future[Any] | None,
+        simulate: bool,
+    ) -> SettleOutcome:
         try:
             if transfer.deployment is not None and transfer.auth is not None:
                 await prepare_payer(chain, transfer.asset, transfer.auth, transfer.deployment, self.codes)
@@ -77,10 +108,14 @@ class Sender:
             await self.writes.failed(row.id, refusal.reason, challenge=challenge)
             return failed(network, refusal.reason, refusal.message, payment_id=row.id)
         except Exception as exc:
-            if (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto":
-                # The usage is known and the resource served: the claim stays, and recovery sends it
-                # once the chain is back (while the permit is valid). Pending, never failed.
-                logger.warning("settlement %s: the chain cannot be reached (%s); left to recovery", row.id, exc)
+            if isinstance(exc, RelayerSignerUnavailable) or (
+                (isinstance(exc, ChainUnavailable) or unreachable(exc)) and transfer.scheme == "upto"
+            ):
+                # The signer cannot sign (its keys are out of this process), or, for an upto payment,
+                # the chain cannot be reached with the usage known and the resource served: the
+                # claim stays, and recovery sends it once they are back (while the authorization is
+                # valid). Pending, never failed.
+                logger.warning("settlement %s: cannot be sent now (%s); left to recovery", row.id, exc)
                 return outcome_for(row)
             if isinstance(exc, ChainUnavailable) or unreachable(exc):
                 # Nothing was sent: give the claim up, so that the same signature can be sent again.
