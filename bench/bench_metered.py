@@ -24,8 +24,8 @@ from bench._e2e import Stack, agent_clients, cpu_seconds, paying
 from x402mw.client import Wallet
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of, new_private_key
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.anvil import deploy_test_tokens
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.chain.token import mint
 from x402mw.protocol.networks import PERMIT2_ADDRESS

@@ -242,13 +242,13 @@ async def _smart_accounts(rpc: Any, deployer: bytes, chain_id: int, usdc: str, n
     """µs per verification on ``rpc``: a key (the key path), a deployed smart account (EIP-1271) and a
     counterfactual one (ERC-6492), each through `SettlementService`'s steps (`verify_payment`, then
     `verify_contract_signer` for the smart accounts)."""
+    from x402mw.platform.chain.admin import transact
     from x402mw.platform.chain.contracts import (
         deploy_contract,
         erc6492_wrap,
         smart_wallet_address,
         wallet_deploy_calldata,
     )
-    from x402mw.platform.chain.relayer import transact
     from x402mw.platform.clock import Clock
     from x402mw.platform.services.chains import ChainHandle, Chains
     from x402mw.platform.services.settlement.checks import verify_payment

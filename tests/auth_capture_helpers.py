@@ -25,6 +25,7 @@ from x402mw.evm.auth_capture import (
     signature_nonce,
 )
 from x402mw.evm.permit2 import PERMIT2_ADDRESS
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.auth_capture import (
     EscrowEvent,
     PaymentState,
@@ -32,7 +33,6 @@ from x402mw.platform.chain.auth_capture import (
     decode_events,
     read_payment_state,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.transactions import TxReceipt
 
 GAS = 1_000_000

@@ -33,6 +33,7 @@ from x402mw.evm.batch_settlement import (
 )
 from x402mw.evm.eip712 import sign_digest
 from x402mw.evm.keccak import keccak256
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.channels import (
     EVENTS,
     ChannelSnapshot,
@@ -41,7 +42,6 @@ from x402mw.platform.chain.channels import (
     permit2_collector_data,
     read_channel,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import balance_of
 from x402mw.platform.chain.transactions import TxReceipt
 

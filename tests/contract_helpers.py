@@ -10,7 +10,7 @@ from eth_account.messages import encode_typed_data
 
 from tests.chain_fixtures import DOMAIN_FIELDS, ChainUnderTest, new_key
 from x402mw.evm.keccak import keccak256
-from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.protocol.networks import PERMIT2_ADDRESS
 

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from tests.harness import Deployment, PlatformHarness
 from x402mw.adapters.starlette import PaymentMiddleware, paid
 from x402mw.evm.keccak import keccak256
-from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.token import allowance, permit_nonce
 from x402mw.protocol.networks import PERMIT2_ADDRESS
 

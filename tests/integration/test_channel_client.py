@@ -26,8 +26,8 @@ from x402mw.client.mcp import PayingSession
 from x402mw.client.pay import pay_command
 from x402mw.errors import PaymentRefusedError
 from x402mw.evm.permit2 import PERMIT2_ADDRESS
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.channels import read_channel
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import balance_of
 
 __all__ = ["anvil_node", "anyio_backend", "chain", "receiver_keys", "relayer_key"]

@@ -24,6 +24,7 @@ from tests.chain_fixtures import ChainUnderTest, anvil_node, anyio_backend, chai
 from tests.channel_helpers import MAX_UINT, approve_calldata
 from tests.contract_helpers import chain_now, funded_key
 from x402mw.evm.auth_capture import DEPLOYMENT_V1_0, DEPLOYMENT_V1_1, AuthCaptureDeployment, fee_amount_bounds
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.auth_capture import (
     PaymentState,
     authorize_calldata,
@@ -34,7 +35,6 @@ from x402mw.platform.chain.auth_capture import (
     refund_calldata,
     void_calldata,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import balance_of
 
 __all__ = ["anvil_node", "anyio_backend", "chain"]

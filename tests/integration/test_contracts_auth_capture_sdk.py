@@ -30,13 +30,13 @@ from x402mw.evm.auth_capture import (
     signature_nonce,
 )
 from x402mw.evm.permit2 import PERMIT2_ADDRESS
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.auth_capture import (
     PaymentState,
     authorize_calldata,
     capture_calldata,
     read_payment_state,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import balance_of
 
 __all__ = ["anvil_node", "anyio_backend", "chain", "operator_key"]

@@ -48,6 +48,7 @@ from x402mw.evm.batch_settlement import (
 from x402mw.evm.eip712 import TokenDomain, sign_digest
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.permit2 import PERMIT2_ADDRESS, permit2612_digest
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.channels import (
     ChannelSnapshot,
     claim_calldata,
@@ -72,7 +73,6 @@ from x402mw.platform.chain.contracts import (
     smart_wallet_address,
     wallet_deploy_calldata,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import balance_of, permit_nonce
 
 __all__ = ["anvil_node", "anyio_backend", "chain", "receiver_keys", "relayer_key"]

@@ -31,6 +31,7 @@ from tests.contract_helpers import call_error, chain_now, error_selector, funded
 from x402mw.evm.batch_settlement import (
     BATCH_SETTLEMENT_ADDRESS,
 )
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.channels import (
     ChannelSnapshot,
     claim_with_signature_calldata,
@@ -40,7 +41,6 @@ from x402mw.platform.chain.channels import (
     refund_with_signature_calldata,
     settle_calldata,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import balance_of
 

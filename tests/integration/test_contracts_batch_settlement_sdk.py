@@ -31,6 +31,7 @@ from x402mw.evm.batch_settlement import (
     channel_id,
 )
 from x402mw.evm.permit2 import PERMIT2_ADDRESS
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.channels import (
     ChannelSnapshot,
     claim_with_signature_calldata,
@@ -38,7 +39,6 @@ from x402mw.platform.chain.channels import (
     read_channel,
     refund_with_signature_calldata,
 )
-from x402mw.platform.chain.relayer import transact
 
 __all__ = ["anvil_node", "anyio_backend", "chain", "receiver_keys", "relayer_key"]
 

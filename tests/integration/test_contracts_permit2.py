@@ -27,6 +27,7 @@ from tests.contract_helpers import (
     witness_permit_message,
 )
 from x402mw.evm.keccak import keccak256
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.contracts import (
     CANONICAL_CONTRACTS,
     exact_settle_calldata,
@@ -35,7 +36,6 @@ from x402mw.platform.chain.contracts import (
     runtime_code,
     upto_settle_calldata,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.token import allowance, balance_of, permit_calldata, permit_nonce
 from x402mw.platform.chain.transactions import RevertError
 from x402mw.protocol.networks import EXACT_PERMIT2_PROXY_ADDRESS, PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS

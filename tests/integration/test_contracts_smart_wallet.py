@@ -35,6 +35,7 @@ from tests.contract_helpers import (
     witness_permit_message,
 )
 from x402mw.evm.keccak import keccak256
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.contracts import (
     deploy_contract,
     erc6492_is_valid,
@@ -44,7 +45,6 @@ from x402mw.platform.chain.contracts import (
     wallet_deploy_calldata,
     wallet_execute_calldata,
 )
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import (
     allowance,

@@ -16,8 +16,8 @@ from tests.subscription_fixtures import Shop, SubscriptionPlatform, subscription
 from tests.waiting import eventually
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS
-from x402mw.platform.chain.relayer import transact
 
 START = "2026-01-31T10:00:00Z"
 CUSTOMER = "cus_reorg_✓"

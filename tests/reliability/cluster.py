@@ -30,8 +30,8 @@ from tests.rpc_proxy import RpcProxy
 from tests.waiting import eventually
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.chain.token import balance_of, mint
 from x402mw.platform.server import free_port

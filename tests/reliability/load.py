@@ -32,7 +32,7 @@ from tests.sellers import starlette_app
 from tests.waiting import eventually
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import address_of
-from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.rpc import HttpJsonRpc
 
 _RETRYABLE = (httpx.TransportError,)

@@ -26,7 +26,7 @@ from tests.waiting import eventually
 from x402mw.client import Wallet, X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.evm.receipts import verify_receipt
-from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.admin import transact
 from x402mw.protocol import PaymentRequirements
 
 PRICE = 10_000  # 0.01 USDC

@@ -29,8 +29,8 @@ from x402mw import tracing
 from x402mw.client.channel_flow import REFUND_EXTENSION, channel_offer, pay_by_channel
 from x402mw.client.channels import ChannelBook, ChannelPolicy, ChannelRefund, RefundOrder
 from x402mw.client.commands import Pause
-from x402mw.client.records import INVALID_RECEIPT, receipt_matches
 from x402mw.client.records import PaymentRecord as PaymentRecord  # re-exported: its home before
+from x402mw.client.records import payment_record, unverified
 from x402mw.client.replies import (
     offer_in_body,
     payment_required,
@@ -453,55 +453,16 @@ class X402Auth(httpx.Auth):
         `x402mw.client.mcp`."""
         if settlement is not None and not settlement.success:
             return
-        accepted = choice.requirements
-        transaction = settlement.transaction if settlement else ""
-        payer = (settlement.payer if settlement else None) or self.wallet.address
-        raw = settlement.receipt if settlement else None
-        receipt = None if raw is None else {str(k): str(v) for k, v in raw.items()}
-        upto = accepted.scheme == "upto"
-        amount = accepted.amount
-        if upto:  # what the seller charged, at most the ceiling signed
-            charged = settlement.amount if settlement and settlement.amount is not None else accepted.amount
-            amount = min(charged, accepted.amount)
-            with self._lock:  # the ceiling was counted when signed; what counts now is the charge
-                left = EXACT.subtract(choice.units, Decimal(amount).scaleb(-choice.decimals, context=EXACT))
-                self.spent[choice.spend_key] = EXACT.subtract(self.spent.get(choice.spend_key, Decimal(0)), left)
-        verified = (
-            self.receipt_signer is not None
-            and receipt is not None
-            and receipt_matches(receipt, self.receipt_signer, accepted, payer, transaction, amount)
-        )
-        record = PaymentRecord(
-            url=url,
-            amount=amount,
-            asset=accepted.asset,
-            network=accepted.network,
-            pay_to=accepted.pay_to,
-            transaction=transaction,
-            payer=payer,
-            receipt=receipt,
-            verified=verified,
-            symbol=choice.symbol,
-            decimals=choice.decimals,
-            scheme=accepted.scheme,
-            ceiling=accepted.amount if upto else None,
-        )
+        record = payment_record(url, settlement, choice, self.wallet.address, self.receipt_signer)
         with self._lock:
+            if record.ceiling is not None:  # upto: the ceiling was counted when signed; now the charge counts
+                left = EXACT.subtract(choice.units, record.units)
+                self.spent[choice.spend_key] = EXACT.subtract(self.spent.get(choice.spend_key, Decimal(0)), left)
             self.payments.append(record)
         if self.on_payment is not None:
             self.on_payment(record)
-        if self.receipt_signer is not None and not verified:
-            what = (
-                "the answer carries no receipt"
-                if receipt is None
-                else f"its receipt is not one signed by {self.receipt_signer} for this payment"
-            )
-            raise PaymentRefusedError(
-                f"the payment for {url} was made (transaction {transaction or 'unknown'}), but {what}",
-                reason=INVALID_RECEIPT,
-                payer=payer,
-                transaction=transaction or None,
-            )
+        if self.receipt_signer is not None and not record.verified:
+            raise unverified(record, self.receipt_signer)
 
     def refund_channel(self, client: httpx.Client, url: str, *, amount: int | None = None) -> ChannelRefund:
         """Ask the seller of ``url`` (a route paid by channel) for the channel's cooperative refund:

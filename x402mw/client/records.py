@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from x402mw.client.channels import ChannelCharge
-from x402mw.client.spending import DEFAULT_DECIMALS, EXACT
+from x402mw.client.spending import DEFAULT_DECIMALS, EXACT, Choice
+from x402mw.errors import PaymentRefusedError
 from x402mw.evm.receipts import verify_receipt
-from x402mw.protocol.models import PaymentRequirements
+from x402mw.protocol.models import PaymentRequirements, SettlementResponse
 
 INVALID_RECEIPT = "invalid_receipt"
 
@@ -71,4 +72,58 @@ def receipt_matches(
         expected["challengeId"] = challenge
     return all(
         name not in receipt or not value or receipt[name].lower() == value.lower() for name, value in expected.items()
+    )
+
+
+def payment_record(
+    url: str, settlement: SettlementResponse | None, choice: Choice, payer: str, receipt_signer: str | None
+) -> PaymentRecord:
+    """The record of a payment the seller accepted for ``choice`` (with its ``settlement``, when it
+    gave one; ``payer``: the wallet's address, unless the settlement names it). For an ``upto``
+    payment its amount is what the seller charged, at most the ceiling signed. ``verified`` as
+    `PaymentRecord` says, with ``receipt_signer``."""
+    accepted = choice.requirements
+    transaction = settlement.transaction if settlement else ""
+    payer = (settlement.payer if settlement else None) or payer
+    raw = settlement.receipt if settlement else None
+    receipt = None if raw is None else {str(k): str(v) for k, v in raw.items()}
+    upto = accepted.scheme == "upto"
+    amount = accepted.amount
+    if upto:
+        charged = settlement.amount if settlement and settlement.amount is not None else accepted.amount
+        amount = min(charged, accepted.amount)
+    verified = (
+        receipt_signer is not None
+        and receipt is not None
+        and receipt_matches(receipt, receipt_signer, accepted, payer, transaction, amount)
+    )
+    return PaymentRecord(
+        url=url,
+        amount=amount,
+        asset=accepted.asset,
+        network=accepted.network,
+        pay_to=accepted.pay_to,
+        transaction=transaction,
+        payer=payer,
+        receipt=receipt,
+        verified=verified,
+        symbol=choice.symbol,
+        decimals=choice.decimals,
+        scheme=accepted.scheme,
+        ceiling=accepted.amount if upto else None,
+    )
+
+
+def unverified(record: PaymentRecord, receipt_signer: str) -> PaymentRefusedError:
+    """The refusal of a payment made whose receipt is missing or not ``receipt_signer``'s for it."""
+    what = (
+        "the answer carries no receipt"
+        if record.receipt is None
+        else f"its receipt is not one signed by {receipt_signer} for this payment"
+    )
+    return PaymentRefusedError(
+        f"the payment for {record.url} was made (transaction {record.transaction or 'unknown'}), but {what}",
+        reason=INVALID_RECEIPT,
+        payer=record.payer,
+        transaction=record.transaction or None,
     )

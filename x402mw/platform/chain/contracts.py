@@ -40,7 +40,7 @@ from x402mw.evm.batch_settlement import (
 )
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import to_checksum_address
-from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.platform.chain.transactions import RevertError
 from x402mw.protocol.networks import EXACT_PERMIT2_PROXY_ADDRESS, PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY_ADDRESS

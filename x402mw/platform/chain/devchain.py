@@ -39,13 +39,11 @@ from eth_utils.exceptions import ValidationError
 from hexbytes import HexBytes
 from rlp.exceptions import RLPException
 
-from x402mw.evm.auth_capture import AUTH_CAPTURE_ESCROW_V1_1_ADDRESS
-from x402mw.evm.batch_settlement import BATCH_SETTLEMENT_ADDRESS
+from x402mw.platform.chain.admin import transact
+from x402mw.platform.chain.contracts import CANONICAL_CONTRACTS
 from x402mw.platform.chain.devstate import ChainIdentity, DevChainBackend, DevChainState
-from x402mw.platform.chain.relayer import transact
 from x402mw.platform.chain.rpc import RpcError
 from x402mw.platform.chain.token import deploy_token, mint
-from x402mw.protocol.networks import PERMIT2_ADDRESS
 
 logger = logging.getLogger(__name__)
 
@@ -377,23 +375,17 @@ async def start_dev_chain(
         if reopened:
             assert state is not None and state.identity is not None
             chain = DevChain(rpc, rpc.chain_id, dict(state.identity.tokens), key, state.identity.genesis_hash)
-            if await rpc.request("eth_getCode", [PERMIT2_ADDRESS, "latest"]) in ("0x", b"", None):
+            missing = [
+                name
+                for address, name in CANONICAL_CONTRACTS.items()
+                if await rpc.request("eth_getCode", [address, "latest"]) in ("0x", b"", None)
+            ]
+            if missing:  # what x402mw put in the genesis since this chain was made
                 logger.warning(
-                    "the dev chain in %s was made before x402mw put Permit2 in its genesis: payments through "
-                    "Permit2 (the upto scheme) cannot settle on it; delete the data dir for a new chain",
+                    "the dev chain in %s was made before x402mw put %s in its genesis: payments through them "
+                    "(upto, payment channels, auth-capture) cannot settle on it; delete the data dir for a new chain",
                     state.path,
-                )
-            elif await rpc.request("eth_getCode", [BATCH_SETTLEMENT_ADDRESS, "latest"]) in ("0x", b"", None):
-                logger.warning(
-                    "the dev chain in %s was made before x402mw put the batch-settlement escrow in its genesis: "
-                    "payment channels cannot open on it; delete the data dir for a new chain",
-                    state.path,
-                )
-            elif await rpc.request("eth_getCode", [AUTH_CAPTURE_ESCROW_V1_1_ADDRESS, "latest"]) in ("0x", b"", None):
-                logger.warning(
-                    "the dev chain in %s was made before x402mw put the auth-capture escrow in its genesis: "
-                    "auth-capture payments cannot be authorized on it; delete the data dir for a new chain",
-                    state.path,
+                    ", ".join(missing),
                 )
             if await _gas(rpc, relayer_address) < _RELAYER_GAS // 10:
                 await chain.fund_gas(relayer_address, _RELAYER_GAS)

@@ -26,13 +26,11 @@ import asyncio
 import contextlib
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import httpx
-from eth_account import Account
 
 from x402mw import tracing
 from x402mw.evm.keccak import keccak256
@@ -50,7 +48,6 @@ from x402mw.platform.chain.receipts import ReceiptPoller
 from x402mw.platform.chain.rpc import JsonRpc, RpcError
 from x402mw.platform.chain.signers import Signer, SignerUnavailable
 from x402mw.platform.chain.transactions import (
-    RevertError,
     SignedTransaction,
     TransactionSigner,
     TxReceipt,
@@ -493,32 +490,3 @@ class Relayer:
 
 
 _RESULTS = ("sent", "refused", "rebroadcast", "replaced", "resent", "filler", "dropped")
-
-# Administrative writes from one account over one connection run one at a time: see transact().
-_write_locks: weakref.WeakKeyDictionary[JsonRpc, dict[str, asyncio.Lock]] = weakref.WeakKeyDictionary()
-
-
-async def transact(
-    rpc: JsonRpc, private_key: bytes, to: str | None, data: bytes, *, gas: int = 120_000, value: int = 0
-) -> TxReceipt:
-    """Send one transaction from ``private_key``, wait for it, and raise :class:`RevertError` if it
-    reverts (with the reason, when a call made beforehand can tell it).
-
-    For occasional writes from keys that no :class:`Relayer` owns (deploying, minting, funding):
-    each takes a fresh nonce from the node, under a per-account lock.
-    """
-    address = Account.from_key(private_key).address
-    lock = _write_locks.setdefault(rpc, {}).setdefault(address, asyncio.Lock())
-    async with lock:
-        chain_id = int(await rpc.request("eth_chainId", []), 16)
-        sender = Relayer(rpc, private_key, chain_id=chain_id)
-        try:
-            await sender.start()
-            if to is not None and data:
-                await sender.simulate(to, data)
-            receipt = await sender.wait_for_receipt(await sender.send(to, data, gas=gas, value=value))
-        finally:
-            await sender.aclose()
-    if receipt.status != 1:
-        raise RevertError(f"transaction {receipt.transaction_hash} reverted")
-    return receipt

@@ -18,7 +18,7 @@ from eth_abi.abi import encode as abi_encode
 from x402mw.evm.eip712 import TransferAuthorization
 from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import to_checksum_address
-from x402mw.platform.chain.relayer import transact
+from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.rpc import JsonRpc
 from x402mw.platform.chain.transactions import RevertError
 
