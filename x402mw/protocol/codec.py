@@ -167,8 +167,10 @@ def decode_channel_payment_payload(value: str | bytes | dict[str, Any]) -> Chann
     if not is_channel_payload(data):
         return None
     kind = data["payload"].get("type")
-    reason = f"invalid_batch_settlement_evm_{kind}_payload" if kind in ("deposit", "voucher", "refund") else (
-        "invalid_batch_settlement_evm_payload_type"
+    reason = (
+        f"invalid_batch_settlement_evm_{kind}_payload"
+        if kind in ("deposit", "voucher", "refund")
+        else ("invalid_batch_settlement_evm_payload_type")
     )
     try:
         found = _validate(ChannelPaymentPayload, data, "payment payload")

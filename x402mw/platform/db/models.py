@@ -92,6 +92,7 @@ class AgentEndpoint(SQLModel, table=True):
     channel_withdraw_delay: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
     channel_only: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     channel_idle_refund_seconds: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    channel_receiver_authorizer: str | None = Field(default=None, max_length=42)  # the merchant's, when offered
 
     __table_args__ = (Index("ix_agent_endpoints_merchant_created", "merchant_id", "created_at"),)
 

@@ -24,6 +24,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('channel_withdraw_delay', sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column('channel_only', sa.Boolean(), nullable=False, server_default=sa.false()))
         batch_op.add_column(sa.Column('channel_idle_refund_seconds', sa.BigInteger(), nullable=True))
+        batch_op.add_column(sa.Column('channel_receiver_authorizer', sa.String(length=42), nullable=True))
     op.create_table(
         'channel_authorizers',
         sa.Column('merchant_id', sa.String(length=36), nullable=False),
@@ -120,6 +121,7 @@ def downgrade() -> None:
     op.drop_table('payment_channels')
     op.drop_table('channel_authorizers')
     with op.batch_alter_table('agent_endpoints', schema=None) as batch_op:
+        batch_op.drop_column('channel_receiver_authorizer')
         batch_op.drop_column('channel_idle_refund_seconds')
         batch_op.drop_column('channel_only')
         batch_op.drop_column('channel_withdraw_delay')
