@@ -66,7 +66,7 @@ def channel_deployment(
 
 
 def channel_app(api_key: str, platform_url: str, endpoint_id: str) -> Starlette:
-    """``GET /work`` (``use=N``: a metered request charges N; ``fail=1``: the handler raises)."""
+    """``GET /work`` (``use=N``: a metered request charges N; ``fail=1``: the handler answers 500)."""
 
     @paid(endpoint_id)
     async def work(request: Request) -> JSONResponse:
@@ -75,7 +75,7 @@ def channel_app(api_key: str, platform_url: str, endpoint_id: str) -> Starlette:
         if use is not None:
             payment.charge(int(use))
         if request.query_params.get("fail"):
-            raise RuntimeError("the handler failed")
+            return JSONResponse({"error": "the handler failed"}, status_code=500)  # not charged
         return JSONResponse({"ok": True})
 
     return Starlette(
@@ -181,3 +181,10 @@ class HandPayer:
             "accepted": self.offer,
             "payload": {"type": kind, "channelConfig": self.config_wire(), "voucher": voucher, **more},
         }
+
+
+async def channel_row(platform: Any, channel: bytes) -> Any:
+    """The platform's record of ``channel`` (``payment_channels``)."""
+    from x402mw.platform.services.channels import store
+
+    return await store.load(platform.engine, "0x" + channel.hex())

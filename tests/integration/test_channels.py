@@ -12,9 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.channel_sellers import channel_app, channel_deployment, sdk_channel_agent
+from tests.channel_sellers import HandPayer, channel_app, channel_deployment, channel_row, sdk_channel_agent
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, lifespan
+from x402mw.evm.keys import new_private_key
+from x402mw.protocol import channels as wire
+from x402mw.protocol.codec import encode_header
 
 pytestmark = pytest.mark.anyio
 
@@ -50,3 +53,88 @@ async def test_an_sdk_agent_pays_many_requests_then_one_claim_and_one_settle(dev
     settles = harness.server.call(lambda _p: worker.settle())
     assert len(claims) == 1 and len(settles) == 1
     assert await asyncio.to_thread(harness.balance, deployment.payout) == before + 12_000
+
+
+async def _offer(client: httpx.AsyncClient) -> dict[str, Any]:
+    unpaid = await client.get("/work")
+    assert unpaid.status_code == 402
+    (offer,) = [o for o in _decoded(unpaid, "PAYMENT-REQUIRED")["accepts"] if o["scheme"] == "batch-settlement"]
+    return offer
+
+
+async def _pay(client: httpx.AsyncClient, payload: dict[str, Any], **params: str) -> httpx.Response:
+    return await client.get("/work", params=params, headers={"PAYMENT-SIGNATURE": encode_header(payload)})
+
+
+def _refusal(response: httpx.Response) -> str:
+    assert response.status_code == 402, response.text
+    return str(_decoded(response, "PAYMENT-REQUIRED")["error"])
+
+
+async def test_bad_channel_payments_are_refused_with_the_scheme_codes(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000, min_deposit=5_000)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    client = httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver")
+    key = deployment.agent_key
+    async with lifespan(app), client:
+        offer = await _offer(client)
+        payer = HandPayer(key, offer, harness.chain.chain_id)
+        domain = {"name": offer["extra"]["name"], "version": "2", "chainId": harness.chain.chain_id}
+        domain["verifyingContract"] = harness.usdc
+        until = harness.head_time() + 3600
+
+        def deposit(amount: int, ceiling: int, **more: Any) -> dict[str, Any]:
+            return payer.payload(
+                "deposit", payer.voucher(ceiling), deposit=payer.deposit(amount, domain, until, **more)
+            )
+
+        below = await _pay(client, deposit(4_000, 1_000))
+        assert _refusal(below) == wire.DEPOSIT_BELOW_MINIMUM
+        for field, value, code in (
+            ("receiver", deployment.agent.address, wire.RECEIVER_MISMATCH),
+            ("receiverAuthorizer", deployment.agent.address, wire.AUTHORIZER_MISMATCH),
+            ("token", harness.platform.chains.get(harness.chain.chain_id).asset("EURC").address, wire.TOKEN_MISMATCH),
+            ("withdrawDelay", 1_800, wire.WITHDRAW_DELAY_MISMATCH),
+            ("salt", "0x" + "11" * 32, wire.CHANNEL_ID_MISMATCH),
+        ):
+            altered = deposit(10_000, 1_000)
+            altered["payload"]["channelConfig"][field] = value
+            assert _refusal(await _pay(client, altered)) == code, field
+        other_chain = HandPayer(key, offer, harness.chain.chain_id + 1, salt=payer.config.salt)
+        foreign = payer.payload("voucher", other_chain.voucher(1_000))
+        assert _refusal(await _pay(client, foreign)) == wire.CHANNEL_ID_MISMATCH
+        assert _refusal(await _pay(client, payer.payload("voucher", payer.voucher(1_000)))) == wire.CHANNEL_NOT_FOUND
+
+        salt = 7
+        opened = await _pay(client, deposit(10_000, 1_000, salt=salt))
+        assert opened.status_code == 200, opened.text
+        reused = await _pay(client, deposit(10_000, 2_000, salt=salt))
+        assert _refusal(reused) == wire.DEPOSIT_REUSED
+
+        replayed = await _pay(client, payer.payload("voucher", payer.voucher(1_000)))
+        assert _refusal(replayed) == wire.CUMULATIVE_MISMATCH
+        (corrective,) = [
+            o for o in _decoded(replayed, "PAYMENT-REQUIRED")["accepts"] if o["scheme"] == "batch-settlement"
+        ]
+        assert corrective["extra"]["channelState"]["chargedCumulativeAmount"] == "1000"
+        assert corrective["extra"]["voucherState"]["signedMaxClaimable"] == "1000"
+        for ceiling in (1_500, 3_000):
+            assert (
+                _refusal(await _pay(client, payer.payload("voucher", payer.voucher(ceiling))))
+                == wire.CUMULATIVE_MISMATCH
+            )
+        stranger = payer.payload("voucher", payer.voucher(2_000, key=new_private_key()))
+        assert _refusal(await _pay(client, stranger)) == wire.VOUCHER_SIGNATURE
+
+        # A handler that fails charges nothing: the same voucher then pays.
+        failed = await _pay(client, payer.payload("voucher", payer.voucher(2_000)), fail="1")
+        assert failed.status_code == 500
+        for ceiling in range(2_000, 10_001, 1_000):
+            paid = await _pay(client, payer.payload("voucher", payer.voucher(ceiling)))
+            assert paid.status_code == 200, (ceiling, paid.text)
+        exhausted = await _pay(client, payer.payload("voucher", payer.voucher(11_000)))
+        assert _refusal(exhausted) == wire.CUMULATIVE_EXCEEDS_BALANCE
+
+    channel = harness.server.call(lambda p: channel_row(p, payer.channel))
+    assert (channel.charged, channel.signed_max, channel.balance) == (10_000, 10_000, 10_000)

@@ -37,6 +37,7 @@ from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRe
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.protocol import channels as channel_wire
 from x402mw.protocol import reasons
+from x402mw.protocol.channels import ChannelPaymentPayload
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
 
 
@@ -190,7 +191,7 @@ async def _channel_settle(
     """A payment through a channel (``batch-settlement``): held for the handler (``authorized``,
     charged by a capture), or a refund the payer asked for (``settled`` at once)."""
     platform = platform_of(request)
-    payload = parse_body(channel_wire.ChannelPaymentPayload, body.paymentPayload, prefix="paymentPayload.")
+    payload = parse_body(ChannelPaymentPayload, body.paymentPayload, prefix="paymentPayload.")
     endpoint = await platform.endpoints.get(merchant_id, livemode, body.endpointId)
     if endpoint is None:
         raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
