@@ -16,6 +16,7 @@ from tests.channel_sellers import HandPayer, channel_app, channel_deployment, ch
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, lifespan
 from x402mw.evm.keys import new_private_key
+from x402mw.platform.chain.channels import EVENTS
 from x402mw.protocol import channels as wire
 from x402mw.protocol.codec import encode_header
 
@@ -138,3 +139,45 @@ async def test_bad_channel_payments_are_refused_with_the_scheme_codes(dev_platfo
 
     channel = harness.server.call(lambda p: channel_row(p, payer.channel))
     assert (channel.charged, channel.signed_max, channel.balance) == (10_000, 10_000, 10_000)
+
+
+async def test_fifty_channels_are_claimed_in_one_transaction_and_listed(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    client = httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver")
+    async with lifespan(app), client:
+        offer = await _offer(client)
+        payers = [HandPayer(deployment.agent_key, offer, harness.chain.chain_id) for _ in range(50)]
+        domain = {"name": offer["extra"]["name"], "version": "2", "chainId": harness.chain.chain_id}
+        domain["verifyingContract"] = harness.usdc
+        until = harness.head_time() + 3600
+
+        async def open_and_pay(payer: HandPayer) -> list[int]:
+            first = payer.payload("deposit", payer.voucher(1_000), deposit=payer.deposit(5_000, domain, until))
+            second = payer.payload("voucher", payer.voucher(2_000))
+            return [(await _pay(client, first)).status_code, (await _pay(client, second)).status_code]
+
+        for start in range(0, 50, 10):
+            answers = await asyncio.gather(*(open_and_pay(p) for p in payers[start : start + 10]))
+            assert answers == [[200, 200]] * 10
+
+    worker = harness.platform.channel_worker
+    before = await asyncio.to_thread(harness.balance, deployment.payout)
+    claims = harness.server.call(lambda _p: worker.claim(everything=True))
+    assert len(claims) == 1  # the 50 channels' vouchers in one claimWithSignature
+    logs = harness.server.call(lambda _p: worker._logs(harness.chain, claims[0]))
+    assert sum(1 for log in logs if str(log["topics"][0]) == "0x" + EVENTS["Claimed"].hex()) == 50
+    harness.server.call(lambda _p: worker.settle())
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == before + 50 * 2_000
+
+    with deployment.api() as api:
+        listed = api.get("/agent/channels", params={"endpointId": deployment.endpoint_id, "limit": 100}).json()
+        one = api.get(f"/agent/channels/{listed['data'][0]['id']}").json()["channel"]
+        missing = api.get("/agent/channels/0x" + "00" * 32)
+    assert len(listed["data"]) == 50
+    assert {(c["chargedMinor"], c["claimedMinor"], c["settledMinor"], c["depositedMinor"]) for c in listed["data"]} == {
+        ("2000", "2000", "2000", "5000")
+    }
+    assert one["unclaimedMinor"] == "0" and one["pendingWithdrawal"] is None
+    assert missing.status_code == 404

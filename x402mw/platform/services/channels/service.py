@@ -33,6 +33,7 @@ from x402mw.evm.batch_settlement import (
     BATCH_SETTLEMENT_ADDRESS,
     ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
     PERMIT2_DEPOSIT_COLLECTOR_ADDRESS,
+    ChannelConfig,
     ChannelDomain,
     VoucherClaim,
     claim_batch_digest,
@@ -149,6 +150,13 @@ class ChannelService:
             min_deposit=endpoint.channel_min_deposit or 0,
             domain=ChannelDomain(chain.chain_id),
         )
+
+    async def find(self, merchant_id: str, livemode: bool, channel_id: str) -> Any:
+        """The merchant's channel of this mode, or None (another's is indistinguishable from none)."""
+        row = await store.load(self.engine, channel_id)
+        if row is None or row.merchant_id != merchant_id or bool(row.livemode) != livemode:
+            return None
+        return row
 
     async def authorize(self, request: ChannelRequest) -> SettleOutcome:
         """Step 1: ``authorized`` (the channel held for this request, by the outcome's
@@ -519,10 +527,8 @@ class ChannelService:
         return receipt.transaction_hash, amount
 
 
-def config_of(row: Any) -> Any:
+def config_of(row: Any) -> ChannelConfig:
     """The `ChannelConfig` of a ``payment_channels`` row."""
-    from x402mw.evm.batch_settlement import ChannelConfig
-
     return ChannelConfig(
         row.payer,
         row.payer_authorizer,
