@@ -188,3 +188,24 @@ async def channel_row(platform: Any, channel: bytes) -> Any:
     from x402mw.platform.services.channels import store
 
     return await store.load(platform.engine, "0x" + channel.hex())
+
+
+async def open_channel(harness: PlatformHarness, client: httpx.AsyncClient, key: bytes, path: str) -> HandPayer:
+    """Open a channel on the seller ``client`` serves at ``path`` (its 402 offers channels) with a
+    deposit of five times its price and a first voucher for its price, paid by ``key``: the payer."""
+    import base64
+    import json
+
+    from x402mw.protocol.codec import encode_header
+
+    unpaid = await client.get(path)
+    required = json.loads(base64.b64decode(unpaid.headers["PAYMENT-REQUIRED"]))
+    (offer,) = [o for o in required["accepts"] if o["scheme"] == "batch-settlement"]
+    payer = HandPayer(key, offer, harness.chain.chain_id)
+    domain = {"name": offer["extra"]["name"], "version": "2", "chainId": harness.chain.chain_id}
+    domain["verifyingContract"] = offer["asset"]
+    deposit = payer.deposit(5 * int(offer["amount"]), domain, harness.head_time() + 3600)
+    payload = payer.payload("deposit", payer.voucher(int(offer["amount"])), deposit=deposit)
+    paid = await client.get(path, headers={"PAYMENT-SIGNATURE": encode_header(payload)})
+    assert paid.status_code == 200, paid.text
+    return payer

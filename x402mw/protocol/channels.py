@@ -252,3 +252,72 @@ def channel_state(
     if charged is not None:
         state["chargedCumulativeAmount"] = str(charged)
     return state
+
+
+class ClaimVoucherWire(WireModel):
+    channel: ChannelConfigWire
+    max_claimable_amount: int = Field(alias="maxClaimableAmount")
+
+    _check_amount = field_validator("max_claimable_amount", mode="before")(lambda v: _atomic(v))
+
+    @field_serializer("max_claimable_amount")
+    def _amount_out(self, value: int) -> str:
+        return str(value)
+
+
+class ClaimRowWire(WireModel):
+    """One row of a server-authored claim: a voucher and the cumulative total to claim with it."""
+
+    voucher: ClaimVoucherWire
+    signature: str
+    total_claimed: int = Field(alias="totalClaimed")
+
+    _check_amount = field_validator("total_claimed", mode="before")(lambda v: _atomic(v))
+
+    @field_validator("signature")
+    @classmethod
+    def _signature(cls, value: str) -> str:
+        return _hex(value, None, "signature")
+
+    @field_serializer("total_claimed")
+    def _amount_out(self, value: int) -> str:
+        return str(value)
+
+
+class ClaimPayload(WireModel):
+    """``{"type": "claim"}``: claim these vouchers (signed by the receiver authorizer, or by us)."""
+
+    type: Literal["claim"]
+    claims: list[ClaimRowWire] = Field(min_length=1, max_length=1000)
+    claim_authorizer_signature: str | None = Field(default=None, alias="claimAuthorizerSignature")
+
+
+class SettlePayload(WireModel):
+    """``{"type": "settle"}``: pay the receiver what was claimed in ``token``."""
+
+    type: Literal["settle"]
+    receiver: str
+    token: str
+
+    @field_validator("receiver", "token")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        _hex(value, 20, "an address")
+        return value
+
+
+class RefundSettlePayload(WireModel):
+    """``{"type": "refund"}`` as the server completed it for the facilitator."""
+
+    type: Literal["refund"]
+    channel_config: ChannelConfigWire = Field(alias="channelConfig")
+    voucher: VoucherWire
+    amount: int | None = None
+    refund_nonce: int | None = Field(default=None, alias="refundNonce")
+    claims: list[ClaimRowWire] = Field(default_factory=list, max_length=1)
+    refund_authorizer_signature: str | None = Field(default=None, alias="refundAuthorizerSignature")
+    claim_authorizer_signature: str | None = Field(default=None, alias="claimAuthorizerSignature")
+
+    _check_amount = field_validator("amount", "refund_nonce", mode="before")(
+        lambda v: None if v is None else _atomic(v)
+    )

@@ -36,7 +36,8 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
 from x402mw.platform.services.channels.checks import ChannelRefusal
-from x402mw.platform.services.channels.service import ChannelService, config_of
+from x402mw.platform.services.channels.onchain import config_of
+from x402mw.platform.services.channels.service import ChannelService
 from x402mw.platform.services.outbox import record_event
 
 logger = logging.getLogger("x402mw.platform.channels")
