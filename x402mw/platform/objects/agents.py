@@ -214,6 +214,10 @@ class SupportedKindExtra(ResponseModel):
     facilitator_address: EvmAddress | None = omitted_if_none(
         description="upto: the address that alone may settle what payers sign (the witness's facilitator)"
     )
+    receiver_authorizer: EvmAddress | None = omitted_if_none(
+        description="batch-settlement: the caller's receiver authorizer, which signs claims and refunds for "
+        "channels that name it (given to a caller presenting its API key)"
+    )
 
 
 class SupportedKind(ResponseModel):

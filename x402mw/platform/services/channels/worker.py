@@ -271,7 +271,7 @@ class ChannelWorker:
         status = "confirmed" if receipt.status == 1 else "failed"
         amount = 0
         if status == "confirmed" and kind == "settle":
-            amount = _settled_amount(await self._logs(chain, receipt.transaction_hash))
+            amount = settled_amount(await self._logs(chain, receipt.transaction_hash))
         async with self.engine.begin() as conn:
             changed = await conn.execute(
                 update(txs)
@@ -335,7 +335,7 @@ class ChannelWorker:
             )
 
 
-def _settled_amount(logs: list[Any]) -> int:
+def settled_amount(logs: list[Any]) -> int:
     topic = "0x" + EVENTS["Settled"].hex()
     total = 0
     for log in logs:
