@@ -12,7 +12,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.channel_sellers import HandPayer, channel_app, channel_deployment, channel_row, sdk_channel_agent
+from tests.channel_sellers import (
+    HandPayer,
+    channel_app,
+    channel_deployment,
+    channel_row,
+    open_channel,
+    sdk_channel_agent,
+)
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, lifespan
 from x402mw.evm.keys import new_private_key
@@ -181,3 +188,37 @@ async def test_fifty_channels_are_claimed_in_one_transaction_and_listed(dev_plat
     }
     assert one["unclaimedMinor"] == "0" and one["pendingWithdrawal"] is None
     assert missing.status_code == 404
+
+
+async def test_a_metered_channel_charges_the_usage_and_the_payer_asks_a_refund(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=5_000, metered=True, only=True)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    client = httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver")
+    async with lifespan(app), client:
+        unpaid = await client.get("/work")
+        assert [o["scheme"] for o in _decoded(unpaid, "PAYMENT-REQUIRED")["accepts"]] == ["batch-settlement"]
+        payer = await open_channel(harness, client, deployment.agent_key, "/work")  # deposit 25,000; charged 0
+        used = await _pay(client, payer.payload("voucher", payer.voucher(5_000)), use="1234")
+        assert used.status_code == 200, used.text
+        state = _decoded(used, "PAYMENT-RESPONSE")["extra"]
+        assert state["chargedAmount"] == "1234" and state["channelState"]["chargedCumulativeAmount"] == "1234"
+        beyond = await _pay(client, payer.payload("voucher", payer.voucher(6_234)), use="99999")
+        assert _decoded(beyond, "PAYMENT-RESPONSE")["extra"]["chargedAmount"] == "5000"  # at most the price
+        # the payer asks for what is left: a zero-charge voucher at the charged total; the handler is skipped
+        refund = await _pay(client, payer.payload("refund", payer.voucher(6_234)), use="1")
+        assert refund.status_code == 200, refund.text
+        refunded = _decoded(refund, "PAYMENT-RESPONSE")
+        assert refunded["amount"] == str(25_000 - 6_234) and refunded["transaction"]
+        assert refunded["extra"]["channelState"]["balance"] == "6234"
+        assert refunded["extra"]["channelState"]["totalClaimed"] == "6234"  # claimed in the same transaction
+        nothing_left = await _pay(client, payer.payload("refund", payer.voucher(6_234)))
+        assert _refusal(nothing_left) == wire.REFUND_NO_BALANCE
+
+    channel = harness.server.call(lambda p: channel_row(p, payer.channel))
+    assert (channel.charged, channel.claimed, channel.refunded) == (6_234, 6_234, 25_000 - 6_234)
+    harness.server.call(lambda p: p.channel_worker.settle())
+    assert await asyncio.to_thread(harness.balance, deployment.payout) == 6_234
+    with deployment.api() as api:
+        events = api.get("/events", params={"limit": 100}).json()["data"]
+    assert "channel.settled" in {e["type"] for e in events}
