@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import anyio
 import httpx
 from eth_account import Account
 from starlette.applications import Starlette
@@ -66,11 +67,14 @@ def channel_deployment(
 
 
 def channel_app(api_key: str, platform_url: str, endpoint_id: str) -> Starlette:
-    """``GET /work`` (``use=N``: a metered request charges N; ``fail=1``: the handler answers 500)."""
+    """``GET /work`` (``use=N``: a metered request charges N; ``fail=1``: the handler answers 500;
+    ``slow=1``: it takes 0.2 s)."""
 
     @paid(endpoint_id)
     async def work(request: Request) -> JSONResponse:
         payment = request.state.x402
+        if request.query_params.get("slow"):
+            await anyio.sleep(0.2)  # a handler that takes a while: requests on one channel overlap
         use = request.query_params.get("use")
         if use is not None:
             payment.charge(int(use))

@@ -35,8 +35,10 @@ def _decoded(response: httpx.Response, header: str) -> dict[str, Any]:
     return found
 
 
-async def test_an_sdk_agent_pays_many_requests_then_one_claim_and_one_settle(dev_platform: PlatformHarness) -> None:
-    harness = dev_platform
+async def test_an_sdk_agent_pays_many_requests_then_one_claim_and_one_settle(
+    any_chain_platform: PlatformHarness,
+) -> None:
+    harness = any_chain_platform
     deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000)
     app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
     plain = httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver")
@@ -222,3 +224,24 @@ async def test_a_metered_channel_charges_the_usage_and_the_payer_asks_a_refund(d
     with deployment.api() as api:
         events = api.get("/events", params={"limit": 100}).json()["data"]
     assert "channel.settled" in {e["type"] for e in events}
+
+
+@pytest.mark.both_databases
+async def test_requests_on_one_channel_are_served_one_at_a_time(dev_platform: PlatformHarness) -> None:
+    """Eight requests sent at once with the same next voucher: one is served and charged, the
+    others are refused (the channel busy, or their voucher stale once it is charged); never more
+    charged than signed."""
+    harness = dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    async with lifespan(app), httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
+        payer = await open_channel(harness, client, deployment.agent_key, "/work")
+        same = payer.payload("voucher", payer.voucher(2_000))
+        answers = await asyncio.gather(*(_pay(client, same, slow="1") for _ in range(8)))
+        assert sorted(a.status_code for a in answers) == [200] + [402] * 7
+        reasons = {_refusal(a) for a in answers if a.status_code == 402}
+        assert reasons <= {wire.CHANNEL_BUSY, wire.CUMULATIVE_MISMATCH}
+        following = await _pay(client, payer.payload("voucher", payer.voucher(3_000)))
+        assert following.status_code == 200, following.text
+    channel = harness.server.call(lambda p: channel_row(p, payer.channel))
+    assert (channel.charged, channel.signed_max, channel.hold_id) == (3_000, 3_000, None)
