@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -245,3 +246,31 @@ async def test_requests_on_one_channel_are_served_one_at_a_time(dev_platform: Pl
         assert following.status_code == 200, following.text
     channel = harness.server.call(lambda p: channel_row(p, payer.channel))
     assert (channel.charged, channel.signed_max, channel.hold_id) == (3_000, 3_000, None)
+
+
+async def test_a_smart_account_pays_through_a_channel(dev_platform: PlatformHarness) -> None:
+    """A payer that is an EIP-1271 wallet (no payer authorizer): its owner signs the deposit and the
+    vouchers, which the wallet accepts; another key's voucher is refused."""
+    from tests.integration.test_smart_accounts import deployed_wallet
+
+    harness = dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000)
+    account = await asyncio.to_thread(deployed_wallet, harness, deployment.api_key, fund="1")
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    async with lifespan(app), httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
+        offer = await _offer(client)
+        payer = HandPayer(account.owner_key, offer, harness.chain.chain_id)
+        payer.config = dataclasses.replace(payer.config, payer=account.address)
+        domain = {"name": offer["extra"]["name"], "version": "2", "chainId": harness.chain.chain_id}
+        domain["verifyingContract"] = harness.usdc
+        deposit = payer.deposit(10_000, domain, harness.head_time() + 3600)
+        opened = await _pay(client, payer.payload("deposit", payer.voucher(1_000), deposit=deposit))
+        assert opened.status_code == 200, opened.text
+        assert _decoded(opened, "PAYMENT-RESPONSE")["payer"].lower() == account.address.lower()
+        paid = await _pay(client, payer.payload("voucher", payer.voucher(2_000)))
+        assert paid.status_code == 200, paid.text
+        stranger = await _pay(client, payer.payload("voucher", payer.voucher(3_000, key=new_private_key())))
+        assert _refusal(stranger) == wire.VOUCHER_SIGNATURE
+    claims = harness.server.call(lambda p: p.channel_worker.claim(everything=True))
+    assert claims  # the escrow takes the owner's vouchers through the wallet too
+    assert harness.server.call(lambda p: channel_row(p, payer.channel)).claimed == 2_000

@@ -22,6 +22,7 @@ class Authorizers:
         self._engine = engine
         self._box = box
         self._keys: dict[tuple[str, bool], bytes] = {}
+        self._addresses: dict[tuple[str, bool], str] = {}
         self._lock = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -54,7 +55,11 @@ class Authorizers:
             return key
 
     async def address(self, merchant_id: str, livemode: bool) -> str:
-        return address_of(await self.key(merchant_id, livemode))
+        """The merchant's authorizer address in this mode (its key made now if it has none)."""
+        found = self._addresses.get((merchant_id, livemode))
+        if found is None:
+            found = self._addresses[(merchant_id, livemode)] = address_of(await self.key(merchant_id, livemode))
+        return found
 
     async def key_of(self, address: str) -> bytes | None:
         """The key of the authorizer at ``address`` (the worker signs with it), or None."""
