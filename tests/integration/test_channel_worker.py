@@ -15,7 +15,7 @@ from tests.channel_sellers import channel_app, channel_deployment, channel_row, 
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, lifespan
 from x402mw.evm.batch_settlement import BATCH_SETTLEMENT_ADDRESS
-from x402mw.platform.chain.channels import initiate_withdraw_calldata
+from x402mw.platform.chain.channels import finalize_withdraw_calldata, initiate_withdraw_calldata
 from x402mw.platform.chain.relayer import transact
 from x402mw.platform.clock import ManualClock
 from x402mw.platform.services.channels.worker import ChannelWorker
@@ -73,3 +73,40 @@ async def test_idle_channels_are_refunded_and_withdrawals_claimed_at_once(dev_pl
     with deployment.api() as api:
         listed = api.get(f"/agent/channels/0x{leaving.channel.hex()}").json()["channel"]
     assert (listed["settledMinor"], listed["refundedMinor"], listed["pendingWithdrawal"]) == ("1000", "4000", None)
+
+
+async def test_a_channel_drained_by_a_withdrawal_does_not_hold_up_the_others_claims(
+    quiet_dev_platform: PlatformHarness,
+) -> None:
+    """A payer that withdrew everything before its vouchers were claimed (the worker was not
+    watching): the batch that would fail on that row claims the other channels without it."""
+    harness = quiet_dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    async with lifespan(app), httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
+        drained = await open_channel(harness, client, deployment.agent_key, "/work")
+        kept = await open_channel(harness, client, deployment.agent_key, "/work")
+    rpc, relayer = harness.chain.rpc, harness.chain.relayer
+
+    async def withdraw_all(_platform: Any) -> None:
+        owner = str(Account.from_key(deployment.agent_key).address)
+        await relayer.wait_for_receipt(await relayer.send(owner, b"", gas=21_000, value=10**17))
+        await transact(
+            rpc,
+            deployment.agent_key,
+            BATCH_SETTLEMENT_ADDRESS,
+            initiate_withdraw_calldata(drained.config, 5_000),
+            gas=200_000,
+        )
+        block = await rpc.request("eth_getBlockByNumber", ["latest", False])
+        await rpc.request("evm_setNextBlockTimestamp", [hex(int(block["timestamp"], 16) + 901)])
+        await rpc.request("evm_mine", [])
+        await transact(
+            rpc, deployment.agent_key, BATCH_SETTLEMENT_ADDRESS, finalize_withdraw_calldata(drained.config), gas=200_000
+        )
+
+    harness.server.call(withdraw_all)
+    worker = _worker(harness.platform)
+    assert len(harness.server.call(lambda _p: worker.claim(everything=True))) == 1
+    assert harness.server.call(lambda p: channel_row(p, kept.channel)).claimed == 1_000
+    assert harness.server.call(lambda p: channel_row(p, drained.channel)).claimed == 0  # forfeited: nothing left

@@ -225,8 +225,10 @@ class PaymentGate:
         body = settlement_body(route, terms, request, payload, accepted, challenge_id, expires, wait, hold=hold)
         if isinstance(payload, ChannelPaymentPayload):
             # Held (the channel, for this request) before the handler runs; charged by `finish`.
+            # (Its challenge stays queued: registered in the background, as the platform does not
+            # record a channel payment's challenge.)
             try:
-                reply = yield from self._post_settlement(challenge_id, body)
+                reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
             except PlatformError as exc:
                 return platform_failure(exc, "channel payment")
             held = channel_outcome(reply, terms, accepted, challenge_id, payload.payload.type)

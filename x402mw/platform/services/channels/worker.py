@@ -19,6 +19,7 @@ and never settled is settled by the next pass: nothing is lost between the two.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import defaultdict
 from datetime import timedelta
@@ -27,10 +28,23 @@ from typing import Any
 from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from x402mw.evm.batch_settlement import BATCH_SETTLEMENT_ADDRESS, ChannelDomain, VoucherClaim, claim_batch_digest
+from x402mw.evm.batch_settlement import (
+    BATCH_SETTLEMENT_ADDRESS,
+    ChannelDomain,
+    VoucherClaim,
+    channel_id,
+    claim_batch_digest,
+)
 from x402mw.evm.eip712 import sign_digest
-from x402mw.platform.chain.channels import EVENTS, claim_with_signature_calldata, read_receiver, settle_calldata
+from x402mw.platform.chain.channels import (
+    EVENTS,
+    claim_with_signature_calldata,
+    read_channel,
+    read_receiver,
+    settle_calldata,
+)
 from x402mw.platform.chain.rpc import RpcError
+from x402mw.platform.chain.transactions import RevertError
 from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
@@ -108,14 +122,35 @@ class ChannelWorker:
                     )
                     for r in batch
                 ]
-                signature = sign_digest(key, claim_batch_digest(ChannelDomain(chain_id), claims))
-                data = claim_with_signature_calldata(claims, signature)
-                rows_out = [[r.id, c.total_claimed] for r, c in zip(batch, claims, strict=True)]
-                gas = CLAIM_GAS_BASE + CLAIM_GAS_ROW * len(batch)
+                data = claim_with_signature_calldata(claims, _sign(key, chain_id, claims))
+                try:
+                    await chain.relayer.simulate(BATCH_SETTLEMENT_ADDRESS, data)
+                except (RevertError, RpcError) as exc:
+                    # One row the chain no longer takes (a withdrawal drained its channel) must not
+                    # hold up the others: each row capped at what its channel holds now.
+                    logger.warning("channels: a claim of %d channel(s) would fail (%s); capping them", len(claims), exc)
+                    claims = await self._capped(chain, claims)
+                    if not claims:
+                        continue
+                    data = claim_with_signature_calldata(claims, _sign(key, chain_id, claims))
+                ids = {"0x" + channel_id(ChannelDomain(chain_id), c.config).hex(): c for c in claims}
+                rows_out = [[r.id, ids[r.id].total_claimed] for r in batch if r.id in ids]
+                gas = CLAIM_GAS_BASE + CLAIM_GAS_ROW * len(claims)
                 found = await self._send(chain, "claim", batch[0].receiver, batch[0].token, data, gas, rows_out)
                 if found:
                     sent.append(found)
         return sent
+
+    async def _capped(self, chain: ChainHandle, claims: list[VoucherClaim]) -> list[VoucherClaim]:
+        """``claims`` each capped at what its channel holds on chain; those with nothing more to claim left out."""
+        domain = ChannelDomain(chain.chain_id)
+        kept = []
+        for claim in claims:
+            state = await read_channel(chain.rpc, channel_id(domain, claim.config))
+            total = min(claim.total_claimed, state.balance)
+            if total > state.total_claimed:
+                kept.append(dataclasses.replace(claim, total_claimed=total))
+        return kept
 
     # -- settles ---------------------------------------------------------------------------------
 
@@ -333,6 +368,10 @@ class ChannelWorker:
                 data=payload,
                 at=self.clock.now(),
             )
+
+
+def _sign(key: bytes, chain_id: int, claims: list[VoucherClaim]) -> bytes:
+    return sign_digest(key, claim_batch_digest(ChannelDomain(chain_id), claims))
 
 
 def settled_amount(logs: list[Any]) -> int:
