@@ -22,6 +22,7 @@ from tests.channel_sellers import (
     sdk_channel_agent,
 )
 from tests.harness import PlatformHarness
+from tests.integration.test_dashboard_agent_payments import _team_of
 from tests.sellers import asgi_transport, lifespan
 from x402mw.evm.keys import new_private_key
 from x402mw.platform.chain.channels import EVENTS
@@ -225,6 +226,12 @@ async def test_a_metered_channel_charges_the_usage_and_the_payer_asks_a_refund(d
     with deployment.api() as api:
         events = api.get("/events", params={"limit": 100}).json()["data"]
     assert "channel.settled" in {e["type"] for e in events}
+    team = _team_of(harness, deployment.merchant_id, deployment.api_key)
+    with team.sign_in("viewer") as browser:
+        page = browser.get(f"/dashboard/agents/{deployment.endpoint_id}")
+    assert page.status_code == 200, page.text
+    assert "Payment channels" in page.text and payer.config.payer in page.text
+    assert "0.006234" in page.text and "0.018766" in page.text  # charged, claimed and settled; refunded
 
 
 @pytest.mark.both_databases

@@ -128,6 +128,10 @@ class ChannelService(ChannelTransactions):
             return None
         return row
 
+    async def of_endpoint(self, merchant_id: str, livemode: bool, endpoint_id: str, limit: int = 50) -> list[Any]:
+        """The endpoint's most recent channels (by their last request), at most ``limit``."""
+        return await store.of_endpoint(self.engine, merchant_id, livemode, endpoint_id, limit)
+
     async def authorize(self, request: ChannelRequest) -> SettleOutcome:
         """Step 1: ``authorized`` (the channel held for this request, by the outcome's
         ``payment_id``), ``settled`` for a refund, or ``failed`` with the scheme's code."""

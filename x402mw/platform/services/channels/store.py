@@ -29,6 +29,20 @@ async def load(engine: AsyncEngine, channel_id: str) -> Channel | None:
         return (await conn.execute(select(table).where(table.c.id == channel_id))).first()
 
 
+async def of_endpoint(
+    engine: AsyncEngine, merchant_id: str, livemode: bool, endpoint_id: str, limit: int
+) -> list[Channel]:
+    table = tables.payment_channels
+    query = (
+        select(table)
+        .where(table.c.merchant_id == merchant_id, table.c.livemode == livemode, table.c.endpoint_id == endpoint_id)
+        .order_by(table.c.last_request_at.desc())
+        .limit(limit)
+    )
+    async with engine.connect() as conn:
+        return list(await conn.execute(query))
+
+
 async def by_hold(engine: AsyncEngine, hold_id: str) -> Channel | None:
     """The channel held by ``hold_id``, or whose last committed request it was."""
     table = tables.payment_channels
