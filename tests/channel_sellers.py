@@ -88,18 +88,45 @@ def channel_app(api_key: str, platform_url: str, endpoint_id: str) -> Starlette:
     )
 
 
+class ChannelReadingSigner:
+    """The SDK's ``ClientEvmSignerWithReadContract`` over an eth-account key, reading a channel's
+    ``channels(channelId)`` from the platform's chain (what its client recovers its state from)."""
+
+    def __init__(self, harness: PlatformHarness, key: bytes) -> None:
+        from x402.mechanisms.evm.signers import EthAccountSigner
+
+        self._signer = EthAccountSigner(Account.from_key(key))
+        self._harness = harness
+
+    @property
+    def address(self) -> str:
+        return str(self._signer.address)
+
+    def sign_typed_data(self, *args: Any, **kwargs: Any) -> bytes:
+        return bytes(self._signer.sign_typed_data(*args, **kwargs))
+
+    def read_contract(self, address: str, abi: Any, function_name: str, *args: Any) -> Any:
+        from x402mw.platform.chain.channels import read_channel
+
+        assert function_name == "channels", function_name
+        channel = bytes.fromhex(str(args[0]).removeprefix("0x")) if isinstance(args[0], str) else bytes(args[0])
+        state = self._harness.server.call(lambda _p: read_channel(self._harness.chain.rpc, channel))
+        return (state.balance, state.total_claimed)
+
+
 def sdk_channel_agent(
-    harness: PlatformHarness, key: bytes, inner: httpx.AsyncBaseTransport, **options: Any
+    harness: PlatformHarness, key: bytes, inner: httpx.AsyncBaseTransport, *, reads: bool = False, **options: Any
 ) -> tuple[httpx.AsyncClient, Any]:
-    """An httpx client paying with the Foundation SDK's batch-settlement scheme; and the scheme."""
+    """An httpx client paying with the Foundation SDK's batch-settlement scheme; and the scheme.
+    ``reads``: its signer reads the chain (a client recovering its channel's state)."""
     from x402 import x402Client
     from x402.http.clients.httpx import x402AsyncTransport
     from x402.mechanisms.evm.batch_settlement.client import BatchSettlementEvmScheme
     from x402.mechanisms.evm.batch_settlement.client.config import BatchSettlementEvmSchemeOptions
 
-    scheme = BatchSettlementEvmScheme(
-        Account.from_key(key), BatchSettlementEvmSchemeOptions(salt="0x" + os.urandom(32).hex(), **options)
-    )
+    signer: Any = ChannelReadingSigner(harness, key) if reads else Account.from_key(key)
+    options.setdefault("salt", "0x" + os.urandom(32).hex())
+    scheme = BatchSettlementEvmScheme(signer, BatchSettlementEvmSchemeOptions(**options))
     client = x402Client()
     client.register("eip155:*", scheme)
     client.set_spend_controls(

@@ -281,3 +281,21 @@ async def test_a_smart_account_pays_through_a_channel(dev_platform: PlatformHarn
     claims = harness.server.call(lambda p: p.channel_worker.claim(everything=True))
     assert claims  # the escrow takes the owner's vouchers through the wallet too
     assert harness.server.call(lambda p: channel_row(p, payer.channel)).claimed == 2_000
+
+
+async def test_an_sdk_agent_that_lost_its_state_resumes_from_the_corrective_402(dev_platform: PlatformHarness) -> None:
+    harness = dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000, min_deposit=20_000)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    salt = "0x" + "5a" * 32
+    first, _ = sdk_channel_agent(harness, deployment.agent_key, asgi_transport(app), salt=salt)
+    again, _ = sdk_channel_agent(harness, deployment.agent_key, asgi_transport(app), salt=salt, reads=True)
+    async with lifespan(app), first, again:
+        before = [await first.get("/work") for _ in range(3)]
+        # A new client of the same payer and channel, its state lost: it reads the chain (nothing
+        # claimed yet), signs for 1,000, gets the corrective 402 with the channel's last voucher,
+        # checks its own signature in it and pays on from 3,000.
+        after = await again.get("/work")
+    assert [r.status_code for r in before] == [200, 200, 200]
+    assert after.status_code == 200, after.text
+    assert _decoded(after, "PAYMENT-RESPONSE")["extra"]["channelState"]["chargedCumulativeAmount"] == "4000"

@@ -103,7 +103,7 @@ class ChallengeIssuer:
             eip2612=refusal.eip2612,
             channel_state=refusal.channel_state,
         )
-        headers = [*answer.headers, refusal.header]
+        headers = [*answer.headers, *([refusal.header] if refusal.header else [])]
         return Answer(refusal.status or answer.status, headers, answer.body, refusal.reason)
 
     def render(

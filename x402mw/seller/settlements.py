@@ -30,11 +30,12 @@ logger = logging.getLogger("x402mw.seller")
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """A payment the platform refused: answer a new challenge with this reason and message, the
-    refusal's ``PAYMENT-RESPONSE`` header, and ``status`` instead of 402 when given."""
+    refusal's ``PAYMENT-RESPONSE`` header (None: none, as a corrective 402 has), and ``status``
+    instead of 402 when given."""
 
     reason: str
     message: str
-    header: tuple[str, str]
+    header: tuple[str, str] | None
     status: int | None = None
     eip2612: dict[str, Any] | None = None
     channel_state: dict[str, Any] | None = None  # a channel's state for the corrective 402
@@ -201,5 +202,7 @@ def channel_outcome(
     message = str(data.get("message") or f"the channel payment was refused: {reason}")
     state = (response.extensions or {}).get("channel")
     if reason == channel_wire.CUMULATIVE_MISMATCH and isinstance(state, dict):
-        return Refusal(reason, message, header, channel_state=state)
+        # The corrective 402: the channel's state in the offer, and no PAYMENT-RESPONSE (a client
+        # reads a 402 with one as a failed settlement, not as a state to resume from).
+        return Refusal(reason, message, None, channel_state=state)
     return Refusal(reason, message, header)
