@@ -196,6 +196,8 @@ def channel_outcome(
     header = (PAYMENT_RESPONSE, encode_header(response))
     if status == "settled" and payload_type == "refund":
         return json_answer(200, {"refunded": str(response.amount or 0)}, [header])
+    if status == "pending":  # a deposit sent and not yet in a block
+        return pending_answer(response)
     if status == "unavailable":
         return platform_failure(PlatformError("the chain cannot be reached", status=503), "channel payment")
     reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR

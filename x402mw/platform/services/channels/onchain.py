@@ -49,6 +49,14 @@ DEPOSIT_GAS = 400_000
 REFUND_GAS = 400_000
 
 
+class DepositPending(Exception):
+    """A deposit sent and not in a block within the wait: its ``transaction``."""
+
+    def __init__(self, transaction: str) -> None:
+        super().__init__(transaction)
+        self.transaction = transaction
+
+
 class ChannelTransactions:
     """Deposits and refunds of channels on ``chains``, recorded on ``engine``."""
 
@@ -115,7 +123,10 @@ class ChannelTransactions:
         )
         async with self.engine.begin() as conn:
             await conn.execute(update(table).where(table.c.id == deposit_id).values(transaction=transaction))
-        receipt = await chain.wait_for(transaction, timeout=max(1.0, wait_seconds))
+        try:
+            receipt = await chain.wait_for(transaction, timeout=max(1.0, wait_seconds))
+        except TimeoutError:
+            raise DepositPending(transaction) from None
         status = "confirmed" if receipt.status == 1 else "failed"
         async with self.engine.begin() as conn:
             await conn.execute(update(table).where(table.c.id == deposit_id).values(status=status))

@@ -44,9 +44,10 @@ from x402mw.platform.services.channels.checks import (
     VerifiedVoucher,
     verify_voucher,
 )
-from x402mw.platform.services.channels.onchain import ChannelTransactions
+from x402mw.platform.services.channels.onchain import ChannelTransactions, DepositPending
 from x402mw.platform.services.settlement.outcomes import SettleOutcome, failed
 from x402mw.protocol import channels as wire
+from x402mw.protocol import reasons
 from x402mw.protocol.models import PaymentRequirements, SettlementResponse
 
 logger = logging.getLogger("x402mw.platform.channels")
@@ -146,6 +147,16 @@ class ChannelService(ChannelTransactions):
             return await self._hold(request, terms, verified)
         except ChannelRefusal as refusal:
             return refused(network, refusal)
+        except DepositPending as pending:
+            # Sent, not yet in a block: pending, never failed; the channel is not held meanwhile, and
+            # the payer's next request finds the deposit (its voucher makes the chain be asked).
+            response = SettlementResponse(
+                success=False,
+                error_reason=reasons.SETTLEMENT_PENDING,
+                transaction=pending.transaction,
+                network=network,
+            )
+            return SettleOutcome("pending", response, "the deposit is sent and not in a block yet")
         except (ChainUnavailable, httpx.TransportError, OSError) as exc:
             logger.warning("channel payment: the chain cannot be reached: %s", exc)
             response = SettlementResponse(success=False, error_reason=wire.RPC_READ_FAILED, network=network)
@@ -260,6 +271,11 @@ class ChannelService(ChannelTransactions):
         price = request.accepted.amount
         self._check_ceiling(row, verified.ceiling, price)
         deposit = request.payload.deposit
+        if deposit is None and verified.ceiling > row.balance:
+            # Perhaps a deposit landed since the mirror was read (one whose request timed out): the
+            # chain is asked before the voucher is refused (the only read on a request it pays).
+            await store.mirror(self.engine, row.id, await self._read(terms, verified.channel), self.clock.now())
+            row = await store.load(self.engine, row.id)
         if deposit is None:
             if row.balance == 0:
                 raise ChannelRefusal(wire.CHANNEL_NOT_FOUND, "the channel holds nothing: deposit first")
