@@ -25,8 +25,8 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import and_, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import and_, case, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from x402mw.evm.batch_settlement import (
     BATCH_SETTLEMENT_ADDRESS,
@@ -49,6 +49,7 @@ from x402mw.platform.clock import Clock
 from x402mw.platform.db import tables
 from x402mw.platform.db.models import new_id
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.channels import store
 from x402mw.platform.services.channels.checks import ChannelRefusal
 from x402mw.platform.services.channels.onchain import config_of
 from x402mw.platform.services.channels.service import ChannelService
@@ -170,7 +171,8 @@ class ChannelWorker:
             rows_out = [[r.id, r.claimed] for r in members]
             claimed, settled = await read_receiver(chain.rpc, receiver, token)
             if claimed == settled:  # paid out already (a settle whose record was lost): the chain says so
-                await self._apply("settle", rows_out, None)
+                async with self.engine.begin() as conn:
+                    await self._apply(conn, "settle", rows_out, None)
                 continue
             found = await self._send(
                 chain, "settle", receiver, token, settle_calldata(receiver, token), SETTLE_GAS, rows_out
@@ -205,14 +207,16 @@ class ChannelWorker:
                 async with self.engine.begin() as conn:
                     await conn.execute(update(channels).where(channels.c.id == row.id).values(refund_asked=None))
                 continue
-            await self._event(row, "channel.refunded", {"transaction": transaction, "amountMinor": str(amount)})
+            async with self.engine.begin() as conn:
+                await self._event(
+                    conn, row, "channel.refunded", {"transaction": transaction, "amountMinor": str(amount)}
+                )
             done += 1
         return done
 
     async def watch_withdrawals(self) -> None:
         """Read the escrow's ``WithdrawInitiated`` events since the last look: their channels are
         claimed at once (the next `claim`)."""
-        table = tables.payment_channels
         for chain in self.chains:
             head = int(await chain.rpc.request("eth_blockNumber", []), 16)
             start = self._cursors.get(chain.chain_id, max(0, head - 5_000))
@@ -230,16 +234,13 @@ class ChannelWorker:
                 ],
             )
             self._cursors[chain.chain_id] = head + 1
-            for log in logs or []:
-                channel = str(log["topics"][1]).lower()
-                data = bytes.fromhex(str(log["data"])[2:])
-                amount, at = int.from_bytes(data[:32], "big"), int.from_bytes(data[32:64], "big")
-                async with self.engine.begin() as conn:
-                    await conn.execute(
-                        update(table)
-                        .where(table.c.id == channel)
-                        .values(withdraw_amount=amount, withdraw_requested_at=at or 1, updated_at=self.clock.now())
-                    )
+            # The event says a withdrawal began; what stands now (a refund may have cancelled it
+            # since) is the chain's to say: each of our channels it names is read again.
+            for channel in sorted({str(log["topics"][1]).lower() for log in logs or []}):
+                if await store.load(self.engine, channel) is None:
+                    continue  # not a channel of ours
+                state = await read_channel(chain.rpc, bytes.fromhex(channel[2:]))
+                await store.mirror(self.engine, channel, state, self.clock.now())
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -307,47 +308,42 @@ class ChannelWorker:
         amount = 0
         if status == "confirmed" and kind == "settle":
             amount = settled_amount(await self._logs(chain, receipt.transaction_hash))
+        # The outcome and its effect on the channels in one transaction: whichever process records
+        # it first (this one, or another's pass over unfinished transactions) writes both.
         async with self.engine.begin() as conn:
             changed = await conn.execute(
                 update(txs)
                 .where(txs.c.id == record, txs.c.status.in_(("sending", "sent")))
                 .values(status=status, amount=amount, transaction=receipt.transaction_hash, updated_at=self.clock.now())
             )
-        if changed.rowcount == 1 and status == "confirmed":
-            await self._apply(kind, rows, receipt.transaction_hash)
+            if changed.rowcount == 1 and status == "confirmed":
+                await self._apply(conn, kind, rows, receipt.transaction_hash)
 
     async def _logs(self, chain: ChainHandle, transaction: str) -> list[Any]:
         found = await chain.rpc.request("eth_getTransactionReceipt", [transaction])
         return list(found["logs"]) if found else []
 
-    async def _apply(self, kind: str, rows: list[list[Any]], transaction: str | None) -> None:
-        """Write a confirmed claim's or settle's effect on its channels, with their events."""
+    async def _apply(self, conn: AsyncConnection, kind: str, rows: list[list[Any]], transaction: str | None) -> None:
+        """Write a confirmed claim's or settle's effect on its channels, with their events, in ``conn``'s
+        transaction (each total only ever grows)."""
         table = tables.payment_channels
         now = self.clock.now()
-        changed = []
-        async with self.engine.begin() as conn:
-            for channel_id, value in rows:
-                row = (await conn.execute(select(table).where(table.c.id == channel_id))).first()
-                if row is None:
-                    continue
-                if kind == "claim" and value > row.claimed:
-                    await conn.execute(
-                        update(table)
-                        .where(table.c.id == channel_id)
-                        .values(claimed=value, total_claimed=max(row.total_claimed, value), updated_at=now)
-                    )
-                    changed.append((row, value - row.claimed, value))
-                elif kind == "settle" and value > row.settled:
-                    await conn.execute(
-                        update(table).where(table.c.id == channel_id).values(settled=value, updated_at=now)
-                    )
-                    changed.append((row, value - row.settled, value))
+        column = table.c.claimed if kind == "claim" else table.c.settled
         event = "channel.claimed" if kind == "claim" else "channel.settled"
-        for row, delta, total in changed:
-            data = {"transaction": transaction or "", "amountMinor": str(delta), "totalMinor": str(total)}
-            await self._event(row, event, data)
+        for channel, value in rows:
+            row = (await conn.execute(select(table).where(table.c.id == channel))).first()
+            if row is None:
+                continue
+            values: dict[str, Any] = {column.name: value, "updated_at": now}
+            if kind == "claim":
+                values["total_claimed"] = case((table.c.total_claimed < value, value), else_=table.c.total_claimed)
+            done = await conn.execute(update(table).where(table.c.id == channel, column < value).values(**values))
+            if done.rowcount == 1:
+                before = row.claimed if kind == "claim" else row.settled
+                data = {"transaction": transaction or "", "amountMinor": str(value - before), "totalMinor": str(value)}
+                await self._event(conn, row, event, data)
 
-    async def _event(self, row: Any, type_: str, data: dict[str, Any]) -> None:
+    async def _event(self, conn: AsyncConnection, row: Any, type_: str, data: dict[str, Any]) -> None:
         payload = {
             "channel": {
                 "id": row.id,
@@ -359,15 +355,14 @@ class ChannelWorker:
                 **data,
             }
         }
-        async with self.engine.begin() as conn:
-            await record_event(
-                conn,
-                merchant_id=row.merchant_id,
-                livemode=bool(row.livemode),
-                type=type_,
-                data=payload,
-                at=self.clock.now(),
-            )
+        await record_event(
+            conn,
+            merchant_id=row.merchant_id,
+            livemode=bool(row.livemode),
+            type=type_,
+            data=payload,
+            at=self.clock.now(),
+        )
 
 
 def _sign(key: bytes, chain_id: int, claims: list[VoucherClaim]) -> bytes:
