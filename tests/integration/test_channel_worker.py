@@ -11,7 +11,7 @@ import httpx
 import pytest
 from eth_account import Account
 
-from tests.channel_sellers import channel_app, channel_deployment, channel_row, open_channel
+from tests.channel_fixtures import channel_app, channel_deployment, channel_row, open_channel
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, lifespan
 from tests.waiting import eventually

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.channel_sellers import (
+from tests.channel_fixtures import (
     HandPayer,
     channel_app,
     channel_deployment,

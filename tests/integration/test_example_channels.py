@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.channel_sellers import channel_deployment, sdk_channel_agent
+from tests.channel_fixtures import channel_deployment, sdk_channel_agent
 from tests.harness import PlatformHarness
 from tests.waiting import eventually
 from x402mw.platform.server import free_port

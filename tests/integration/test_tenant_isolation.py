@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.channel_sellers import channel_app, open_channel
+from tests.channel_fixtures import channel_app, open_channel
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth

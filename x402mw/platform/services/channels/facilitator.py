@@ -107,7 +107,7 @@ class ChannelFacilitator:
         terms = self._terms(requirements)
         verified = verify_voucher(terms, requirements, payload)
         if verified.needs_wallet_check:
-            await self.service._check_wallet(terms, verified)
+            await self.service.check_wallet(terms, verified)
         snapshot = await self._read(terms.chain, verified.channel)
         ceiling = verified.ceiling
         if payload.type == "deposit":

@@ -141,7 +141,7 @@ class ChannelService(ChannelTransactions):
             terms = await self.terms(request.merchant_id, request.livemode, request.endpoint)
             verified = verify_voucher(terms, request.accepted, request.payload)
             if verified.needs_wallet_check:
-                await self._check_wallet(terms, verified)
+                await self.check_wallet(terms, verified)
             if request.payload.type == "refund":
                 return await self._refund(request, terms, verified)
             return await self._hold(request, terms, verified)
@@ -204,7 +204,9 @@ class ChannelService(ChannelTransactions):
 
     # -- step 1 ------------------------------------------------------------------------------------
 
-    async def _check_wallet(self, terms: ChannelTerms, verified: VerifiedVoucher) -> None:
+    async def check_wallet(self, terms: ChannelTerms, verified: VerifiedVoucher) -> None:
+        """A voucher of a payer without an authorizer whose signature is not its key's: the payer's
+        wallet must accept it (EIP-1271, or ERC-6492 for one not deployed yet), asked of the chain."""
         payer = verified.config.payer
         try:
             valid = await erc6492_is_valid(terms.chain.rpc, payer, verified.digest, verified.signature)
