@@ -69,8 +69,10 @@ lint: $(STAMP)
 # The soak (tests/reliability/test_soak.py, and the relayer pool's load, test_pool.py) runs alone
 # afterwards: each starts four platform processes of its own and measures them under faults, which
 # the rest of the suite running beside it would skew.
+# --dist worksteal: a worker that runs out of tests takes pending ones from the other, so that the long
+# tests (a docs page, schemathesis) queued on one worker do not leave the other idle at the end.
 test: $(STAMP) $(STAMP_MCP1) $(ANVIL) $(X402_TS) $(AXE) $(CHROMIUM) lint
-	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -n 2 --timeout 300 --durations 25 -m "not soak"
+	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -n 2 --dist worksteal --timeout 300 --durations 25 -m "not soak"
 	$(PY) -m tests.pg_cluster -- $(PY) -m pytest -q -s --timeout 900 -m soak
 
 bench: $(STAMP) $(ANVIL)

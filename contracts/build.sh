@@ -27,6 +27,15 @@ const wanted = {
   "X402SmartWallet.sol": ["X402SmartWallet", "X402SmartWalletFactory", "X402ERC6492Validator"],
   "X402BadWallets.sol": ["X402RevertingWallet", "X402GasBurningWallet", "X402BadWalletFactory"],
   "X402BatchSettlement.sol": ["X402BatchSettlement", "X402ERC3009DepositCollector", "X402Permit2DepositCollector"],
+  "X402AuthCaptureEscrow.sol": [
+    "X402AuthCaptureEscrow",
+    "X402AuthCaptureEscrowV1_0",
+    "X402AuthCaptureTokenStore",
+    "X402ERC3009PaymentCollector",
+    "X402Permit2PaymentCollector",
+    "X402OperatorRefundCollector",
+    "X402ERC6492Preparer",
+  ],
 };
 const sources = {};
 for (const file of Object.keys(wanted)) sources[file] = { content: fs.readFileSync(path.join(dir, file), "utf8") };

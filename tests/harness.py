@@ -20,12 +20,14 @@ import pytest
 import uvicorn
 
 from tests import answers
+from tests.cli_runs import run_cli
 from tests.waiting import eventually
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess, deploy_test_tokens
 from x402mw.platform.chain.rpc import HttpJsonRpc
 from x402mw.platform.chain.token import balance_of
+from x402mw.platform.clock import Clock
 from x402mw.platform.server import PlatformServer, free_port
 from x402mw.platform.services.merchants import create_api_key, create_merchant
 from x402mw.platform.settings import ChainSettings, PlatformSettings
@@ -179,22 +181,23 @@ class PlatformHarness:
         return Deployment(self, merchant_id, key, key_id, endpoint, agent, agent_key, payout)
 
 
-def platform_server(settings: PlatformSettings) -> PlatformServer:
+def platform_server(settings: PlatformSettings, clock: Clock | None = None) -> PlatformServer:
     """A platform server for ``settings`` whose every JSON answer is checked against the OpenAPI
     document (`tests.answers`)."""
-    return PlatformServer(settings, middleware=answers.MIDDLEWARE)
+    return PlatformServer(settings, middleware=answers.MIDDLEWARE, clock=clock)
 
 
 @contextlib.contextmanager
 def start_dev_platform(
-    workdir: Path, database_url: str | None = None, *, run_worker: bool = True
+    workdir: Path, database_url: str | None = None, *, run_worker: bool = True, clock: Clock | None = None
 ) -> Iterator[PlatformHarness]:
+    """``clock``: the platform's (a `ManualClock` for a test that moves its time), else the wall clock."""
     settings = PlatformSettings(
         database_url=database_url or f"sqlite:///{workdir / 'platform.sqlite3'}",
         data_dir=workdir,
         run_worker=run_worker,
     )
-    with platform_server(settings) as server:
+    with platform_server(settings, clock) as server:
         yield PlatformHarness(server)
 
 
@@ -277,13 +280,10 @@ class Serve:
         return subprocess.run(self.command(), env=self.env(), capture_output=True, text=True, timeout=120)
 
     def cli(self, *args: str) -> dict[str, Any]:
-        done = subprocess.run(
-            [sys.executable, "-m", "x402mw", "platform", *args, "--data-dir", str(self.data_dir), "--json"],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=self.env(),
-        )
+        """``x402mw platform ARGS --data-dir ... --json`` on this serve's settings, in this process
+        (`tests.cli_runs`): its answer."""
+        done = run_cli(["platform", *args, "--data-dir", str(self.data_dir), "--json"], self.env())
+        assert done.returncode == 0, done.stderr + done.stdout
         return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 

@@ -144,7 +144,7 @@ def serve(settings: PlatformSettings) -> None:
     from uvicorn.config import LOGGING_CONFIG
 
     from x402mw.platform.app import create_app
-    from x402mw.platform.drain import serve_draining
+    from x402mw.platform.drain import draining_config, serve_draining
 
     logs = _configure_logs(settings)
     settings = settings.model_copy(update={"migrate": settings.migrates_on_start})
@@ -168,15 +168,11 @@ def serve(settings: PlatformSettings) -> None:
     if settings.workers == 1:
         with _metrics_served(settings):
             app = create_app(settings, serving_process=True)
+            logging_config = logs or LOGGING_CONFIG
             config = uvicorn.Config(
-                app,
-                host=settings.host,
-                port=settings.port,
-                log_level=settings.log_level,
-                log_config=logs or LOGGING_CONFIG,
-                timeout_graceful_shutdown=max(1, int(settings.drain_seconds) - 2),  # the rest for the shutdown
+                app, host=settings.host, port=settings.port, log_level=settings.log_level, log_config=logging_config
             )
-            serve_draining(config, settings.drain_seconds)
+            serve_draining(draining_config(config, settings.drain_seconds), settings.drain_seconds)
         return
     os.environ.update(settings.as_environment())  # what each worker reads (worker_app)
     from x402mw.platform.metrics import MultiprocessMetrics
@@ -193,6 +189,7 @@ def serve(settings: PlatformSettings) -> None:
                 workers=settings.workers,
                 log_level=settings.log_level,
                 log_config=logs,
+                drain_seconds=settings.drain_seconds,
             )
     finally:
         if collected is not None:

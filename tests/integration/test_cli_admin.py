@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cli_runs import run_cli
 from tests.harness import Serve, postgres_database, serving
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.devchain import DEV_CHAIN_ID
@@ -37,14 +38,9 @@ def served(database: str, tmp_path: Path) -> Iterator[Serve]:
 
 
 def _cli(serve: Serve, *args: str, json_lines: bool = False, status: int = 0) -> Any:
-    """``x402mw platform ARGS --data-dir ...`` in a subprocess, with ``--json``: its answer."""
-    done = subprocess.run(
-        [sys.executable, "-m", "x402mw", "platform", *args, "--data-dir", str(serve.data_dir), "--json"],
-        capture_output=True,
-        text=True,
-        env=serve.env(),
-        timeout=120,
-    )
+    """``x402mw platform ARGS --data-dir ... --json`` (in this process: the command is tested, not
+    its process): its answer."""
+    done = run_cli(["platform", *args, "--data-dir", str(serve.data_dir), "--json"], serve.env())
     assert done.returncode == status, done.stderr + done.stdout
     if json_lines:
         return [json.loads(line) for line in done.stdout.splitlines()]
@@ -52,13 +48,7 @@ def _cli(serve: Serve, *args: str, json_lines: bool = False, status: int = 0) ->
 
 
 def _text(serve: Serve, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "x402mw", "platform", *args, "--data-dir", str(serve.data_dir)],
-        capture_output=True,
-        text=True,
-        env=serve.env(),
-        timeout=120,
-    )
+    done = run_cli(["platform", *args, "--data-dir", str(serve.data_dir)], serve.env())
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -154,13 +144,7 @@ def test_status_says_when_no_worker_does_the_work_due(database: str, tmp_path: P
             assert api.post("/payment-intents", json=body).status_code == 201
         while datetime.now(UTC) < expires + timedelta(seconds=1.5):
             time.sleep(0.2)
-        done = subprocess.run(
-            [sys.executable, "-m", "x402mw", "platform", "status", "--overdue-seconds", "1", "--json"],
-            capture_output=True,
-            text=True,
-            env=serve.env(),
-            timeout=120,
-        )
+        done = run_cli(["platform", "status", "--overdue-seconds", "1", "--json"], serve.env())
         assert done.returncode == 1 and done.stdout.startswith("{"), done.stderr + done.stdout
         report = json.loads(done.stdout)
         assert report["queues"]["expiringOrders"] == {"waiting": 1, "overdue": 1}

@@ -8,34 +8,29 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.cli_runs import run_cli
 from tests.harness import Serve, postgres_database, serving
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.devchain import DEV_CHAIN_ID
 
 
-@pytest.fixture
-def served(database: str, tmp_path: Path) -> Iterator[Serve]:
+@pytest.fixture(scope="module")
+def served(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    """One serve for the file's tests: each makes merchants of its own and sees only theirs."""
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(postgres_database()) if database == "postgresql" else None
-        yield stack.enter_context(serving(tmp_path / "data", url))
+        yield stack.enter_context(serving(tmp_path_factory.mktemp("served") / "data", url))
 
 
-def _run(serve: Serve, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "x402mw", "platform", *args],
-        capture_output=True,
-        text=True,
-        env=serve.env(),
-        timeout=120,
-    )
+def _run(serve: Serve, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command in this process (what it says and does is tested here, not its process)."""
+    return run_cli(["platform", *args], serve.env(), stdin)
 
 
 def _json(serve: Serve, *args: str, lines: bool = False) -> Any:
@@ -132,14 +127,7 @@ def test_users_invite_and_list(served: Serve) -> None:
     merchant = _json(served, "merchants", "create", "--name", "Team Co")["id"]
     assert _json(served, "users", "list", "--merchant", merchant, lines=True) == []
     owner = ["users", "create", "--merchant", merchant, "--email", "boss@team.test", "--password-stdin", "--json"]
-    done = subprocess.run(
-        [sys.executable, "-m", "x402mw", "platform", *owner],
-        input="correct horse battery\n",
-        capture_output=True,
-        text=True,
-        env=served.env(),
-        timeout=120,
-    )
+    done = _run(served, *owner, stdin="correct horse battery\n")
     assert done.returncode == 0, done.stderr
     invite = ["users", "invite", "--merchant", merchant, "--port", str(served.port)]
     invited = _json(served, *invite, "--email", "Ada@Team.test", "--role", "support")

@@ -1,13 +1,16 @@
 """The docs check: every fenced shell and Python block of README.md and of every page of docs/ runs,
-in the page's order, against a fresh platform, so the pages cannot go stale.
+in the page's order, against a platform of its own or the quickstart's, so the pages cannot go stale.
 
 How a page is run:
 
 - A page starts from what the [quickstart](docs/quickstart.md)'s first step leaves: its platform
   (``x402mw platform serve``) and its merchant's test key (``X402MW_PLATFORM_URL``,
-  ``X402MW_API_KEY``): the check runs those two blocks of the quickstart first. A page that starts
-  its own platform (a background block running ``platform serve``: the quickstart, the agents'
-  five minutes, the README) starts from nothing.
+  ``X402MW_API_KEY``): the check runs those two blocks of the quickstart first. The platform block
+  runs once per test process, and the pages that start from it share that platform (and its data
+  dir); the key block runs for each page, so each has a merchant of its own, as on a fresh platform
+  (a page sees other merchants only through the operator's commands). A page that starts its own
+  platform (a background block running ``platform serve``: the quickstart, the agents' five
+  minutes, the README) starts from nothing.
 - A ```bash, ```sh or ```shell block runs in ``bash -e`` from the repository root, with the
   variables the earlier blocks set (they run under ``set -a``: every assignment is exported), and
   ``python`` and ``x402mw`` from this interpreter's environment first on ``PATH``. ``pip`` is
@@ -195,12 +198,16 @@ sys.exit(f"docs check: no extra {unknown} in pyproject.toml" if unknown else 0)
 class Page:
     """One page's run: its shell state, its Python process, its background servers."""
 
-    def __init__(self, page: str, workdir: Path, plan: list[Block]) -> None:
+    def __init__(self, page: str, workdir: Path, plan: list[Block], platform: Page | None = None) -> None:
+        """``platform``: the run of the quickstart's platform block this page starts from (its port
+        and data dir are the page's), or None when the page starts its platform itself."""
         self.page = page
         self.workdir = workdir
         named = {m["port"] for b in plan if b.marker != "skip" for m in _PORT.finditer(b.code)}
         named |= {b.port for b in plan if b.port}
         self.ports = {port: str(free_port()) for port in sorted(named | {"4402", "8000"})}
+        if platform is not None:
+            self.ports["4402"] = platform.ports["4402"]
         self.state = workdir / "shell-state"
         bin_dir = workdir / "bin"
         bin_dir.mkdir()
@@ -209,7 +216,7 @@ class Page:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("X402MW_") or k == "X402MW_ANVIL"}
         self.env |= {
             "PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), self.env.get("PATH", "")]),
-            "X402MW_DATA_DIR": str(workdir / "data"),
+            "X402MW_DATA_DIR": str((platform.workdir if platform is not None else workdir) / "data"),
             "X402MW_PORT": self.ports["4402"],
             "PORT": self.ports["8000"],
         }
@@ -320,6 +327,12 @@ class Page:
         assert not failed(), f"a background block of {self.page} failed:\n{failed()[0][-4000:]}"
         self.waiting = []
 
+    def still_serving(self) -> None:
+        """The background blocks answered and none has ended since (a page is about to start on them)."""
+        self._wait_for_background()
+        ended = [log.read_text() for process, log in self.background if process.poll() is not None]
+        assert not ended, f"a background block of {self.page} ended:\n{ended[0][-4000:]}"
+
     def close(self) -> None:
         if self.python is not None:
             assert self.python.stdin is not None and self.python.stdout is not None
@@ -337,19 +350,47 @@ class Page:
 
 
 @contextlib.contextmanager
-def running(page: str, workdir: Path, steps: list[Block]) -> Iterator[Page]:
-    run = Page(page, workdir, steps)
+def running(page: str, workdir: Path, steps: list[Block], platform: Page | None = None) -> Iterator[Page]:
+    run = Page(page, workdir, steps, platform)
     try:
         yield run
     finally:
         run.close()
 
 
+class QuickstartPlatform:
+    """The quickstart's platform block, run on first use and kept until the session ends: the pages
+    that start from the prelude share it (each with its own merchant, from the key block)."""
+
+    def __init__(self, stack: contextlib.ExitStack, workdir: Path) -> None:
+        self._stack = stack
+        self._workdir = workdir
+        self._run: Page | None = None
+
+    def get(self) -> Page:
+        serve = prelude()[0]
+        if self._run is None:
+            self._run = self._stack.enter_context(running(serve.page, self._workdir, [serve]))
+            self._run.run(serve)
+        self._run.still_serving()
+        return self._run
+
+
+@pytest.fixture(scope="session")
+def quickstart_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuickstartPlatform]:
+    with contextlib.ExitStack() as stack:
+        yield QuickstartPlatform(stack, tmp_path_factory.mktemp("quickstart-platform"))
+
+
 @pytest.mark.parametrize("page", CHECKED)
-def test_every_block_of_the_page_runs(page: str, tmp_path: Path) -> None:
+def test_every_block_of_the_page_runs(page: str, tmp_path: Path, quickstart_platform: QuickstartPlatform) -> None:
     steps = plan(page)
     assert any(b.marker is None for b in blocks(page)), f"{page} has nothing to run"
-    with running(page, tmp_path, steps) as run:
+    platform = None
+    if steps[: len(prelude())] == prelude():
+        platform = quickstart_platform.get()
+        steps = steps[1:]  # the platform block: run, by the shared platform
+    with running(page, tmp_path, steps, platform) as run:
         for block in steps:
             if block.marker != "skip":
                 run.run(block)

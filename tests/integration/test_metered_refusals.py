@@ -7,20 +7,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from tests.harness import Deployment, PlatformHarness
+from tests.harness import Deployment, PlatformHarness, start_dev_platform
 from tests.metered_fixtures import approve_permit2, metered_app, metered_deployment
 from tests.sellers import asgi_transport, lifespan
 from x402mw.client import Wallet
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.contracts import upto_settle_calldata
 from x402mw.platform.chain.transactions import RevertError
+from x402mw.platform.clock import ManualClock
 from x402mw.platform.services.settlement.checks import revert_refusal
 from x402mw.protocol import reasons
 from x402mw.protocol.codec import encode_header
@@ -257,44 +259,55 @@ async def test_only_the_facilitator_may_settle_a_permit(
     assert paid.status_code == 200 and _settled(paid)["amount"] == "1234"
 
 
-async def test_a_hold_never_settled_is_closed_once_its_permit_expired(dev_platform: PlatformHarness) -> None:
+@pytest.fixture
+def clocked_platform(tmp_path: Path) -> Iterator[tuple[PlatformHarness, ManualClock]]:
+    """A platform of its own on a `ManualClock` the test moves, without the background worker (the
+    test runs the worker's recovery itself)."""
+    clock = ManualClock()
+    with start_dev_platform(tmp_path, run_worker=False, clock=clock) as harness:
+        yield harness, clock
+
+
+async def test_a_hold_never_settled_is_closed_once_its_permit_expired(
+    clocked_platform: tuple[PlatformHarness, ManualClock],
+) -> None:
     """A request whose process stopped between holding the payment and settling it: nothing was
     charged; once the permit's deadline passed, the worker's recovery records it failed, with the
     permit's reason (a capture then answers that, as it does before the sweep: see
     test_capture_expiry.py)."""
     from x402mw.platform.services.settlement.outcomes import SettleRequest
 
-    deployment = await asyncio.to_thread(metered_deployment, dev_platform)
-    await asyncio.to_thread(approve_permit2, dev_platform, deployment.agent_key)
+    platform, clock = clocked_platform
+    deployment = await asyncio.to_thread(metered_deployment, platform)
+    await asyncio.to_thread(approve_permit2, platform, deployment.agent_key)
     offer = PaymentRequirements.model_validate(
         {
             "scheme": "upto",
-            "network": dev_platform.network,
+            "network": platform.network,
             "amount": "50000",
-            "asset": dev_platform.usdc,
+            "asset": platform.usdc,
             "payTo": deployment.payout,
             "maxTimeoutSeconds": 30,
-            "extra": {"name": "USD Coin", "version": "2", "facilitatorAddress": dev_platform.chain.relayer.address},
+            "extra": {"name": "USD Coin", "version": "2", "facilitatorAddress": platform.chain.relayer.address},
         }
     )
     # valid for 30 s, until a few seconds from now on both the platform's clock and the chain's
-    clock_now = int(dev_platform.platform.clock.time())
-    head = dev_platform.server.call(lambda _p: dev_platform.chain.head_time())
-    deadline = max(clock_now, head) + 8
+    head = platform.server.call(lambda _p: platform.chain.head_time())
+    deadline = max(int(clock.time()), head) + 8
     payload = deployment.agent.sign_upto(offer, now=deadline - 30)
     request = SettleRequest(accepted=offer, payload=payload, merchant_id=deployment.merchant_id)
-    held = dev_platform.server.call(lambda p: p.upto.authorize(request))
+    held = platform.server.call(lambda p: p.upto.authorize(request))
     assert held.status == "authorized", held
-    dev_platform.server.call(lambda p: p.settlement.recovery.finish_left())
-    row = dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
+    platform.server.call(lambda p: p.settlement.recovery.finish_left())
+    row = platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
     assert row is not None and row.status == "authorized"  # still valid: held for its request
-    await anyio.sleep(deadline - dev_platform.platform.clock.time() + 1)
-    dev_platform.server.call(lambda p: p.settlement.recovery.finish_left())  # (the worker may have, already)
-    lapsed = dev_platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
+    clock.advance(seconds=deadline - clock.time() + 1)  # the permit's deadline passed
+    platform.server.call(lambda p: p.settlement.recovery.finish_left())
+    lapsed = platform.server.call(lambda p: p.settlement.load(held.payment_id or ""))
     assert lapsed is not None
     assert (lapsed.status, lapsed.error_reason) == ("failed", reasons.PERMIT2_DEADLINE_EXPIRED)
     # the authorization cannot be held again: its permit has expired
-    again = dev_platform.server.call(lambda p: p.upto.authorize(request))
+    again = platform.server.call(lambda p: p.upto.authorize(request))
     assert (again.status, again.response.error_reason) == ("failed", reasons.PERMIT2_DEADLINE_EXPIRED)
 
 

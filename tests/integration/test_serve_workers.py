@@ -1,10 +1,12 @@
-"""``x402mw platform serve --workers 2`` on PostgreSQL: two processes on one port, on keys and a schema made once."""
+"""``x402mw platform serve --workers 2`` on PostgreSQL: two processes on one port, on keys and a schema
+made once, drained together on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +91,7 @@ def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Pat
     with AnvilProcess() as anvil, postgres_database() as database_url:
         usdc = _tokens(anvil.url)["USDC"]
         env = dict(os.environ, X402MW_DATA_DIR=str(tmp_path), X402MW_DATABASE_URL=database_url, X402MW_MIGRATE="true")
+        env["X402MW_DRAIN_SECONDS"] = "12"
         port, metrics_port = free_port(), free_port()
         log = tmp_path / "serve.log"
         command = [sys.executable, "-m", "x402mw", "platform", "serve", "--port", str(port), "--workers", "2"]
@@ -113,9 +116,19 @@ def test_two_workers_share_one_port_one_schema_and_one_set_of_keys(tmp_path: Pat
                     )
                     created.append(reply.status_code)
             metrics = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+            server.send_signal(signal.SIGTERM)
+            drained = server.wait(timeout=60)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            if server.poll() is None:
+                server.kill()
+                server.wait(timeout=30)
+    text = log.read_text()
+    # The supervisor and each worker drain within the bound, and all exit by themselves.
+    assert drained == 0, text
+    assert text.count("serve: SIGTERM, draining: no new work, finishing what is in flight; exits within 12 s") == 3
+    assert "exiting now" not in text
+    serving = set().union(*listening)  # the workers' pids
+    assert not [pid for pid in serving if Path(f"/proc/{pid}").exists()], "no worker outlives the supervisor"
     receipt_key = bytes.fromhex((tmp_path / "receipt.key").read_text().strip())
     assert len(workers) >= 2, workers  # the worker processes (and multiprocessing's resource tracker)
     # each worker listens on a socket of its own (SO_REUSEPORT), so the kernel balances connections

@@ -31,6 +31,12 @@ from x402mw.platform.settings import ChainSettings, PlatformSettings
 pytestmark = [pytest.mark.anyio, pytest.mark.anvil]
 
 USE = 12_345
+SETTLE_TIMEOUT = 5.0
+"""How long the seller waits for a settlement before it is answered pending (the default's 30 s
+would only make these tests wait longer for the same answer)."""
+TAKEOVER_SECONDS = 5.0
+"""After how long the worker finishes a settlement its own request left pending (the default's 20 s
+would only delay the same recovery)."""
 
 
 @pytest.fixture
@@ -58,6 +64,8 @@ def platform(proxy: RpcProxy, tmp_path: Path) -> Iterator[PlatformHarness]:
         data_dir=tmp_path,
         chains=[ChainSettings(rpc_url=proxy.url, tokens=asyncio.run(deploy()), minter_key=ANVIL_DEV_KEYS[0].hex())],
         relayer_key=ANVIL_DEV_KEYS[1].hex(),
+        # the worker finishes a settlement left pending TAKEOVER_SECONDS after its claim (20 s by default)
+        takeover_seconds=TAKEOVER_SECONDS,
     )
     with platform_server(settings) as server:
         yield PlatformHarness(server)
@@ -108,7 +116,9 @@ async def test_an_upto_settlement_the_chain_cannot_take_is_pending_then_complete
             cut["done"] = True
             await asyncio.to_thread(proxy.kill)
 
-    app = metered_app(deployment.api_key, harness.url, deployment.endpoint_id, before=chain_goes_away)
+    app = metered_app(
+        deployment.api_key, harness.url, deployment.endpoint_id, before=chain_goes_away, settle_timeout=SETTLE_TIMEOUT
+    )
     auth = X402Auth(deployment.agent, max_amount="0.05")
     async with _clients(app, auth) as (agent, raw, signatures):
         served = await agent.get("/generate", params={"use": str(USE)})
@@ -149,7 +159,8 @@ async def test_an_exact_settlement_whose_chain_went_away_answers_its_retries_pen
     funded = await asyncio.to_thread(platform.balance, payer)
     rpc = HttpJsonRpc(proxy.url)
     await rpc.request("evm_setAutomine", [False])  # the transfer waits in the node's pool
-    app = starlette_app(deployment.api_key, platform.url, deployment.endpoint_id)
+    # the seller waits SETTLE_TIMEOUT for the transfer that cannot be mined, not the default 30 s
+    app = starlette_app(deployment.api_key, platform.url, deployment.endpoint_id, settle_timeout=SETTLE_TIMEOUT)
     auth = X402Auth(deployment.agent, max_amount="0.05", pending_retries=0)
     async with _clients(app, auth) as (agent, raw, signatures):
         first = await agent.get("/weather")

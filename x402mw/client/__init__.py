@@ -7,6 +7,11 @@ Paying: a `Wallet` and `X402Auth`, an ``httpx.Auth`` that pays 402 answers.
 >>> auth = X402Auth(Wallet.from_env(), max_amount="0.10", max_total="5")
 >>> httpx.get("https://api.example.com/weather", auth=auth)
 
+Routes sold by payment channel (``batch-settlement``) are paid by channel when the auth is given
+a `ChannelPolicy` (its deposit cap): one deposit, then one voucher a request (see docs/channels.md).
+
+>>> auth = X402Auth(Wallet.from_env(), max_amount="0.01", channels=ChannelPolicy(max_deposit="5"))
+
 The ``x402mw pay URL`` command is in :mod:`x402mw.client.pay`.
 
 Selling: `MerchantClient` (and `AsyncMerchantClient`), a typed client of the merchant API.
@@ -22,6 +27,7 @@ deliveries are verified with :mod:`x402mw.client.webhooks`.
 from __future__ import annotations
 
 from x402mw.client.auth import X402Auth
+from x402mw.client.channels import ChannelCharge, ChannelPolicy, ChannelRefund
 from x402mw.client.merchant import (
     APIConnectionError,
     APIError,
@@ -44,6 +50,9 @@ __all__ = [
     "APIError",
     "AsyncMerchantClient",
     "AuthenticationError",
+    "ChannelCharge",
+    "ChannelPolicy",
+    "ChannelRefund",
     "ConflictError",
     "IdempotencyError",
     "InvalidRequestError",

@@ -25,6 +25,9 @@ from decimal import Decimal
 import anyio
 import httpx
 
+from x402mw.client.channel_flow import REFUND_EXTENSION, channel_offer, pay_by_channel
+from x402mw.client.channels import ChannelBook, ChannelPolicy, ChannelRefund, RefundOrder
+from x402mw.client.commands import Pause
 from x402mw.client.records import INVALID_RECEIPT, receipt_matches
 from x402mw.client.records import PaymentRecord as PaymentRecord  # re-exported: its home before
 from x402mw.client.replies import (
@@ -37,6 +40,7 @@ from x402mw.client.replies import (
 )
 from x402mw.client.signing import sign_in_header, sign_payment
 from x402mw.client.spending import (
+    BATCH_SETTLEMENT,
     EXACT,
     NO_ACCEPTABLE_OPTION,
     OVER_CAP,
@@ -56,11 +60,6 @@ from x402mw.protocol.models import PaymentRequired, PaymentRequirements, Settlem
 from x402mw.protocol.sign_in import SIGN_IN_HEADER
 
 
-@dataclass(frozen=True, slots=True)
-class _Pause:
-    seconds: float
-
-
 @dataclass(eq=False, slots=True)
 class _Unsettled:
     """A payment signed for a request whose outcome is not known yet."""
@@ -71,7 +70,7 @@ class _Unsettled:
     busy: bool = True  # a request is sending it now
 
 
-_Flow = Generator[httpx.Request | _Pause, httpx.Response | None, None]
+_Flow = Generator[httpx.Request | Pause, httpx.Response | None, None]
 
 
 class _Steps:
@@ -95,7 +94,7 @@ class _Steps:
     def __iter__(self) -> _Steps:
         return self
 
-    def __next__(self) -> httpx.Request | _Pause:
+    def __next__(self) -> httpx.Request | Pause:
         if not self._started:
             self._started = True
             return next(self._flow)
@@ -155,6 +154,14 @@ class X402Auth(httpx.Auth):
     ``SIGN-IN-WITH-X``): a seller that has this wallet's earlier payment for the route serves it
     without a new one. Otherwise the new 402 is paid as usual. ``sign_in=False`` skips this.
 
+    With ``channels`` (a `ChannelPolicy`, its ``max_deposit`` cap), ``batch-settlement`` offers
+    are paid by payment channel: a deposit the first time (at most ``max_deposit``, not counted in
+    ``spent``), then one cumulative voucher a request, sent with the request itself once the route
+    was paid by channel; what the seller charges counts in ``spent``. ``channels`` is then the
+    `ChannelBook` of this wallet's channels; `refund_channel` asks a seller for the rest back. See
+    `x402mw.client.channels` and docs/channels.md. Channel payments carry no platform receipt:
+    ``receipt_signer`` does not check them.
+
     Request bodies are buffered (they are sent twice when a payment is needed).
     """
 
@@ -173,8 +180,11 @@ class X402Auth(httpx.Auth):
         retry_seconds: float = 120.0,
         on_payment: Callable[[PaymentRecord], None] | None = None,
         sign_in: bool = True,
+        channels: ChannelPolicy | None = None,
     ) -> None:
         problems: list[str] = []
+        if channels is not None and not isinstance(channels, ChannelPolicy):
+            problems.append("channels must be a ChannelPolicy")
         self.wallet = wallet
         self.max_amount = parse_cap(max_amount, "max_amount", problems)
         self.max_total = parse_cap(max_total, "max_total", problems)
@@ -203,6 +213,9 @@ class X402Auth(httpx.Auth):
         self.spent: dict[str, Decimal] = {}
         self._permit_nonces: dict[tuple[str, str], int] = {}  # upto: the next EIP-2612 nonce, by token
         self._lock = threading.Lock()
+        self.channels: ChannelBook | None = None if channels is None else ChannelBook(wallet, channels)
+        # Routes paid by channel, by (method, URL): their next request carries a voucher at once.
+        self._channel_routes: dict[tuple[str, str], PaymentRequired] = {}
 
     def __repr__(self) -> str:
         return (
@@ -213,14 +226,14 @@ class X402Auth(httpx.Auth):
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         with _Steps(self._flow(request)) as steps:
             for command in steps:
-                if not isinstance(command, _Pause):
+                if not isinstance(command, Pause):
                     steps.reply = yield command
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.read()
         with _Steps(self._flow(request)) as steps:
             for command in steps:
-                if isinstance(command, _Pause):
+                if isinstance(command, Pause):
                     time.sleep(command.seconds)
                 else:
                     steps.reply = reply = yield command
@@ -231,7 +244,7 @@ class X402Auth(httpx.Auth):
         await request.aread()
         with _Steps(self._flow(request)) as steps:
             for command in steps:
-                if isinstance(command, _Pause):
+                if isinstance(command, Pause):
                     await anyio.sleep(command.seconds)
                 else:
                     steps.reply = reply = yield command
@@ -239,13 +252,28 @@ class X402Auth(httpx.Auth):
                         await reply.aread()
 
     def _flow(self, request: httpx.Request) -> _Flow:
-        response = yield request
+        url = str(request.url)
+        key = (request.method, url)
+        order = request.extensions.get(REFUND_EXTENSION)
+        order = order if isinstance(order, RefundOrder) else None
+        with self._lock:
+            route = self._channel_routes.get(key) if order is None else None
+        response = None
+        if route is not None:  # a route paid by channel: the voucher goes with the first request
+            response = yield from pay_by_channel(self, request, route, key, None, first=True)
+            if response.status_code != 402:
+                return
+            with self._lock:
+                self._channel_routes.pop(key, None)
+        if response is None:
+            response = yield request
         assert response is not None
         required = payment_required(response)
         if required is None:
             return
-        url = str(request.url)
-        key = (request.method, url)
+        if order is not None or channel_offer(self, required) is not None:
+            yield from pay_by_channel(self, request, required, key, order)
+            return
         held: _Unsettled | None = None
         try:
             held = self._take_unsettled(key)
@@ -326,7 +354,7 @@ class X402Auth(httpx.Auth):
 
     def _until_known(
         self, request: httpx.Request
-    ) -> Generator[httpx.Request | _Pause, httpx.Response | None, httpx.Response]:
+    ) -> Generator[httpx.Request | Pause, httpx.Response | None, httpx.Response]:
         """Send the paid ``request``, and again with the same signature while the seller answers that
         the payment is pending or that it could not take it (503, 502, 504), within
         ``pending_retries`` and ``retry_seconds``; the last answer."""
@@ -338,7 +366,7 @@ class X402Auth(httpx.Auth):
             if pause is None or time.monotonic() + pause > deadline:
                 break
             if pause > 0:
-                yield _Pause(pause)
+                yield Pause(pause)
             response = yield request
         assert response is not None
         return response
@@ -370,29 +398,47 @@ class X402Auth(httpx.Auth):
         self._settled(url, response, entry.choice)
 
     def _choose(self, required: PaymentRequired, url: str) -> Choice:
-        skipped: list[str] = []
-        over_cap = False
         with self._lock:
-            for index, entry in enumerate(required.accepts, start=1):
-                choice, problem = judge(
-                    entry,
-                    networks=self.networks,
-                    assets=self.assets,
-                    max_amount=self.max_amount,
-                    max_total=self.max_total,
-                    spent=self.spent,
-                )
-                if choice is not None:
-                    self.spent[choice.spend_key] = EXACT.add(self.spent.get(choice.spend_key, Decimal(0)), choice.units)
-                    return choice
-                over_cap = over_cap or problem.startswith("over")
-                skipped.append(f"offer {index} ({describe_offer(entry)}): {problem}")
+            choice, skipped, over_cap = self._judge(required)
+            if choice is not None:
+                self.spent[choice.spend_key] = EXACT.add(self.spent.get(choice.spend_key, Decimal(0)), choice.units)
+                return choice
         detail = "; ".join(skipped) if skipped else "the seller offered no way to pay"
         raise PaymentRefusedError(
             f"refused to pay for {url}: {detail}",
             reason=OVER_CAP if over_cap else NO_ACCEPTABLE_OPTION,
             payer=self.wallet.address,
         )
+
+    def _first_payable(self, required: PaymentRequired) -> Choice | None:
+        """The offer `_choose` would pay now, nothing counted."""
+        with self._lock:
+            return self._judge(required)[0]
+
+    def _judge(self, required: PaymentRequired) -> tuple[Choice | None, list[str], bool]:
+        """The first offer of ``required`` within the caps (channel offers first when the policy
+        prefers them), else why each was skipped and whether a cap was the reason. Under the lock."""
+        skipped: list[str] = []
+        over_cap = False
+        policy = self.channels.policy if self.channels is not None else None
+        entries = list(enumerate(required.accepts, start=1))
+        if policy is not None and policy.prefer:
+            entries.sort(key=lambda pair: pair[1].scheme != BATCH_SETTLEMENT)
+        for index, entry in entries:
+            choice, problem = judge(
+                entry,
+                networks=self.networks,
+                assets=self.assets,
+                max_amount=self.max_amount,
+                max_total=self.max_total,
+                spent=self.spent,
+                max_deposit=policy.max_deposit if policy is not None else None,  # type: ignore[arg-type]
+            )
+            if choice is not None:
+                return choice, skipped, over_cap
+            over_cap = over_cap or problem.startswith("over")
+            skipped.append(f"offer {index} ({describe_offer(entry)}): {problem}")
+        return None, skipped, over_cap
 
     def _settled(self, url: str, response: httpx.Response, choice: Choice) -> None:
         if response.status_code >= 400:
@@ -454,3 +500,26 @@ class X402Auth(httpx.Auth):
                 payer=payer,
                 transaction=transaction or None,
             )
+
+    def refund_channel(self, client: httpx.Client, url: str, *, amount: int | None = None) -> ChannelRefund:
+        """Ask the seller of ``url`` (a route paid by channel) for the channel's cooperative refund:
+        all that was not charged, or ``amount`` atomic units of it. The seller sends the refund
+        transaction; `PaymentRefusedError` when it did not."""
+        order = RefundOrder(amount)
+        response = client.get(url, auth=self, extensions={REFUND_EXTENSION: order})
+        return self._refunded(order, url, response)
+
+    async def arefund_channel(self, client: httpx.AsyncClient, url: str, *, amount: int | None = None) -> ChannelRefund:
+        """`refund_channel` for an ``httpx.AsyncClient``."""
+        order = RefundOrder(amount)
+        response = await client.get(url, auth=self, extensions={REFUND_EXTENSION: order})
+        return self._refunded(order, url, response)
+
+    def _refunded(self, order: RefundOrder, url: str, response: httpx.Response) -> ChannelRefund:
+        if order.result is None:
+            raise PaymentRefusedError(
+                f"the seller of {url} did not refund the channel (it answered {response.status_code})",
+                reason="refund_refused",
+                payer=self.wallet.address,
+            )
+        return order.result

@@ -16,6 +16,12 @@ caps of the `X402Auth` given (``max_amount``, ``max_total``, ``networks``, ``ass
 ``_meta["x402/payment"]``; the settlement in the result's ``_meta["x402/payment-response"]`` is
 recorded in ``auth.payments``. The same auth can pay HTTP routes too: its caps count both.
 
+A tool offering ``batch-settlement`` is paid by payment channel when the auth has a
+`ChannelPolicy`, as `X402Auth` pays a route (one mechanism, `x402mw.client.channel_flow`): a
+deposit the first time, then one cumulative voucher a call, sent with the call itself once the
+tool was paid by channel; a corrective refusal carrying the channel's state is followed as over
+HTTP. The channel is the same one the auth pays over HTTP when the seller is the same.
+
 A tool on a metered endpoint offers ``upto``: the ceiling is signed (through Permit2, and counted
 against the caps), the settlement says what the tool charged, and ``auth.payments`` records that
 amount with the ceiling. A wallet without a Permit2 allowance is refused with
@@ -28,10 +34,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 from mcp import Client, ClientSession
 from mcp.types import CallToolResult
 
 from x402mw.client.auth import X402Auth
+from x402mw.client.channel_flow import CORRECTIONS, channel_offer, choose, record_charge
+from x402mw.client.channels import offered_terms
 from x402mw.client.replies import permit_nonce_wanted
 from x402mw.errors import InvalidPaymentError, PaymentRefusedError
 from x402mw.protocol import payment_identifier, reasons
@@ -61,12 +70,22 @@ class PayingSession:
         self.session = session
         self.auth = auth
         self._call: Callable[..., Awaitable[CallToolResult]] = session.call_tool
+        self._channel_tools: dict[str, PaymentRequired] = {}  # tools paid by channel: pay at once
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, *, meta: dict[str, Any] | None = None, **kwargs: Any
     ) -> CallToolResult:
-        result = await self._call(name, arguments, meta=meta, **kwargs)
+        known = self._channel_tools.get(name)
+        if known is not None:
+            result = await self._pay_by_channel(name, arguments, meta, known, kwargs, first=True)
+            if payment_required(result) is None:
+                return result
+            self._channel_tools.pop(name, None)
+        else:
+            result = await self._call(name, arguments, meta=meta, **kwargs)
         required = payment_required(result)
+        if required is not None and channel_offer(self.auth, required) is not None:
+            return await self._pay_by_channel(name, arguments, meta, required, kwargs)
         # One payment identifier per logical call, for tools that declare the extension, kept across
         # the retry below (as `X402Auth` does for a request).
         identifier = payment_identifier.new_identifier()
@@ -100,6 +119,44 @@ class PayingSession:
                 return result
             required = renewed  # the terms paid are stale: pay the new ones, once
         return result
+
+    async def _pay_by_channel(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        meta: dict[str, Any] | None,
+        required: PaymentRequired,
+        kwargs: dict[str, Any],
+        first: bool = False,
+    ) -> CallToolResult:
+        """Call the tool paying by channel: `x402mw.client.channel_flow.pay_by_channel`'s steps,
+        with the payload in ``_meta`` and the settlement read from the result's ``_meta``."""
+        book = self.auth.channels
+        assert book is not None
+        url = required.resource.url if required.resource and required.resource.url else f"mcp://tool/{name}"
+        choice = choose(self.auth, required, url, refund=False)
+        entry = offered_terms(choice.requirements)
+        state = book.state_for(entry)
+        while not book.claim(state):  # one call at a time signs on a channel
+            await anyio.sleep(0.005)
+        try:
+            book.correct(state, required)
+            for attempt in range(CORRECTIONS + 1):
+                pending = book.sign(entry, required.resource, choice.decimals, state)
+                result = await self._call(
+                    name, arguments, meta={**(meta or {}), PAYMENT_META: pending.payload}, **kwargs
+                )
+                settlement = (result.meta or {}).get(PAYMENT_RESPONSE_META)
+                if not result.is_error and isinstance(settlement, dict) and book.settled(pending, settlement):
+                    record_charge(self.auth, ("MCP", url), required, choice, pending, settlement, remember=False)
+                    self._channel_tools[name] = required
+                    return result
+                again = payment_required(result)
+                if again is None or first or attempt == CORRECTIONS or not book.correct(state, again, pending.kind):
+                    return result
+            raise AssertionError("unreachable")
+        finally:
+            book.release(state)
 
     def _sign(
         self, accepted: PaymentRequirements, required: PaymentRequired, identifier: str, permit_nonce: int | None

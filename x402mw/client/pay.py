@@ -1,5 +1,9 @@
 """``x402mw pay URL``: fetch a URL, paying its x402 402 answer within a cap.
 
+With ``--max-deposit`` it pays ``batch-settlement`` routes by payment channel: the first time, a
+deposit (at most that much) and a voucher; then a voucher a call, the same wallet finding its
+channel again through the seller's corrective 402. It shows the channel's balance and charges.
+
 The key comes from ``--private-key-file`` or the ``X402MW_PRIVATE_KEY`` environment variable, never
 from the command line (where other users could read it). The exit status is 0 on success, 1 on a
 refusal, an HTTP status of 400 or more, or a transport error.
@@ -16,6 +20,7 @@ import click
 import httpx
 
 from x402mw.client.auth import X402Auth
+from x402mw.client.channels import ChannelPolicy
 from x402mw.client.records import PaymentRecord
 from x402mw.client.wallet import DEFAULT_KEY_VARIABLE, Wallet
 from x402mw.errors import X402Error
@@ -41,6 +46,23 @@ def _payment_data(record: PaymentRecord | None, checked: bool) -> dict[str, Any]
         "transaction": record.transaction or None,
         "receipt": dict(record.receipt) if record.receipt is not None else None,
         "receiptVerified": record.verified if checked else None,
+        "channel": _channel_data(record),
+    }
+
+
+def _channel_data(record: PaymentRecord) -> dict[str, Any] | None:
+    """A channel payment's channel: its id, the deposit this call made, and its balance and charges."""
+    channel = record.channel
+    if channel is None:
+        return None
+    return {
+        "id": channel.channel_id,
+        "deposit": format_amount(channel.deposit, record.decimals),
+        "balance": format_amount(channel.balance, record.decimals),
+        "charged": format_amount(channel.charged_total, record.decimals),
+        "remaining": format_amount(channel.balance - channel.charged_total, record.decimals),
+        "atomicBalance": str(channel.balance),
+        "atomicCharged": str(channel.charged_total),
     }
 
 
@@ -97,6 +119,12 @@ def _fail(message: str, as_json: bool, reason: str | None = None, transaction: s
     metavar="ADDRESS",
     help="The platform's receipt address: refuse an answer whose receipt it did not sign.",
 )
+@click.option(
+    "--max-deposit",
+    default=None,
+    metavar="AMOUNT",
+    help="Pay batch-settlement routes by payment channel, locking at most this much (token units) a deposit.",
+)
 @click.option("--timeout", default=60.0, show_default=True, type=float, help="Seconds per HTTP request.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def pay_command(
@@ -108,6 +136,7 @@ def pay_command(
     max_amount: str,
     networks: tuple[str, ...],
     receipt_signer: str | None,
+    max_deposit: str | None,
     timeout: float,
     as_json: bool,
 ) -> None:
@@ -120,7 +149,10 @@ def pay_command(
         extra[name.strip()] = value.strip()
     try:
         wallet = Wallet.from_file(private_key_file) if private_key_file else Wallet.from_env()
-        auth = X402Auth(wallet, max_amount=max_amount, networks=networks or None, receipt_signer=receipt_signer)
+        channels = None if max_deposit is None else ChannelPolicy(max_deposit=max_deposit)
+        auth = X402Auth(
+            wallet, max_amount=max_amount, networks=networks or None, receipt_signer=receipt_signer, channels=channels
+        )
     except X402Error as exc:
         _fail(exc.message, as_json, exc.reason)
     try:
@@ -152,9 +184,20 @@ def pay_command(
         else:
             verified = {True: "yes", False: "no", None: "not checked (no --receipt-signer)"}
             click.echo(f"payment: {payment['amount']} {payment['asset']} on {payment['network']}")
+            channel = payment["channel"]
             if payment["maxAmount"] is not None:  # a metered route: charged, of the most signed for
                 click.echo(f"charged: {payment['amount']} of at most {payment['maxAmount']} {payment['asset']}")
-            if payment["transaction"]:
+            if channel is not None:
+                click.echo(f"channel: {channel['id']}")
+                click.echo(
+                    f"channel balance: {channel['balance']} {payment['asset']}, charged {channel['charged']} so far, "
+                    f"{channel['remaining']} left"
+                )
+            if channel is not None and not payment["transaction"]:
+                click.echo("transaction: none (paid by voucher: the seller claims vouchers in batches)")
+            elif channel is not None:
+                click.echo(f"deposit: {channel['deposit']} {payment['asset']} (transaction {payment['transaction']})")
+            elif payment["transaction"]:
                 click.echo(f"transaction: {payment['transaction']}")
             elif payment["atomicAmount"] == "0":  # a metered call that used nothing: nothing moved
                 click.echo("transaction: none (nothing was charged, so nothing was sent)")

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from x402mw.client.channels import ChannelCharge
 from x402mw.client.spending import DEFAULT_DECIMALS, EXACT
 from x402mw.evm.receipts import verify_receipt
 from x402mw.protocol.models import PaymentRequirements
@@ -18,7 +19,8 @@ INVALID_RECEIPT = "invalid_receipt"
 class PaymentRecord:
     """One payment a seller accepted. ``amount`` is in atomic units of ``asset``; ``units`` in tokens.
     For an ``upto`` payment (a metered route), ``amount`` is what the seller charged and ``ceiling``
-    the most the agent signed for.
+    the most the agent signed for; so for a ``batch-settlement`` payment (by channel), whose
+    ``channel`` says the deposit it made, if any, and the channel's balance and charges after it.
 
     ``verified`` is True only when the auth has a ``receipt_signer`` and the receipt was signed by it
     and names this payment (network, asset, amount, payer, payTo, transaction as far as it states them).
@@ -37,6 +39,7 @@ class PaymentRecord:
     decimals: int = DEFAULT_DECIMALS
     scheme: str = "exact"
     ceiling: int | None = None  # upto: the most that was signed for; ``amount`` is what was charged
+    channel: ChannelCharge | None = None  # batch-settlement: the channel paid from, after this charge
 
     @property
     def units(self) -> Decimal:

@@ -9,11 +9,13 @@ from decimal import Context, Decimal
 
 from x402mw.client.wallet import token_domain
 from x402mw.errors import PaymentRefusedError, PriceError
+from x402mw.evm.batch_settlement import MAX_WITHDRAW_DELAY, MIN_WITHDRAW_DELAY
 from x402mw.evm.keys import is_address
 from x402mw.protocol.models import PaymentRequirements
 from x402mw.protocol.networks import get_network, parse_caip2
 from x402mw.protocol.prices import format_amount, parse_decimal
 
+BATCH_SETTLEMENT = "batch-settlement"
 OVER_CAP = "over_cap"
 NO_ACCEPTABLE_OPTION = "no_acceptable_option"
 DEFAULT_DECIMALS = 6
@@ -39,10 +41,14 @@ def judge(
     max_amount: Decimal | None,
     max_total: Decimal | None,
     spent: Mapping[str, Decimal],
+    max_deposit: Decimal | None = None,
 ) -> tuple[Choice, str] | tuple[None, str]:
     """The choice of paying ``entry``, or why it cannot be paid: its scheme, network, asset or
-    amount is not one this auth pays (``max_total`` counts what was ``spent`` already)."""
-    if entry.scheme not in ("exact", "upto"):
+    amount is not one this auth pays (``max_total`` counts what was ``spent`` already). A
+    ``batch-settlement`` offer is paid only with a channel deposit cap (``max_deposit``)."""
+    if entry.scheme == BATCH_SETTLEMENT and max_deposit is None:
+        return None, "paying by channel is not enabled (X402Auth(channels=ChannelPolicy(max_deposit=...)))"
+    if entry.scheme not in ("exact", "upto", BATCH_SETTLEMENT):
         return None, f"scheme {entry.scheme!r} is not supported"
     if entry.scheme == "upto" and not is_address(str(entry.extra.get("facilitatorAddress", ""))):
         return None, "an upto offer without extra.facilitatorAddress cannot be signed"
@@ -74,6 +80,11 @@ def judge(
     # and allow-lists go by what this process knows (a seller could name any token "USDC")
     shown = symbol or offered_symbol(entry)
     units = Decimal(entry.amount).scaleb(-decimals, context=EXACT)
+    if entry.scheme == BATCH_SETTLEMENT:
+        assert max_deposit is not None
+        problem = channel_problem(entry, int(max_deposit.scaleb(decimals, context=EXACT)))
+        if problem:
+            return None, problem
     if max_amount is not None and units > max_amount:
         return None, f"over the per-payment cap of {max_amount} {shown or 'tokens'}"
     key = symbol or entry.asset.lower()
@@ -142,3 +153,19 @@ def describe_offer(entry: PaymentRequirements) -> str:
     known = network.asset_by_address(entry.asset) if network else None
     amount = format_amount(entry.amount, known.decimals) if known else f"{entry.amount} atomic units"
     return f"{amount} {known.symbol if known else offered_symbol(entry) or entry.asset} on {entry.network}"
+
+
+def channel_problem(entry: PaymentRequirements, max_deposit_atomic: int) -> str:
+    """Why this agent cannot pay ``entry`` by channel, or ``""``."""
+    extra = entry.extra
+    authorizer = extra.get("receiverAuthorizer")
+    delay = extra.get("withdrawDelay")
+    if not isinstance(authorizer, str) or not is_address(authorizer) or int(authorizer, 16) == 0:
+        return "a batch-settlement offer must name its extra.receiverAuthorizer"
+    if type(delay) is not int or not MIN_WITHDRAW_DELAY <= delay <= MAX_WITHDRAW_DELAY:
+        return "a batch-settlement offer's extra.withdrawDelay must be 900 to 2592000 seconds"
+    if extra.get("assetTransferMethod", "eip3009") not in ("eip3009", "permit2"):
+        return f"asset transfer method {extra.get('assetTransferMethod')!r} is not supported"
+    if entry.amount > max_deposit_atomic:
+        return "one request costs more than the channel deposit cap (max_deposit)"
+    return ""

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from x402mw.errors import ConfigurationError, PaymentRefusedError
+from x402mw.evm.batch_settlement import ChannelDomain, permit2_deposit_digest, voucher_digest
 from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_digest, sign_transfer
+from x402mw.evm.keccak import keccak256
 from x402mw.evm.keys import address_of, is_address, to_checksum_address
 from x402mw.evm.permit2 import (
     PERMIT2_ADDRESS,
@@ -38,6 +40,10 @@ DEFAULT_KEY_VARIABLE = "X402MW_PRIVATE_KEY"
 CLOCK_SKEW_SECONDS = 600
 """``validAfter`` lies this far in the past, so that a facilitator whose clock is behind accepts it."""
 EIP2612_EXTENSION = "eip2612GasSponsoring"
+RECEIVE_WITH_AUTHORIZATION_TYPEHASH = keccak256(
+    b"ReceiveWithAuthorization(address from,address to,uint256 value,uint256 validAfter,uint256 validBefore,"
+    b"bytes32 nonce)"
+)
 MAX_VALIDITY_SECONDS = 3600
 """An authorization is never valid for longer than this, whatever ``maxTimeoutSeconds`` a seller asks."""
 
@@ -100,6 +106,27 @@ class Wallet:
         the token's ``permit`` for Permit2 to spend the ceiling (the ``eip2612GasSponsoring``
         extension): a wallet without a Permit2 allowance, and without gas, pays that way."""
         return _sign_upto(self._key, self.address, requirements, resource, permit_nonce, now)
+
+    def sign_voucher(self, domain: ChannelDomain, channel: bytes, max_claimable_amount: int) -> str:
+        """Sign a ``batch-settlement`` voucher: ``Voucher(channelId, maxClaimableAmount)`` under the
+        escrow's EIP-712 ``domain`` (the seller may claim up to that cumulative amount)."""
+        return "0x" + sign_digest(self._key, voucher_digest(domain, channel, max_claimable_amount)).hex()
+
+    def sign_receive_authorization(self, domain: TokenDomain, authorization: TransferAuthorization) -> str:
+        """Sign an EIP-3009 ``ReceiveWithAuthorization`` (a channel deposit: only its payee, the
+        deposit collector, can submit it)."""
+        digest = keccak256(domain.digest_prefix + keccak256(RECEIVE_WITH_AUTHORIZATION_TYPEHASH + authorization.words))
+        return "0x" + sign_digest(self._key, digest).hex()
+
+    def sign_deposit_permit(
+        self, chain_id: int, *, token: str, amount: int, nonce: int, deadline: int, channel: bytes
+    ) -> str:
+        """Sign a Permit2 deposit into ``channel``: a witness permit letting the Permit2 deposit
+        collector move ``amount`` of ``token`` into that channel only."""
+        digest = permit2_deposit_digest(
+            chain_id, token=token, amount=amount, nonce=nonce, deadline=deadline, channel=channel
+        )
+        return "0x" + sign_digest(self._key, digest).hex()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Wallet:
@@ -244,8 +271,10 @@ def _sign_upto(
 def token_domain(requirements: PaymentRequirements) -> TokenDomain:
     """The EIP-712 domain of an offer's token (what an ``exact`` payment, or an ``upto`` payment's
     EIP-2612 permit, is signed for); `PaymentRefusedError` when it cannot be known."""
-    if requirements.scheme not in ("exact", "upto"):
-        raise _unsupported(f"scheme {requirements.scheme!r} is not supported (only 'exact' and 'upto')")
+    if requirements.scheme not in ("exact", "upto", "batch-settlement"):
+        raise _unsupported(
+            f"scheme {requirements.scheme!r} is not supported (only 'exact', 'upto' and 'batch-settlement')"
+        )
     try:
         chain_id = parse_caip2(requirements.network)
     except ValueError:

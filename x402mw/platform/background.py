@@ -65,7 +65,8 @@ async def run_worker(platform: Platform) -> None:
     work = duties(platform)
     while not platform.draining.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(platform.draining.wait(), INTERVAL_SECONDS)
+            async with asyncio.timeout(INTERVAL_SECONDS):
+                await platform.draining.wait()
         for name, duty in work:
             if platform.draining.is_set():  # the platform is closing: what is left is done by the next process
                 return

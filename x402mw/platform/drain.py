@@ -29,10 +29,18 @@ class Drain:
     or schedule work: it runs in a signal handler); the next, or ``bound`` seconds later, exits the
     process with `FORCED_EXIT_STATUS` without running anything more."""
 
-    def __init__(self, bound: float, *, begin: Callable[[], object], what: str = "process") -> None:
+    def __init__(
+        self,
+        bound: float,
+        *,
+        begin: Callable[[], object],
+        what: str = "process",
+        before_exit: Callable[[], object] | None = None,
+    ) -> None:
         self.bound = bound
         self._begin = begin
         self._what = what
+        self._before_exit = before_exit  # what must end with the process (a supervisor's workers)
         self._timer: threading.Timer | None = None
 
     @property
@@ -43,7 +51,7 @@ class Drain:
         name = signal.Signals(signum).name
         if self._timer is not None:
             logger.warning("%s: %s again, exiting now; payments in flight stay recoverable", self._what, name)
-            _exit_now()
+            self._exit_now()
         logger.warning(
             "%s: %s, draining: no new work, finishing what is in flight; exits within %g s (%s again exits at once)",
             self._what,
@@ -60,12 +68,17 @@ class Drain:
         logger.warning(
             "%s: still draining after %g s, exiting now; what is in flight stays recoverable", self._what, self.bound
         )
-        _exit_now()
+        self._exit_now()
 
     def cancel(self) -> None:
         """The process stopped in time: the bound no longer applies."""
         if self._timer is not None:
             self._timer.cancel()
+
+    def _exit_now(self) -> None:
+        if self._before_exit is not None:
+            self._before_exit()
+        _exit_now()
 
 
 def _exit_now() -> None:
@@ -74,19 +87,30 @@ def _exit_now() -> None:
     os._exit(FORCED_EXIT_STATUS)
 
 
-def serve_draining(config: Any, bound: float) -> None:
+def draining_config(config: Any, bound: float) -> Any:
+    """``config`` (a ``uvicorn.Config``) with its graceful shutdown inside ``bound``: the requests in
+    hand get all but two seconds of it, the rest is for the app's shutdown."""
+    config.timeout_graceful_shutdown = max(1, int(bound) - 2)
+    return config
+
+
+def serve_draining(config: Any, bound: float, *, sockets: list[Any] | None = None, supervised: bool = False) -> None:
     """Run uvicorn with ``config`` until SIGTERM or SIGINT, draining as `Drain` does: uvicorn stops
     listening and waits for the requests it has (``config.timeout_graceful_shutdown``, at most
-    ``bound``), then the app's shutdown closes the platform."""
+    ``bound``), then the app's shutdown closes the platform. ``supervised`` (a worker of
+    ``serve --workers``): SIGINT is left to the supervisor, which sends SIGTERM (a Ctrl-C reaches the
+    whole process group: counted twice, it would end the worker at once)."""
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if supervised and sig == signal.SIGINT:
+                return
             drain.handle(sig, frame)
 
     server = DrainingServer(config)
     drain = Drain(bound, begin=lambda: setattr(server, "should_exit", True), what="serve")
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         drain.cancel()

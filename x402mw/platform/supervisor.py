@@ -9,12 +9,15 @@ not balance connections (it does on Linux), uvicorn's workers are used instead.
 
 The supervisor restarts a worker that dies, unless it dies within ``_MIN_LIFETIME`` seconds of
 starting (a worker that cannot start would only fail again): then it stops the others and exits
-with an error. SIGINT and SIGTERM stop every worker gracefully; should the supervisor itself be
-killed, the kernel stops the workers.
+with an error. SIGINT and SIGTERM drain every worker (`x402mw.platform.drain`): each stops taking
+requests and finishes those it has, and the supervisor exits once they all have, within the bound
+it logs; a second signal, or the bound passing, kills the workers and exits at once. Should the
+supervisor itself be killed, the kernel stops the workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import multiprocessing
@@ -25,25 +28,34 @@ import sys
 import threading
 import time
 from multiprocessing.process import BaseProcess
-from types import FrameType
 from typing import Any
 
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
+
+from x402mw.platform.drain import Drain, draining_config, serve_draining
 
 logger = logging.getLogger("x402mw.platform")
 
 _MIN_LIFETIME = 10.0  # seconds
 _PR_SET_PDEATHSIG = 1
 _BACKLOG = 2048
-_STOP_SECONDS = 30.0
+_STOP_MARGIN = 2.0  # seconds beyond the drain bound the supervisor waits for a worker's own exit
 
 
 def serve_workers(
-    app: str, *, host: str, port: int, workers: int, log_level: str, log_config: dict[str, Any] | None = None
+    app: str,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    log_config: dict[str, Any] | None = None,
+    drain_seconds: float = 25.0,
 ) -> None:
     """Serve the uvicorn app factory ``app`` ("module:function") from ``workers`` processes, logging
-    with ``log_config`` (a ``dictConfig``; None for uvicorn's own)."""
+    with ``log_config`` (a ``dictConfig``; None for uvicorn's own), draining within ``drain_seconds``
+    on SIGTERM or SIGINT."""
     logs = LOGGING_CONFIG if log_config is None else log_config
     if not sys.platform.startswith("linux") or not hasattr(socket, "SO_REUSEPORT"):
         uvicorn.run(app, factory=True, host=host, port=port, log_level=log_level, workers=workers, log_config=logs)
@@ -55,17 +67,24 @@ def serve_workers(
     context = multiprocessing.get_context("spawn")
     stop = threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+    running: list[tuple[BaseProcess, float]] = []
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    def kill_workers() -> None:  # in a signal handler or the drain's timer: nothing but signals
+        for process, _ in running:
+            if process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+
+    drain = Drain(drain_seconds, begin=stop.set, what="serve", before_exit=kill_workers)
+    previous = {sig: signal.signal(sig, drain.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def start() -> tuple[BaseProcess, float]:
-        process = context.Process(target=_worker, args=(app, host, port, log_level, logs, os.getpid()), daemon=False)
+        args = (app, host, port, log_level, logs, os.getpid(), drain_seconds)
+        process = context.Process(target=_worker, args=args, daemon=False)
         process.start()
         return process, time.monotonic()
 
-    running = [start() for _ in range(workers)]
+    running.extend(start() for _ in range(workers))
     failed = False
     try:
         while not stop.wait(0.5):
@@ -82,13 +101,14 @@ def serve_workers(
     finally:
         for process, _ in running:
             if process.is_alive():
-                process.terminate()  # SIGTERM: uvicorn finishes the requests it has, then exits
-        deadline = time.monotonic() + _STOP_SECONDS
+                process.terminate()  # SIGTERM: the worker drains (finishes the requests it has), then exits
+        deadline = time.monotonic() + drain_seconds + _STOP_MARGIN
         for process, _ in running:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
                 process.join()
+        drain.cancel()
         holder.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -116,10 +136,12 @@ def _reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(app: str, host: str, port: int, log_level: str, log_config: dict[str, Any], supervisor: int) -> None:
-    """One worker process: its own listening socket, then uvicorn until SIGTERM or SIGINT."""
+def _worker(
+    app: str, host: str, port: int, log_level: str, log_config: dict[str, Any], supervisor: int, drain_seconds: float
+) -> None:
+    """One worker process: its own listening socket, then uvicorn until SIGTERM or SIGINT, draining."""
     _exit_with(supervisor)
     sock = _reuseport_socket(host, port)
     sock.listen(_BACKLOG)
     config = uvicorn.Config(app, factory=True, host=host, port=port, log_level=log_level, log_config=log_config)
-    uvicorn.Server(config).run(sockets=[sock])
+    serve_draining(draining_config(config, drain_seconds), drain_seconds, sockets=[sock], supervised=True)

@@ -177,7 +177,8 @@ async def deploy_test_tokens(rpc: JsonRpc, deployer_key: bytes) -> dict[str, str
     """Deploy our EIP-3009 token as USDC ("USD Coin") and EURC ("EURC"), version "2", 6 decimals;
     ``deployer_key`` becomes their minter. Return ``{"USDC": address, "EURC": address}``.
 
-    Also puts our Permit2 and x402 Permit2 proxies at their canonical addresses (``anvil_setCode``,
+    Also puts our Permit2, the x402 Permit2 proxies and the batch-settlement and auth-capture escrows
+    with their collectors at their canonical addresses (``anvil_setCode``,
     :func:`~x402mw.platform.chain.contracts.place_canonical_contracts`)."""
     await place_canonical_contracts(rpc)
     return {

@@ -10,6 +10,12 @@ at the canonical addresses on local chains, and the calldata the platform sends 
 - ``X402BatchSettlement`` (the escrow of the x402 ``batch-settlement`` scheme) and its deposit
   collectors ``X402ERC3009DepositCollector`` and ``X402Permit2DepositCollector`` are placed the same
   way at the scheme's canonical addresses; their calldata is :mod:`~x402mw.platform.chain.channels`.
+- ``X402AuthCaptureEscrow`` and ``X402AuthCaptureEscrowV1_0`` (the x402 ``auth-capture`` scheme's
+  escrow, commerce-payments v1.1 and v1.0) and their token collectors ``X402ERC3009PaymentCollector``,
+  ``X402Permit2PaymentCollector`` and ``X402OperatorRefundCollector`` sit at both deployments'
+  canonical addresses, with ``X402ERC6492Preparer`` (the collectors' neutral sender of ERC-6492
+  preparation calls) at :data:`ERC6492_PREPARER_ADDRESS`; the escrow creates its
+  ``X402AuthCaptureTokenStore``s itself. Their calldata is :mod:`~x402mw.platform.chain.auth_capture`.
 - ``X402SmartWallet`` (an EIP-1271 wallet with one owner key), its CREATE2
   ``X402SmartWalletFactory`` and the deployless ``X402ERC6492Validator`` serve smart-account payers;
   ``X402RevertingWallet``, ``X402GasBurningWallet`` and ``X402BadWalletFactory`` misbehave on purpose,
@@ -26,6 +32,7 @@ from typing import Any
 from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode as abi_encode
 
+from x402mw.evm.auth_capture import DEPLOYMENT_V1_0, DEPLOYMENT_V1_1
 from x402mw.evm.batch_settlement import (
     BATCH_SETTLEMENT_ADDRESS,
     ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
@@ -53,8 +60,19 @@ ARTIFACTS = frozenset(
         "X402BatchSettlement",
         "X402ERC3009DepositCollector",
         "X402Permit2DepositCollector",
+        "X402AuthCaptureEscrow",
+        "X402AuthCaptureEscrowV1_0",
+        "X402AuthCaptureTokenStore",
+        "X402ERC3009PaymentCollector",
+        "X402Permit2PaymentCollector",
+        "X402OperatorRefundCollector",
+        "X402ERC6492Preparer",
     }
 )
+
+ERC6492_PREPARER_ADDRESS = "0x4020649200000000000000000000000000006492"
+"""Where ``X402ERC6492Preparer`` sits on local chains: the neutral sender of the auth-capture payment
+collectors' ERC-6492 preparation calls (an address of ours, not a canonical one)."""
 
 CANONICAL_CONTRACTS: dict[str, str] = {
     PERMIT2_ADDRESS: "X402Permit2",
@@ -63,6 +81,18 @@ CANONICAL_CONTRACTS: dict[str, str] = {
     BATCH_SETTLEMENT_ADDRESS: "X402BatchSettlement",
     ERC3009_DEPOSIT_COLLECTOR_ADDRESS: "X402ERC3009DepositCollector",
     PERMIT2_DEPOSIT_COLLECTOR_ADDRESS: "X402Permit2DepositCollector",
+    DEPLOYMENT_V1_1.escrow: "X402AuthCaptureEscrow",
+    DEPLOYMENT_V1_0.escrow: "X402AuthCaptureEscrowV1_0",
+    ERC6492_PREPARER_ADDRESS: "X402ERC6492Preparer",
+    **{
+        collector: name
+        for deployment in (DEPLOYMENT_V1_0, DEPLOYMENT_V1_1)
+        for collector, name in (
+            (deployment.eip3009_collector, "X402ERC3009PaymentCollector"),
+            (deployment.permit2_collector, "X402Permit2PaymentCollector"),
+            (deployment.operator_refund_collector, "X402OperatorRefundCollector"),
+        )
+    },
 }
 """Canonical address => the artifact whose runtime code sits there on the dev chain and anvil."""
 
@@ -140,8 +170,8 @@ def canonical_genesis_accounts() -> dict[bytes, dict[str, Any]]:
 
 
 async def place_canonical_contracts(rpc: JsonRpc) -> None:
-    """Put Permit2, the x402 proxies and the batch-settlement escrow and its collectors at their
-    canonical addresses with ``anvil_setCode`` (anvil, or any node that has it; never on a real
+    """Put Permit2, the x402 proxies, the batch-settlement and auth-capture escrows and their
+    collectors at their canonical addresses with ``anvil_setCode`` (anvil, or any node that has it; never on a real
     network). Storage already there is kept."""
     await rpc.batch(
         [("anvil_setCode", [address, "0x" + runtime_code(name).hex()]) for address, name in CANONICAL_CONTRACTS.items()]

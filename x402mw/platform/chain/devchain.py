@@ -39,6 +39,7 @@ from eth_utils.exceptions import ValidationError
 from hexbytes import HexBytes
 from rlp.exceptions import RLPException
 
+from x402mw.evm.auth_capture import AUTH_CAPTURE_ESCROW_V1_1_ADDRESS
 from x402mw.evm.batch_settlement import BATCH_SETTLEMENT_ADDRESS
 from x402mw.platform.chain.devstate import ChainIdentity, DevChainBackend, DevChainState
 from x402mw.platform.chain.relayer import transact
@@ -386,6 +387,12 @@ async def start_dev_chain(
                 logger.warning(
                     "the dev chain in %s was made before x402mw put the batch-settlement escrow in its genesis: "
                     "payment channels cannot open on it; delete the data dir for a new chain",
+                    state.path,
+                )
+            elif await rpc.request("eth_getCode", [AUTH_CAPTURE_ESCROW_V1_1_ADDRESS, "latest"]) in ("0x", b"", None):
+                logger.warning(
+                    "the dev chain in %s was made before x402mw put the auth-capture escrow in its genesis: "
+                    "auth-capture payments cannot be authorized on it; delete the data dir for a new chain",
                     state.path,
                 )
             if await _gas(rpc, relayer_address) < _RELAYER_GAS // 10:

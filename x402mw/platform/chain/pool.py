@@ -191,7 +191,8 @@ class RelayerPool:
                 )
             room = self._room
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(room.wait(), min(_RECHECK, deadline - now))
+                async with asyncio.timeout(min(_RECHECK, deadline - now)):
+                    await room.wait()
 
     # -- as a single relayer ------------------------------------------------------------------------
 

@@ -62,7 +62,8 @@ class ReceiptPoller:
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._poll(), name=self._name)
         try:
-            return await asyncio.wait_for(waiter.future, timeout)
+            async with asyncio.timeout(timeout):
+                return await waiter.future
         finally:
             self._waiters.discard(waiter)
             self._fresh.discard(waiter)
@@ -95,7 +96,8 @@ class ReceiptPoller:
             if not self._waiters:
                 break
             try:
-                await asyncio.wait_for(self._wake.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
             except TimeoutError:
                 interval = min(interval * 1.5, _POLL_MAX)
             else:

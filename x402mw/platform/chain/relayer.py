@@ -415,7 +415,8 @@ class Relayer:
         while not self._closed:
             busy = bool(self._pending or self._healer.displaced) or not self.available
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.reconcile_interval if busy else IDLE_RECONCILE_INTERVAL)
+                async with asyncio.timeout(self.reconcile_interval if busy else IDLE_RECONCILE_INTERVAL):
+                    await self._kick.wait()
             self._kick.clear()
             try:
                 await self.reconcile()

@@ -200,5 +200,6 @@ class KeyCache(Generic[V]):
             came_back.clear()
             sent[str(number)] = time.monotonic()
             await conn.execute("SELECT pg_notify($1, $2)", beat_channel, str(number))
-            await asyncio.wait_for(came_back.wait(), SILENT)  # a slow beat only lets the lease lapse meanwhile
+            async with asyncio.timeout(SILENT):  # a slow beat only lets the lease lapse meanwhile
+                await came_back.wait()
             await asyncio.sleep(BEAT)

@@ -100,7 +100,8 @@ class RefundService:
         await self._chain_reachable(payment_id)
         refund = await self.reserve(merchant_id, livemode, payment_id, reason)
         try:
-            await asyncio.wait_for(self.send(refund, wait=wait), wait)
+            async with asyncio.timeout(wait):
+                await self.send(refund, wait=wait)
         except TimeoutError:  # the refund is reserved and recorded: the worker finishes it
             logger.warning("refund %s is not complete after %.0f s; the worker finishes it", refund["id"], wait)
             await self._release_claim(refund)
@@ -207,7 +208,8 @@ class RefundService:
                 taken += 1
                 try:
                     wait = self.claim.total_seconds()
-                    await asyncio.wait_for(self.send(await self.get(refund_id), wait=wait), wait)
+                    async with asyncio.timeout(wait):
+                        await self.send(await self.get(refund_id), wait=wait)
                 except Exception:
                     logger.exception("sending refund %s failed; will retry", refund_id)
         return taken
@@ -250,7 +252,8 @@ class RefundService:
             tx = await chain.relayer.send(token, data, valid_until=valid_before)
             await self._update(refund, tx_hash=tx)
         try:
-            receipt = await asyncio.wait_for(chain.wait_for(str(tx), confirmations=chain.confirmations), wait)
+            async with asyncio.timeout(wait):
+                receipt = await chain.wait_for(str(tx), confirmations=chain.confirmations)
         except TimeoutError:
             await self._release_claim(refund)
             return

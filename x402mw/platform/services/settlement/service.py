@@ -419,7 +419,8 @@ class SettlementService:
         self, task: asyncio.Task[SettleOutcome | None], payment_id: str, network: str, wait_seconds: float
     ) -> SettleOutcome:
         try:
-            outcome = await asyncio.wait_for(asyncio.shield(task), timeout=max(0.1, wait_seconds))
+            async with asyncio.timeout(max(0.1, wait_seconds)):
+                outcome = await asyncio.shield(task)
         except TimeoutError:
             outcome = None
         except Exception:  # logged where it happened; what is recorded answers
