@@ -306,3 +306,20 @@ async def test_an_sdk_agent_that_lost_its_state_resumes_from_the_corrective_402(
     assert [r.status_code for r in before] == [200, 200, 200]
     assert after.status_code == 200, after.text
     assert _decoded(after, "PAYMENT-RESPONSE")["extra"]["channelState"]["chargedCumulativeAmount"] == "4000"
+
+
+async def test_our_agent_pays_our_channel_seller(dev_platform: PlatformHarness) -> None:
+    """x402mw's own X402Auth with a ChannelPolicy: one deposit, then vouchers, on the platform's channels."""
+    from x402mw.client import ChannelPolicy, X402Auth
+
+    harness = dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000, only=True)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    auth = X402Auth(deployment.agent, max_amount="0.01", channels=ChannelPolicy(max_deposit="0.01"))
+    transport = asgi_transport(app)
+    async with lifespan(app), httpx.AsyncClient(transport=transport, base_url="http://testserver", auth=auth) as agent:
+        answers = [await agent.get("/work") for _ in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5, answers[-1].text
+    settled = [_decoded(a, "PAYMENT-RESPONSE") for a in answers]
+    assert bool(settled[0]["transaction"]) and not any(s["transaction"] for s in settled[1:])
+    assert settled[-1]["extra"]["channelState"]["chargedCumulativeAmount"] == "5000"
