@@ -262,7 +262,7 @@ def test_a_patch_takes_null_exactly_where_the_document_says(dev_platform: Platfo
                         "param": name,
                         "requestId": "",
                     }
-    assert cleared == 2  # a dynamic endpoint's amountMinor, a webhook endpoint's description
+    assert cleared == 3  # a dynamic endpoint's amountMinor and channel offer, a webhook endpoint's description
 
 
 def test_a_seal_in_other_characters_is_a_seal_of_another_merchant(dev_platform: PlatformHarness) -> None:

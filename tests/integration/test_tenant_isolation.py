@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.channel_fixtures import channel_app, open_channel
 from tests.harness import PlatformHarness
 from tests.sellers import asgi_transport, starlette_app
 from x402mw.client import X402Auth
@@ -38,6 +39,12 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
     async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver", auth=auth) as seller:
         assert (await seller.get("/weather")).status_code == 200
     headers = {"Authorization": f"Bearer {deployment.api_key}"}
+    async with httpx.AsyncClient(base_url=harness.url, headers=headers, timeout=60) as api:
+        offered = await api.patch(f"/agent/endpoints/{deployment.endpoint_id}", json={"channel": {}})
+        assert offered.status_code == 200, offered.text
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    async with httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as seller:
+        channel = "0x" + (await open_channel(harness, seller, deployment.agent_key, "/work")).channel.hex()
     async with httpx.AsyncClient(base_url=harness.url, headers=headers, timeout=60) as api:
         agent_payment = (await api.get("/agent/payments")).json()["data"][0]
         order = (
@@ -73,6 +80,7 @@ async def _owner_ids(harness: PlatformHarness) -> tuple[str, dict[str, str]]:
         "test_clock_id": clock["id"],
         "subscription_id": subscription["id"],
         "link_id": link["paymentLink"]["id"],
+        "channel_id": channel,
     }
     return deployment.api_key, ids
 

@@ -95,6 +95,23 @@ UPTO_PAYLOAD = {
         },
     },
 }
+CHANNEL_PAYLOAD = {
+    "x402Version": 2,
+    "accepted": OFFER | {"scheme": "batch-settlement"},
+    "payload": {
+        "type": "voucher",
+        "channelConfig": {
+            "payer": "0x" + "cd" * 20,
+            "payerAuthorizer": "0x" + "00" * 20,
+            "receiver": ADDRESS,
+            "receiverAuthorizer": "0x" + "ef" * 20,
+            "token": OFFER["asset"],
+            "withdrawDelay": 900,
+            "salt": "0x" + "00" * 32,
+        },
+        "voucher": {"channelId": "0x" + "ab" * 32, "maxClaimableAmount": "10000", "signature": "0x" + "11" * 65},
+    },
+}
 CHALLENGE = {
     "challengeId": "ch_1",
     "endpointId": "6f1c9a52-0d36-4bd4-9a8f-4b1f0f2f6a10",
@@ -167,6 +184,7 @@ VALID: dict[str, dict[str, Any]] = {
     "PaymentRequirements": OFFER,
     "PaymentPayload": PAYLOAD,
     "UptoPaymentPayload": UPTO_PAYLOAD,
+    "ChannelPaymentPayload": CHANNEL_PAYLOAD,
     "AttemptBody": {"network": "eip155:84532", "currency": "USDC", "method": "wallet"},
     "TransferStatusBody": {},
     "SyncBody": {"txHash": "0x" + "ab" * 32, "network": "eip155:84532"},

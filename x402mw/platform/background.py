@@ -53,6 +53,7 @@ def duties(platform: Platform) -> list[Duty]:
         ),
         ("watching deposits", platform.watcher.run_once),
         ("sending refunds", platform.refunds.resume_due),
+        ("settling payment channels", platform.channel_worker.run_once),
         ("running subscriptions", platform.renewals.run_due),
         ("sending emails", platform.emails.send_due),
         ("delivering webhooks", platform.webhooks.deliver_due),

@@ -26,6 +26,7 @@ from x402mw.platform.api import (
     webhook_endpoints,
 )
 from x402mw.platform.api.agents import challenges as agent_challenges
+from x402mw.platform.api.agents import channels as agent_channels
 from x402mw.platform.api.agents import endpoints as agent_endpoints
 from x402mw.platform.api.agents import settlements as agent_settlements
 from x402mw.platform.api.agents import sign_ins as agent_sign_ins
@@ -43,6 +44,7 @@ def platform_routes(*documents: BaseRoute) -> list[BaseRoute]:
         *agent_endpoints.routes,
         *agent_challenges.routes,
         *agent_settlements.routes,
+        *agent_channels.routes,
         *agent_sign_ins.routes,
         *facilitator.routes,
         *discovery.routes,

@@ -36,6 +36,9 @@ from x402mw.platform.sealing import SecretBox
 from x402mw.platform.services.api_requests import ApiRequestLog
 from x402mw.platform.services.catalogue import Catalogue
 from x402mw.platform.services.chains import ChainHandle, Chains
+from x402mw.platform.services.channels.authorizers import Authorizers
+from x402mw.platform.services.channels.service import ChannelService
+from x402mw.platform.services.channels.worker import ChannelWorker
 from x402mw.platform.services.deposits import DepositKeys
 from x402mw.platform.services.embedded_chain import start_embedded_chain
 from x402mw.platform.services.endpoints import EndpointDirectory
@@ -87,6 +90,8 @@ class Platform:
     webhooks: WebhookSender  # delivers the events to the merchants' webhook endpoints
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _payments: Payments | None = None
+    _channels: ChannelService | None = None
+    _channel_worker: ChannelWorker | None = None
     # Set as the platform closes: background work finishes the step it is in and stops.
     draining: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -96,6 +101,22 @@ class Platform:
         if self._payments is None:
             self._payments = Payments(self.settlement)
         return self._payments
+
+    @property
+    def channels(self) -> ChannelService:
+        """Payment channels (the ``batch-settlement`` scheme): vouchers held and charged."""
+        if self._channels is None:
+            self._channels = ChannelService(
+                self.engine, self.chains, self.clock, Authorizers(self.engine, self.secrets)
+            )
+        return self._channels
+
+    @property
+    def channel_worker(self) -> ChannelWorker:
+        """The channels' claims, settles, refunds and withdrawal watch, for the worker."""
+        if self._channel_worker is None:
+            self._channel_worker = ChannelWorker(self.engine, self.chains, self.clock, self.channels)
+        return self._channel_worker
 
     @property
     def upto(self) -> UptoSettlement:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from x402mw.errors import InvalidPaymentError
 from x402mw.protocol import bounded_json
+from x402mw.protocol.channels import ChannelPaymentPayload, is_channel_payload
 from x402mw.protocol.models import (
     AnyPaymentPayload,
     PaymentPayload,
@@ -154,6 +155,30 @@ def decode_any_payment_payload(value: str | bytes | dict[str, Any]) -> AnyPaymen
             raise InvalidPaymentError("the upto scheme is x402 v2 only", reason="invalid_x402_version")
         return upto
     return decode_payment_payload(data)
+
+
+def decode_channel_payment_payload(value: str | bytes | dict[str, Any]) -> ChannelPaymentPayload | None:
+    """The payload as a ``batch-settlement`` payment (`ChannelPaymentPayload`) when it is one (its
+    ``payload`` names a ``channelConfig``), else None; `InvalidPaymentError` for one that is malformed
+    (reason ``invalid_batch_settlement_evm_<type>_payload``) or undecodable."""
+    if isinstance(value, dict) and not _is_text(value):
+        raise InvalidPaymentError("the payment payload holds an unpaired surrogate", reason="invalid_payload")
+    data = value if isinstance(value, dict) else decode_json_header(value)
+    if not is_channel_payload(data):
+        return None
+    kind = data["payload"].get("type")
+    reason = (
+        f"invalid_batch_settlement_evm_{kind}_payload"
+        if kind in ("deposit", "voucher", "refund")
+        else ("invalid_batch_settlement_evm_payload_type")
+    )
+    try:
+        found = _validate(ChannelPaymentPayload, data, "payment payload")
+    except InvalidPaymentError as exc:
+        raise InvalidPaymentError(exc.message, reason=reason) from None
+    if found.x402_version != 2:
+        raise InvalidPaymentError("the batch-settlement scheme is x402 v2 only", reason="invalid_x402_version")
+    return found
 
 
 def _v1_requirements_to_v2(data: dict[str, Any]) -> dict[str, Any]:

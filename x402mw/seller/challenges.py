@@ -15,6 +15,7 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from x402mw.protocol import payment_identifier
+from x402mw.protocol.channels import SCHEME as CHANNEL_SCHEME
 from x402mw.protocol.codec import PAYMENT_REQUIRED, b64, whole_groups
 from x402mw.protocol.networks import get_network
 from x402mw.protocol.seals import Sealer, fixed_terms, sealed_terms
@@ -57,6 +58,50 @@ class ChallengeTemplate:
 def offer_scheme(terms: EndpointTerms) -> str:
     """The scheme an endpoint's challenges offer: ``upto`` (a ceiling) for metered ones."""
     return "upto" if terms.pricing_mode == "metered" else "exact"
+
+
+def offer_schemes(terms: EndpointTerms) -> tuple[str, ...]:
+    """Every scheme an endpoint's challenges offer: `offer_scheme`'s, and ``batch-settlement`` when it
+    takes payment channels (alone, if it offers them alone)."""
+    if terms.channel is None:
+        return (offer_scheme(terms),)
+    return (CHANNEL_SCHEME,) if terms.channel.only else (offer_scheme(terms), CHANNEL_SCHEME)
+
+
+def channel_offer(
+    terms: EndpointTerms,
+    amount: int,
+    *,
+    challenge_id: str,
+    expires: int,
+    seal: str,
+    state: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``batch-settlement`` entry of an endpoint's 402: the per-request price (a metered
+    endpoint's ceiling), the channel parameters the client builds its channel from, and, in a
+    corrective 402, the channel's and its latest voucher's state (``state``)."""
+    offer = terms.channel
+    assert offer is not None
+    extra: dict[str, Any] = {
+        "receiverAuthorizer": offer.receiver_authorizer,
+        "withdrawDelay": offer.withdraw_delay,
+        "name": terms.eip712_name,
+        "version": terms.eip712_version,
+        "currency": terms.currency,
+    }
+    if offer.min_deposit is not None:
+        extra["minDeposit"] = str(offer.min_deposit)
+    extra |= state or {}
+    extra |= {"challengeId": challenge_id, "expiresAt": expires, "seal": seal}
+    return {
+        "scheme": CHANNEL_SCHEME,
+        "network": terms.network,
+        "amount": str(amount),
+        "asset": terms.asset,
+        "payTo": terms.pay_to,
+        "maxTimeoutSeconds": terms.max_timeout_seconds,
+        "extra": extra,
+    }
 
 
 def _offer_extra(terms: EndpointTerms) -> dict[str, Any]:
@@ -134,9 +179,13 @@ def render_challenge(
     reason: str | None,
     message: str | None,
     eip2612: dict[str, Any] | None = None,
+    channel_seal: str | None = None,
+    channel_state: dict[str, Any] | None = None,
 ) -> Answer:
     """One 402 for a request to ``url``: JSON, or the paywall page when ``accept`` asks for HTML.
-    ``eip2612``: the EIP-2612 declaration with the payer's permit nonce (a metered route's 412)."""
+    ``eip2612``: the EIP-2612 declaration with the payer's permit nonce (a metered route's 412).
+    ``channel_seal``: the seal of the payment-channel offer, for an endpoint that takes channels
+    (``channel_state``: the channel's state, in a corrective 402)."""
     error = f'"error":{encode_basestring(reason)},' if reason else ""
     # The parts made for each 402 (the start, up to the resource URL; the challenge's own members;
     # sign-in-with-x's nonce) are padded with JSON whitespace to whole base64 groups, so that the
@@ -153,6 +202,21 @@ def render_challenge(
         encoded = f"{b64(start)}{template.head_b64}{b64(own)}{info_b64}{b64(nonce)}{template.tail_b64}"
         header = (PAYMENT_REQUIRED, encoded)
         raw = b"".join((start, template.head, own, info, nonce, template.tail))
+    if terms.channel is not None and channel_seal is not None:
+        # (an endpoint taking payment channels: their offer beside the other, or alone)
+        required = json.loads(raw)
+        accepts = required["accepts"]
+        offer = channel_offer(
+            terms,
+            int(accepts[0]["amount"]),
+            challenge_id=challenge_id,
+            expires=expires,
+            seal=channel_seal,
+            state=channel_state,
+        )
+        required["accepts"] = [offer] if terms.channel.only else [*accepts, offer]
+        raw = _compact(required).encode()
+        header = (PAYMENT_REQUIRED, b64(raw))
     if eip2612 is not None and isinstance(eip2612.get("info"), dict):
         # (the rare 412 of a metered route: the EIP-2612 declaration with the payer's permit nonce)
         required = json.loads(raw)

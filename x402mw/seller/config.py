@@ -53,6 +53,30 @@ class PaidRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class ChannelOffer:
+    """The payment channels (``batch-settlement``) an endpoint offers: the merchant's receiver
+    authorizer, the channels' withdraw delay, the least first deposit, and whether they are offered
+    alone."""
+
+    receiver_authorizer: str
+    withdraw_delay: int
+    min_deposit: int | None
+    only: bool
+
+    @classmethod
+    def from_api(cls, data: Any) -> ChannelOffer | None:
+        if data is None:
+            return None
+        minimum = data.get("minDepositMinor")
+        return cls(
+            receiver_authorizer=str(data["receiverAuthorizer"]),
+            withdraw_delay=int(data["withdrawDelaySeconds"]),
+            min_deposit=int(minimum) if minimum is not None else None,
+            only=bool(data.get("only", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointTerms:
     """An agent endpoint as the platform describes it: the terms a challenge offers."""
 
@@ -71,6 +95,7 @@ class EndpointTerms:
     resource_url: str
     name: str
     facilitator_address: str | None = None  # metered: who alone may settle what agents sign
+    channel: ChannelOffer | None = None  # payment channels offered, beside the scheme above or alone
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> EndpointTerms:
@@ -96,6 +121,7 @@ class EndpointTerms:
                 resource_url=str(data.get("resourceUrl", "")),
                 name=str(data.get("name", "")),
                 facilitator_address=data.get("facilitatorAddress"),
+                channel=ChannelOffer.from_api(data.get("channel")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PriceError(f"the platform's endpoint description is unusable: {exc}") from None

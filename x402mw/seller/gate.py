@@ -31,8 +31,9 @@ from typing import Any
 from x402mw import tracing
 from x402mw.errors import InvalidPaymentError, PlatformError
 from x402mw.protocol import reasons
-from x402mw.protocol.codec import decode_any_payment_payload
-from x402mw.protocol.models import PaymentRequirements, SettlementResponse, UptoPaymentPayload
+from x402mw.protocol.channels import ChannelPaymentPayload
+from x402mw.protocol.codec import decode_any_payment_payload, decode_channel_payment_payload
+from x402mw.protocol.models import AnyPaymentPayload, PaymentRequirements, SettlementResponse, UptoPaymentPayload
 from x402mw.seller import holds, manifest
 from x402mw.seller.answers import pending_answer, platform_failure
 from x402mw.seller.config import EndpointTerms, PaidRoute, check_gate_options, priced_per_request
@@ -53,7 +54,13 @@ from x402mw.seller.issuer import ChallengeIssuer
 from x402mw.seller.metering import MeteredPayment, ServeMetered
 from x402mw.seller.origins import published_url
 from x402mw.seller.paywall import Paywall
-from x402mw.seller.settlements import Refusal, authorized_outcome, settled_outcome, settlement_body
+from x402mw.seller.settlements import (
+    Refusal,
+    authorized_outcome,
+    channel_outcome,
+    settled_outcome,
+    settlement_body,
+)
 from x402mw.seller.sign_in import admit
 from x402mw.seller.terms import TERMS_REFRESH_SECONDS as TERMS_REFRESH_SECONDS
 from x402mw.seller.terms import TermsCache
@@ -191,7 +198,9 @@ class PaymentGate:
                 return (yield from self._sign_in(route, terms, request, native))
             return (yield from self._issuer.challenge(route, terms, request, native, None, None))
         try:
-            payload = decode_any_payment_payload(request.payment)
+            payload: AnyPaymentPayload | ChannelPaymentPayload = decode_channel_payment_payload(
+                request.payment
+            ) or decode_any_payment_payload(request.payment)
             if hold and payload.resource is not None and payload.resource.url != request.url:
                 raise InvalidPaymentError(
                     f"this payment is for {payload.resource.url}, not {request.url}",
@@ -216,6 +225,16 @@ class PaymentGate:
                 )
         wait = max(1.0, self.settle_timeout - 2.0)
         body = settlement_body(route, terms, request, payload, accepted, challenge_id, expires, wait, hold=hold)
+        if isinstance(payload, ChannelPaymentPayload):
+            # Held (the channel, for this request) before the handler runs; charged by `finish`.
+            # (Its challenge stays queued: registered in the background, as the platform does not
+            # record a channel payment's challenge.)
+            try:
+                reply = yield PlatformCall("POST", "/agent/settlements", body, timeout=self.settle_timeout)
+            except PlatformError as exc:
+                return platform_failure(exc, "channel payment")
+            held = channel_outcome(reply, terms, accepted, challenge_id, payload.payload.type)
+            return (yield from self._decided(route, terms, request, native, held))
         if isinstance(payload, UptoPaymentPayload):
             # Authorized (verified and held) before the handler runs; settled by `finish`.
             try:

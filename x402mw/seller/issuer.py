@@ -15,11 +15,19 @@ from typing import Any
 
 from x402mw.errors import InvalidPaymentError, PriceError
 from x402mw.protocol import reasons
+from x402mw.protocol.channels import SCHEME as CHANNEL_SCHEME
+from x402mw.protocol.channels import ChannelPaymentPayload
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
 from x402mw.protocol.prices import to_atomic
 from x402mw.protocol.seals import Sealer, sealed_terms
 from x402mw.seller.answers import misconfigured
-from x402mw.seller.challenges import ChallengeTemplate, build_template, offer_scheme, render_challenge, sealed_offer
+from x402mw.seller.challenges import (
+    ChallengeTemplate,
+    build_template,
+    offer_schemes,
+    render_challenge,
+    sealed_offer,
+)
 from x402mw.seller.config import EndpointTerms, PaidRoute, priced_per_request
 from x402mw.seller.decisions import Answer, ComputeAmount, PlatformCall, RequestView
 from x402mw.seller.paywall import Paywall
@@ -70,6 +78,7 @@ class ChallengeIssuer:
         *,
         amount: int | None = None,
         eip2612: dict[str, Any] | None = None,
+        channel_state: dict[str, Any] | None = None,
     ) -> AnswerStep:
         if amount is None and terms.amount is not None and not priced_per_request(route, terms):
             amount = terms.amount  # a fixed price: no generator to step through (the hot path)
@@ -78,16 +87,23 @@ class ChallengeIssuer:
             if isinstance(price, Answer):
                 return price
             amount = price
-        return self.render(route, terms, request, amount, reason, message, eip2612)
+        return self.render(route, terms, request, amount, reason, message, eip2612, channel_state)
 
     def refused(
         self, route: PaidRoute, terms: EndpointTerms, request: RequestView, native: Any, refusal: Refusal
     ) -> AnswerStep:
         """A new challenge answering a payment the platform refused, with the refusal's reason."""
         answer = yield from self.challenge(
-            route, terms, request, native, refusal.reason, refusal.message, eip2612=refusal.eip2612
+            route,
+            terms,
+            request,
+            native,
+            refusal.reason,
+            refusal.message,
+            eip2612=refusal.eip2612,
+            channel_state=refusal.channel_state,
         )
-        headers = [*answer.headers, refusal.header]
+        headers = [*answer.headers, *([refusal.header] if refusal.header else [])]
         return Answer(refusal.status or answer.status, headers, answer.body, refusal.reason)
 
     def render(
@@ -99,6 +115,7 @@ class ChallengeIssuer:
         reason: str | None,
         message: str | None,
         eip2612: dict[str, Any] | None = None,
+        channel_state: dict[str, Any] | None = None,
     ) -> Answer:
         """A new challenge for ``amount``, registered with the platform (in the background), as the
         request's 402."""
@@ -122,7 +139,18 @@ class ChallengeIssuer:
             reason=reason,
             message=message,
             eip2612=eip2612,
+            channel_seal=self._channel_seal(terms, amount, challenge_id, expires),
+            channel_state=channel_state,
         )
+
+    def _channel_seal(self, terms: EndpointTerms, amount: int, challenge_id: str, expires: int) -> str | None:
+        """The seal of a challenge's payment-channel offer (its terms, and the scheme's name)."""
+        if terms.channel is None:
+            return None
+        sealed = sealed_terms(
+            challenge_id, terms.id, terms.network, terms.asset, terms.pay_to, amount, terms.max_timeout_seconds, expires
+        )
+        return self._sealer.seal(*sealed, CHANNEL_SCHEME)
 
     def _template(self, route: PaidRoute, terms: EndpointTerms, amount: int, method: str) -> ChallengeTemplate:
         """What every 402 of this route, terms and amount shares, built once (see `ChallengeTemplate`)."""
@@ -137,7 +165,7 @@ class ChallengeIssuer:
         return built
 
     def check_accepted(
-        self, payload: AnyPaymentPayload, route: PaidRoute, terms: EndpointTerms
+        self, payload: AnyPaymentPayload | ChannelPaymentPayload, route: PaidRoute, terms: EndpointTerms
     ) -> tuple[PaymentRequirements, str, int]:
         """The terms the payment accepted, its challenge's id and expiry; `InvalidPaymentError` when
         they are not those of a challenge of this route. An x402 v1 payment, which echoes no terms,
@@ -156,9 +184,12 @@ class ChallengeIssuer:
             self.queue.issue((fresh_id, terms.id, terms.network, terms.asset, terms.pay_to, terms.amount, "", deadline))
             return PaymentRequirements.model_validate(offer), fresh_id, deadline
         assert accepted is not None
-        if accepted.scheme != offer_scheme(terms):
+        if accepted.scheme not in offer_schemes(terms):
             raise InvalidPaymentError(f"scheme {accepted.scheme!r} is not offered", reason=reasons.INVALID_SCHEME)
-        if isinstance(payload, UptoPaymentPayload) != (accepted.scheme == "upto"):
+        channel = accepted.scheme == CHANNEL_SCHEME
+        if isinstance(payload, UptoPaymentPayload) != (accepted.scheme == "upto") or (
+            isinstance(payload, ChannelPaymentPayload) != channel
+        ):
             raise InvalidPaymentError(
                 f"the payload is not one of scheme {accepted.scheme!r}", reason=reasons.INVALID_SCHEME
             )
@@ -170,19 +201,17 @@ class ChallengeIssuer:
                 "the accepted terms are not those of a challenge of this route",
                 reason=reasons.INVALID_REQUIREMENTS,
             )
-        if not self._sealer.check(
-            extra.get("seal"),
-            *sealed_terms(
-                challenge_id,
-                terms.id,
-                accepted.network,
-                accepted.asset,
-                accepted.pay_to,
-                accepted.amount,
-                accepted.max_timeout_seconds,
-                expires,
-            ),
-        ):
+        sealed = sealed_terms(
+            challenge_id,
+            terms.id,
+            accepted.network,
+            accepted.asset,
+            accepted.pay_to,
+            accepted.amount,
+            accepted.max_timeout_seconds,
+            expires,
+        )
+        if not self._sealer.check(extra.get("seal"), *sealed, *((CHANNEL_SCHEME,) if channel else ())):
             raise InvalidPaymentError(
                 "the accepted terms were altered or belong to another route",
                 reason=reasons.INVALID_REQUIREMENTS,

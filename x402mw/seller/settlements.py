@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from x402mw.errors import PlatformError
+from x402mw.protocol import channels as channel_wire
 from x402mw.protocol import payment_identifier, reasons
+from x402mw.protocol.channels import ChannelPaymentPayload
 from x402mw.protocol.codec import PAYMENT_RESPONSE, encode_header
 from x402mw.protocol.models import AnyPaymentPayload, PaymentRequirements, SettlementResponse, UptoPaymentPayload
-from x402mw.seller.answers import EXPOSE_HEADERS, conflict_answer, pending_answer, platform_failure
+from x402mw.seller.answers import EXPOSE_HEADERS, conflict_answer, json_answer, pending_answer, platform_failure
 from x402mw.seller.challenges import EIP2612_EXTENSION
 from x402mw.seller.config import EndpointTerms, PaidRoute
 from x402mw.seller.decisions import Answer, PlatformReply, RequestView, Serve, Settlement, reply_error
@@ -28,20 +30,22 @@ logger = logging.getLogger("x402mw.seller")
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """A payment the platform refused: answer a new challenge with this reason and message, the
-    refusal's ``PAYMENT-RESPONSE`` header, and ``status`` instead of 402 when given."""
+    refusal's ``PAYMENT-RESPONSE`` header (None: none, as a corrective 402 has), and ``status``
+    instead of 402 when given."""
 
     reason: str
     message: str
-    header: tuple[str, str]
+    header: tuple[str, str] | None
     status: int | None = None
     eip2612: dict[str, Any] | None = None
+    channel_state: dict[str, Any] | None = None  # a channel's state for the corrective 402
 
 
 def settlement_body(
     route: PaidRoute,
     terms: EndpointTerms,
     request: RequestView,
-    payload: AnyPaymentPayload,
+    payload: AnyPaymentPayload | ChannelPaymentPayload,
     accepted: PaymentRequirements,
     challenge_id: str,
     expires: int,
@@ -61,7 +65,7 @@ def settlement_body(
         "paymentPayload": payload.to_wire(),
         "waitSeconds": wait_seconds,
     }
-    if isinstance(payload, UptoPaymentPayload):
+    if isinstance(payload, UptoPaymentPayload | ChannelPaymentPayload):
         return body
     if hold:
         body["hold"] = True
@@ -157,3 +161,50 @@ def authorized_outcome(
     # new challenge carries the payer's permit nonce as the platform read it.
     hint = (response.extensions or {}).get(EIP2612_EXTENSION)
     return Refusal(reason, message, header, status=412, eip2612=hint if isinstance(hint, dict) else None)
+
+
+def channel_outcome(
+    reply: PlatformReply, terms: EndpointTerms, accepted: PaymentRequirements, challenge_id: str, payload_type: str
+) -> Answer | ServeMetered | Refusal:
+    """The platform's answer to a payment through a channel: the channel held for this request
+    (`ServeMetered`: the handler runs, its charge is committed by `PaymentGate.finish`; a route of a
+    fixed price is charged its price), a refund done (answered at once: a refund skips the
+    handler), or a refusal (a cumulative mismatch carries the channel's state for the corrective 402)."""
+    if reply.status != 200 or not isinstance(reply.data, dict):
+        return platform_failure(reply_error(reply), "channel payment")
+    data = reply.data
+    try:
+        response = SettlementResponse.model_validate(data.get("settlement"))
+    except ValueError:
+        return platform_failure(PlatformError("malformed channel payment reply", status=502), "channel payment")
+    status = data.get("status")
+    if status == "authorized" and payload_type != "refund":
+        payment = MeteredPayment(
+            ceiling=accepted.amount,
+            payer=response.payer or "",
+            network=accepted.network,
+            asset=accepted.asset,
+            pay_to=accepted.pay_to,
+            decimals=terms.decimals,
+            currency=terms.currency,
+            challenge_id=challenge_id,
+            endpoint_id=terms.id,
+            payment_id=str(data.get("paymentId") or ""),
+            _charged=0 if terms.pricing_mode == "metered" else accepted.amount,
+        )
+        return ServeMetered(payment)
+    header = (PAYMENT_RESPONSE, encode_header(response))
+    if status == "settled" and payload_type == "refund":
+        return json_answer(200, {"refunded": str(response.amount or 0)}, [header])
+    if status == "pending":  # a deposit sent and not yet in a block
+        return pending_answer(response)
+    if status == "unavailable":
+        return platform_failure(PlatformError("the chain cannot be reached", status=503), "channel payment")
+    reason = response.error_reason or reasons.UNEXPECTED_SETTLE_ERROR
+    message = str(data.get("message") or f"the channel payment was refused: {reason}")
+    state = (response.extensions or {}).get("channel")
+    if reason == channel_wire.CUMULATIVE_MISMATCH and isinstance(state, dict):
+        # The corrective 402: the channel's state in the offer, and no PAYMENT-RESPONSE (a client
+        # reads a 402 with one as a failed settlement, not as a state to resume from).
+        return Refusal(reason, message, None, channel_state=state)
+    return Refusal(reason, message, header)

@@ -17,6 +17,7 @@ are the payer's echo, which the payer may change at will.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
@@ -33,11 +34,14 @@ from x402mw.platform.http.routing import ApiRoute, Operation
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.objects.agents import SupportedKind, SupportedKindExtra, SupportedKinds, SupportedToken
 from x402mw.platform.services.chains import ChainHandle
+from x402mw.platform.services.channels.checks import ChannelRefusal
+from x402mw.platform.services.channels.facilitator import ChannelFacilitator
 from x402mw.platform.services.merchants import Caller
 from x402mw.platform.services.settlement.checks import PaymentRefusal
 from x402mw.platform.services.settlement.outcomes import SettleRequest, unavailable
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
 from x402mw.platform.services.settlement.upto import EIP2612_EXTENSION
+from x402mw.protocol.channels import SCHEME as CHANNEL_SCHEME
 from x402mw.protocol.models import (
     PaymentPayload,
     PaymentRequirements,
@@ -55,6 +59,16 @@ class FacilitatorBody(BaseModel):
     paymentRequirements: PaymentRequirements = Field(description="the terms the payload must satisfy")
 
 
+class ChannelFacilitatorBody(BaseModel):
+    """A ``batch-settlement`` payment: a deposit, voucher or refund payload (``/verify``, ``/settle``),
+    or a server-authored ``claim``, ``settle`` or completed ``refund`` (``/settle``)."""
+
+    model_config = ConfigDict(extra="ignore")
+    x402Version: int = 2
+    paymentPayload: dict[str, Any]
+    paymentRequirements: PaymentRequirements
+
+
 class UptoFacilitatorBody(BaseModel):
     """An ``upto`` payment: at ``/settle``, ``paymentRequirements.amount`` is the amount to settle."""
 
@@ -64,11 +78,13 @@ class UptoFacilitatorBody(BaseModel):
     paymentRequirements: PaymentRequirements
 
 
-async def _body(request: Request) -> FacilitatorBody | UptoFacilitatorBody:
+async def _body(request: Request) -> FacilitatorBody | UptoFacilitatorBody | ChannelFacilitatorBody:
     data = await read_json(request)
     requirements = data.get("paymentRequirements") if isinstance(data, dict) else None
     if isinstance(requirements, dict) and requirements.get("scheme") == "upto":
         return parse_body(UptoFacilitatorBody, data)
+    if isinstance(requirements, dict) and requirements.get("scheme") == CHANNEL_SCHEME:
+        return parse_body(ChannelFacilitatorBody, data)
     return parse_body(FacilitatorBody, data)
 
 
@@ -108,7 +124,7 @@ async def _challenge_of(request: Request, caller: Caller, requirements: PaymentR
             requirements.max_timeout_seconds,
             expires,
         )
-        if sealer.check(seal, *terms):
+        if sealer.check(seal, *terms) or sealer.check(seal, *terms, CHANNEL_SCHEME):
             return challenge_id
     raise _foreign(challenge_id)
 
@@ -122,6 +138,15 @@ async def verify(request: Request) -> ModelResponse:
     body = await _body(request)
     await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
+    if isinstance(body, ChannelFacilitatorBody):
+        facilitator = ChannelFacilitator(platform.channels)
+        try:
+            payer, state = await facilitator.verify(body.paymentRequirements, body.paymentPayload)
+        except ChannelRefusal as refusal:
+            return ModelResponse(VerifyResponse(is_valid=False, invalid_reason=refusal.reason))
+        except (ChainUnavailable, OSError):
+            raise unavailable_error(unavailable(body.paymentRequirements.network)) from None
+        return ModelResponse(VerifyResponse.model_validate({"isValid": True, "payer": payer, "extra": state}))
     if isinstance(body, UptoFacilitatorBody):
         payer = body.paymentPayload.payload.permit2_authorization.from_address
     else:
@@ -147,6 +172,18 @@ async def settle(request: Request) -> ModelResponse:
     body = await _body(request)
     challenge_id = await _challenge_of(request, caller, body.paymentRequirements)
     platform = platform_of(request)
+    if isinstance(body, ChannelFacilitatorBody):
+        facilitator = ChannelFacilitator(platform.channels)
+        network = body.paymentRequirements.network
+        try:
+            answer = await facilitator.settle(
+                caller.merchant_id, caller.livemode, body.paymentRequirements, body.paymentPayload
+            )
+        except ChannelRefusal as refusal:
+            answer = SettlementResponse(success=False, error_reason=refusal.reason, network=network)
+        except (ChainUnavailable, OSError):
+            raise unavailable_error(unavailable(network)) from None
+        return ModelResponse(answer)
     settle = SettleRequest(
         accepted=body.paymentRequirements,
         payload=body.paymentPayload,
@@ -214,6 +251,21 @@ async def supported(request: Request) -> ModelResponse:
             scheme="upto",
             network=chain.network.caip2,
             extra=SupportedKindExtra(tokens=_tokens(chain), facilitator_address=chain.facilitator.address),
+        )
+        for chain in chains
+    ]
+    # batch-settlement: the receiver authorizer that signs claims and refunds for a seller delegating
+    # them, the caller's own (named to a caller presenting its API key).
+    authorizer = None
+    if request.headers.get("authorization") or request.headers.get("x-api-key"):
+        caller = await authenticate(request)
+        authorizer = await platform_of(request).channels.authorizers.address(caller.merchant_id, caller.livemode)
+    kinds += [
+        SupportedKind(
+            x402_version=2,
+            scheme=CHANNEL_SCHEME,
+            network=chain.network.caip2,
+            extra=SupportedKindExtra(tokens=_tokens(chain), receiver_authorizer=authorizer),
         )
         for chain in chains
     ]

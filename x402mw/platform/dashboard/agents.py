@@ -123,12 +123,14 @@ async def endpoint(ctx: Ctx) -> Response:
     if row is None:
         raise missing("agent endpoint")
     payments = await endpoint_payments(ctx.platform.engine, ctx.merchant_id, row.id)
+    channels = await ctx.platform.channels.of_endpoint(ctx.merchant_id, ctx.livemode, row.id)
     start = _month_start(ctx)
     settled = [x for x in payments if x.status == "settled" and x.settled_at and x.settled_at >= start]
     return ctx.page(
         "agent.html",
         e=row,
         payments=payments,
+        channels=channels,
         month_count=len(settled),
         month_total=format_amount(sum(int(x.amount_minor) for x in settled), 6),
         fmt=lambda v: format_amount(int(v), 6),

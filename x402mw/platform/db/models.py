@@ -87,6 +87,12 @@ class AgentEndpoint(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
     # Listed in the public discovery catalogue once settled for (the merchant's choice).
     discoverable: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    # Payment channels (batch-settlement) offered beside the endpoint's scheme, or alone; None: not offered.
+    channel_min_deposit: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    channel_withdraw_delay: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    channel_only: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
+    channel_idle_refund_seconds: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    channel_receiver_authorizer: str | None = Field(default=None, max_length=42)  # the merchant's, when offered
 
     __table_args__ = (Index("ix_agent_endpoints_merchant_created", "merchant_id", "created_at"),)
 
@@ -833,3 +839,103 @@ class ReportRollup(SQLModel, table=True):
     dimension: str = Field(primary_key=True, max_length=64)
     amount_minor: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+
+
+class ChannelAuthorizer(SQLModel, table=True):
+    """A merchant's receiver authorizer (per mode): the key that signs its channels' claims and
+    refunds, kept sealed (`x402mw.platform.sealing`)."""
+
+    __tablename__ = "channel_authorizers"
+    merchant_id: str = Field(foreign_key="merchants.id", primary_key=True, max_length=36)
+    livemode: bool = Field(default=False, primary_key=True)
+    address: str = Field(max_length=42)
+    sealed_key: str = Field(max_length=400)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+
+
+class PaymentChannel(SQLModel, table=True):
+    """One batch-settlement channel whose receiver is a merchant's: the specification's per-channel
+    state, shared by every process. ``charged`` is what vouchers the handlers earned add up to
+    (``chargedCumulativeAmount``), ``signed_max`` and ``signature`` the latest voucher; ``balance``,
+    ``total_claimed``, ``withdraw_*`` and ``refund_nonce`` mirror the chain as read at
+    ``synced_at``. ``claimed`` is what our claims moved into the receiver's claimed total and
+    ``settled`` what a settle paid out of it. A request in progress holds the channel (``hold_*``)
+    until its handler's charge is committed or given up."""
+
+    __tablename__ = "payment_channels"
+    id: str = Field(primary_key=True, max_length=66)
+    merchant_id: str = Field(foreign_key="merchants.id", max_length=36)
+    livemode: bool = False
+    endpoint_id: str = Field(max_length=36)
+    chain_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    token: str = Field(max_length=42)
+    currency: str = Field(max_length=8)
+    payer: str = Field(max_length=42)
+    payer_authorizer: str = Field(max_length=42)
+    receiver: str = Field(max_length=42)
+    receiver_authorizer: str = Field(max_length=42)
+    withdraw_delay: int
+    salt: str = Field(max_length=66)
+    status: str = Field(default="open", max_length=16)
+    charged: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    signed_max: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    signature: str = Field(default="", max_length=4200)
+    deposited: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    claimed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    settled: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    refunded: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    balance: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    total_claimed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    withdraw_amount: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    withdraw_requested_at: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    refund_nonce: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    synced_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    hold_id: str | None = Field(default=None, max_length=36, index=True)
+    hold_until: datetime | None = Field(default=None, sa_column=Column(UtcDateTime(), nullable=True))
+    hold_max: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    hold_price: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    hold_signature: str | None = Field(default=None, max_length=4200)
+    hold_deposit: str | None = Field(default=None, max_length=66)  # the deposit's transaction, if it made one
+    last_hold_id: str | None = Field(default=None, max_length=36, index=True)
+    last_charge: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    refund_asked: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))  # 0: all
+    last_request_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+
+    __table_args__ = (
+        Index("ix_payment_channels_merchant_created", "merchant_id", "created_at"),
+        Index("ix_payment_channels_claims", "chain_id", "receiver_authorizer"),
+    )
+
+
+class ChannelDeposit(SQLModel, table=True):
+    """A deposit submitted into a channel: its token authorization is used once
+    (``authorization_key``, unique), its transaction waited for."""
+
+    __tablename__ = "channel_deposits"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    channel_id: str = Field(max_length=66, index=True)
+    authorization_key: str = Field(max_length=66, unique=True)
+    amount: int = Field(sa_column=Column(BigInteger, nullable=False))
+    transaction: str = Field(default="", max_length=66)
+    status: str = Field(default="sending", max_length=16)  # sending, confirmed, failed
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+
+
+class ChannelTransaction(SQLModel, table=True):
+    """A claim, settle or refund the worker sent for channels: ``rows`` names each channel with what
+    the transaction brings its ``claimed`` (a claim), ``settled`` (a settle) or ``refunded`` to."""
+
+    __tablename__ = "channel_transactions"
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=36)
+    kind: str = Field(max_length=16)
+    chain_id: int = Field(sa_column=Column(BigInteger, nullable=False))
+    receiver: str = Field(max_length=42)
+    token: str = Field(max_length=42)
+    transaction: str = Field(default="", max_length=66)
+    status: str = Field(default="sent", max_length=16, index=True)  # sent, confirmed, failed
+    amount: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    rows: list[list[Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow, sa_column=Column(UtcDateTime(), nullable=False))

@@ -20,6 +20,16 @@ from x402mw.platform.objects.base import (
 from x402mw.protocol.models import SettlementResponse
 
 
+class AgentEndpointChannel(ResponseModel):
+    """The payment channels (`batch-settlement`) an endpoint offers."""
+
+    receiver_authorizer: EvmAddress = Field(description="the merchant's key that signs claims and refunds")
+    min_deposit_minor: Minor | None = Field(description="the least a first deposit may be")
+    withdraw_delay_seconds: int = Field(description="the channels' timed withdrawal delay")
+    only: bool = Field(description="channels are offered alone")
+    idle_refund_seconds: int | None = Field(description="what is left in a channel idle this long is refunded")
+
+
 class AgentEndpoint(ResponseModel):
     """A resource the merchant sells to agents per request."""
 
@@ -47,6 +57,9 @@ class AgentEndpoint(ResponseModel):
     max_timeout_seconds: int
     discoverable: bool = Field(
         description="listed in the public discovery catalogue (`GET /x402/discovery/resources`) once settled for"
+    )
+    channel: AgentEndpointChannel | None = Field(
+        default=None, description="the payment channels (`batch-settlement`) offered; null: none"
     )
     livemode: bool
     created_at: Timestamp
@@ -200,6 +213,10 @@ class SupportedKindExtra(ResponseModel):
     tokens: list[SupportedToken]
     facilitator_address: EvmAddress | None = omitted_if_none(
         description="upto: the address that alone may settle what payers sign (the witness's facilitator)"
+    )
+    receiver_authorizer: EvmAddress | None = omitted_if_none(
+        description="batch-settlement: the caller's receiver authorizer, which signs claims and refunds for "
+        "channels that name it (given to a caller presenting its API key)"
     )
 
 

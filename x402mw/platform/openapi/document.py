@@ -110,6 +110,11 @@ _TAGS = [
     ("Agent endpoints", "The resources a merchant sells to agents per request."),
     ("Challenges", "Challenges issued by the seller middleware, and the status of one payment."),
     ("Agent payments", "Settling paid requests, the payments settled, and monthly usage."),
+    (
+        "Agent channels",
+        "Payment channels (`batch-settlement`): what each was charged off-chain, and claimed, settled and "
+        "refunded on chain.",
+    ),
     ("Facilitator", "The standard x402 v2 facilitator API, for any x402 seller."),
     ("Webhook endpoints", "URLs receiving the merchant's events, signed with Standard Webhooks."),
     ("Events", "What happened (the webhook outbox), each event's deliveries, and redelivery."),

@@ -53,6 +53,10 @@ _PATH_PARAMS: dict[str, tuple[str, Schema]] = {
     "plan_id": ("id of a subscription plan (a UUID)", UUID),
     "subscription_id": ("id of a subscription (a UUID)", UUID),
     "test_clock_id": ("id of a test clock (a UUID)", UUID),
+    "channel_id": (
+        "id of a payment channel (0x and 64 hex digits)",
+        {"type": "string", "pattern": "^0x[0-9a-fA-F]{64}$"},
+    ),
 }
 _REQUEST_ID = {"$ref": "#/components/headers/Request-Id"}
 

@@ -114,13 +114,44 @@ def _amount_of(pricing: str, amount: int | None, ceiling: int | None) -> int | N
     return amount
 
 
+def channel_columns(offer: Mapping[str, Any] | None, authorizer: str | None) -> dict[str, Any]:
+    """The ``channel_*`` columns of an endpoint offering payment channels as ``offer`` (the API's
+    ``channel`` object) with the merchant's receiver ``authorizer``; ``offer`` None: not offered."""
+    if offer is None:
+        return {
+            "channel_min_deposit": None,
+            "channel_withdraw_delay": None,
+            "channel_only": False,
+            "channel_idle_refund_seconds": None,
+            "channel_receiver_authorizer": None,
+        }
+    if authorizer is None:  # pragma: no cover - the surfaces pass it with an offer
+        raise ServiceError(
+            400, "parameter_invalid", "channels need the merchant's receiver authorizer", param="channel"
+        )
+    return {
+        "channel_min_deposit": offer.get("minDepositMinor"),
+        "channel_withdraw_delay": offer.get("withdrawDelaySeconds", 900),
+        "channel_only": bool(offer.get("only", False)),
+        "channel_idle_refund_seconds": offer.get("idleRefundSeconds"),
+        "channel_receiver_authorizer": authorizer,
+    }
+
+
 async def create_endpoint(
-    engine: AsyncEngine, networks: Iterable[Network], merchant_id: str, livemode: bool, fields: Mapping[str, Any]
+    engine: AsyncEngine,
+    networks: Iterable[Network],
+    merchant_id: str,
+    livemode: bool,
+    fields: Mapping[str, Any],
+    *,
+    channel_authorizer: str | None = None,
 ) -> AgentEndpoint:
     """A new agent endpoint of the merchant's, from ``fields`` as the API's create body names them
     (already parsed: the API's and the dashboard's ``EndpointCreate``, the CLI's options).
     ServiceError: a chain or currency the platform does not settle in this mode, a price that does
-    not fit the pricing mode."""
+    not fit the pricing mode. ``channel_authorizer``: the merchant's receiver authorizer, for an
+    endpoint that offers payment channels (``fields["channel"]``)."""
     pricing = fields.get("pricingMode", "fixed")
     _network_for(networks, livemode, fields["chainId"], fields["currency"])
     if pricing == "fixed" and fields.get("amountMinor") is None:
@@ -143,6 +174,7 @@ async def create_endpoint(
         discoverable=fields.get("discoverable", False),
         created_at=now,
         updated_at=now,
+        **channel_columns(fields.get("channel"), channel_authorizer),
     )
     async with engine.begin() as conn:
         await conn.execute(tables.agent_endpoints.insert(), row.model_dump())
@@ -166,13 +198,20 @@ _COLUMNS = {
 
 
 async def update_endpoint(
-    engine: AsyncEngine, merchant_id: str, livemode: bool, endpoint_id: str, asked: Mapping[str, Any]
+    engine: AsyncEngine,
+    merchant_id: str,
+    livemode: bool,
+    endpoint_id: str,
+    asked: Mapping[str, Any],
+    *,
+    channel_authorizer: str | None = None,
 ) -> Row[Any]:
     """The endpoint's row with the changes ``asked`` (as the API's update body names them; only what
     was sent). A refusal the changes alone explain is a 400, one they explain only with what the
     endpoint already is a 409; an endpoint the merchant does not have in this mode a 404."""
     table = tables.agent_endpoints
     changes = dict(asked)
+    channel = channel_columns(changes.pop("channel"), channel_authorizer) if "channel" in changes else {}
     async with engine.begin() as conn:
         row = await find_endpoint(conn, merchant_id, livemode, endpoint_id)
         if row is None:
@@ -209,7 +248,7 @@ async def update_endpoint(
                 "With fixed pricing the endpoint needs an amount: send amountMinor too, or pricingMode 'dynamic'",
                 param="amountMinor",
             )
-        values: dict[str, Any] = {"updated_at": utcnow()}
+        values: dict[str, Any] = {"updated_at": utcnow(), **channel}
         for key, value in changes.items():
             values[_COLUMNS[key]] = value
         if "payoutAddress" in changes:

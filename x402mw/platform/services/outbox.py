@@ -22,6 +22,9 @@ from x402mw.platform.services.reports.rollups import apply_events
 
 EVENT_TYPES: tuple[str, ...] = (
     "agent_payment.settled",
+    "channel.claimed",
+    "channel.settled",
+    "channel.refunded",
     "payment_intent.created",
     "payment_intent.canceled",
     "payment_intent.expired",

@@ -52,9 +52,22 @@ def endpoint_of(row: Any, chain: ChainHandle | None) -> objects.AgentEndpoint:
         release_policy=row.release_policy,
         max_timeout_seconds=row.max_timeout_seconds,
         discoverable=bool(row.discoverable),
+        channel=_channel_of(row),
         livemode=bool(row.livemode),
         created_at=row.created_at,
         updated_at=row.updated_at,
+    )
+
+
+def _channel_of(row: Any) -> objects.AgentEndpointChannel | None:
+    if row.channel_withdraw_delay is None or row.channel_receiver_authorizer is None:
+        return None
+    return objects.AgentEndpointChannel(
+        receiver_authorizer=row.channel_receiver_authorizer,
+        min_deposit_minor=row.channel_min_deposit,
+        withdraw_delay_seconds=row.channel_withdraw_delay,
+        only=bool(row.channel_only),
+        idle_refund_seconds=row.channel_idle_refund_seconds,
     )
 
 
@@ -75,7 +88,12 @@ async def create(request: Request) -> ModelResponse:
     body = parse_body(EndpointCreate, await read_json(request))
     platform = platform_of(request)
     networks = (chain.network for chain in platform.chains)
-    row = await create_endpoint(platform.engine, networks, caller.merchant_id, caller.livemode, body.model_dump())
+    authorizer = None
+    if body.channel is not None:
+        authorizer = await platform.channels.authorizers.address(caller.merchant_id, caller.livemode)
+    row = await create_endpoint(
+        platform.engine, networks, caller.merchant_id, caller.livemode, body.model_dump(), channel_authorizer=authorizer
+    )
     return _answer(row, platform.chains.get(row.chain_id), 201)
 
 
@@ -99,7 +117,13 @@ async def update(request: Request) -> ModelResponse:
     body = parse_body(EndpointUpdate, await read_json(request))
     platform = platform_of(request)
     endpoint_id = path_uuid(request, "endpoint_id", "agent endpoint")
-    row = await update_endpoint(platform.engine, caller.merchant_id, caller.livemode, endpoint_id, body.changes())
+    changes = body.changes()
+    authorizer = None
+    if changes.get("channel") is not None:
+        authorizer = await platform.channels.authorizers.address(caller.merchant_id, caller.livemode)
+    row = await update_endpoint(
+        platform.engine, caller.merchant_id, caller.livemode, endpoint_id, changes, channel_authorizer=authorizer
+    )
     platform.endpoints.invalidate()
     return _answer(row, platform.chains.get(row.chain_id))
 

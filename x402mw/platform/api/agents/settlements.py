@@ -30,11 +30,14 @@ from x402mw.platform.http.routing import LIST_PARAMS, STRING, UUID, ApiRoute, Op
 from x402mw.platform.http.state import platform_of
 from x402mw.platform.http.values import MONTH_PATTERN, calendar_month
 from x402mw.platform.objects import agents as objects
+from x402mw.platform.services.channels.service import ChannelRequest
 from x402mw.platform.services.metering import monthly_usage
 from x402mw.platform.services.settlement.checks import EndpointPolicy, PaymentRefusal
 from x402mw.platform.services.settlement.outcomes import SettleOutcome, SettleRequest, payment_of
 from x402mw.platform.services.settlement.payment_identifiers import IdentifierConflict
+from x402mw.protocol import channels as channel_wire
 from x402mw.protocol import reasons
+from x402mw.protocol.channels import ChannelPaymentPayload
 from x402mw.protocol.models import AnyPaymentPayload, PaymentPayload, PaymentRequirements, UptoPaymentPayload
 
 
@@ -111,6 +114,8 @@ async def settle(request: Request) -> ModelResponse:
     body = parse_body(SettleBody, await read_json(request))
     platform = platform_of(request)
     accepted = parse_body(PaymentRequirements, body.accepted, prefix="accepted.")
+    if accepted.scheme == channel_wire.SCHEME:
+        return await _channel_settle(request, caller.merchant_id, caller.livemode, body, accepted)
     payload: AnyPaymentPayload
     if accepted.scheme == "upto":
         payload = parse_body(UptoPaymentPayload, body.paymentPayload, prefix="paymentPayload.")
@@ -180,12 +185,34 @@ async def settle(request: Request) -> ModelResponse:
     return _reply(outcome)
 
 
+async def _channel_settle(
+    request: Request, merchant_id: str, livemode: bool, body: SettleBody, accepted: PaymentRequirements
+) -> ModelResponse:
+    """A payment through a channel (``batch-settlement``): held for the handler (``authorized``,
+    charged by a capture), or a refund the payer asked for (``settled`` at once)."""
+    platform = platform_of(request)
+    payload = parse_body(ChannelPaymentPayload, body.paymentPayload, prefix="paymentPayload.")
+    endpoint = await platform.endpoints.get(merchant_id, livemode, body.endpointId)
+    if endpoint is None:
+        raise HttpError.missing("agent endpoint", body.endpointId, param="endpointId")
+    if not 1 <= accepted.amount <= MAX_MINOR:
+        refused = platform.settlement.refuse(
+            accepted.network, reasons.INVALID_REQUIREMENTS, f"the amount must be from 1 to {MAX_MINOR} atomic units"
+        )
+        return _reply(refused)
+    work = ChannelRequest(merchant_id, livemode, endpoint, accepted, payload.payload, body.waitSeconds)
+    return _reply(await platform.channels.authorize(work))
+
+
 async def capture(request: Request) -> ModelResponse:
     caller = await authenticate(request)
     payment_id = path_uuid(request, "payment_id", "agent payment")
     body = parse_body(CaptureBody, await read_json(request, allow_empty=True))
     amount = None if body.amountMinor is None else int(body.amountMinor)
     platform = platform_of(request)
+    charged = await platform.channels.capture(caller.merchant_id, payment_id, amount or 0)
+    if charged is not None:  # a request paid through a channel: its charge
+        return _reply(charged)
     try:
         outcome = await platform.payments.holds.capture(
             caller.merchant_id, payment_id, amount, wait_seconds=body.waitSeconds

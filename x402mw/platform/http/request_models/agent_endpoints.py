@@ -56,6 +56,37 @@ _MAX_TIMEOUT = "validity of challenges and authorizations in seconds, 30–3600"
 _DISCOVERABLE = "list the endpoint's settled resources in the public discovery catalogue; default false"
 
 
+class ChannelOffer(BaseModel):
+    """Payment channels (the x402 ``batch-settlement`` scheme) offered by an endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+    minDepositMinor: MinorUnits | None = Field(
+        default=None, description="integer string of minor units: the least a first deposit may be; default none"
+    )
+    withdrawDelaySeconds: StrictInt = Field(
+        default=900,
+        ge=900,
+        le=2_592_000,
+        description="how long a payer's timed withdrawal waits, 900 (15 minutes) to 2592000 (30 days)",
+    )
+    only: StrictBool = Field(
+        default=False, description="offer channels alone (else beside the endpoint's `exact` or `upto` offer)"
+    )
+    idleRefundSeconds: StrictInt | None = Field(
+        default=None,
+        ge=60,
+        le=31_536_000,
+        description="refund what is left in a channel idle this long (seconds); default never",
+    )
+
+    _v_amount = field_validator("minDepositMinor", mode="before")(minor_units)
+
+
+_CHANNEL = (
+    "payment channels (`batch-settlement`): one deposit, then one off-chain voucher per request; null: not offered"
+)
+
+
 class EndpointCreate(_EndpointFields):
     model_config = ConfigDict(json_schema_extra={"allOf": [FIXED_NEEDS_AMOUNT, METERED_NEEDS_CEILING]})
 
@@ -76,6 +107,7 @@ class EndpointCreate(_EndpointFields):
     releasePolicy: Literal["included", "confirmed"] = Field(default="included", description=_RELEASE_POLICY)
     maxTimeoutSeconds: StrictInt = Field(default=300, ge=30, le=3600, description=_MAX_TIMEOUT)
     discoverable: StrictBool = Field(default=False, description=_DISCOVERABLE)
+    channel: ChannelOffer | None = Field(default=None, description=_CHANNEL)
 
 
 class EndpointUpdate(_EndpointFields, PatchBody):
@@ -99,7 +131,7 @@ class EndpointUpdate(_EndpointFields, PatchBody):
             ]
         }
     )
-    CLEARABLE = frozenset({"amountMinor"})  # a dynamic endpoint has no fixed amount
+    CLEARABLE = frozenset({"amountMinor", "channel"})  # a dynamic endpoint has no fixed amount
 
     name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NAME_PATTERN, description=_NAME)
     resourceUrl: ResourceUrl | None = Field(default=None, description=_RESOURCE_URL)
@@ -114,3 +146,4 @@ class EndpointUpdate(_EndpointFields, PatchBody):
     releasePolicy: Literal["included", "confirmed"] | None = Field(default=None, description=_RELEASE_POLICY)
     maxTimeoutSeconds: StrictInt | None = Field(default=None, ge=30, le=3600, description=_MAX_TIMEOUT)
     discoverable: StrictBool | None = Field(default=None, description=_DISCOVERABLE)
+    channel: ChannelOffer | None = Field(default=None, description=_CHANNEL)
