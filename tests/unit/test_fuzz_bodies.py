@@ -140,6 +140,11 @@ VALID: dict[str, dict[str, Any]] = {
     "SimulatePaymentBody": {"scenario": "underpaid", "network": "eip155:84532"},
     "FacilitatorBody": {"x402Version": 2, "paymentPayload": PAYLOAD, "paymentRequirements": OFFER},
     "UptoFacilitatorBody": {"x402Version": 2, "paymentPayload": UPTO_PAYLOAD, "paymentRequirements": UPTO_OFFER},
+    "ChannelFacilitatorBody": {
+        "x402Version": 2,
+        "paymentPayload": CHANNEL_PAYLOAD,
+        "paymentRequirements": OFFER | {"scheme": "batch-settlement"},
+    },
     "WebhookEndpointCreate": {
         "url": "https://hooks.example/x402",
         "enabledEvents": ["payment_intent.succeeded"],
