@@ -179,6 +179,14 @@ def _run(stack: Stack, seconds: float, agents: int) -> dict[str, float]:
         f"{gas['claim']:,}, {len(records['settle'])} settle(s) {gas['settle']:,}; this run's worker sent "
         f"{len(claims)} claim(s) and {len(settles)} settle(s))"
     )
+    channels = max(len(records["deposit"]), 1)
+    per_channel = (gas["deposit"] + gas["claim"] + gas["settle"]) / channels
+    per_transfer = gas["exact"] / max(len(set(records["exact"])), 1)
+    print(
+        f"  a channel's deposit, claim and settle: {per_channel:,.0f} gas, {per_channel / per_transfer:.1f} exact "
+        f"settlements' worth; the channels' gas per request falls as 1 / requests per channel "
+        f"({voucher_paid / channels:,.0f} here)"
+    )
     for name, (label, shown) in RATIOS.items():
         target, at_least = TARGETS[name]
         met = ratios[name] >= target if at_least else ratios[name] <= target
