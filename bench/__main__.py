@@ -2,6 +2,7 @@
 
 from bench import (
     bench_challenge,
+    bench_channels,
     bench_checkout,
     bench_devchain,
     bench_e2e,
@@ -19,6 +20,7 @@ bench_verify.run()
 bench_e2e.run(database="postgresql")  # the database a deployment runs on
 bench_e2e.run(database="sqlite")  # the development default
 bench_metered.run(database="postgresql")  # metered (upto) beside exact, in one run
+bench_channels.run()  # payment channels beside exact, with the gas of each
 bench_orders.run()
 bench_checkout.run()
 bench_keys.run()

@@ -1,4 +1,4 @@
-"""The stack `bench_e2e` and `bench_metered` drive: anvil (a block every 50 ms by default), the
+"""The stack `bench_e2e`, `bench_metered` and `bench_channels` drive: anvil (a block every 50 ms by default), the
 platform (``x402mw platform serve``) on SQLite or a fresh PostgreSQL database, Starlette sellers
 from ``examples/`` under uvicorn, and agents (``httpx.AsyncClient`` with `X402Auth`) paying for a
 time. ``with Stack(database) as stack:`` starts the chain and the database, `Stack.start_platform`,
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from x402mw.client import Wallet, X402Auth
+from x402mw.client import ChannelPolicy, Wallet, X402Auth
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, AnvilProcess
 from x402mw.platform.chain.rpc import HttpJsonRpc
@@ -70,12 +70,16 @@ async def paying(
 
 
 @contextlib.asynccontextmanager
-async def agent_clients(wallets: list[Wallet], max_amount: str) -> AsyncIterator[list[httpx.AsyncClient]]:
+async def agent_clients(
+    wallets: list[Wallet], max_amount: str, channels: ChannelPolicy | None = None
+) -> AsyncIterator[list[httpx.AsyncClient]]:
     """One paying client per wallet, made once (an ``AsyncClient`` loads the CA bundle: ~30 ms of
-    CPU) and kept through the warm-up and the measured windows."""
+    CPU) and kept through the warm-up and the measured windows; paying by channel under ``channels``."""
     async with contextlib.AsyncExitStack() as stack:
         yield [
-            await stack.enter_async_context(httpx.AsyncClient(auth=X402Auth(wallet, max_amount=max_amount), timeout=60))
+            await stack.enter_async_context(
+                httpx.AsyncClient(auth=X402Auth(wallet, max_amount=max_amount, channels=channels), timeout=60)
+            )
             for wallet in wallets
         ]
 
@@ -144,8 +148,9 @@ class Stack:
         _wait_http(f"http://127.0.0.1:{port}/healthz", log)
         return proc.pid
 
-    def add_endpoint(self, name: str, path: str, pricing: dict[str, str]) -> str:
-        """An agent endpoint of the merchant for ``path``, paid in USDC on the dev chain: its id."""
+    def add_endpoint(self, name: str, path: str, pricing: dict[str, Any]) -> str:
+        """An agent endpoint of the merchant for ``path``, paid in USDC on the dev chain (``pricing``: more
+        of its fields, a ``channel`` object among them): its id."""
         reply = httpx.post(
             f"{self.platform_url}/agent/endpoints",
             headers={"Authorization": f"Bearer {self.api_key}"},

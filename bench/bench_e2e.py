@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from sqlalchemy import create_engine, select
 
 from bench._e2e import Stack, agent_clients, cpu_seconds, paying
-from x402mw.client import Wallet
+from x402mw.client import ChannelPolicy, Wallet
 from x402mw.evm.eip712 import TokenDomain, TransferAuthorization, random_nonce, sign_transfer
 from x402mw.evm.keys import address_of, new_private_key
 from x402mw.platform.chain.anvil import ANVIL_DEV_KEYS, deploy_test_tokens
@@ -40,7 +40,7 @@ from x402mw.platform.db import tables
 from x402mw.platform.db.engine import sync_url
 
 
-async def _chain_baseline(url: str, token: str, payer_keys: list[bytes], count: int, concurrency: int) -> float:
+async def chain_baseline(url: str, token: str, payer_keys: list[bytes], count: int, concurrency: int) -> float:
     """Transfers/s through our relayer straight to anvil, ``concurrency`` in flight, no HTTP or database."""
     rpc = HttpJsonRpc(url)
     relayer = Relayer(rpc, ANVIL_DEV_KEYS[2], chain_id=31337)
@@ -84,13 +84,18 @@ async def _chain_baseline(url: str, token: str, payer_keys: list[bytes], count: 
     return count / took
 
 
-async def _warm_up_then_measure(
-    wallets: list[Wallet], seller_url: str, seconds: float, pids: dict[str, int | None]
+async def warm_up_then_measure(
+    wallets: list[Wallet],
+    seller_url: str,
+    seconds: float,
+    pids: dict[str, int | None],
+    channels: ChannelPolicy | None = None,
 ) -> tuple[int, list[float], float, dict[str, float], datetime]:
     """Each agent's client is made once (an ``AsyncClient`` loads the CA bundle: ~30 ms of CPU) and
     kept through a 2-second warm-up and the measured window; what the window took, the CPU each
-    process spent in it and when it began are returned with the paid requests."""
-    async with agent_clients(wallets, "0.01") as clients:
+    process spent in it and when it began are returned with the paid requests. With ``channels``
+    the agents pay by channel: each one's first request of the warm-up opens its channel."""
+    async with agent_clients(wallets, "0.01", channels) as clients:
         await paying(clients, "GET", seller_url, None, 2.0)  # warm-up: connections, terms, caches
         began = datetime.now(UTC)
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -123,7 +128,7 @@ def _run(stack: Stack, seconds: float, agents: int) -> dict[str, float]:
     wallets = [Wallet(k) for k in keys]
     seller_url = f"{seller}/weather"
     pids = {"anvil": stack.anvil.pid, "platform": platform_pid, "seller": seller_pid, "agents": os.getpid()}
-    paid, latencies, took, cpu, began = asyncio.run(_warm_up_then_measure(wallets, seller_url, seconds, pids))
+    paid, latencies, took, cpu, began = asyncio.run(warm_up_then_measure(wallets, seller_url, seconds, pids))
     cpu_ms = {name: spent * 1000 / max(paid, 1) for name, spent in cpu.items()}
     throughput = paid / took
     engine = create_engine(sync_url(stack.database_url))
@@ -138,7 +143,7 @@ def _run(stack: Stack, seconds: float, agents: int) -> dict[str, float]:
     engine.dispose()
     overheads = [row[0] / 1000 for row in rows]
     chain_ms = statistics.median(row[1] / 1000 for row in rows) if rows else float("nan")
-    baseline = asyncio.run(_chain_baseline(stack.anvil.url, usdc, keys, max(200, paid // 4), agents))
+    baseline = asyncio.run(chain_baseline(stack.anvil.url, usdc, keys, max(200, paid // 4), agents))
     median_overhead = statistics.median(overheads) if overheads else float("nan")
     p50 = statistics.median(latencies) * 1000
     p99 = sorted(latencies)[int(len(latencies) * 0.99) - 1] * 1000 if latencies else float("nan")

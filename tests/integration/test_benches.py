@@ -23,6 +23,7 @@ SMALL_RUNS = [
     ("bench_mcp", ["3"], "MCP overhead / HTTP overhead"),
     ("bench_gateway", ["20"], "ratio_402"),
     ("bench_reports", ["5000", "500", "5"], "reports on PostgreSQL"),
+    ("bench_channels", ["1", "sqlite", "2"], "channel gas / exact gas"),
 ]
 
 

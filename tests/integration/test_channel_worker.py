@@ -1,6 +1,7 @@
 """The channels' worker on the dev chain: a channel idle past its endpoint's refund time is claimed
 and refunded; a timed withdrawal the payer begins makes its channel's vouchers claimed at once; a
-claim whose process stopped before the settle is settled by the next worker; nothing is lost."""
+claim whose process stopped before the settle is settled by the next worker; a worker in a process of its
+own (no key cached) signs its claims with the key it reads from the database; nothing is lost."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from x402mw.evm.batch_settlement import BATCH_SETTLEMENT_ADDRESS
 from x402mw.platform.chain.admin import transact
 from x402mw.platform.chain.channels import finalize_withdraw_calldata, initiate_withdraw_calldata
 from x402mw.platform.clock import ManualClock
+from x402mw.platform.services.channels.authorizers import Authorizers
+from x402mw.platform.services.channels.service import ChannelService
 from x402mw.platform.services.channels.worker import ChannelWorker
 
 pytestmark = pytest.mark.anyio
@@ -118,3 +121,23 @@ async def test_a_channel_drained_by_a_withdrawal_does_not_hold_up_the_others_cla
     harness.server.call(lambda _p: worker.claim(everything=True))
     assert harness.server.call(lambda p: channel_row(p, kept.channel)).claimed == 1_000
     assert harness.server.call(lambda p: channel_row(p, drained.channel)).claimed == 0  # forfeited: nothing left
+
+
+async def test_a_worker_in_another_process_claims_with_the_key_it_reads_from_the_database(
+    quiet_dev_platform: PlatformHarness,
+) -> None:
+    """``x402mw platform worker``, or a platform restarted, has no authorizer key cached: it reads the
+    sealed key by the channels' authorizer address, which the worker holds in lower case."""
+    harness = quiet_dev_platform
+    deployment = await asyncio.to_thread(channel_deployment, harness, price=1_000)
+    app = channel_app(deployment.api_key, harness.url, deployment.endpoint_id)
+    async with lifespan(app), httpx.AsyncClient(transport=asgi_transport(app), base_url="http://testserver") as client:
+        opened = await open_channel(harness, client, deployment.agent_key, "/work")
+    platform = harness.platform
+    fresh = ChannelService(
+        platform.engine, platform.chains, ManualClock(), Authorizers(platform.engine, platform.secrets)
+    )
+    worker = ChannelWorker(platform.engine, platform.chains, ManualClock(), fresh)
+    sent = harness.server.call(lambda _p: worker.claim(everything=True))
+    assert len(sent) == 1
+    assert harness.server.call(lambda p: channel_row(p, opened.channel)).claimed == 1_000

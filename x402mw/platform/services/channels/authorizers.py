@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -62,13 +62,15 @@ class Authorizers:
         return found
 
     async def key_of(self, address: str) -> bytes | None:
-        """The key of the authorizer at ``address`` (the worker signs with it), or None."""
+        """The key of the authorizer at ``address``, in any case (the worker signs with it), or None."""
         for key in self._keys.values():
             if address_of(key).lower() == address.lower():
                 return key
         table = tables.channel_authorizers
+        # stored checksummed; the worker groups channels by the address in lower case
+        query = select(table).where(func.lower(table.c.address) == address.lower())
         async with self._engine.connect() as conn:
-            row = (await conn.execute(select(table).where(table.c.address == address))).first()
+            row = (await conn.execute(query)).first()
         if row is None:
             return None
         key = bytes.fromhex(self._box.open(row.sealed_key))
